@@ -1,0 +1,16 @@
+"""Survey-wide constants of the DESI Legacy Imaging Surveys DR10 (see shared/reference/science.md)."""
+
+#: Coadd pixel scale of the Legacy Surveys, arcsec per pixel.
+PIXEL_SCALE_ARCSEC = 0.262
+#: AB magnitude zero point of nanomaggy fluxes: m = 22.5 - 2.5 log10(flux / nanomaggy).
+AB_ZEROPOINT = 22.5
+#: Optical bands used by the lens finder, in stamp channel order.
+BANDS = ("g", "r", "z")
+#: Side of a cutout stamp in pixels (Paper IV: 101 x 101 = 26.5 arcsec).
+STAMP_SIZE = 101
+#: Coadd brick side in pixels.
+BRICK_SIZE = 3600
+#: HEALPix resolution of the spatial train/val/test split (NESTED ordering).
+SPLIT_NSIDE = 128
+#: Fine HEALPix resolution used to sort rows spatially (NESTED ordering).
+FINE_NSIDE = 8192

@@ -1,0 +1,250 @@
+"""Evaluation figures as PNG bytes (matplotlib Agg, no pyplot state, byte-stable output).
+
+Every function returns the bytes of a PNG. Figures are drawn on a bare ``Figure`` with the Agg
+canvas under matplotlib's default style, and saved without the ``Software`` text chunk, so the
+same inputs give the same bytes on the same matplotlib version, whatever the caller's rcParams.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Mapping, Sequence
+
+import matplotlib
+import matplotlib.style
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from ..errors import InputError
+from ..stats import roc_curve
+from .thresholds import require_columns, valid_scores
+
+_STYLE = ["default", {"font.size": 8, "figure.dpi": 100, "savefig.dpi": 100,
+                      "image.interpolation": "nearest", "hatch.linewidth": 0.6}]
+
+#: Legacy Surveys viewer colour mapping for g, r, z: (RGB plane, scale); softening m; asinh Q.
+_LS_RGB_SCALES = {"g": (2, 6.0), "r": (1, 3.4), "z": (0, 2.2)}
+_LS_RGB_M = 0.03
+_LS_RGB_Q = 20.0
+
+
+def _png(fig: Figure) -> bytes:
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def asinh_rgb(stamps: np.ndarray, bands: Sequence[str] = ("g", "r", "z")) -> np.ndarray:
+    """Legacy-Surveys-style asinh colour image of g, r, z stamps in nanomaggies.
+
+    ``stamps`` is ``[band, y, x]`` or ``[n, band, y, x]``; returns float32 RGB in [0, 1] with shape
+    ``[y, x, 3]`` or ``[n, y, x, 3]``. z goes to red, r to green, g to blue (the viewer's mapping).
+    """
+    a = np.asarray(stamps, dtype=np.float64)
+    single = a.ndim == 3
+    if single:
+        a = a[None]
+    if a.ndim != 4 or a.shape[1] != len(bands):
+        raise InputError(f"stamps: expected [n, {len(bands)}, y, x] nanomaggies, got shape {np.shape(stamps)}")
+    unknown = [b for b in bands if b not in _LS_RGB_SCALES]
+    if unknown:
+        raise InputError(f"bands {unknown} have no colour mapping; known {list(_LS_RGB_SCALES)}")
+    a = np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)
+    scaled = [a[:, i] * _LS_RGB_SCALES[b][1] + _LS_RGB_M for i, b in enumerate(bands)]
+    intensity = sum(np.maximum(0.0, s) for s in scaled) / len(bands)
+    f_i = np.arcsinh(_LS_RGB_Q * intensity) / np.sqrt(_LS_RGB_Q)
+    intensity = intensity + (intensity == 0.0) * 1e-6
+    rgb = np.zeros(a.shape[:1] + a.shape[2:] + (3,), dtype=np.float64)
+    for s, b in zip(scaled, bands):
+        rgb[..., _LS_RGB_SCALES[b][0]] = s * f_i / intensity
+    rgb = np.clip(rgb, 0.0, 1.0).astype(np.float32)
+    return rgb[0] if single else rgb
+
+
+def _grid(selection: pa.Table, threshold_name: str):
+    require_columns(selection, ("threshold_name", "theta_e_centre", "z_l_centre", "completeness",
+                                "ci68_lo", "ci68_hi", "n_valid", "sufficient"), "selection function")
+    rows = selection.filter(pc.equal(selection.column("threshold_name"), threshold_name))
+    if rows.num_rows == 0:
+        names = sorted(set(selection.column("threshold_name").to_pylist()))
+        raise InputError(f"selection function: no rows for threshold_name {threshold_name!r}; have {names}")
+    d = {c: rows.column(c).to_pylist() for c in rows.column_names}
+    tc = sorted(set(d["theta_e_centre"]))
+    zc = sorted(set(d["z_l_centre"]))
+    shape = (len(zc), len(tc))
+    comp = np.full(shape, np.nan)
+    half = np.full(shape, np.nan)
+    nval = np.zeros(shape, dtype=np.int64)
+    suff = np.ones(shape, dtype=bool)
+    seen = np.zeros(shape, dtype=bool)
+    for j in range(rows.num_rows):
+        y, x = zc.index(d["z_l_centre"][j]), tc.index(d["theta_e_centre"][j])
+        if seen[y, x]:
+            raise InputError(f"selection function: cell θ_E={tc[x]}, z_l={zc[y]} repeats for {threshold_name!r}")
+        seen[y, x] = True
+        if d["completeness"][j] is not None:
+            comp[y, x] = d["completeness"][j]
+            half[y, x] = 0.5 * (d["ci68_hi"][j] - d["ci68_lo"][j])
+        nval[y, x] = d["n_valid"][j]
+        suff[y, x] = bool(d["sufficient"][j])
+    return tc, zc, comp, half, nval, suff & seen
+
+
+def selection_heatmap_png(selection: pa.Table, threshold_name: str) -> bytes:
+    """Two-panel heatmap of C(θ_E, z_l) and its 68 % half-width for one threshold.
+
+    Cells with ``sufficient = False`` are hatched; cells without valid injections are grey and
+    marked ``n=0``. Values are printed in percent. θ_E in arcsec on x, z_l on y (one column/row
+    per grid centre, so uneven grids keep equal-size cells).
+    """
+    tc, zc, comp, half, nval, suff = _grid(selection, threshold_name)
+    with matplotlib.style.context(_STYLE):
+        fig = Figure(figsize=(4.0 + 0.9 * len(tc), 1.2 + 0.45 * len(zc)), layout="constrained")
+        axes = fig.subplots(1, 2)
+        panels = ((axes[0], comp, f"completeness C(θ_E, z_l), {threshold_name}", "viridis", 1.0),
+                  (axes[1], half, "68% interval half-width", "magma_r",
+                   max(0.05, float(np.nanmax(half)) if np.any(np.isfinite(half)) else 0.05)))
+        for ax, data, title, cmap, vmax in panels:
+            cm = matplotlib.colormaps[cmap].with_extremes(bad="0.85")
+            im = ax.imshow(np.ma.masked_invalid(data), origin="lower", cmap=cm, vmin=0.0,
+                           vmax=vmax, aspect="auto")
+            fig.colorbar(im, ax=ax, shrink=0.9)
+            ax.set_xticks(range(len(tc)), [f"{v:g}" for v in tc])
+            ax.set_yticks(range(len(zc)), [f"{v:g}" for v in zc])
+            ax.set_xlabel("θ_E (arcsec)")
+            ax.set_ylabel("z_l")
+            ax.set_title(title)
+            for y in range(len(zc)):
+                for x in range(len(tc)):
+                    if nval[y, x] == 0:
+                        ax.text(x, y, "n=0", ha="center", va="center", fontsize=6, color="0.3")
+                        continue
+                    r, g, b, _ = cm(min(max(data[y, x] / vmax, 0.0), 1.0))
+                    ax.text(x, y, f"{100 * data[y, x]:.1f}", ha="center", va="center", fontsize=6,
+                            color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
+                    if not suff[y, x]:
+                        ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///",
+                                               edgecolor="red", linewidth=0))
+        fig.suptitle("hatched: insufficient injections; grey: none valid", fontsize=7)
+        return _png(fig)
+
+
+def marginal_png(marginal: pa.Table, xlabel: str | None = None) -> bytes:
+    """Completeness against one binned column, one curve per threshold, 68 % Jeffreys bars.
+
+    Takes a table from :func:`marginal_completeness` (one ``by``). Insufficient bins are drawn
+    with open markers; the legend gives each threshold's overall completeness (the ``'all'`` row).
+    """
+    require_columns(marginal, ("threshold_name", "by", "bin", "bin_centre", "completeness",
+                               "ci68_lo", "ci68_hi", "sufficient"), "marginal completeness")
+    d = {c: marginal.column(c).to_pylist() for c in marginal.column_names}
+    bys = sorted(set(d["by"]))
+    if len(bys) != 1:
+        raise InputError(f"marginal completeness: expected one 'by' column, got {bys}")
+    names = list(dict.fromkeys(d["threshold_name"]))
+    with matplotlib.style.context(_STYLE):
+        fig = Figure(figsize=(5.0, 3.2), layout="constrained")
+        ax = fig.subplots()
+        for i, name in enumerate(names):
+            rows = [j for j, n in enumerate(d["threshold_name"]) if n == name]
+            pts = [j for j in rows if d["bin_centre"][j] is not None and d["completeness"][j] is not None]
+            overall = [d["completeness"][j] for j in rows if d["bin"][j] == "all"]
+            label = name if not overall or overall[0] is None else f"{name} (all: {100 * overall[0]:.2f}%)"
+            x = np.array([d["bin_centre"][j] for j in pts], dtype=float)
+            y = np.array([d["completeness"][j] for j in pts], dtype=float)
+            err = np.array([[y[m] - d["ci68_lo"][j], d["ci68_hi"][j] - y[m]] for m, j in enumerate(pts)],
+                           dtype=float).reshape(-1, 2).T
+            color = f"C{i}"
+            ax.errorbar(x, y, yerr=err, color=color, marker="none", capsize=2, lw=1, label=label)
+            suff = np.array([bool(d["sufficient"][j]) for j in pts], dtype=bool)
+            ax.plot(x[suff], y[suff], "o", color=color, ms=4)
+            ax.plot(x[~suff], y[~suff], "o", mfc="white", mec=color, ms=4)
+        ax.set_xlabel(xlabel or bys[0])
+        ax.set_ylabel("completeness")
+        ax.set_ylim(0.0, 1.0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, title="open markers: insufficient", title_fontsize=6)
+        return _png(fig)
+
+
+def roc_inputs(positives: pa.Table, negatives: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, labels) of the scorable rows: positives labelled 1, negatives 0."""
+    ps, pu = valid_scores(positives, "ROC positives")
+    ns, nu = valid_scores(negatives, "ROC negatives")
+    scores = np.r_[ps[pu], ns[nu]]
+    labels = np.r_[np.ones(int(pu.sum()), dtype=np.int8), np.zeros(int(nu.sum()), dtype=np.int8)]
+    return scores, labels
+
+
+def roc_png(curves: Mapping[str, tuple[np.ndarray, np.ndarray]],
+            fpr_marks: Sequence[float] = ()) -> bytes:
+    """ROC curves on a log false-positive-rate axis.
+
+    ``curves`` maps a label (e.g. 'injections vs controls', 'real lenses vs negatives') to
+    (scores, labels) as from :func:`roc_inputs`; curves come from :func:`darkhaloscope.stats.roc_curve`.
+    The axis starts at half of 1/n_neg (FPR = 0 cannot be drawn on a log axis); ``fpr_marks``
+    draws dashed verticals at target false-positive rates.
+    """
+    if not curves:
+        raise InputError("roc_png: no curves given")
+    with matplotlib.style.context(_STYLE):
+        fig = Figure(figsize=(4.6, 3.4), layout="constrained")
+        ax = fig.subplots()
+        floor = 1.0
+        for i, (label, (scores, labels)) in enumerate(curves.items()):
+            y = np.asarray(labels)
+            n_neg = int(np.sum(y == 0))
+            if n_neg == 0 or int(np.sum(y == 1)) == 0:
+                raise InputError(f"roc_png: curve {label!r} needs positives and negatives "
+                                 f"(has {int(np.sum(y == 1))} and {n_neg})")
+            fpr, tpr, _ = roc_curve(scores, y)
+            lo = 0.5 / n_neg
+            floor = min(floor, lo)
+            # step through the first non-zero FPR from the floor, so the low-FPR TPR stays visible
+            ax.step(np.maximum(fpr, lo), tpr, where="post", color=f"C{i}", lw=1.2,
+                    label=f"{label} (n+={int(np.sum(y == 1))}, n−={n_neg})")
+        for f in fpr_marks:
+            ax.axvline(f, color="0.5", ls="--", lw=0.7)
+        ax.set_xscale("log")
+        ax.set_xlim(floor, 1.0)
+        ax.set_ylim(0.0, 1.01)
+        ax.set_xlabel("false-positive rate")
+        ax.set_ylabel("true-positive rate")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=6, loc="lower right")
+        return _png(fig)
+
+
+def mosaic_png(stamps: np.ndarray, captions: Sequence[str] | None = None, ncols: int = 6,
+               title: str | None = None) -> bytes:
+    """Grid of asinh colour images of ``[n, 3, y, x]`` g, r, z stamps (nanomaggies).
+
+    ``captions`` (one per stamp, e.g. the score) are printed under each image.
+    """
+    a = np.asarray(stamps)
+    if a.ndim != 4 or a.shape[0] == 0:
+        raise InputError(f"mosaic: expected [n, 3, y, x] stamps with n >= 1, got shape {a.shape}")
+    if captions is not None and len(captions) != a.shape[0]:
+        raise InputError(f"mosaic: {len(captions)} captions for {a.shape[0]} stamps")
+    rgb = asinh_rgb(a)
+    n = a.shape[0]
+    ncols = max(1, min(int(ncols), n))
+    nrows = -(-n // ncols)
+    with matplotlib.style.context(_STYLE):
+        fig = Figure(figsize=(1.3 * ncols, 1.45 * nrows + (0.3 if title else 0.0)), layout="constrained")
+        axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+        for i, ax in enumerate(axes):
+            ax.set_axis_off()
+            if i >= n:
+                continue
+            ax.imshow(rgb[i], origin="lower")
+            if captions is not None:
+                ax.set_title(str(captions[i]), fontsize=6)
+        if title:
+            fig.suptitle(title, fontsize=8)
+        return _png(fig)

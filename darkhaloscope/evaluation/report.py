@@ -1,0 +1,262 @@
+"""The static evaluation report: one self-contained HTML page.
+
+Figures are embedded as ``data:image/png;base64`` URIs and the style sheet is inline, so the page
+works from S3, a local disk or an e-mail attachment with no other file and no network. Every
+``<img>`` has an ``id`` and an ``alt``. Sections that were not supplied are shown as "not
+provided" rather than left out, so a missing input is visible to the reader.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import re
+from typing import Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import InputError
+from .thresholds import require_columns, valid_scores
+
+_CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:1.5em auto;max-width:1200px;
+ color:#222;padding:0 1em}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:1.8em}
+h3{font-size:1.0em}
+table{border-collapse:collapse;font-size:0.8em;margin:0.5em 0}
+th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#f2f2f2}
+td.s{text-align:left}
+.pass{background:#d9f2d9}.fail{background:#f7d4d4}.missing{color:#999;font-style:italic}
+.scroll{overflow-x:auto}.note{color:#666;font-size:0.8em}figure{margin:0.5em 0}img{max-width:100%;height:auto}
+"""
+
+
+def _slug(text: str) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return s or "x"
+
+
+class _Ids:
+    """Unique element ids derived from names (collisions get a numeric suffix)."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def __call__(self, prefix: str, name: str) -> str:
+        base = f"{prefix}-{_slug(name)}"
+        out, i = base, 2
+        while out in self.used:
+            out, i = f"{base}-{i}", i + 1
+        self.used.add(out)
+        return out
+
+
+def _img(png: bytes, alt: str, el_id: str) -> str:
+    if not isinstance(png, (bytes, bytearray)) or not bytes(png).startswith(b"\x89PNG\r\n\x1a\n"):
+        raise InputError(f"report figure {el_id!r}: expected PNG bytes")
+    data = base64.b64encode(bytes(png)).decode("ascii")
+    return (f'<figure><img id="{html.escape(el_id)}" alt="{html.escape(alt)}" '
+            f'src="data:image/png;base64,{data}"><figcaption class="note">{html.escape(alt)}'
+            f"</figcaption></figure>")
+
+
+def _cell(v) -> tuple[str, str]:
+    """(text, css class) of one table value."""
+    if v is None:
+        return "—", ""
+    if isinstance(v, bool):
+        return ("yes" if v else "no"), "s"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "—", ""
+        return f"{v:.4g}", ""
+    if isinstance(v, (int, np.integer)):
+        return str(v), ""
+    return html.escape(str(v)), "s"
+
+
+def table_html(table: pa.Table, columns: Sequence[str] | None = None, max_rows: int = 200,
+               el_id: str | None = None) -> str:
+    """An HTML table of ``table`` (floats to 4 significant digits, nulls as '—').
+
+    When the table has more than ``max_rows`` rows the first ``max_rows`` are shown and a note
+    says how many were left out.
+    """
+    cols = list(columns) if columns is not None else table.column_names
+    require_columns(table, cols, "report table")
+    shown = table.slice(0, max_rows)
+    data = {c: shown.column(c).to_pylist() for c in cols}
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = []
+    for i in range(shown.num_rows):
+        tds = []
+        for c in cols:
+            text, cls = _cell(data[c][i])
+            tds.append(f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>")
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    id_attr = f' id="{html.escape(el_id)}"' if el_id else ""
+    out = (f'<div class="scroll"><table{id_attr}><thead><tr>{head}</tr></thead>'
+           f"<tbody>{''.join(body)}</tbody></table></div>")
+    if table.num_rows > max_rows:
+        out += (f'<p class="note">Showing {max_rows} of {table.num_rows} rows; '
+                f"the full table is in the lake.</p>")
+    return out
+
+
+def gates_html(gates: Sequence[Mapping], el_id: str = "table-gates") -> str:
+    """Gate results (dicts with name, value, threshold, passed) as an HTML table."""
+    rows = []
+    for i, g in enumerate(gates):
+        missing = [k for k in ("name", "value", "threshold", "passed") if k not in g]
+        if missing:
+            raise InputError(f"gate #{i} ({g.get('name', '?')!r}) lacks key(s) {missing}")
+        if not isinstance(g["passed"], (bool, np.bool_)):
+            raise InputError(f"gate {g['name']!r}: 'passed' must be a bool, got {g['passed']!r}")
+        cls = "pass" if g["passed"] else "fail"
+        rows.append(
+            f'<tr class="{cls}"><td class="s">{html.escape(str(g["name"]))}</td>'
+            f"<td>{_cell(g['value'])[0]}</td><td>{_cell(g['threshold'])[0]}</td>"
+            f'<td class="s">{"PASS" if g["passed"] else "FAIL"}</td></tr>'
+        )
+    n_fail = sum(1 for g in gates if not g["passed"])
+    summary = f'<p>{len(gates) - n_fail} of {len(gates)} gates passed.</p>'
+    return (summary + f'<table id="{html.escape(el_id)}"><thead><tr><th>gate</th><th>value</th>'
+            f"<th>threshold</th><th>result</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def example_ids(injection_scores: pa.Table, neg_scores: pa.Table, threshold: float,
+                n: int = 12) -> dict[str, list]:
+    """Ids of example stamps for the report mosaics at one threshold (score units).
+
+    ``'true positives'``: detected injections, highest score first. ``'missed injections'``:
+    scorable injections at or below the threshold, highest ``arc_snr`` first (the misses that
+    should have been easy; by lowest score when ``arc_snr`` is absent). ``'highest-scoring
+    negatives'``: valid negatives, highest score first. Ties break on the id, so the choice is
+    deterministic.
+    """
+    require_columns(injection_scores, ("injection_id",), "injection scores")
+    require_columns(neg_scores, ("object_id",), "negative scores")
+    s_inj, u_inj = valid_scores(injection_scores, "injection scores")
+    s_neg, u_neg = valid_scores(neg_scores, "negative scores")
+    inj_id = np.asarray(injection_scores.column("injection_id").to_pylist(), dtype=object)
+    neg_id = np.asarray(neg_scores.column("object_id").to_pylist(), dtype=object)
+
+    def top(ids, key, mask):
+        idx = np.flatnonzero(mask)
+        order = sorted(idx.tolist(), key=lambda i: (-key[i], str(ids[i])))
+        return [ids[i] for i in order[:n]]
+
+    det = u_inj & (np.where(u_inj, s_inj, -np.inf) > threshold)
+    if "arc_snr" in injection_scores.column_names:
+        arc = np.asarray(injection_scores.column("arc_snr").cast(pa.float64())
+                         .to_numpy(zero_copy_only=False), dtype=np.float64)
+        miss_key = np.where(np.isfinite(arc), arc, -np.inf)
+    else:
+        miss_key = -np.where(u_inj, s_inj, np.inf)
+    return {
+        "true positives": top(inj_id, s_inj, det),
+        "missed injections": top(inj_id, miss_key, u_inj & ~det),
+        "highest-scoring negatives": top(neg_id, s_neg, u_neg),
+    }
+
+
+def build_report(
+    *,
+    title: str = "Dark Halo Scope — lens-finder evaluation",
+    roc: bytes | None = None,
+    thresholds: pa.Table | None = None,
+    selection: pa.Table | None = None,
+    selection_heatmaps: Mapping[str, bytes] | None = None,
+    marginals: Mapping[str, tuple[bytes, pa.Table]] | None = None,
+    recall: pa.Table | None = None,
+    fpr_by_confuser: pa.Table | None = None,
+    gates: Sequence[Mapping] | None = None,
+    mosaics: Mapping[str, bytes] | None = None,
+    provenance: Mapping[str, object] | None = None,
+    max_table_rows: int = 200,
+) -> str:
+    """One static, self-contained HTML page of the evaluation.
+
+    Parameters (all optional; an absent one is shown as "not provided")
+    ----------
+    roc : PNG of :func:`plots.roc_png`.
+    thresholds : table of :func:`thresholds_from_negatives`.
+    selection : long table of :func:`selection_function`; ``selection_heatmaps`` maps a threshold
+        name to the PNG of :func:`plots.selection_heatmap_png`.
+    marginals : maps a label (e.g. 'PSF FWHM r') to (PNG of :func:`plots.marginal_png`, its table).
+    recall : table of :func:`real_lens_recall`; ``fpr_by_confuser`` the table of that function.
+    gates : dicts with ``name``, ``value``, ``threshold``, ``passed`` (bool).
+    mosaics : maps a caption ('true positives', 'missed injections', 'highest-scoring negatives')
+        to the PNG of :func:`plots.mosaic_png`.
+    provenance : key/value pairs printed at the top (model, code version, data versions).
+
+    Returns the HTML text (UTF-8); identical inputs give an identical page.
+    """
+    ids = _Ids()
+    missing = '<p class="missing">Not provided.</p>'
+    parts = [f"<h1>{html.escape(title)}</h1>"]
+    if provenance:
+        parts.append("<table id=\"table-provenance\"><tbody>" + "".join(
+            f'<tr><th>{html.escape(str(k))}</th><td class="s">{html.escape(str(v))}</td></tr>'
+            for k, v in provenance.items()) + "</tbody></table>")
+
+    parts.append("<h2>Gates</h2>")
+    parts.append(gates_html(gates) if gates else missing)
+
+    parts.append("<h2>ROC curves</h2>")
+    parts.append(_img(roc, "ROC curves: injections vs paired controls and real lenses vs "
+                           "negatives, log false-positive-rate axis", ids("fig", "roc"))
+                 if roc is not None else missing)
+
+    parts.append("<h2>Thresholds from negatives</h2>")
+    parts.append(table_html(thresholds, max_rows=max_table_rows, el_id=ids("table", "thresholds"))
+                 if thresholds is not None else missing)
+
+    parts.append("<h2>Real-lens recall</h2>")
+    if recall is not None:
+        parts.append('<p class="note">Tier A is the headline; "all" is dominated by tier B.</p>')
+        parts.append(table_html(recall, max_rows=max_table_rows, el_id=ids("table", "recall")))
+    else:
+        parts.append(missing)
+
+    parts.append("<h2>Selection function C(θ_E, z_l)</h2>")
+    if selection_heatmaps:
+        for name, png in selection_heatmaps.items():
+            parts.append(_img(png, f"Selection function C(θ_E, z_l) at threshold {name} with "
+                                   f"its 68% interval half-width", ids("fig-selection", name)))
+    if selection is not None:
+        parts.append('<p class="note">Failed and unscorable injections are excluded from '
+                     "n_valid and counted in n_failed; cells with sufficient = no have too few "
+                     "valid injections.</p>")
+        parts.append(table_html(selection, max_rows=max_table_rows, el_id=ids("table", "selection")))
+    if not selection_heatmaps and selection is None:
+        parts.append(missing)
+
+    parts.append("<h2>Marginal completeness</h2>")
+    if marginals:
+        for label, (png, table) in marginals.items():
+            parts.append(f"<h3>{html.escape(label)}</h3>")
+            parts.append(_img(png, f"Completeness against {label}, 68% Jeffreys intervals",
+                              ids("fig-marginal", label)))
+            parts.append(table_html(table, max_rows=max_table_rows, el_id=ids("table-marginal", label)))
+    else:
+        parts.append(missing)
+
+    parts.append("<h2>False-positive rate by pool and confuser category</h2>")
+    parts.append(table_html(fpr_by_confuser, max_rows=max_table_rows, el_id=ids("table", "fpr-by-confuser"))
+                 if fpr_by_confuser is not None else missing)
+
+    parts.append("<h2>Example cutouts</h2>")
+    if mosaics:
+        for label, png in mosaics.items():
+            parts.append(f"<h3>{html.escape(label)}</h3>")
+            parts.append(_img(png, f"Example cutouts: {label} (g, r, z asinh colour)",
+                              ids("fig-mosaic", label)))
+    else:
+        parts.append(missing)
+
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
+            + "\n".join(parts) + "\n</body></html>\n")

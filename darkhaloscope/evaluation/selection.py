@@ -1,0 +1,340 @@
+"""The selection function C(θ_E, z_l) and its marginals from scored injections.
+
+Counting rules (each one fixes a bug of the seed system, lessons 71–72):
+
+* An injection that failed to render (``success`` false) or could not be scored (``valid`` false,
+  score null or NaN) is **excluded from the denominator** and counted in ``n_failed``.
+* ``completeness = n_detected / n_valid`` with detection ``score > threshold``; null when
+  ``n_valid = 0``. Jeffreys 68 % and 95 % intervals come from :func:`darkhaloscope.stats.jeffreys_interval`.
+* A cell with ``n_valid < min_count`` keeps its completeness but is flagged ``sufficient = False``.
+* Coarser bins are built by **adding counts**, never by averaging sub-bin completeness.
+
+Units: θ_E in arcsec, z_l dimensionless, PSF FWHM in arcsec, magnitudes AB, arc S/N dimensionless.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..constants import AB_ZEROPOINT
+from ..errors import InputError
+from ..stats import jeffreys_interval
+from .thresholds import require_columns, usable_thresholds, valid_scores
+
+#: Columns :func:`marginal_completeness` may bin by.
+MARGINAL_COLUMNS = ("theta_e_arcsec", "z_l", "psf_fwhm_r", "depth_mag_r", "source_mag_r",
+                    "lensed_mag_r", "arc_snr")
+
+#: Minimum valid injections for a cell to count as sufficient (the seed's rule for sub-bins).
+DEFAULT_MIN_COUNT = 10
+
+_COUNT_FIELDS = [
+    ("n_injected", pa.int64()),
+    ("n_failed", pa.int64()),  # render failures + unscorable; excluded from n_valid
+    ("n_render_failed", pa.int64()),
+    ("n_valid", pa.int64()),
+    ("n_detected", pa.int64()),
+    ("completeness", pa.float64()),
+    ("ci68_lo", pa.float64()),
+    ("ci68_hi", pa.float64()),
+    ("ci95_lo", pa.float64()),
+    ("ci95_hi", pa.float64()),
+    ("sufficient", pa.bool_()),
+    ("mean_score", pa.float64()),
+    ("mean_arc_snr", pa.float64()),
+]
+
+#: Long-table schema of :func:`selection_function`.
+SELECTION_SCHEMA = pa.schema(
+    [("threshold_name", pa.string()), ("threshold", pa.float64()),
+     ("theta_e_centre", pa.float64()), ("theta_e_lo", pa.float64()), ("theta_e_hi", pa.float64()),
+     ("z_l_centre", pa.float64()), ("z_l_lo", pa.float64()), ("z_l_hi", pa.float64())]
+    + _COUNT_FIELDS
+)
+
+#: Schema of :func:`marginal_completeness`.
+MARGINAL_SCHEMA = pa.schema(
+    [("threshold_name", pa.string()), ("threshold", pa.float64()), ("by", pa.string()),
+     ("bin", pa.string()), ("bin_lo", pa.float64()), ("bin_hi", pa.float64()),
+     ("bin_centre", pa.float64())]
+    + _COUNT_FIELDS
+)
+
+
+def proportion_columns(k, n, min_count: int) -> dict[str, np.ndarray | list]:
+    """Proportion k/n with Jeffreys 68 %/95 % intervals and the sufficiency flag.
+
+    Returns columns ``completeness`` (None where n = 0), ``ci68_lo/hi``, ``ci95_lo/hi`` (None
+    where n = 0) and ``sufficient`` (n >= min_count), as Python lists ready for pyarrow.
+    """
+    k = np.asarray(k, dtype=np.int64)
+    n = np.asarray(n, dtype=np.int64)
+    lo68, hi68 = jeffreys_interval(k, n, 0.68)
+    lo95, hi95 = jeffreys_interval(k, n, 0.95)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(n > 0, k / np.maximum(n, 1), np.nan)
+    return {
+        "completeness": _nullable(frac),
+        "ci68_lo": _nullable(lo68),
+        "ci68_hi": _nullable(hi68),
+        "ci95_lo": _nullable(lo95),
+        "ci95_hi": _nullable(hi95),
+        "sufficient": (n >= int(min_count)).tolist(),
+    }
+
+
+def _nullable(x: np.ndarray) -> list:
+    """Float array as a list with None where NaN (Parquet null rather than a NaN value)."""
+    x = np.atleast_1d(np.asarray(x, dtype=np.float64))
+    return [None if not np.isfinite(v) else float(v) for v in x]
+
+
+def depth_mag_from_psfdepth(psfdepth) -> np.ndarray:
+    """5σ point-source depth in AB mag from DR10 ``psfdepth`` (inverse variance, 1/nmgy²).
+
+    ``m5 = 22.5 − 2.5 log10(5 / sqrt(psfdepth))``; NaN where psfdepth is not positive.
+    """
+    d = np.asarray(psfdepth, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(d > 0, AB_ZEROPOINT - 2.5 * np.log10(5.0 / np.sqrt(d)), np.nan)
+
+
+def _column_f64(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).cast(pa.float64()).to_numpy(zero_copy_only=False),
+                      dtype=np.float64)
+
+
+def _check_increasing(arr, name: str, min_len: int) -> np.ndarray:
+    a = np.asarray(arr, dtype=np.float64).ravel()
+    if a.size < min_len or not np.all(np.isfinite(a)) or np.any(np.diff(a) <= 0):
+        raise InputError(f"{name} must be >= {min_len} finite, strictly increasing values; got {a.tolist()}")
+    return a
+
+
+def _axis(values: np.ndarray, edges, centres, column: str):
+    """Bin ``values`` on one grid axis: (index per row, lo, hi, centre per bin).
+
+    With ``edges`` the bins are [e_i, e_i+1) and the last one closed; a value outside raises.
+    With ``centres`` each value goes to the nearest centre (the injection bank is built on these
+    centres, so this only absorbs float round-off); bin limits are the midpoints, outermost ±inf.
+    """
+    if (edges is None) == (centres is None):
+        raise InputError(f"{column}: give exactly one of edges or centres")
+    if not np.all(np.isfinite(values)):
+        raise InputError(f"column {column!r} has {int(np.sum(~np.isfinite(values)))} null/non-finite value(s)")
+    if edges is not None:
+        e = _check_increasing(edges, f"{column} edges", 2)
+        idx = np.searchsorted(e, values, side="right") - 1
+        idx = np.where(values == e[-1], e.size - 2, idx)
+        bad = (idx < 0) | (idx > e.size - 2)
+        if np.any(bad):
+            raise InputError(
+                f"column {column!r}: {int(bad.sum())} value(s) outside edges [{e[0]}, {e[-1]}], "
+                f"e.g. {values[bad][:5].tolist()}"
+            )
+        return idx, e[:-1], e[1:], 0.5 * (e[:-1] + e[1:])
+    c = _check_increasing(centres, f"{column} centres", 1)
+    mids = 0.5 * (c[:-1] + c[1:])
+    idx = np.searchsorted(mids, values, side="right")
+    lo = np.r_[-np.inf, mids]
+    hi = np.r_[mids, np.inf]
+    return idx, lo, hi, c
+
+
+def _injection_arrays(injection_scores: pa.Table) -> dict[str, np.ndarray]:
+    """Score, usable mask, render-failure mask and arc S/N of the injections, with guards."""
+    what = "injection scores"
+    require_columns(injection_scores, ("injection_id", "success", "score", "valid"), what)
+    score, usable = valid_scores(injection_scores, what)
+    succ_col = injection_scores.column("success")
+    if succ_col.null_count:
+        raise InputError(f"{what}: column 'success' has {succ_col.null_count} null value(s)")
+    success = np.asarray(succ_col.to_numpy(zero_copy_only=False), dtype=bool)
+    # A failed render cannot carry a real score: the seed scored all-zero fallback images (lesson 72).
+    bad = ~success & usable
+    if np.any(bad):
+        ids = np.asarray(injection_scores.column("injection_id").to_pylist(), dtype=object)[bad]
+        raise InputError(
+            f"{what}: {int(bad.sum())} injection(s) with success=false carry a valid score, "
+            f"injection_id {ids[:10].tolist()}"
+        )
+    if "arc_snr" in injection_scores.column_names:
+        arc = _column_f64(injection_scores, "arc_snr")
+    else:
+        arc = np.full(score.shape, np.nan)
+    return {"score": score, "usable": usable, "render_failed": ~success, "arc_snr": arc}
+
+
+def _count_cells(cell: np.ndarray, n_cells: int, arr: dict[str, np.ndarray], thr: float,
+                 min_count: int) -> dict[str, list]:
+    """Counts per cell (``cell`` in [0, n_cells) for every row) at one threshold (score units)."""
+    usable, score, arc = arr["usable"], arr["score"], arr["arc_snr"]
+
+    def bc(w=None):
+        return np.bincount(cell, weights=w, minlength=n_cells)
+
+    n_inj = bc().astype(np.int64)
+    n_valid = bc(usable.astype(np.float64)).astype(np.int64)
+    n_render = bc(arr["render_failed"].astype(np.float64)).astype(np.int64)
+    n_det = bc((usable & (np.where(usable, score, -np.inf) > thr)).astype(np.float64)).astype(np.int64)
+    sum_score = bc(np.where(usable, score, 0.0))
+    arc_ok = usable & np.isfinite(arc)
+    n_arc = bc(arc_ok.astype(np.float64))
+    sum_arc = bc(np.where(arc_ok, arc, 0.0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_score = np.where(n_valid > 0, sum_score / np.maximum(n_valid, 1), np.nan)
+        mean_arc = np.where(n_arc > 0, sum_arc / np.maximum(n_arc, 1), np.nan)
+    out = {
+        "n_injected": n_inj.tolist(),
+        "n_failed": (n_inj - n_valid).tolist(),
+        "n_render_failed": n_render.tolist(),
+        "n_valid": n_valid.tolist(),
+        "n_detected": n_det.tolist(),
+    }
+    out.update(proportion_columns(n_det, n_valid, min_count))
+    out["mean_score"] = _nullable(mean_score)
+    out["mean_arc_snr"] = _nullable(mean_arc)
+    return out
+
+
+def selection_function(
+    injection_scores: pa.Table,
+    thresholds: pa.Table,
+    theta_e_edges: Sequence[float] | None = None,
+    theta_e_centres: Sequence[float] | None = None,
+    z_l_centres: Sequence[float] | None = None,
+    z_l_edges: Sequence[float] | None = None,
+    min_count: int = DEFAULT_MIN_COUNT,
+) -> pa.Table:
+    """C(θ_E, z_l): one row per (threshold, θ_E cell, z_l cell), in that nesting order.
+
+    Parameters
+    ----------
+    injection_scores : scored injection bank with ``injection_id``, ``theta_e_arcsec`` (arcsec),
+        ``z_l``, ``success``, ``score``, ``valid`` and optionally ``arc_snr``.
+    thresholds : table from :func:`thresholds_from_negatives` (unresolvable rows are skipped).
+    theta_e_edges | theta_e_centres : the θ_E grid in arcsec (exactly one of the two).
+    z_l_centres | z_l_edges : the lens-redshift grid (exactly one of the two).
+    min_count : cells with fewer valid injections are flagged ``sufficient = False``.
+
+    Returns a table with :data:`SELECTION_SCHEMA`; every cell of the grid appears, empty cells
+    with ``n_valid = 0`` and null completeness.
+    """
+    require_columns(injection_scores, ("theta_e_arcsec", "z_l"), "injection scores")
+    arr = _injection_arrays(injection_scores)
+    ti, tlo, thi, tc = _axis(_column_f64(injection_scores, "theta_e_arcsec"), theta_e_edges,
+                             theta_e_centres, "theta_e_arcsec")
+    zi, zlo, zhi, zc = _axis(_column_f64(injection_scores, "z_l"), z_l_edges, z_l_centres, "z_l")
+    nt, nz = tc.size, zc.size
+    cell = ti * nz + zi
+    grid_t = np.repeat(np.arange(nt), nz)
+    grid_z = np.tile(np.arange(nz), nt)
+
+    cols: dict[str, list] = {f.name: [] for f in SELECTION_SCHEMA}
+    for name, thr in usable_thresholds(thresholds):
+        counts = _count_cells(cell, nt * nz, arr, thr, min_count)
+        cols["threshold_name"] += [name] * (nt * nz)
+        cols["threshold"] += [thr] * (nt * nz)
+        cols["theta_e_centre"] += tc[grid_t].tolist()
+        cols["theta_e_lo"] += tlo[grid_t].tolist()
+        cols["theta_e_hi"] += thi[grid_t].tolist()
+        cols["z_l_centre"] += zc[grid_z].tolist()
+        cols["z_l_lo"] += zlo[grid_z].tolist()
+        cols["z_l_hi"] += zhi[grid_z].tolist()
+        for k, v in counts.items():
+            cols[k] += v
+    return pa.Table.from_pydict(cols, schema=SELECTION_SCHEMA)
+
+
+def _marginal_values(injection_scores: pa.Table, by: str) -> np.ndarray:
+    if by not in MARGINAL_COLUMNS:
+        raise InputError(f"marginal 'by' must be one of {MARGINAL_COLUMNS}, got {by!r}")
+    if by in injection_scores.column_names:
+        return _column_f64(injection_scores, by)
+    if by == "depth_mag_r" and "psfdepth_r" in injection_scores.column_names:
+        return depth_mag_from_psfdepth(_column_f64(injection_scores, "psfdepth_r"))
+    raise InputError(f"injection scores: missing column {by!r}"
+                     + (" (or 'psfdepth_r')" if by == "depth_mag_r" else ""))
+
+
+def marginal_completeness(
+    injection_scores: pa.Table,
+    thresholds: pa.Table,
+    by: str,
+    edges: Sequence[float],
+    min_count: int = DEFAULT_MIN_COUNT,
+) -> pa.Table:
+    """Completeness in bins of one column, counts added over everything else.
+
+    ``by`` is one of :data:`MARGINAL_COLUMNS` (``depth_mag_r`` is derived from ``psfdepth_r`` when
+    absent). Bins are [e_i, e_i+1), the last closed. Per threshold the rows are: each bin
+    (``bin = '[lo, hi)'``), then ``'unbinned'`` when some injections have a null value or one
+    outside the edges (so totals always reconcile; failed renders usually have no arc S/N), then
+    ``'all'`` with every injection — the headline completeness, from summed counts.
+    """
+    arr = _injection_arrays(injection_scores)
+    e = _check_increasing(edges, f"{by} edges", 2)
+    vals = _marginal_values(injection_scores, by)
+    nb = e.size - 1
+    idx = np.searchsorted(e, vals, side="right") - 1
+    idx = np.where(vals == e[-1], nb - 1, idx)
+    unbinned = ~np.isfinite(vals) | (idx < 0) | (idx >= nb)
+    idx = np.where(unbinned, nb, idx)  # the 'unbinned' slot
+    n_unbinned = int(unbinned.sum())
+
+    labels = [f"[{e[i]:g}, {e[i + 1]:g}{']' if i == nb - 1 else ')'}" for i in range(nb)]
+    lo = e[:-1].tolist()
+    hi = e[1:].tolist()
+    centre = (0.5 * (e[:-1] + e[1:])).tolist()
+    if n_unbinned:
+        labels.append("unbinned")
+        lo, hi, centre = lo + [None], hi + [None], centre + [None]
+    n_slots = nb + (1 if n_unbinned else 0)
+
+    cols: dict[str, list] = {f.name: [] for f in MARGINAL_SCHEMA}
+    for name, thr in usable_thresholds(thresholds):
+        per_bin = _count_cells(idx, n_slots, arr, thr, min_count)
+        overall = _count_cells(np.zeros(idx.size, dtype=np.int64), 1, arr, thr, min_count)
+        n_rows = n_slots + 1
+        cols["threshold_name"] += [name] * n_rows
+        cols["threshold"] += [thr] * n_rows
+        cols["by"] += [by] * n_rows
+        cols["bin"] += labels + ["all"]
+        cols["bin_lo"] += lo + [None]
+        cols["bin_hi"] += hi + [None]
+        cols["bin_centre"] += centre + [None]
+        for k in per_bin:
+            cols[k] += per_bin[k] + overall[k]
+    return pa.Table.from_pydict(cols, schema=MARGINAL_SCHEMA)
+
+
+def completeness_crossing(marginal: pa.Table, threshold_name: str, level: float = 0.5) -> float | None:
+    """Where completeness first rises through ``level``, in the units of the binned column.
+
+    E.g. θ_E,50 (arcsec) from a :func:`marginal_completeness` table binned by ``theta_e_arcsec``
+    (science anchor 7). Uses only sufficient bins with a completeness, in order of bin centre, and
+    interpolates linearly between the two centres that bracket ``level``. Returns the first
+    centre when it already reaches ``level``, and None when no bin does.
+    """
+    require_columns(marginal, ("threshold_name", "bin_centre", "completeness", "sufficient"),
+                    "marginal completeness")
+    if not 0.0 < level < 1.0:
+        raise InputError(f"level {level!r} is not a fraction in (0, 1)")
+    pts = sorted(
+        (r["bin_centre"], r["completeness"]) for r in marginal.to_pylist()
+        if r["threshold_name"] == threshold_name and r["bin_centre"] is not None
+        and r["completeness"] is not None and r["sufficient"]
+    )
+    if not pts:
+        names = sorted(set(marginal.column("threshold_name").to_pylist()))
+        raise InputError(f"marginal completeness: no sufficient bins for threshold_name "
+                         f"{threshold_name!r} (thresholds {names})")
+    if pts[0][1] >= level:
+        return float(pts[0][0])
+    for (x0, c0), (x1, c1) in zip(pts[:-1], pts[1:]):
+        if c0 < level <= c1:
+            return float(x0 + (level - c0) * (x1 - x0) / (c1 - c0))
+    return None

@@ -1,0 +1,337 @@
+"""The lake: Parquet tables on a local folder or on S3, committed atomically per partition.
+
+Layout: ``<lake>/<group>/<asset>/[<dim>=<key>/...]part-0.parquet`` (zstd). Every partition is one
+Parquet file. A write streams record batches into a hidden staging object beside the target
+(``_staging-<token>.parquet``; pyarrow datasets, DuckDB views and Spark ignore names starting with
+``_``) and then moves it onto ``part-0.parquet`` in one step: a rename on a local disk, a
+server-side copy on S3 (an S3 object becomes visible whole or not at all). A reader therefore
+sees the previous version or the new one, never half a partition, and a write that fails or is
+killed leaves the previous version readable.
+
+Binary artifacts (PNG figures, the HTML report, checkpoints) use the same commit rule through
+``write_bytes``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Mapping
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from .errors import CredentialError, InputError
+
+PART_FILE = "part-0.parquet"
+STAGING_PREFIX = "_staging-"
+_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-]*$")
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def validate_partition_key(value: str) -> str:
+    """Return ``value`` if it is safe as one path segment; InputError otherwise.
+
+    Refuses empty keys, path separators, ``..``, leading dots/underscores and other characters
+    outside ``[A-Za-z0-9._+-]``, so a partition key can never address a path outside its table.
+    """
+    if not isinstance(value, str) or not _KEY_RE.match(value) or ".." in value:
+        raise InputError(
+            f"partition key {value!r} is not allowed: use letters, digits, '.', '_', '+', '-' "
+            "(no path separators, no '..', not starting with '.' or '_')"
+        )
+    return value
+
+
+def _validate_name(kind: str, value: str) -> str:
+    if not _NAME_RE.match(value):
+        raise InputError(f"{kind} name {value!r} must be lower-case snake_case")
+    return value
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What a committed partition write produced."""
+
+    uri: str
+    rows: int
+    bytes: int
+    partition: dict[str, str] | None
+
+
+def translate_storage_error(exc: BaseException, where: str) -> BaseException:
+    """Map a pyarrow/AWS error to CredentialError or InputError with a clear message, else return it."""
+    text = str(exc)
+    if any(m in text for m in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "TokenRefreshRequired")):
+        return CredentialError(
+            f"S3 rejected the credentials while accessing {where}: the access key is invalid or expired "
+            "(refresh AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or the AWS profile)"
+        )
+    if "ACCESS_DENIED" in text or "AccessDenied" in text or "HTTP status 403" in text:
+        return CredentialError(f"S3 denied access to {where}: missing or insufficient credentials")
+    if "NoSuchBucket" in text or "NO_SUCH_BUCKET" in text or re.search(r"Bucket '[^']*' not found", text):
+        return InputError(f"S3 bucket of {where} does not exist")
+    return exc
+
+
+class Lake:
+    """Parquet tables under a root URI: a local folder or ``s3://bucket/prefix``.
+
+    ``s3_endpoint`` overrides the S3 endpoint (``http://127.0.0.1:9000`` for a local server;
+    pyarrow ignores AWS_ENDPOINT_URL, so it must be passed explicitly). Credentials come from the
+    environment or AWS profiles through the AWS SDK's default chain; they are never logged.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        s3_endpoint: str | None = None,
+        s3_region: str = "us-east-1",
+        s3_max_attempts: int = 5,
+        s3_connect_timeout_s: float = 5.0,
+        s3_request_timeout_s: float = 30.0,
+    ):
+        self.uri = uri.rstrip("/") if uri != "/" else uri
+        self.s3_endpoint = s3_endpoint
+        if self.uri.startswith("s3://"):
+            bucket_prefix = self.uri[len("s3://") :]
+            if not bucket_prefix:
+                raise InputError(f"lake URI {uri!r} names no bucket")
+            kwargs: dict = dict(
+                region=s3_region,
+                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=s3_max_attempts),
+                connect_timeout=s3_connect_timeout_s,
+                request_timeout=s3_request_timeout_s,
+            )
+            if s3_endpoint:
+                scheme, _, host = s3_endpoint.partition("://")
+                if not host:
+                    scheme, host = "https", s3_endpoint
+                kwargs.update(endpoint_override=host, scheme=scheme)
+            self.fs: pafs.FileSystem = pafs.S3FileSystem(**kwargs)
+            self.root = bucket_prefix.rstrip("/")
+            self.is_s3 = True
+        else:
+            path = uri[len("file://") :] if uri.startswith("file://") else uri
+            self.fs = pafs.LocalFileSystem()
+            self.root = os.path.abspath(path)
+            self.is_s3 = False
+
+    @classmethod
+    def from_env(cls) -> "Lake":
+        """The lake named by DHS_LAKE (default ./lakehouse) and DHS_S3_ENDPOINT."""
+        return cls(os.environ.get("DHS_LAKE", "./lakehouse"), s3_endpoint=os.environ.get("DHS_S3_ENDPOINT") or None)
+
+    # ---------------------------------------------------------------- paths
+    def table_path(self, group: str, asset: str) -> str:
+        """Filesystem path (no scheme) of a table's folder."""
+        return f"{self.root}/{_validate_name('group', group)}/{_validate_name('asset', asset)}"
+
+    def partition_path(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> str:
+        """Filesystem path of a partition's folder: hive style ``dim=key`` segments in the order given."""
+        path = self.table_path(group, asset)
+        for dim, key in (partition or {}).items():
+            path += f"/{_validate_name('partition dimension', dim)}={validate_partition_key(key)}"
+        return path
+
+    def full_uri(self, path: str) -> str:
+        """URI of a filesystem path, with the scheme a user can paste (s3://... or an absolute path)."""
+        return f"s3://{path}" if self.is_s3 else path
+
+    # --------------------------------------------------------------- writes
+    def _commit(self, staging: str, final: str, where: str) -> None:
+        try:
+            self.fs.move(staging, final)
+        except OSError as exc:
+            self._discard(staging)
+            raise translate_storage_error(exc, where) from exc
+
+    def _discard(self, path: str) -> None:
+        try:
+            self.fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+
+    def _staging_path(self, folder: str, suffix: str) -> str:
+        return f"{folder}/{STAGING_PREFIX}{secrets.token_hex(8)}{suffix}"
+
+    def write_table(
+        self,
+        group: str,
+        asset: str,
+        data: pa.Table | Iterable[pa.RecordBatch],
+        schema: pa.Schema | None = None,
+        partition: Mapping[str, str] | None = None,
+        row_group_size: int = 64_000,
+    ) -> CommitInfo:
+        """Write one partition (or the whole unpartitioned table) and commit it in one step.
+
+        ``data`` is a Table or an iterable of RecordBatches (streamed; memory stays bounded).
+        ``schema`` is required for an iterable. On any error the staging object is removed and
+        the previous version of the partition is untouched.
+        """
+        folder = self.partition_path(group, asset, partition)
+        final = f"{folder}/{PART_FILE}"
+        where = self.full_uri(final)
+        if isinstance(data, pa.Table):
+            schema = schema or data.schema
+            batches: Iterable[pa.RecordBatch] = data.to_batches(max_chunksize=row_group_size)
+        elif schema is None:
+            raise ValueError("schema is required when data is an iterable of record batches")
+        else:
+            batches = data
+        try:
+            self.fs.create_dir(folder, recursive=True)
+        except OSError as exc:
+            raise translate_storage_error(exc, where) from exc
+        staging = self._staging_path(folder, ".parquet")
+        rows = 0
+        try:
+            with self.fs.open_output_stream(staging) as sink:
+                with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True) as writer:
+                    for batch in batches:
+                        if batch.schema != schema:
+                            batch = batch.cast(schema)
+                        rows += batch.num_rows
+                        writer.write_batch(batch, row_group_size=row_group_size)
+        except BaseException as exc:
+            self._discard(staging)
+            if isinstance(exc, OSError):
+                raise translate_storage_error(exc, where) from exc
+            raise
+        self._commit(staging, final, where)
+        size = self.fs.get_file_info(final).size or 0
+        return CommitInfo(uri=where, rows=rows, bytes=size, partition=dict(partition) if partition else None)
+
+    def write_bytes(self, group: str, asset: str, name: str, payload: bytes, partition: Mapping[str, str] | None = None) -> str:
+        """Commit a binary artifact (PNG, HTML, JSON, checkpoint file) atomically; returns its URI."""
+        validate_partition_key(name)
+        folder = self.partition_path(group, asset, partition)
+        final = f"{folder}/{name}"
+        where = self.full_uri(final)
+        try:
+            self.fs.create_dir(folder, recursive=True)
+            staging = self._staging_path(folder, "")
+            with self.fs.open_output_stream(staging) as out:
+                out.write(payload)
+        except OSError as exc:
+            raise translate_storage_error(exc, where) from exc
+        self._commit(staging, final, where)
+        return where
+
+    def read_bytes(self, group: str, asset: str, name: str, partition: Mapping[str, str] | None = None) -> bytes:
+        """Read a binary artifact written by ``write_bytes``."""
+        path = f"{self.partition_path(group, asset, partition)}/{validate_partition_key(name)}"
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return f.read()
+        except OSError as exc:
+            raise translate_storage_error(exc, self.full_uri(path)) from exc
+
+    def delete_partition(self, group: str, asset: str, partition: Mapping[str, str]) -> None:
+        """Remove one partition folder (used to drop partitions that no longer exist upstream)."""
+        try:
+            self.fs.delete_dir(self.partition_path(group, asset, partition))
+        except FileNotFoundError:
+            pass
+
+    # ---------------------------------------------------------------- reads
+    def _part_files(self, group: str, asset: str) -> list[str]:
+        base = self.table_path(group, asset)
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        except OSError as exc:
+            raise translate_storage_error(exc, self.full_uri(base)) from exc
+        return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.base_name == PART_FILE)
+
+    def exists(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> bool:
+        """True when the table (or the given partition) has committed data."""
+        if partition is not None:
+            path = f"{self.partition_path(group, asset, partition)}/{PART_FILE}"
+            return self.fs.get_file_info(path).type == pafs.FileType.File
+        return bool(self._part_files(group, asset))
+
+    def partitions(self, group: str, asset: str) -> list[dict[str, str]]:
+        """Committed partitions of a table as ``{dim: key}`` dicts (empty dict for an unpartitioned table)."""
+        base = self.table_path(group, asset)
+        out = []
+        for f in self._part_files(group, asset):
+            rel = f[len(base) + 1 : -len(PART_FILE) - 1]
+            out.append(dict(seg.split("=", 1) for seg in rel.split("/") if seg))
+        return out
+
+    def dataset(self, group: str, asset: str) -> ds.Dataset:
+        """A pyarrow dataset over every committed partition, with hive partition columns."""
+        files = self._part_files(group, asset)
+        if not files:
+            raise InputError(f"table {group}/{asset} has no committed data in the lake at {self.full_uri(self.table_path(group, asset))}")
+        try:
+            return ds.dataset(
+                files,
+                filesystem=self.fs,
+                format="parquet",
+                partitioning=ds.partitioning(flavor="hive"),
+                partition_base_dir=self.table_path(group, asset),
+            )
+        except OSError as exc:
+            raise translate_storage_error(exc, self.full_uri(self.table_path(group, asset))) from exc
+
+    def read_table(
+        self,
+        group: str,
+        asset: str,
+        partition: Mapping[str, str] | None = None,
+        columns: list[str] | None = None,
+        filter: ds.Expression | None = None,
+    ) -> pa.Table:
+        """Read a whole table, or one partition (without its partition columns)."""
+        if partition is not None:
+            path = f"{self.partition_path(group, asset, partition)}/{PART_FILE}"
+            try:
+                tbl = pq.read_table(path, filesystem=self.fs, columns=columns, filters=filter)
+            except FileNotFoundError as exc:
+                raise InputError(f"partition {dict(partition)} of {group}/{asset} is not in the lake ({self.full_uri(path)})") from exc
+            except OSError as exc:
+                raise translate_storage_error(exc, self.full_uri(path)) from exc
+            return tbl
+        return self.dataset(group, asset).to_table(columns=columns, filter=filter)
+
+    def iter_batches(
+        self, group: str, asset: str, columns: list[str] | None = None, filter: ds.Expression | None = None, batch_size: int = 4096
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream a table's record batches (bounded memory)."""
+        yield from self.dataset(group, asset).to_batches(columns=columns, filter=filter, batch_size=batch_size)
+
+    def read_schema(self, group: str, asset: str) -> pa.Schema:
+        """Schema of a table from one Parquet footer (no data read)."""
+        files = self._part_files(group, asset)
+        if not files:
+            raise InputError(f"table {group}/{asset} has no committed data")
+        return pq.read_schema(files[0], filesystem=self.fs)
+
+    def count_rows(self, group: str, asset: str) -> int:
+        """Row count from Parquet footers."""
+        return sum(pq.ParquetFile(f, filesystem=self.fs).metadata.num_rows for f in self._part_files(group, asset))
+
+    def tables(self) -> list[tuple[str, str]]:
+        """(group, asset) of every table with committed data."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True, allow_not_found=True))
+        except OSError as exc:
+            raise translate_storage_error(exc, self.full_uri(self.root)) from exc
+        found = set()
+        for i in infos:
+            if i.type == pafs.FileType.File and i.base_name == PART_FILE:
+                rel = i.path[len(self.root) + 1 :].split("/")
+                if len(rel) >= 3:
+                    found.add((rel[0], rel[1]))
+        return sorted(found)
+
+    def describe(self) -> str:
+        """The lake's URI and endpoint, without credentials."""
+        return json.dumps({"uri": self.uri, "s3_endpoint": self.s3_endpoint})

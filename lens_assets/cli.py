@@ -1,0 +1,279 @@
+"""The ``dhs`` command: materialize assets, query the lake, list tables, cut a cutout, run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _instance():
+    """The persistent Dagster instance shared with ``dagster dev`` (DAGSTER_HOME, default ./.dagster_home)."""
+    import dagster as dg
+
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path(".dagster_home").resolve())))
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = home / "dagster.yaml"
+    if not cfg.exists():
+        shutil.copyfile(REPO_ROOT / "dagster.yaml", cfg)
+    return dg.DagsterInstance.get()
+
+
+def _lake():
+    from darkhaloscope.lake import Lake
+
+    return Lake.from_env()
+
+
+class MaterializeError(RuntimeError):
+    """An asset partition failed; the message names the asset, the partition and the error."""
+
+
+class Materializer:
+    """Materializes assets in-process, upstream first where their lake tables are missing."""
+
+    def __init__(self, defs, instance, out=sys.stdout):
+        import dagster as dg
+
+        self.dg = dg
+        self.defs = defs
+        self.instance = instance
+        self.out = out
+        self.graph = defs.resolve_asset_graph()
+        self.assets_by_key = {}
+        for ad in defs.assets or []:
+            for key in ad.keys:
+                self.assets_by_key[key] = ad
+        self.checks_by_asset: dict = {}
+        for chk in defs.asset_checks or []:
+            for ck in chk.check_keys:
+                self.checks_by_asset.setdefault(ck.asset_key, []).append(chk)
+        self.resources = defs.resources
+        self.lake = None
+
+    def key_for(self, name: str):
+        matches = [k for k in self.assets_by_key if k.path[-1] == name or k.to_user_string() == name]
+        if not matches:
+            names = sorted(k.path[-1] for k in self.assets_by_key)
+            raise MaterializeError(f"unknown asset {name!r}; known assets: {', '.join(names)}")
+        return matches[0]
+
+    def _toposorted_ancestors(self, targets) -> list:
+        order, seen = [], set()
+
+        def visit(key):
+            if key in seen:
+                return
+            seen.add(key)
+            for parent in sorted(self.graph.get(key).parent_keys, key=lambda k: k.to_user_string()):
+                if parent in self.assets_by_key:
+                    visit(parent)
+            order.append(key)
+
+        for t in targets:
+            visit(t)
+        return order
+
+    def _partition_keys(self, key) -> list[str] | None:
+        pdef = self.graph.get(key).partitions_def
+        if pdef is None:
+            return None
+        return list(pdef.get_partition_keys(dynamic_partitions_store=self.instance))
+
+    def _missing_partitions(self, key, keys: list[str] | None) -> list[str | None]:
+        from io_managers.parquet import partition_for_key
+
+        lake = self.lake or _lake()
+        self.lake = lake
+        group, table = key.path[0], key.path[-1]
+        if keys is None:
+            return [] if lake.exists(group, table) else [None]
+        pdef = self.graph.get(key).partitions_def
+        return [k for k in keys if not lake.exists(group, table, partition_for_key(pdef, k))]
+
+    def run(self, names: list[str]) -> None:
+        targets = [self.key_for(n) for n in names]
+        plan = self._toposorted_ancestors(targets)
+        total = len(plan)
+        for i, key in enumerate(plan, start=1):
+            keys = self._partition_keys(key)
+            todo = ([None] if keys is None else keys) if key in targets else self._missing_partitions(key, keys)
+            label = key.path[-1]
+            if not todo:
+                print(f"[{i}/{total}] {label}: up to date, skipped", file=self.out, flush=True)
+                continue
+            for pk in todo:
+                self._materialize_one(key, pk, f"[{i}/{total}] {label}" + (f" [{pk}]" if pk else ""))
+
+    def _materialize_one(self, key, partition_key, label: str) -> None:
+        dg = self.dg
+        t0 = time.monotonic()
+        print(f"{label} ...", file=self.out, flush=True)
+        ad = self.assets_by_key[key]
+        checks = self.checks_by_asset.get(key, [])
+        try:
+            result = dg.materialize(
+                [ad, *checks],
+                instance=self.instance,
+                resources=self.resources,
+                partition_key=partition_key,
+                raise_on_error=False,
+                selection=[key],
+            )
+        except Exception as exc:  # definition-time errors (bad partition key, resources)
+            raise MaterializeError(f"asset {key.path[-1]} partition {partition_key or '-'} failed: {exc}") from exc
+        self._deliver_alerts(result.run_id)
+        if not result.success:
+            raise MaterializeError(
+                f"asset {key.path[-1]} partition {partition_key or '-'} failed: {self._failure_message(result)}"
+            )
+        rows = ""
+        for ev in result.get_asset_materialization_events():
+            md = ev.materialization.metadata
+            if "dagster/row_count" in md:
+                rows = f" rows={md['dagster/row_count'].value}"
+        failed_warn = [
+            e.event_specific_data.check_name
+            for e in result.all_events
+            if e.event_type_value == "ASSET_CHECK_EVALUATION" and not e.event_specific_data.passed
+        ]
+        warn = f" (WARN checks failed: {', '.join(failed_warn)})" if failed_warn else ""
+        print(f"{label} ok in {time.monotonic() - t0:.1f}s{rows}{warn}", file=self.out, flush=True)
+
+    def _failure_message(self, result) -> str:
+        msgs = []
+        for ev in result.all_events:
+            if ev.event_type_value == "STEP_FAILURE":
+                err = ev.event_specific_data.error
+                while err is not None and err.cause is not None and "DagsterExecutionStepExecutionError" in (err.cls_name or ""):
+                    err = err.cause
+                msgs.append(f"{ev.step_key}: {err.cls_name}: {err.message.strip()}" if err else ev.message)
+            if ev.event_type_value == "ASSET_CHECK_EVALUATION" and not ev.event_specific_data.passed:
+                d = ev.event_specific_data
+                msgs.append(f"check {d.check_name} failed: {d.description or ''} {dict((k, v.value) for k, v in d.metadata.items())}")
+        return "; ".join(msgs) or "run failed"
+
+    def _deliver_alerts(self, run_id: str) -> None:
+        try:
+            from lens_assets.alerting import deliver_run_alerts
+        except ImportError:
+            return
+        deliver_run_alerts(self.instance, run_id, self.resources.get("alert_sinks"))
+
+
+def cmd_materialize(args) -> int:
+    from definitions import defs
+
+    try:
+        Materializer(defs, _instance()).run(args.assets)
+    except MaterializeError as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_query(args) -> int:
+    from darkhaloscope.errors import InputError
+    from darkhaloscope.query import format_rows, run_query
+
+    try:
+        cols, rows = run_query(_lake(), args.sql)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_rows(cols, rows, args.format))
+    return 0
+
+
+def cmd_tables(args) -> int:
+    from darkhaloscope.query import describe_tables, format_rows
+
+    info = describe_tables(_lake())
+    cols = ["table", "group", "rows", "partitions", "uri"]
+    print(format_rows(cols, [tuple(d[c] for c in cols) for d in info], args.format))
+    return 0
+
+
+def cmd_cutout(args) -> int:
+    from lens_assets.imaging import cutout_to_file
+
+    path = cutout_to_file(args.ra, args.dec, args.size, args.out)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from definitions import defs
+
+    from darkhaloscope.query import format_rows, run_query
+
+    t0 = time.monotonic()
+    try:
+        Materializer(defs, _instance()).run(["evaluation_report"])
+    except MaterializeError as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 1
+    lake = _lake()
+    print(f"\nDemo finished in {time.monotonic() - t0:.0f}s. Lake: {lake.uri}\n")
+    print("Selection function C(theta_E, z_l) at the FPR=1e-3 threshold (completeness [68% interval]):")
+    cols, rows = run_query(lake, DEMO_SF_SQL)
+    print(format_rows(cols, rows))
+    print("\nReal-lens recall by tier:")
+    cols, rows = run_query(lake, DEMO_RECALL_SQL)
+    print(format_rows(cols, rows))
+    cols, rows = run_query(lake, "SELECT uri FROM evaluation_report")
+    print(f"\nEvaluation report: {rows[0][0] if rows else '(missing)'}")
+    print('Try: dhs query "select * from selection_function limit 20"')
+    return 0
+
+
+DEMO_SF_SQL = """
+PIVOT (
+  SELECT theta_e_arcsec, 'z_l=' || printf('%.1f', z_l) AS z,
+         CASE WHEN n_valid = 0 THEN '   -   '
+              ELSE printf('%.2f [%.2f,%.2f]%s', completeness, ci68_lo, ci68_hi, CASE WHEN sufficient THEN '' ELSE '*' END) END AS c
+  FROM selection_function WHERE threshold_name = 'fpr=0.001'
+) ON z USING first(c) ORDER BY theta_e_arcsec
+"""
+DEMO_RECALL_SQL = """
+SELECT threshold_name, tier, n, n_detected, round(recall, 3) AS recall, round(ci68_lo, 3) AS ci68_lo, round(ci68_hi, 3) AS ci68_hi
+FROM real_lens_recall ORDER BY threshold_name, tier
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dhs", description="Dark Halo Scope: lens finding and its selection function on DR10.")
+    sub = p.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("materialize", help="materialize assets (all partitions; upstream first when missing)")
+    m.add_argument("assets", nargs="+")
+    m.set_defaults(func=cmd_materialize)
+    q = sub.add_parser("query", help="read-only SQL over the lake (every table is a view)")
+    q.add_argument("sql")
+    q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    q.set_defaults(func=cmd_query)
+    t = sub.add_parser("tables", help="tables with row counts, partitions and URIs")
+    t.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    t.set_defaults(func=cmd_tables)
+    c = sub.add_parser("cutout", help="one g,r,z cutout as FITS cube (band, y, x) or PNG")
+    c.add_argument("ra", type=float)
+    c.add_argument("dec", type=float)
+    c.add_argument("--size", type=int, default=101)
+    c.add_argument("--out", required=True)
+    c.set_defaults(func=cmd_cutout)
+    d = sub.add_parser("demo", help="run the whole graph on the embedded mock survey and print the headline numbers")
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

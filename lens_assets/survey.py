@@ -1,0 +1,142 @@
+"""Survey stage: the sweep-file manifest, sweep ingestion (one partition per file), known lenses."""
+
+from __future__ import annotations
+
+import itertools
+
+import dagster as dg
+import duckdb
+import pyarrow as pa
+from astropy.io import fits
+
+from darkhaloscope.contracts import KNOWN_LENSES, SWEEPS
+from darkhaloscope.survey.known_lenses import load_known_lenses
+from darkhaloscope.survey.sweeps import iter_sweep_batches, parse_sweep_filename
+from resources import LakeResource, SurveyResource
+
+from .common import OWNERS, contract_result, table_result
+from .partitions import sweep_partitions
+
+GROUP = "survey"
+S3_RETRY = dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
+
+
+@dg.asset(
+    key_prefix=[GROUP],
+    group_name=GROUP,
+    kinds={"parquet"},
+    owners=OWNERS,
+    code_version="1",
+    retry_policy=S3_RETRY,
+)
+def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource) -> pa.Table:
+    """Manifest of the survey's sweep files (name, sky box in degrees, size in bytes); registers one
+    dynamic partition of ``sweeps`` per file and removes partitions of files that disappeared."""
+    names = survey.sweep_files()
+    fs, root = survey.filesystem()
+    from resources.survey import SWEEP_DIR
+
+    infos = fs.get_file_info([f"{root}/{SWEEP_DIR}/{n}" for n in names])
+    boxes = [parse_sweep_filename(n) for n in names]
+    existing = set(context.instance.get_dynamic_partitions(sweep_partitions.name))
+    new = [n for n in names if n not in existing]
+    if new:
+        context.instance.add_dynamic_partitions(sweep_partitions.name, new)
+    for gone in sorted(existing - set(names)):
+        context.instance.delete_dynamic_partition(sweep_partitions.name, gone)
+    context.log.info(f"{len(names)} sweep files ({len(new)} new partitions) in {survey.survey} survey")
+    return pa.table(
+        {
+            "sweep_file": names,
+            "ra_min": [b.ra_min for b in boxes],
+            "ra_max": [b.ra_max for b in boxes],
+            "dec_min": [b.dec_min for b in boxes],
+            "dec_max": [b.dec_max for b in boxes],
+            "size_bytes": [i.size for i in infos],
+        }
+    )
+
+
+@dg.asset(
+    key_prefix=[GROUP],
+    group_name=GROUP,
+    partitions_def=sweep_partitions,
+    deps=[sweep_files],
+    kinds={"parquet"},
+    owners=OWNERS,
+    code_version="1",
+    retry_policy=S3_RETRY,
+)
+def sweeps(context: dg.AssetExecutionContext, survey: SurveyResource, lake: LakeResource) -> dg.MaterializeResult:
+    """One sweep file read into Arrow (lower-case DR10 columns, HEALPix indices, provenance) and
+    committed as one Parquet partition, streamed in record batches."""
+    name = context.partition_key
+    store = lake.lake()
+    with survey.local_sweep(name) as path:
+        n_fits = int(fits.getheader(path, 1)["NAXIS2"])
+        batches = iter_sweep_batches(path)
+        first = next(batches, None)
+        if first is None:
+            raise ValueError(f"{name}: sweep file has no rows")
+        info = store.write_table(GROUP, "sweeps", itertools.chain([first], batches), schema=first.schema, partition={"sweep_file": name})
+    data_model = (first.schema.metadata or {}).get(b"dhs.data_model", b"unknown").decode()
+    return table_result(
+        store,
+        info.uri,
+        first.schema,
+        info.rows,
+        {"fits_rows": n_fits, "data_model": data_model, "dagster/partition_row_count": dg.MetadataValue.int(info.rows)},
+    )
+
+
+@dg.asset_check(asset=sweeps, blocking=True, partitions_def=sweep_partitions, description="schema, types, key uniqueness and coordinate ranges match the sweeps contract")
+def sweeps_contract(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> dg.AssetCheckResult:
+    return contract_result(lake.lake(), GROUP, "sweeps", SWEEPS, partition={"sweep_file": context.partition_key})
+
+
+@dg.asset_check(asset=sweeps, blocking=True, partitions_def=sweep_partitions, description="row count equals the FITS row count")
+def sweeps_row_count(context: dg.AssetCheckExecutionContext, lake: LakeResource, survey: SurveyResource) -> dg.AssetCheckResult:
+    name = context.partition_key
+    with survey.local_sweep(name) as path:
+        n_fits = int(fits.getheader(path, 1)["NAXIS2"])
+    n_lake = lake.lake().read_table(GROUP, "sweeps", partition={"sweep_file": name}, columns=["row_index"]).num_rows
+    return dg.AssetCheckResult(passed=n_fits == n_lake, metadata={"fits_rows": n_fits, "lake_rows": n_lake})
+
+
+@dg.asset_check(asset=sweeps, blocking=True, partitions_def=sweep_partitions, description="every row lies inside the sky box in its file name")
+def sweeps_inside_box(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> dg.AssetCheckResult:
+    name = context.partition_key
+    box = parse_sweep_filename(name)
+    tbl = lake.lake().read_table(GROUP, "sweeps", partition={"sweep_file": name}, columns=["ra", "dec"])
+    n_out = duckdb.sql(
+        f"SELECT count(*) FROM tbl WHERE NOT (ra >= {box.ra_min} AND ra < {box.ra_max} AND dec >= {box.dec_min} AND dec < {box.dec_max})"
+    ).fetchone()[0]
+    return dg.AssetCheckResult(
+        passed=n_out == 0,
+        metadata={"rows_outside_box": n_out, "box": dg.MetadataValue.json(vars(box) if hasattr(box, "__dict__") else list(box))},
+    )
+
+
+@dg.asset(key_prefix=[GROUP], group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="1")
+def known_lenses(context: dg.AssetExecutionContext) -> pa.Table:
+    """The lenscat catalog of known strong lenses, normalised: name, ra, dec (deg), z_lens (null when
+    unknown), grade (confident/probable), kind (galaxy/group/cluster), reference."""
+    tbl = load_known_lenses()
+    context.add_output_metadata({"by_kind": dg.MetadataValue.json(_counts(tbl, "kind")), "by_grade": dg.MetadataValue.json(_counts(tbl, "grade"))})
+    return tbl
+
+
+def _counts(tbl: pa.Table, col: str) -> dict:
+    vc = tbl.column(col).value_counts().to_pylist()
+    return {str(d["values"]): int(d["counts"]) for d in vc}
+
+
+@dg.asset_check(asset=known_lenses, blocking=True, description="schema, unique names and valid coordinates")
+def known_lenses_contract(lake: LakeResource) -> dg.AssetCheckResult:
+    return contract_result(lake.lake(), GROUP, "known_lenses", KNOWN_LENSES)
+
+
+survey_defs = dg.Definitions(
+    assets=[sweep_files, sweeps, known_lenses],
+    asset_checks=[sweeps_contract, sweeps_row_count, sweeps_inside_box, known_lenses_contract],
+)

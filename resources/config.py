@@ -1,0 +1,47 @@
+"""Resources built from the environment (all optional; the defaults give the embedded demo)."""
+
+from __future__ import annotations
+
+import os
+
+from .compute import ComputeResource
+from .lake import LakeResource
+from .survey import SurveyResource
+
+
+def build_resources() -> dict:
+    """Resource instances from DHS_* environment variables."""
+    import dagster as dg
+    from dagster_pyspark import LazyPySparkResource
+
+    s3_endpoint = os.environ.get("DHS_S3_ENDPOINT") or None
+    profile = os.environ.get("DHS_PROFILE", "demo")
+    resources = {
+        "lake": LakeResource(uri=os.environ.get("DHS_LAKE", "./lakehouse"), s3_endpoint=s3_endpoint),
+        "survey": SurveyResource(
+            survey=os.environ.get("DHS_SURVEY", "mock"),
+            profile=profile,
+            mock_dir=os.environ.get("DHS_MOCK_DIR", ".dhs_mock"),
+            s3_endpoint=s3_endpoint,
+        ),
+        "compute": ComputeResource(device=os.environ.get("DHS_DEVICE", "auto"), profile=profile),
+        "pyspark": LazyPySparkResource(spark_config=spark_config(os.environ.get("DHS_SPARK_MASTER", "local[*]"))),
+        "pipes_subprocess_client": dg.PipesSubprocessClient(),
+    }
+    from io_managers import ParquetIOManager
+
+    resources["io_manager"] = ParquetIOManager(lake=resources["lake"])
+    return resources
+
+
+def spark_config(master: str) -> dict:
+    """Spark settings sized for a small machine; a cluster master URL just replaces ``master``."""
+    return {
+        "spark.master": master,
+        "spark.app.name": "darkhaloscope",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.ui.enabled": "false",
+        "spark.driver.memory": os.environ.get("DHS_SPARK_DRIVER_MEMORY", "2g"),
+        "spark.sql.session.timeZone": "UTC",
+    }

@@ -1,0 +1,209 @@
+"""The static HTML evaluation report: structure, determinism, and every figure loading in Chromium."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import struct
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from darkhaloscope.errors import InputError
+from darkhaloscope.evaluation import (
+    build_report,
+    example_ids,
+    fpr_by_confuser,
+    marginal_completeness,
+    marginal_png,
+    mosaic_png,
+    real_lens_recall,
+    roc_inputs,
+    roc_png,
+    selection_function,
+    selection_heatmap_png,
+    thresholds_from_negatives,
+)
+from darkhaloscope.seeding import rng_for
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _inputs():
+    rng = rng_for("test", "report")
+    n_neg, n_inj = 3000, 600
+    neg = pa.table({
+        "object_id": np.arange(n_neg, dtype=np.int64),
+        "score": rng.beta(1, 30, n_neg).astype(np.float32),
+        "valid": np.ones(n_neg, dtype=bool),
+        "split": ["val"] * n_neg,
+        "pool": np.where(np.arange(n_neg) % 4 == 0, "N2", "N1"),
+        "confuser_category": [("ring" if i % 8 == 0 else "spiral") if i % 4 == 0 else None
+                              for i in range(n_neg)],
+    })
+    te = rng.choice([0.5, 1.0, 1.5, 2.0], n_inj)
+    zl = rng.choice([0.3, 0.5, 0.7], n_inj)
+    p = 1.0 / (1.0 + np.exp(-(4.0 * (te - 1.2) + rng.standard_normal(n_inj))))
+    success = rng.random(n_inj) > 0.03
+    inj = pa.table({
+        "injection_id": np.arange(n_inj, dtype=np.int64),
+        "theta_e_arcsec": te, "z_l": zl,
+        "success": success,
+        "score": pa.array(p.astype(np.float32), mask=~success),
+        "valid": success,
+        "arc_snr": rng.gamma(2.0, 8.0, n_inj),
+        "psf_fwhm_r": rng.uniform(0.9, 1.8, n_inj),
+    })
+    ctrl = pa.table({"injection_id": inj.column("injection_id"),
+                     "score": rng.beta(1, 30, n_inj).astype(np.float32),
+                     "valid": np.ones(n_inj, dtype=bool)})
+    real = pa.table({
+        "object_id": np.arange(10_000, 10_040, dtype=np.int64),
+        "name": [f"J{i:04d}" for i in range(40)],
+        "tier": ["A"] * 15 + ["B"] * 25,
+        "split": ["test"] * 40,
+        "score": rng.beta(5, 2, 40).astype(np.float32),
+        "valid": np.ones(40, dtype=bool),
+    })
+    return neg, inj, ctrl, real
+
+
+def _report() -> tuple[str, dict[str, bytes]]:
+    neg, inj, ctrl, real = _inputs()
+    thr = thresholds_from_negatives(neg, target_fprs=(1e-2, 1e-3), top_percentiles=(0.01,), n_boot=20)
+    sel = selection_function(inj, thr, theta_e_centres=[0.5, 1.0, 1.5, 2.0],
+                             z_l_centres=[0.3, 0.5, 0.7], min_count=40)
+    marg = marginal_completeness(inj, thr, "psf_fwhm_r", edges=[0.9, 1.2, 1.5, 1.8])
+    figs = {
+        "heatmap": selection_heatmap_png(sel, "fpr=1e-2"),
+        "marginal": marginal_png(marg, xlabel="PSF FWHM r (arcsec)"),
+        "roc": roc_png({"injections vs controls": roc_inputs(inj, ctrl),
+                        "real lenses vs negatives": roc_inputs(real, neg)}, fpr_marks=(1e-2, 1e-3)),
+    }
+    stamps = rng_for("test", "report", "stamps").normal(0.0, 0.02, (18, 3, 31, 31)).astype(np.float32)
+    stamps[:, :, 13:18, 13:18] += 0.5
+    ex = example_ids(inj, neg, threshold=thr.column("threshold")[0].as_py(), n=6)
+    for i, (label, ids) in enumerate(ex.items()):
+        figs[label] = mosaic_png(stamps[6 * i: 6 * i + len(ids)], captions=[str(x) for x in ids],
+                                 ncols=6)
+    page = build_report(
+        roc=figs["roc"], thresholds=thr, selection=sel,
+        selection_heatmaps={"fpr=1e-2": figs["heatmap"]},
+        marginals={"PSF FWHM r": (figs["marginal"], marg)},
+        recall=real_lens_recall(real, thr, training_object_ids=[1, 2, 3]),
+        fpr_by_confuser=fpr_by_confuser(neg, thr),
+        gates=[{"name": "tier-A recall at fpr=1e-3", "value": 0.8, "threshold": 0.75, "passed": True},
+               {"name": "AUC injections vs controls", "value": 0.97, "threshold": 0.98, "passed": False}],
+        mosaics={k: figs[k] for k in ex},
+        provenance={"model": "test-model", "code_version": "0"},
+    )
+    return page, figs
+
+
+@pytest.fixture(scope="module")
+def report():
+    return _report()
+
+
+class _Imgs(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.imgs: list[dict] = []
+        self.ids: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.append(a["id"])
+        if tag == "img":
+            self.imgs.append(a)
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", png[16:24])
+
+
+def test_report_structure(report):
+    page, figs = report
+    parser = _Imgs()
+    parser.feed(page)
+    assert len(parser.imgs) == 1 + 1 + 1 + 3  # roc, heatmap, marginal, three mosaics
+    for img in parser.imgs:
+        assert img.get("id") and img.get("alt"), img.get("id")
+        assert img["src"].startswith("data:image/png;base64,")
+    assert len(parser.ids) == len(set(parser.ids))
+    assert not re.search(r"(src|href)=\"(https?:)?//", page)  # self-contained
+    for el in ("table-thresholds", "table-recall", "table-selection", "table-gates",
+               "table-fpr-by-confuser", "fig-roc", "fig-selection-fpr-1e-2"):
+        assert f'id="{el}"' in page
+    assert "1 of 2 gates passed" in page and "FAIL" in page
+    assert "Not provided" not in page
+
+
+def test_figures_and_page_are_byte_stable(report):
+    page, figs = report
+    page2, figs2 = _report()
+    assert page == page2
+    for k in figs:
+        assert figs[k] == figs2[k], k
+        assert b"matplotlib" not in figs[k].lower()  # no Software/version chunk
+
+
+def test_missing_sections_are_visible_and_bad_gates_refused():
+    page = build_report()
+    assert page.count("Not provided") >= 6
+    with pytest.raises(InputError, match="passed"):
+        build_report(gates=[{"name": "g", "value": 1, "threshold": 2}])
+    with pytest.raises(InputError, match="PNG"):
+        build_report(roc=b"not a png")
+
+
+_CHECK_SCRIPT = """
+<img id="sentinel-broken" alt="deliberately broken image" src="data:image/png;base64,AAAA">
+<script>
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var out = document.createElement('pre');
+  out.id = 'imgcheck';
+  out.textContent = JSON.stringify(imgs.map(function (i) {
+    return {id: i.id, alt: i.alt, complete: i.complete, w: i.naturalWidth, h: i.naturalHeight};
+  }));
+  document.body.appendChild(out);
+});
+</script>
+"""
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(),
+                    reason="/usr/bin/chromium is absent (install it with apt-get install -y chromium)")
+def test_every_figure_loads_in_headless_chromium(report, tmp_path):
+    page, figs = report
+    path = tmp_path / "report.html"
+    path.write_text(page.replace("</body>", _CHECK_SCRIPT + "</body>"), encoding="utf-8")
+    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}",
+           "--virtual-time-budget=5000", "--dump-dom", path.as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = re.search(r'<pre id="imgcheck">(.*?)</pre>', proc.stdout, re.S)
+    assert m, "the load handler never ran; chromium stderr: " + proc.stderr[-2000:]
+    result = {r["id"]: r for r in json.loads(html.unescape(m.group(1)))}
+    # the sentinel proves the check can fail: a broken image has naturalWidth 0
+    assert result.pop("sentinel-broken")["w"] == 0
+    expected = {"fig-roc": figs["roc"], "fig-selection-fpr-1e-2": figs["heatmap"],
+                "fig-marginal-psf-fwhm-r": figs["marginal"],
+                "fig-mosaic-true-positives": figs["true positives"],
+                "fig-mosaic-missed-injections": figs["missed injections"],
+                "fig-mosaic-highest-scoring-negatives": figs["highest-scoring negatives"]}
+    assert set(result) == set(expected)
+    for el_id, png in expected.items():
+        r = result[el_id]
+        assert r["complete"] and r["alt"], el_id
+        assert (r["w"], r["h"]) == _png_size(png), el_id

@@ -1,0 +1,182 @@
+"""Selection function C(θ_E, z_l) and marginals against hand-computed counts and intervals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from scipy import stats as st
+
+from darkhaloscope.errors import InputError
+from darkhaloscope.evaluation import (
+    completeness_crossing,
+    depth_mag_from_psfdepth,
+    marginal_completeness,
+    selection_function,
+)
+
+THR = pa.table({"name": ["t0.5", "t-unresolvable"], "threshold": pa.array([0.5, None], pa.float64())})
+
+
+def _bank() -> pa.Table:
+    """Four cells, threshold 0.5 (detected when score > 0.5).
+
+    (θ_E 1, z_l 0.3): 4 detected, 4 missed, 1 render failure, 1 unscorable -> 4 / 8
+    (θ_E 1, z_l 0.5): 5 detected -> 5 / 5 (upper = 1)
+    (θ_E 2, z_l 0.3): 6 at 0.2 and one exactly at the threshold -> 0 / 7 (lower = 0)
+    (θ_E 2, z_l 0.5): 2 render failures -> 0 / 0
+    """
+    rows = []  # (theta_e, z_l, success, valid, score, arc_snr)
+    rows += [(1.0, 0.3, True, True, 0.9, 10.0)] * 4 + [(1.0, 0.3, True, True, 0.1, 20.0)] * 4
+    rows += [(1.0, 0.3, False, False, None, 1000.0), (1.0, 0.3, True, False, None, 1000.0)]
+    rows += [(1.0, 0.5, True, True, 0.8, 30.0)] * 5
+    rows += [(2.0, 0.3, True, True, 0.2, 5.0)] * 6 + [(2.0, 0.3, True, True, 0.5, 5.0)]
+    rows += [(2.0, 0.5, False, False, None, None)] * 2
+    te, zl, succ, valid, score, arc = zip(*rows)
+    n = len(rows)
+    return pa.table({
+        "injection_id": np.arange(n, dtype=np.int64),
+        "theta_e_arcsec": np.array(te) + 1e-9,  # float round-off must not move a row off its centre
+        "z_l": zl,
+        "z_s": [1.5] * n,
+        "success": succ,
+        "score": pa.array(score, pa.float32()),
+        "valid": valid,
+        "arc_snr": pa.array(arc, pa.float64()),
+        "psf_fwhm_r": [1.0, 1.4] * (n // 2) + [1.0] * (n % 2),
+    })
+
+
+def _cell(table: pa.Table, te: float, zl: float) -> dict:
+    rows = [r for r in table.to_pylist() if abs(r["theta_e_centre"] - te) < 1e-9 and abs(r["z_l_centre"] - zl) < 1e-9]
+    assert len(rows) == 1
+    return rows[0]
+
+
+def _jeffreys(k, n, level):
+    a = (1 - level) / 2
+    return st.beta.ppf(a, k + 0.5, n - k + 0.5), st.beta.ppf(1 - a, k + 0.5, n - k + 0.5)
+
+
+def test_counts_and_intervals_match_hand_values():
+    sel = selection_function(_bank(), THR, theta_e_centres=[1.0, 2.0], z_l_centres=[0.3, 0.5],
+                             min_count=6)
+    assert sel.num_rows == 4  # the unresolvable threshold has no score to count against
+    assert set(sel.column("threshold_name").to_pylist()) == {"t0.5"}
+
+    c = _cell(sel, 1.0, 0.3)
+    assert (c["n_injected"], c["n_failed"], c["n_render_failed"], c["n_valid"], c["n_detected"]) == (10, 2, 1, 8, 4)
+    assert c["completeness"] == 0.5
+    for level, lo_key, hi_key in ((0.68, "ci68_lo", "ci68_hi"), (0.95, "ci95_lo", "ci95_hi")):
+        lo, hi = _jeffreys(4, 8, level)
+        assert c[lo_key] == pytest.approx(lo, rel=1e-10) and c[hi_key] == pytest.approx(hi, rel=1e-10)
+    assert c["sufficient"] is True
+    assert c["mean_score"] == pytest.approx(0.5)
+    assert c["mean_arc_snr"] == pytest.approx(15.0)  # failed rows' 1000 must not enter
+
+    full = _cell(sel, 1.0, 0.5)
+    assert (full["n_valid"], full["n_detected"], full["completeness"]) == (5, 5, 1.0)
+    assert full["ci68_hi"] == 1.0 and full["ci95_hi"] == 1.0
+    assert full["ci68_lo"] == pytest.approx(st.beta.ppf(0.16, 5.5, 0.5), rel=1e-10)
+    assert full["ci95_lo"] == pytest.approx(st.beta.ppf(0.025, 5.5, 0.5), rel=1e-10)
+    assert full["sufficient"] is False  # 5 < min_count: flagged, value still reported
+
+    miss = _cell(sel, 2.0, 0.3)
+    assert (miss["n_valid"], miss["n_detected"], miss["completeness"]) == (7, 0, 0.0)
+    assert miss["ci68_lo"] == 0.0 and miss["ci95_lo"] == 0.0
+    assert miss["ci68_hi"] == pytest.approx(st.beta.ppf(0.84, 0.5, 7.5), rel=1e-10)
+    assert miss["ci95_hi"] == pytest.approx(st.beta.ppf(0.975, 0.5, 7.5), rel=1e-10)
+
+    empty = _cell(sel, 2.0, 0.5)
+    assert (empty["n_injected"], empty["n_failed"], empty["n_valid"]) == (2, 2, 0)
+    assert empty["completeness"] is None and empty["ci68_lo"] is None and empty["ci95_hi"] is None
+    assert empty["sufficient"] is False and empty["mean_score"] is None
+
+
+def test_edges_grid_and_out_of_range():
+    bank = _bank()
+    sel = selection_function(bank, THR, theta_e_edges=[0.5, 1.5, 2.5], z_l_edges=[0.2, 0.4, 0.6])
+    c = _cell(sel, 1.0, 0.3)
+    assert (c["theta_e_lo"], c["theta_e_hi"], c["n_valid"]) == (0.5, 1.5, 8)
+    with pytest.raises(InputError, match="theta_e_arcsec"):
+        selection_function(bank, THR, theta_e_edges=[0.5, 1.5], z_l_centres=[0.3, 0.5])
+    with pytest.raises(InputError, match="exactly one"):
+        selection_function(bank, THR, theta_e_edges=[0.5, 2.5], theta_e_centres=[1.0],
+                           z_l_centres=[0.3])
+
+
+def test_failed_render_with_a_score_is_refused():
+    bank = _bank()
+    valid = bank.column("valid").to_pylist()
+    score = bank.column("score").to_pylist()
+    valid[8], score[8] = True, 0.0  # row 8 failed to render; an all-zero image got scored
+    bad = bank.set_column(bank.schema.get_field_index("valid"), "valid", pa.array(valid))
+    bad = bad.set_column(bad.schema.get_field_index("score"), "score", pa.array(score, pa.float32()))
+    with pytest.raises(InputError, match=r"success=false.*injection_id \[8\]"):
+        selection_function(bad, THR, theta_e_centres=[1.0, 2.0], z_l_centres=[0.3, 0.5])
+
+
+def test_marginal_adds_counts_never_averages():
+    bank = _bank()
+    m = marginal_completeness(bank, THR, "theta_e_arcsec", edges=[0.5, 1.5, 2.5], min_count=6)
+    rows = {r["bin"]: r for r in m.to_pylist()}
+    assert set(rows) == {"[0.5, 1.5)", "[1.5, 2.5]", "all"}
+    lo, hi = rows["[0.5, 1.5)"], rows["[1.5, 2.5]"]
+    assert (lo["n_valid"], lo["n_detected"]) == (13, 9)
+    assert (hi["n_valid"], hi["n_detected"], hi["n_failed"]) == (7, 0, 2)
+    allr = rows["all"]
+    assert (allr["n_injected"], allr["n_failed"], allr["n_valid"], allr["n_detected"]) == (24, 4, 20, 9)
+    assert allr["completeness"] == pytest.approx(9 / 20)
+    # the average of bin completenesses (lesson 71's bug) would be (9/13 + 0) / 2
+    assert allr["completeness"] != pytest.approx(0.5 * (9 / 13))
+    lo95, hi95 = _jeffreys(9, 20, 0.95)
+    assert allr["ci95_lo"] == pytest.approx(lo95) and allr["ci95_hi"] == pytest.approx(hi95)
+
+
+def test_marginal_unbinned_rows_reconcile():
+    bank = _bank()
+    m = marginal_completeness(bank, THR, "arc_snr", edges=[0, 12, 25])
+    rows = {r["bin"]: r for r in m.to_pylist()}
+    # arc_snr 30 (5 rows), 1000 (2 failed rows) and null (2 failed rows) are unbinned
+    assert rows["unbinned"]["n_injected"] == 9 and rows["unbinned"]["bin_lo"] is None
+    assert sum(rows[b]["n_injected"] for b in rows if b != "all") == rows["all"]["n_injected"] == 24
+    with pytest.raises(InputError, match="by"):
+        marginal_completeness(bank, THR, "colour", edges=[0, 1])
+    with pytest.raises(InputError, match="depth_mag_r"):
+        marginal_completeness(bank, THR, "depth_mag_r", edges=[22, 25])
+
+
+def test_depth_from_psfdepth():
+    # psfdepth giving a 5σ depth of exactly 24 mag: 5 / sqrt(d) = 10**(-0.4 * (24 - 22.5))
+    d = (5.0 / 10 ** (-0.4 * 1.5)) ** 2
+    out = depth_mag_from_psfdepth([d, 0.0, -1.0])
+    assert out[0] == pytest.approx(24.0)
+    assert np.isnan(out[1]) and np.isnan(out[2])
+    bank = _bank().append_column("psfdepth_r", pa.array([d] * 24))
+    m = marginal_completeness(bank, THR, "depth_mag_r", edges=[23.5, 24.5])
+    assert m.column("n_injected").to_pylist()[0] == 24
+
+
+def test_selection_is_deterministic():
+    a = selection_function(_bank(), THR, theta_e_centres=[1.0, 2.0], z_l_centres=[0.3, 0.5])
+    b = selection_function(_bank(), THR, theta_e_centres=[1.0, 2.0], z_l_centres=[0.3, 0.5])
+    assert a.equals(b)
+
+
+def test_theta_e_50_crossing():
+    # completeness 0.2, 0.4, 0.8 at θ_E 0.5, 1.0, 1.5 (bins of 10 valid each) -> crossing at 1.125
+    te, score = [], []
+    for centre, k in ((0.5, 2), (1.0, 4), (1.5, 8)):
+        te += [centre] * 10
+        score += [0.9] * k + [0.1] * (10 - k)
+    n = len(te)
+    bank = pa.table({"injection_id": np.arange(n), "theta_e_arcsec": te, "z_l": [0.4] * n,
+                     "success": [True] * n, "score": score, "valid": [True] * n})
+    m = marginal_completeness(bank, THR, "theta_e_arcsec", edges=[0.25, 0.75, 1.25, 1.75])
+    assert completeness_crossing(m, "t0.5", 0.5) == pytest.approx(1.125)
+    assert completeness_crossing(m, "t0.5", 0.9) is None
+    assert completeness_crossing(m, "t0.5", 0.1) == pytest.approx(0.5)
+    insufficient = marginal_completeness(bank, THR, "theta_e_arcsec", edges=[0.25, 0.75, 1.25, 1.75],
+                                         min_count=11)
+    with pytest.raises(InputError, match="no sufficient bins"):
+        completeness_crossing(insufficient, "t0.5")
