@@ -78,6 +78,7 @@ SWEEPS = Contract(
 KNOWN_LENSES = Contract(
     table="known_lenses",
     columns={
+        "lens_id": pa.string(),
         "name": pa.string(),
         "ra": pa.float64(),
         "dec": pa.float64(),
@@ -86,7 +87,7 @@ KNOWN_LENSES = Contract(
         "kind": pa.string(),
         "reference": pa.string(),
     },
-    key=("name",),
+    key=("lens_id",),
     ranges=(Range("ra", 0.0, 360.0, hi_inclusive=False), Range("dec", -90.0, 90.0), Range("z_lens", 0.0, 10.0, nullable=True)),
 )
 
@@ -116,7 +117,7 @@ NEGATIVES = Contract(
 POSITIVES = Contract(
     table="positives",
     columns={**_CATALOG_COMMON, "name": pa.string(), "tier": pa.string(), "separation_arcsec": pa.float64()},
-    key=("name",),
+    key=("object_id",),
     ranges=(Range("separation_arcsec", 0.0, 5.0),),
     allowed_values={"tier": ("A", "B"), "split": _SPLITS},
 )

@@ -67,7 +67,12 @@ class CommitInfo:
 def translate_storage_error(exc: BaseException, where: str) -> BaseException:
     """Map a pyarrow/AWS error to CredentialError or InputError with a clear message, else return it."""
     text = str(exc)
-    if any(m in text for m in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "TokenRefreshRequired")):
+    credential_codes = (
+        "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "TokenRefreshRequired",
+        # pyarrow 26 reports the AWS SDK's enum names
+        "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "EXPIRED_TOKEN", "INVALID_CLIENT_TOKEN_ID",
+    )
+    if any(m in text for m in credential_codes):
         return CredentialError(
             f"S3 rejected the credentials while accessing {where}: the access key is invalid or expired "
             "(refresh AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or the AWS profile)"
@@ -249,6 +254,10 @@ class Lake:
             raise translate_storage_error(exc, self.full_uri(base)) from exc
         return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.base_name == PART_FILE)
 
+    def part_uris(self, group: str, asset: str) -> list[str]:
+        """URIs of every committed partition file (``file://`` or ``s3://``), e.g. for Spark readers."""
+        return [f"s3://{p}" if self.is_s3 else f"file://{p}" for p in self._part_files(group, asset)]
+
     def exists(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> bool:
         """True when the table (or the given partition) has committed data."""
         if partition is not None:
@@ -270,13 +279,18 @@ class Lake:
         files = self._part_files(group, asset)
         if not files:
             raise InputError(f"table {group}/{asset} has no committed data in the lake at {self.full_uri(self.table_path(group, asset))}")
+        base = self.table_path(group, asset)
+        # Partition columns already stored in the files (e.g. sweeps.sweep_file) are not added twice.
+        file_cols = set(pq.read_schema(files[0], filesystem=self.fs).names)
+        dims = [seg.split("=", 1)[0] for seg in files[0][len(base) + 1 :].split("/")[:-1]]
+        part_schema = pa.schema([(d, pa.string()) for d in dims if d not in file_cols])
         try:
             return ds.dataset(
                 files,
                 filesystem=self.fs,
                 format="parquet",
-                partitioning=ds.partitioning(flavor="hive"),
-                partition_base_dir=self.table_path(group, asset),
+                partitioning=ds.partitioning(part_schema, flavor="hive") if len(part_schema) else None,
+                partition_base_dir=base,
             )
         except OSError as exc:
             raise translate_storage_error(exc, self.full_uri(self.table_path(group, asset))) from exc

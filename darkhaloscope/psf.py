@@ -14,6 +14,7 @@ import math
 import torch
 
 from .constants import PIXEL_SCALE_ARCSEC
+from .errors import InputError
 
 GAUSSIAN_FWHM_PER_SIGMA = 2.0 * math.sqrt(2.0 * math.log(2.0))
 #: Default Moffat index for ground-based seeing (Trujillo et al. 2001; the seed system's Gen3+).
@@ -47,7 +48,7 @@ def psf_kernels(
     if fwhm.ndim == 0:
         fwhm = fwhm[None]
     if not torch.all(torch.isfinite(fwhm) & (fwhm > 0)):
-        raise ValueError(f"PSF FWHM must be finite and > 0 arcsec, got {fwhm.tolist()[:8]}")
+        raise InputError(f"PSF FWHM must be finite and > 0 arcsec, got {fwhm.tolist()[:8]}")
     dtype = fwhm.dtype if fwhm.is_floating_point() else torch.float64
     fwhm = fwhm.to(dtype)
     n = 2 * radius_pix + 1
@@ -71,7 +72,7 @@ def psf_kernels(
         alpha = f / (2.0 * math.sqrt(2.0 ** (1.0 / beta) - 1.0))
         k = (1.0 + r2 / alpha**2) ** (-beta)
     else:
-        raise ValueError(f"unknown PSF profile {profile!r}; expected 'gaussian' or 'moffat'")
+        raise InputError(f"unknown PSF profile {profile!r}; expected 'gaussian' or 'moffat'")
     if subsample > 1:
         k = k.reshape(k.shape[0], n, subsample, n, subsample).mean(dim=(2, 4))
     return k / k.sum(dim=(-2, -1), keepdim=True)

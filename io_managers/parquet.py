@@ -6,7 +6,6 @@ Asset keys are ``[group, table]``; a table lands at ``<lake>/<group>/<table>/`` 
 themselves and return ``MaterializeResult`` without a value.
 """
 
-from __future__ import annotations
 
 import dagster as dg
 import pyarrow as pa

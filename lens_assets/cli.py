@@ -55,6 +55,7 @@ class Materializer:
                 self.checks_by_asset.setdefault(ck.asset_key, []).append(chk)
         self.resources = defs.resources
         self.lake = None
+        self.sinks = None
 
     def key_for(self, name: str):
         matches = [k for k in self.assets_by_key if k.path[-1] == name or k.to_user_string() == name]
@@ -124,6 +125,7 @@ class Materializer:
                 partition_key=partition_key,
                 raise_on_error=False,
                 selection=[key],
+                run_config={"loggers": {"console": {"config": {"log_level": os.environ.get("DHS_LOG_LEVEL", "WARNING")}}}},
             )
         except Exception as exc:  # definition-time errors (bad partition key, resources)
             raise MaterializeError(f"asset {key.path[-1]} partition {partition_key or '-'} failed: {exc}") from exc
@@ -159,11 +161,15 @@ class Materializer:
         return "; ".join(msgs) or "run failed"
 
     def _deliver_alerts(self, run_id: str) -> None:
-        try:
-            from lens_assets.alerting import deliver_run_alerts
-        except ImportError:
-            return
-        deliver_run_alerts(self.instance, run_id, self.resources.get("alert_sinks"))
+        """Turn the run's failed checks / failure into alerts (no daemon runs under the CLI)."""
+        from lens_assets.alerting import deliver_run_alerts
+
+        if self.sinks is None:
+            self.sinks = self.resources["alert_sinks"].build_sinks()
+        for outcome in deliver_run_alerts(self.instance, run_id, self.sinks):
+            where = ", ".join(outcome.delivered_to) or "the alert log"
+            errors = f" (delivery errors: {'; '.join(f'{k}: {v}' for k, v in outcome.errors.items())})" if outcome.errors else ""
+            print(f"ALERT {outcome.alert.summary()} -> {where}{errors}", file=self.out, flush=True)
 
 
 def cmd_materialize(args) -> int:

@@ -1,6 +1,5 @@
 """Small helpers shared by the asset modules: metadata, data versions, contract check results."""
 
-from __future__ import annotations
 
 import hashlib
 
@@ -57,3 +56,26 @@ def contract_result(lake: Lake, group: str, table: str, contract: Contract, part
         metadata={"problems": dg.MetadataValue.json(problems), "n_problems": len(problems)},
         description="schema, keys and ranges match the contract" if not problems else problems[0],
     )
+
+
+def as_metadata(values: dict) -> dict:
+    """Dagster metadata from a plain dict: JSON for containers, scalars as they are."""
+    return {k: dg.MetadataValue.json(v) if isinstance(v, (dict, list, tuple)) else v for k, v in values.items()}
+
+
+class fail_fast_on_bad_input:
+    """Context manager: bad input and credential errors fail the step once, without retries.
+
+    Retry policies exist for transient network/S3 faults; retrying a malformed file or an
+    expired key only repeats the error (and could hammer a service with bad credentials).
+    """
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        from darkhaloscope.errors import CredentialError, InputError
+
+        if exc is not None and isinstance(exc, (InputError, CredentialError)):
+            raise dg.Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
+        return False

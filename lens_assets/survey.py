@@ -1,6 +1,5 @@
 """Survey stage: the sweep-file manifest, sweep ingestion (one partition per file), known lenses."""
 
-from __future__ import annotations
 
 import itertools
 
@@ -10,11 +9,12 @@ import pyarrow as pa
 from astropy.io import fits
 
 from darkhaloscope.contracts import KNOWN_LENSES, SWEEPS
+from darkhaloscope.errors import InputError
 from darkhaloscope.survey.known_lenses import load_known_lenses
 from darkhaloscope.survey.sweeps import iter_sweep_batches, parse_sweep_filename
 from resources import LakeResource, SurveyResource
 
-from .common import OWNERS, contract_result, table_result
+from .common import OWNERS, contract_result, fail_fast_on_bad_input, table_result
 from .partitions import sweep_partitions
 
 GROUP = "survey"
@@ -72,12 +72,12 @@ def sweeps(context: dg.AssetExecutionContext, survey: SurveyResource, lake: Lake
     committed as one Parquet partition, streamed in record batches."""
     name = context.partition_key
     store = lake.lake()
-    with survey.local_sweep(name) as path:
+    with fail_fast_on_bad_input(), survey.local_sweep(name) as path:
         n_fits = int(fits.getheader(path, 1)["NAXIS2"])
         batches = iter_sweep_batches(path)
         first = next(batches, None)
         if first is None:
-            raise ValueError(f"{name}: sweep file has no rows")
+            raise InputError(f"{name}: sweep file has no rows")
         info = store.write_table(GROUP, "sweeps", itertools.chain([first], batches), schema=first.schema, partition={"sweep_file": name})
     data_model = (first.schema.metadata or {}).get(b"dhs.data_model", b"unknown").decode()
     return table_result(
@@ -108,9 +108,12 @@ def sweeps_inside_box(context: dg.AssetCheckExecutionContext, lake: LakeResource
     name = context.partition_key
     box = parse_sweep_filename(name)
     tbl = lake.lake().read_table(GROUP, "sweeps", partition={"sweep_file": name}, columns=["ra", "dec"])
-    n_out = duckdb.sql(
+    con = duckdb.connect()
+    con.register("tbl", tbl)
+    n_out = con.execute(
         f"SELECT count(*) FROM tbl WHERE NOT (ra >= {box.ra_min} AND ra < {box.ra_max} AND dec >= {box.dec_min} AND dec < {box.dec_max})"
     ).fetchone()[0]
+    con.close()
     return dg.AssetCheckResult(
         passed=n_out == 0,
         metadata={"rows_outside_box": n_out, "box": dg.MetadataValue.json(vars(box) if hasattr(box, "__dict__") else list(box))},

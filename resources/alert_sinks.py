@@ -5,7 +5,6 @@ run records); it is read from the environment variable named by ``slack_token_en
 sinks are built, and only the Slack client ever holds it.
 """
 
-from __future__ import annotations
 
 import os
 

@@ -1,6 +1,5 @@
 """Compute device for simulation, training and scoring (DHS_DEVICE: auto | cpu | cuda)."""
 
-from __future__ import annotations
 
 import dagster as dg
 

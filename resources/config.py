@@ -1,10 +1,10 @@
 """Resources built from the environment (all optional; the defaults give the embedded demo)."""
 
-from __future__ import annotations
 
 import os
 
 from .compute import ComputeResource
+from .imaging import ImagingResource
 from .lake import LakeResource
 from .survey import SurveyResource
 
@@ -24,11 +24,16 @@ def build_resources() -> dict:
             mock_dir=os.environ.get("DHS_MOCK_DIR", ".dhs_mock"),
             s3_endpoint=s3_endpoint,
         ),
+        "imaging": ImagingResource(cutout_source=os.environ.get("DHS_CUTOUT_SOURCE", "auto")),
         "compute": ComputeResource(device=os.environ.get("DHS_DEVICE", "auto"), profile=profile),
         "pyspark": LazyPySparkResource(spark_config=spark_config(os.environ.get("DHS_SPARK_MASTER", "local[*]"))),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
     from io_managers import ParquetIOManager
+
+    from .alert_sinks import AlertSinksResource
+
+    resources["alert_sinks"] = AlertSinksResource()
 
     resources["io_manager"] = ParquetIOManager(lake=resources["lake"])
     return resources

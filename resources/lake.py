@@ -1,6 +1,5 @@
 """Lake storage resource: a local folder or s3://bucket/prefix (DHS_LAKE, DHS_S3_ENDPOINT)."""
 
-from __future__ import annotations
 
 import dagster as dg
 

@@ -1,6 +1,5 @@
 """The survey: the embedded mock DR10 (DHS_SURVEY=mock) or a DR10 mirror, local or s3://."""
 
-from __future__ import annotations
 
 import os
 import tempfile

@@ -1,0 +1,137 @@
+"""Cutouts per second from local coadd bricks: brick-grouped BrickImageSource vs per-target baseline.
+
+Writes two mock DR10 bricks (g, r, z image + invvar + maskbits) to benchmarks/out/mock_dr10 from
+the mock sky (once; reused when present), then cuts 101² stamps
+- with BrickImageSource (targets grouped by brick, each file opened once, one band in memory),
+- with the obvious baseline: per target, open each brick file and cut with astropy Cutout2D,
+at ~125 and at 10 targets per brick, measuring throughput and peak traced memory (tracemalloc).
+The baseline's per-target cost does not depend on targets per brick, so it is timed on a subset.
+Also times the mock sky rendering the same kind of cutouts without files. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from darkhaloscope.constants import BANDS  # noqa: E402
+from darkhaloscope.imaging.bricks import BrickImageSource, BrickTable, coadd_path  # noqa: E402
+from darkhaloscope.imaging.mock_sky import MockSky  # noqa: E402
+from darkhaloscope.seeding import rng_for  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "out" / "mock_dr10"
+RA0, DEC0 = 150.12, 2.13
+SIZE = 101
+
+
+def mock_catalog(n=6000):
+    rng = rng_for("bench-cutouts-catalog")
+    types = rng.choice(["PSF", "REX", "EXP", "DEV", "SER"], n, p=[0.45, 0.35, 0.1, 0.05, 0.05])
+    return {
+        "ra": RA0 + rng.uniform(-0.15, 0.15, n), "dec": DEC0 + rng.uniform(-0.2, 0.3, n), "type": types,
+        "flux_g": 10 ** rng.uniform(-0.3, 1.5, n), "flux_r": 10 ** rng.uniform(0, 1.8, n),
+        "flux_z": 10 ** rng.uniform(0, 2, n),
+        "shape_r": np.where(types == "PSF", 0.0, rng.lognormal(np.log(0.6), 0.5, n)),
+        "shape_e1": rng.uniform(-0.3, 0.3, n), "shape_e2": rng.uniform(-0.3, 0.3, n),
+        "sersic": np.where(types == "SER", rng.uniform(0.8, 5, n), 0.0),
+        **{f"psfsize_{b}": np.full(n, f) for b, f in zip(BANDS, (1.5, 1.35, 1.25))},
+        **{f"psfdepth_{b}": np.full(n, d) for b, d in zip(BANDS, (2500.0, 900.0, 180.0))},
+    }
+
+
+def ensure_bricks():
+    table = BrickTable.generate((RA0 - 0.01, RA0 + 0.01), (DEC0 - 0.01, DEC0 + 0.2))
+    names = [str(n) for n in table.brickname[:2]]
+    t0 = time.perf_counter()
+    if not all(os.path.exists(coadd_path(str(OUT), n, "maskbits")) for n in names):
+        sky = MockSky(mock_catalog(), bricks=table)
+        for n in names:
+            sky.write_mock_brick(n, str(OUT))
+        table.write_fits(str(OUT / "survey-bricks.fits.gz"))
+    return table, names, time.perf_counter() - t0
+
+
+def targets(table, names, per_brick, key):
+    rng = rng_for("bench-cutouts-targets", key)
+    ra, dec = [], []
+    for n in names:
+        w = table.wcs(table.index_of(n))
+        x, y = rng.uniform(150, 3450, per_brick), rng.uniform(150, 3450, per_brick)
+        r, d = w.pixel_to_world(x, y)
+        ra.append(r)
+        dec.append(d)
+    return np.concatenate(ra), np.concatenate(dec)
+
+
+def baseline(table, ra, dec):
+    """Per target: open every file of its brick and cut with astropy Cutout2D."""
+    from astropy.io import fits
+    from astropy.nddata import Cutout2D
+    from astropy.wcs import WCS
+
+    idx = table.bricks_containing(ra, dec)
+    out = np.zeros((len(ra), 7, SIZE, SIZE), np.float32)
+    for i in range(len(ra)):
+        name = str(table.brickname[idx[i]])
+        paths = [coadd_path(str(OUT), name, k, b) for b in BANDS for k in ("image", "invvar")]
+        paths.append(coadd_path(str(OUT), name, "maskbits"))
+        for j, p in enumerate(paths):
+            with fits.open(p) as h:
+                w = WCS(h[1].header)
+                x, y = w.world_to_pixel_values(ra[i], dec[i])
+                c = Cutout2D(h[1].data, (float(x), float(y)), SIZE, mode="partial", fill_value=0)
+                out[i, j] = c.data
+    return out
+
+
+def measure(fn):
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    res = fn()
+    dt = time.perf_counter() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return res, dt, peak / 2**20
+
+
+def main():
+    table, names, t_write = ensure_bricks()
+    result = {"bench": "cutouts", "size": SIZE, "bricks": len(names), "mock_brick_write_s": round(t_write, 1)}
+    src = BrickImageSource(str(OUT))
+    base_n = 6
+    ra_b, dec_b = targets(table, names, base_n // len(names), "baseline")
+    base, t_base, mem_base = measure(lambda: baseline(table, ra_b, dec_b))
+    rate_base = len(ra_b) / t_base
+    got = src.cutouts(ra_b, dec_b, SIZE)
+    # same pixels as the baseline (Cutout2D rounds the centre the same way)
+    agree = bool(np.array_equal(got.image[:, 0], base[:, 0]) and np.array_equal(got.invvar[:, 1], base[:, 3]))
+    result.update(baseline_cutouts_per_s=round(rate_base, 2), baseline_peak_mb=round(mem_base, 1),
+                  baseline_targets=len(ra_b), pixels_agree_with_baseline=agree)
+    for per_brick in (125, 10):
+        ra, dec = targets(table, names, per_brick, per_brick)
+        b, dt, mem = measure(lambda: src.cutouts(ra, dec, SIZE))
+        rate = len(ra) / dt
+        result[f"grouped_{per_brick}_per_brick"] = {
+            "targets": len(ra), "seconds": round(dt, 2), "cutouts_per_s": round(rate, 1),
+            "speedup_vs_baseline": round(rate / rate_base, 1), "peak_mb": round(mem, 1),
+            "one_brick_band_mb": round(3600 * 3600 * 4 / 2**20, 1),
+        }
+    # the mock sky itself (DHS_SURVEY=mock renders cutouts without files): cold tile cache
+    sky = MockSky(mock_catalog(), bricks=table)
+    ra, dec = targets(table, names, 250, "mock")
+    _, dt, mem = measure(lambda: sky.cutouts(ra, dec, SIZE))
+    result["mock_sky_500_targets"] = {"seconds": round(dt, 2), "cutouts_per_s": round(len(ra) / dt, 1),
+                                      "peak_mb": round(mem, 1), "catalog_sources": len(mock_catalog()["ra"])}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

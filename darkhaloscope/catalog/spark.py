@@ -1,0 +1,267 @@
+"""The catalog stage on Spark: the in-process Arrow functions applied per partition with mapInArrow.
+
+Nothing here re-implements a cut, a match or a sampling rule: executors call
+:func:`cuts.select_negatives`, :func:`crossmatch.match_candidates` and
+:func:`sampling.sample_hash` on Arrow record batches, and the driver calls the same reductions
+(:func:`crossmatch.reduce_matches`, :func:`sampling.stratum_quotas`, :func:`sampling.assemble_catalog`)
+as the in-process path, so both paths give the same rows.
+
+Spark DataFrames carry the Arrow schemas of the in-process path (same names and types; Spark
+marks every column nullable). Writing Parquet is left to the caller.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import InputError
+from .crossmatch import (
+    DEFAULT_MATCH_RADIUS_ARCSEC,
+    POSITIVE_SCHEMA,
+    crossmatch_summary,
+    graded_galaxy_lenses,
+    match_candidates,
+    reduce_matches,
+)
+from .cuts import (
+    NEGATIVE_SCHEMA,
+    OBJECT_FIELDS,
+    KnownLensIndex,
+    NegativeSelectionConfig,
+    funnel_from_table,
+    funnel_table,
+    select_negatives,
+)
+from .sampling import (
+    SAMPLING_SALT,
+    assemble_catalog,
+    eligible_positives,
+    sample_hash,
+    stratum_keys,
+    stratum_quotas,
+)
+
+# Sweep columns the catalog functions read; the rest of a sweeps table (dchisq, ivars, ...) is
+# not shipped to the Python workers.
+INPUT_COLUMNS = tuple(
+    dict.fromkeys(
+        [
+            "object_id", "release", "brickid", "objid", "brickname", "sweep_file", "row_index",
+            "ra", "dec", "type", "maskbits", "fitbits", "healpix_128",
+            *(f.name for f in OBJECT_FIELDS if f.name in {
+                "flux_g", "flux_r", "flux_z", "flux_w1", "ebv", "shape_r", "shape_e1", "shape_e2", "sersic",
+                "nobs_g", "nobs_r", "nobs_z"}),
+            *(f"{k}_{b}" for k in ("psfsize", "psfdepth", "galdepth", "mw_transmission") for b in ("g", "r", "z")),
+        ]
+    )
+)
+_FUNNEL_COLS = ("_funnel_step_index", "_funnel_step", "_funnel_removed", "_funnel_remaining")
+
+
+def spark_session(master: str | None = None, app_name: str = "darkhaloscope-catalog", conf: dict | None = None):
+    """A SparkSession for the catalog stage, sized for a small machine unless ``conf`` says otherwise.
+
+    ``master`` defaults to ``$DHS_SPARK_MASTER`` or ``local[*]``. Driver memory comes from
+    ``$DHS_SPARK_DRIVER_MEMORY`` (default 2g); it only applies when this call starts the JVM.
+    """
+    from pyspark.sql import SparkSession
+
+    # Executors must run the interpreter that has darkhaloscope installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    settings = {
+        "spark.sql.shuffle.partitions": "8",
+        "spark.default.parallelism": "8",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Large Arrow batches amortise the per-batch Python overhead of the vectorised cuts.
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "131072",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": os.environ.get("DHS_SPARK_DRIVER_MEMORY", "2g"),
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.adaptive.enabled": "true",
+    }
+    settings.update(conf or {})
+    builder = SparkSession.builder.master(master or os.environ.get("DHS_SPARK_MASTER", "local[*]")).appName(app_name)
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()
+
+
+def _spark_schema(schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(pa.schema([f.with_nullable(True) for f in schema]))
+
+
+def read_sweeps(spark, sweeps):
+    """DataFrame of the sweep columns the catalog needs, from Parquet path(s) or a DataFrame."""
+    from pyspark.sql import DataFrame
+
+    if isinstance(sweeps, DataFrame):
+        df = sweeps
+    else:
+        paths = [sweeps] if isinstance(sweeps, (str, os.PathLike)) else list(sweeps)
+        if not paths:
+            raise InputError("no sweeps paths given")
+        df = spark.read.parquet(*[str(p) for p in paths])
+    for c in ("ra", "dec", "type", "sweep_file", "row_index"):
+        if c not in df.columns:
+            raise InputError(f"sweeps DataFrame has no column {c!r}")
+    return df.select(*[c for c in INPUT_COLUMNS if c in df.columns])
+
+
+def _negatives_partition(batches: Iterable[pa.RecordBatch], index: KnownLensIndex, config, out_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        neg, funnel = select_negatives(batch, index, config)
+        for b in neg.to_batches():
+            cols = [b.column(f.name) for f in NEGATIVE_SCHEMA]
+            cols += [pa.nulls(b.num_rows, out_schema.field(c).type) for c in _FUNNEL_COLS]
+            yield pa.RecordBatch.from_arrays(cols, schema=out_schema)
+        ft = funnel_table(funnel)
+        m = ft.num_rows
+        cols = []
+        for f in NEGATIVE_SCHEMA:
+            cols.append(ft.column("sweep_file").combine_chunks() if f.name == "sweep_file" else pa.nulls(m, f.type))
+        cols += [ft.column(c).combine_chunks() for c in ("step_index", "step", "n_removed", "n_remaining")]
+        yield pa.RecordBatch.from_arrays(cols, schema=out_schema)
+
+
+def negatives_on_spark(spark, sweeps, known_lenses: pa.Table, config: NegativeSelectionConfig = NegativeSelectionConfig()):
+    """Apply :func:`cuts.select_negatives` to every partition of the sweeps.
+
+    ``sweeps``: Parquet path(s) of the sweeps table, or a DataFrame with its columns.
+    Returns ``(negatives DataFrame with NEGATIVE_SCHEMA, funnel dict)``; the funnel (per sweep file,
+    rows removed by each cut) travels as extra rows of the same mapInArrow output, and the
+    output is persisted so that collecting the funnel does not recompute the cuts. The caller
+    writes the negatives and then releases the cache (``spark.catalog.clearCache()``).
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    df = read_sweeps(spark, sweeps)
+    index = spark.sparkContext.broadcast(KnownLensIndex.from_table(known_lenses))
+    out_schema = pa.schema(
+        [*(f.with_nullable(True) for f in NEGATIVE_SCHEMA),
+         pa.field("_funnel_step_index", pa.int32()), pa.field("_funnel_step", pa.string()),
+         pa.field("_funnel_removed", pa.int64()), pa.field("_funnel_remaining", pa.int64())]
+    )
+
+    def fn(batches):
+        return _negatives_partition(batches, index.value, config, out_schema)
+
+    both = df.mapInArrow(fn, _spark_schema(out_schema)).persist(StorageLevel.MEMORY_AND_DISK)
+    frows = both.filter(F.col("_funnel_step").isNotNull()).select(
+        "sweep_file",
+        F.col("_funnel_step_index").alias("step_index"),
+        F.col("_funnel_step").alias("step"),
+        F.col("_funnel_removed").alias("n_removed"),
+        F.col("_funnel_remaining").alias("n_remaining"),
+    )
+    funnel = funnel_from_table(frows.toArrow())
+    negatives = both.filter(F.col("_funnel_step").isNull()).select(*[f.name for f in NEGATIVE_SCHEMA])
+    return negatives, funnel
+
+
+def positives_on_spark(
+    spark,
+    sweeps,
+    known_lenses: pa.Table,
+    radius_arcsec: float = DEFAULT_MATCH_RADIUS_ARCSEC,
+    config: NegativeSelectionConfig = NegativeSelectionConfig(),
+) -> tuple[pa.Table, dict]:
+    """Broadcast cross-match: every partition pairs its rows with the (small) lens table, and the
+    driver reduces the candidate pairs to the nearest source per lens. Returns the same
+    (positives, summary) as :func:`crossmatch.crossmatch_positives` (positives are small)."""
+    df = read_sweeps(spark, sweeps)
+    lenses, keep = graded_galaxy_lenses(known_lenses)
+    bc = spark.sparkContext.broadcast(lenses)
+
+    def fn(batches):
+        for batch in batches:
+            for b in match_candidates(batch, bc.value, radius_arcsec, config).to_batches():
+                yield b
+
+    cands = df.mapInArrow(fn, _spark_schema(POSITIVE_SCHEMA)).toArrow()
+    cands = cands.cast(POSITIVE_SCHEMA) if cands.num_rows else POSITIVE_SCHEMA.empty_table()
+    positives, dropped = reduce_matches(cands)
+    return positives, crossmatch_summary(positives, known_lenses, int(keep.sum()), dropped)
+
+
+def _hash_threshold(k: int, n: int) -> float:
+    """Hash cut that keeps about k of n uniformly hashed rows plus a 6-sigma margin."""
+    if k <= 0 or n <= 0:
+        return 0.0
+    return min(1.0, (k + 6.0 * math.sqrt(k) + 20.0) / n)
+
+
+def training_catalog_on_spark(
+    spark,
+    negatives,
+    positives: pa.Table,
+    ratio: int = 100,
+    n1_fraction: float = 0.85,
+    salt: str = SAMPLING_SALT,
+) -> tuple[pa.Table, pa.Table]:
+    """:func:`sampling.build_training_catalog` with the negatives pool as a Spark DataFrame.
+
+    No global sort: availability is a groupBy count; each row gets its sampling hash in
+    mapInArrow; a per-(stratum, pool) hash threshold keeps slightly more than the quota (retried
+    with no threshold for any group that came up short); a window partitioned by (stratum, pool)
+    ranks that small remainder. The selected rows (ratio × positives, small) are collected and
+    assembled on the driver. Returns (catalog, strata) exactly as the in-process function does.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    pos = eligible_positives(positives.cast(POSITIVE_SCHEMA) if positives.num_rows else POSITIVE_SCHEMA.empty_table())
+    keys, counts = np.unique(stratum_keys(pos).astype(str), return_counts=True)
+    negatives = negatives.withColumn("_stratum", F.concat_ws("|", "nobs_z_bin", "type_bin"))
+    avail = {(r["_stratum"], r["pool"]): int(r["count"]) for r in negatives.groupBy("_stratum", "pool").count().collect()}
+    quotas = stratum_quotas(dict(zip(keys, counts)), avail, ratio, n1_fraction)
+    q = quotas.to_pydict()
+    groups = {}
+    for s, n1, n2 in zip(q["stratum"], q["n1_actual"], q["n2_actual"]):
+        for p, k in (("N1", n1), ("N2", n2)):
+            if k > 0:
+                groups[(s, p)] = (k, _hash_threshold(k, avail.get((s, p), 0)))
+    if not groups:
+        return assemble_catalog(pos, NEGATIVE_SCHEMA.empty_table(), salt), quotas
+
+    hashed_schema = pa.schema([*(f.with_nullable(True) for f in NEGATIVE_SCHEMA), pa.field("_stratum", pa.string()), pa.field("_h", pa.float64())])
+
+    def add_hash(batches):
+        for b in batches:
+            yield pa.RecordBatch.from_arrays(
+                [*(b.column(f.name) for f in hashed_schema if f.name != "_h"), pa.array(sample_hash(b.column("object_id").to_numpy(zero_copy_only=False), salt))],
+                schema=hashed_schema,
+            )
+
+    hashed = negatives.mapInArrow(add_hash, _spark_schema(hashed_schema))
+    w = Window.partitionBy("_stratum", "pool").orderBy("_h", "object_id")
+    for _attempt in range(2):
+        limits = spark.createDataFrame([(s, p, int(k), float(t)) for (s, p), (k, t) in sorted(groups.items())], "_stratum string, pool string, _k long, _t double")
+        kept = hashed.join(F.broadcast(limits), ["_stratum", "pool"]).filter(F.col("_h") < F.col("_t"))
+        ranked = kept.withColumn("_rank", F.row_number().over(w)).filter(F.col("_rank") <= F.col("_k"))
+        selected = ranked.select(*[f.name for f in NEGATIVE_SCHEMA]).toArrow()
+        got = {}
+        sk = stratum_keys(selected).astype(str) if selected.num_rows else np.zeros(0, dtype=str)
+        pl = np.asarray(selected.column("pool").to_pylist(), dtype=object).astype(str) if selected.num_rows else np.zeros(0, dtype=str)
+        for (s, p) in groups:
+            got[(s, p)] = int(((sk == s) & (pl == p)).sum())
+        short = {g for g, (k, t) in groups.items() if got[g] < k and t < 1.0}
+        if not short:
+            break
+        groups = {g: (k, 1.0 if g in short else t) for g, (k, t) in groups.items()}
+    selected = selected.cast(NEGATIVE_SCHEMA) if selected.num_rows else NEGATIVE_SCHEMA.empty_table()
+    return assemble_catalog(pos, selected, salt), quotas

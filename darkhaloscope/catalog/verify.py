@@ -1,0 +1,139 @@
+"""Independent checks of the catalog tables (the logic behind the Dagster asset checks).
+
+Each check recomputes its answer with a different tool from the code it checks: the known-lens
+exclusion with astropy's ``search_around_sky`` (not the KD-tree of cuts.py), the cuts with a
+DuckDB SQL query (not numpy), and split disjointness from pixels recomputed from ra/dec (not the
+stored ``healpix_128`` column, whose circularity hid the original bug, seed_system §5 item 1).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from .. import sky
+from ..constants import SPLIT_NSIDE
+from ..errors import InputError
+from .cuts import NegativeSelectionConfig
+
+
+def verify_exclusion_with_astropy(negatives: pa.Table, known_lenses: pa.Table, radius_arcsec: float = 11.0) -> dict:
+    """Negatives closer than ``radius_arcsec`` to a known lens (astropy SkyCoord.search_around_sky).
+
+    Returns {"n_violations": rows of ``negatives`` within the radius, "examples": up to 10
+    (object_id, lens name or index, separation in arcsec)}.
+    """
+    from astropy import units as u
+    from astropy.coordinates import SkyCoord
+
+    if negatives.num_rows == 0 or known_lenses.num_rows == 0:
+        return {"n_violations": 0, "examples": []}
+    neg = SkyCoord(negatives.column("ra").to_numpy() * u.deg, negatives.column("dec").to_numpy() * u.deg)
+    lens = SkyCoord(
+        np.asarray(known_lenses.column("ra").to_numpy(zero_copy_only=False), float) * u.deg,
+        np.asarray(known_lenses.column("dec").to_numpy(zero_copy_only=False), float) * u.deg,
+    )
+    # Returns (indices into the argument, indices into self, ...).
+    i_lens, i_neg, sep, _ = neg.search_around_sky(lens, radius_arcsec * u.arcsec)
+    bad = np.unique(i_neg)
+    names = known_lenses.column("name").to_pylist() if "name" in known_lenses.column_names else list(range(known_lenses.num_rows))
+    oid = negatives.column("object_id").to_numpy()
+    ex = [(int(oid[a]), names[b], float(s.to_value(u.arcsec))) for a, b, s in list(zip(i_neg, i_lens, sep))[:10]]
+    return {"n_violations": int(len(bad)), "examples": ex}
+
+
+def verify_cuts_with_duckdb(negatives: pa.Table | str | os.PathLike, config: NegativeSelectionConfig = NegativeSelectionConfig()) -> dict:
+    """Re-check every cut in DuckDB SQL on a negatives table or Parquet file/glob.
+
+    Returns {"n_rows": rows checked, "n_violating": rows failing any cut, and one count per cut}.
+    Nulls count as violations.
+    """
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        if isinstance(negatives, pa.Table):
+            con.register("negatives_view", negatives)
+            src = "negatives_view"
+        else:
+            src = "read_parquet(" + "'" + str(negatives).replace("'", "''") + "')"
+        types = ", ".join("'" + t.replace("'", "''") + "'" for t in sorted(config.types))
+        nobs = " OR ".join(f"coalesce(nobs_{b} < {int(config.min_nobs)}, true)" for b in config.nobs_bands)
+        conds = {
+            "dec_footprint": f"NOT coalesce(dec > {float(config.dec_min)!r} AND dec < {float(config.dec_max)!r}, false)",
+            "type": f"NOT coalesce(trim(type) IN ({types}), false)",
+            "maskbits": f"coalesce((maskbits & {int(config.maskbit_mask)}) <> 0, true)",
+            "nobs": nobs,
+            "zmag": f"NOT coalesce(flux_z > 0 AND 22.5 - 2.5 * log10(flux_z) < {float(config.zmag_max)!r}, false)",
+        }
+        sums = ", ".join(f"sum(CASE WHEN {c} THEN 1 ELSE 0 END) AS {k}" for k, c in conds.items())
+        anyc = " OR ".join(f"({c})" for c in conds.values())
+        row = con.execute(f"SELECT count(*) AS n, sum(CASE WHEN {anyc} THEN 1 ELSE 0 END) AS bad, {sums} FROM {src}").fetchone()
+    finally:
+        con.close()
+    out = {"n_rows": int(row[0]), "n_violating": int(row[1] or 0)}
+    out.update({k: int(v or 0) for k, v in zip(conds, row[2:])})
+    return out
+
+
+def verify_split_disjoint(*tables: pa.Table, nside: int = SPLIT_NSIDE) -> dict:
+    """Pixels (NESTED, recomputed from ra/dec with sky.healpix_nested) holding rows of two or more splits.
+
+    Returns {"n_pixels": distinct pixels, "n_mixed_pixels": pixels in several splits, "mixed_pixels": up to 20}.
+    """
+    ras, decs, splits = [], [], []
+    for i, t in enumerate(tables):
+        for c in ("ra", "dec", "split"):
+            if c not in t.column_names:
+                raise InputError(f"table {i} passed to verify_split_disjoint has no column {c!r}")
+        ras.append(t.column("ra").to_numpy())
+        decs.append(t.column("dec").to_numpy())
+        splits.append(np.asarray(t.column("split").to_pylist(), dtype=object))
+    if not ras or sum(len(r) for r in ras) == 0:
+        return {"n_pixels": 0, "n_mixed_pixels": 0, "mixed_pixels": []}
+    pix = sky.healpix_nested(np.concatenate(ras), np.concatenate(decs), nside)
+    _, code = np.unique(np.concatenate(splits).astype(str), return_inverse=True)
+    pairs = np.unique(np.stack([pix, code.astype(np.int64)], axis=1), axis=0)
+    upix, n_splits = np.unique(pairs[:, 0], return_counts=True)
+    mixed = upix[n_splits > 1]
+    return {"n_pixels": int(len(upix)), "n_mixed_pixels": int(len(mixed)), "mixed_pixels": [int(p) for p in mixed[:20]]}
+
+
+def split_fraction_report(
+    table: pa.Table, expected: tuple[tuple[str, float], ...] = sky.DEFAULT_SPLIT_FRACTIONS, tolerance: float = 0.02
+) -> dict:
+    """Observed fraction of rows per split against ``expected``; a warning per split off by > tolerance.
+
+    Spatial splits of small areas are lumpy, so this is a warning, not a failure.
+    """
+    s = np.asarray(table.column("split").to_pylist(), dtype=object)
+    n = len(s)
+    fractions, warnings = {}, []
+    for name, f in expected:
+        obs = float((s == name).sum() / n) if n else 0.0
+        fractions[name] = {"observed": obs, "expected": f, "n": int((s == name).sum())}
+        if abs(obs - f) > tolerance:
+            warnings.append(f"split {name!r}: observed fraction {obs:.3f} vs expected {f:.3f} (tolerance {tolerance})")
+    unknown = sorted(set(s.tolist()) - {name for name, _ in expected})
+    if unknown:
+        warnings.append(f"unknown split values {unknown}")
+    return {"n_rows": n, "fractions": fractions, "warnings": warnings, "ok": not warnings}
+
+
+def strata_coverage(positives: pa.Table, negatives: pa.Table) -> dict:
+    """Every stratum of the eligible positives must have negatives.
+
+    Returns {"strata": {stratum: {"n_positives", "n_negatives"}}, "missing": [strata without
+    negatives], "ok": bool}. Positives with flags are restricted to the eligible ones first.
+    """
+    from .sampling import eligible_positives, stratum_keys
+
+    pos = eligible_positives(positives) if "passes_negative_cuts" in positives.column_names else positives
+    ps, pc_ = np.unique(stratum_keys(pos).astype(str), return_counts=True)
+    ns, nc = np.unique(stratum_keys(negatives).astype(str), return_counts=True)
+    neg = dict(zip(ns.tolist(), nc.tolist()))
+    strata = {s: {"n_positives": int(c), "n_negatives": int(neg.get(s, 0))} for s, c in zip(ps.tolist(), pc_.tolist())}
+    missing = [s for s, d in strata.items() if d["n_negatives"] == 0]
+    return {"strata": strata, "missing": missing, "ok": not missing}

@@ -1,0 +1,392 @@
+"""Library part of the ``injection_bank`` asset: plan injection tasks, render them into host
+cutouts, and paint the arcs of the mock survey's known lenses. No dagster here.
+
+Units: angles in arcsec, fluxes in nanomaggies (AB ZP 22.5), velocity dispersion in km/s, images
+float32 [band, y, x] in nmgy/pixel (bands g, r, z), host centred at pixel ((S-1)/2, (S-1)/2).
+
+Determinism: every random quantity of a task comes from its ``seed`` = stable_hash64(salt, batch,
+index) (priors by ``unit_hash_array(seed, salt=parameter)``, clumps and Poisson noise by generators
+seeded from the seed), and all physical parameters are frozen into the task table at planning
+time, so rendering is a pure function of (task row, host pixels) and reruns give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from ..constants import BANDS, STAMP_SIZE
+from ..errors import InputError
+from ..seeding import stable_hash64, torch_generator_for, unit_hash_array
+from .cosmology import DEFAULT_COSMOLOGY, sigma_v_from_theta_e
+from .priors import DEFAULT_PRIORS, PriorRegistry, draw_clumps, draw_system_parameters
+from .render import RenderConfig, add_poisson_noise, arc_snr, render_lensed_sources
+from .sie import LensBatch, ellipticity_from_phi_q
+from .source import SourceBatch, band_fluxes, mag_from_flux
+
+#: Kolmogorov scaling of the seeing FWHM (lambda^-1/5) used when a band's psfsize is missing
+#: (112 DR10 bricks have psfsize_g = 0, lesson 29): g = 1.05 r, z = 0.94 r (F-INJ-8, lesson 41).
+PSF_BAND_SCALE_FROM_R = {"g": 1.05, "r": 1.0, "z": 0.94}
+#: Metadata key holding the planning summary (JSON) on a task table's schema.
+PLAN_SUMMARY_KEY = b"dhs_plan_summary"
+HOST_COLUMNS = ("object_id", "ra", "dec", "split", "type", "psfsize_g", "psfsize_r", "psfsize_z",
+                "psfdepth_g", "psfdepth_r", "psfdepth_z")
+#: Columns of the mock survey's known-lens truth rows read by ``paint_known_lens_arcs``.
+KNOWN_LENS_TRUTH_COLUMNS = ("theta_e_arcsec", "lens_e1", "lens_e2", "shear_g1", "shear_g2", "src_mag_r",
+                            "src_r_sersic_arcsec", "src_n_sersic", "src_e1", "src_e2", "src_x_arcsec",
+                            "src_y_arcsec", "src_g_minus_r", "src_r_minus_z")
+
+
+def _grid(start: float, stop: float, step: float) -> tuple[float, ...]:
+    if not (step > 0 and stop >= start):
+        raise InputError(f"grid ({start}, {stop}, step {step}) is empty or has step <= 0")
+    k = int(np.floor((stop - start) / step + 1e-9)) + 1
+    return tuple(float(np.round(start + i * step, 10)) for i in range(k))
+
+
+@dataclass(frozen=True)
+class InjectionConfig:
+    """Planning and rendering settings of the injection bank.
+
+    theta_e_grid [arcsec] and z_l_grid: (start, stop, step), inclusive; per_cell: injections per
+    (theta_E, z_l) cell; batch_size: tasks per ``batch`` key; sigma_v_range [km/s]: tasks needing
+    sigma_v outside it are skipped; cosmology: name for ``cosmology.get_cosmology``; host_splits:
+    only hosts whose ``split`` is listed (None = all); poisson_gain [e-/nmgy]: source Poisson noise
+    on the arc (None = off); render: numerics (supersampling, PSF profile, S/N threshold);
+    render_chunk: systems per render call (memory bound; results do not depend on it).
+    """
+
+    theta_e_grid: tuple[float, float, float] = (0.5, 3.0, 0.25)
+    z_l_grid: tuple[float, float, float] = (0.1, 0.9, 0.1)
+    per_cell: int = 10
+    batch_size: int = 2048
+    sigma_v_range: tuple[float, float] = (50.0, 500.0)
+    cosmology: str = DEFAULT_COSMOLOGY
+    host_splits: tuple[str, ...] | None = None
+    priors: PriorRegistry = field(default_factory=lambda: DEFAULT_PRIORS)
+    poisson_gain: float | None = None
+    render: RenderConfig = field(default_factory=RenderConfig)
+    render_chunk: int = 128
+    salt: str = "injection_bank/v1"
+
+    def theta_e_values(self) -> tuple[float, ...]:
+        return _grid(*self.theta_e_grid)
+
+    def z_l_values(self) -> tuple[float, ...]:
+        return _grid(*self.z_l_grid)
+
+
+def host_psf_fwhm(psfsize: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-band PSF FWHM [arcsec] (N, 3) from host psfsize_g/r/z (N, 3), with missing (<= 0 or
+    non-finite) g or z replaced by r x (1.05, 0.94). Returns (fwhm, ok) where ok is False when r
+    itself is missing (fwhm NaN there)."""
+    p = np.asarray(psfsize, dtype=np.float64).reshape(-1, 3)
+    good = np.isfinite(p) & (p > 0)
+    out = p.copy()
+    for b, name in enumerate(BANDS):
+        out[:, b] = np.where(good[:, b], p[:, b], p[:, 1] * PSF_BAND_SCALE_FROM_R[name])
+    ok = good[:, 1]
+    out[~ok] = np.nan
+    return out, ok
+
+
+def _validate_hosts(hosts: pa.Table) -> None:
+    missing = [c for c in HOST_COLUMNS if c not in hosts.column_names]
+    if missing:
+        raise InputError(f"hosts table lacks columns {missing}")
+    if hosts.num_rows == 0:
+        raise InputError("hosts table is empty")
+
+
+def _col(t: pa.Table, name: str, dtype=np.float64) -> np.ndarray:
+    return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def _build_tasks(hosts: pa.Table, theta_e: np.ndarray, z_l: np.ndarray, seeds: np.ndarray, batch: np.ndarray,
+                 index: np.ndarray, cell: np.ndarray, profile: str, cfg: InjectionConfig,
+                 params: dict[str, np.ndarray]):
+    """Rows for candidate tasks that pass the physical cuts, and each candidate's skip reason ('' = kept)."""
+    _validate_hosts(hosts)
+    if cfg.host_splits is not None:
+        keep = np.isin(_col(hosts, "split", object), np.asarray(cfg.host_splits, dtype=object))
+        hosts = hosts.filter(pa.array(keep))
+        if hosts.num_rows == 0:
+            raise InputError(f"no host has split in {cfg.host_splits}")
+    oid = _col(hosts, "object_id", np.int64)
+    # Hosts in a hashed order (independent of the input row order), dealt round-robin to tasks.
+    order = np.lexsort((oid, unit_hash_array(oid, salt=(cfg.salt, "hosts"))))
+    host_row = order[np.arange(len(theta_e)) % len(order)]
+    z_s = params["z_s"]
+    reason = np.full(len(theta_e), "", dtype=object)
+    reason[z_s <= z_l] = "z_s_le_z_l"
+    sigma_v = np.full(len(theta_e), np.nan)
+    okz = reason == ""
+    if okz.any():
+        sigma_v[okz] = sigma_v_from_theta_e(theta_e[okz], z_l[okz], z_s[okz], cfg.cosmology)
+    lo, hi = cfg.sigma_v_range
+    reason[okz & (sigma_v < lo)] = "sigma_v_below_range"
+    reason[okz & (sigma_v > hi)] = "sigma_v_above_range"
+    psf, psf_ok = host_psf_fwhm(np.stack([_col(hosts, f"psfsize_{b}") for b in BANDS], axis=1))
+    reason[(reason == "") & ~psf_ok[host_row]] = "host_psfsize_r_missing"
+    keep = reason == ""
+    h = host_row[keep]
+    lens_e1, lens_e2 = (t.numpy() for t in ellipticity_from_phi_q(torch.as_tensor(params["lens_phi_rad"]),
+                                                                   torch.as_tensor(params["lens_q"])))
+    src_e1, src_e2 = (t.numpy() for t in ellipticity_from_phi_q(torch.as_tensor(params["src_phi_rad"]),
+                                                                 torch.as_tensor(params["src_q"])))
+    beta = params["src_beta_frac"] * theta_e
+    ang = params["src_beta_angle_rad"]
+    cols = {
+        "injection_id": (batch.astype(np.int64) * cfg.batch_size + index)[keep],
+        "batch": batch.astype(np.int32)[keep],
+        "index_in_batch": index.astype(np.int32)[keep],
+        "seed": seeds.astype(np.int64)[keep],
+        "profile": np.full(int(keep.sum()), profile, dtype=object),
+        "cell_id": cell.astype(np.int32)[keep],
+        "host_object_id": oid[h],
+        "host_ra": _col(hosts, "ra")[h],
+        "host_dec": _col(hosts, "dec")[h],
+        "host_split": _col(hosts, "split", object)[h],
+        "host_type": _col(hosts, "type", object)[h],
+        "theta_e_arcsec": theta_e[keep],
+        "z_l": z_l[keep],
+        "z_s": z_s[keep],
+        "sigma_v_kms": sigma_v[keep],
+        "lens_q": params["lens_q"][keep],
+        "lens_phi_rad": params["lens_phi_rad"][keep],
+        "lens_e1": lens_e1[keep],
+        "lens_e2": lens_e2[keep],
+        "lens_center_x_arcsec": params["lens_center_x_arcsec"][keep],
+        "lens_center_y_arcsec": params["lens_center_y_arcsec"][keep],
+        "shear_g1": params["shear_g1"][keep],
+        "shear_g2": params["shear_g2"][keep],
+        "src_mag_r": params["src_mag_r"][keep],
+        "src_g_minus_r": params["src_g_minus_r"][keep],
+        "src_r_minus_z": params["src_r_minus_z"][keep],
+        "src_r_sersic_arcsec": params["src_r_sersic_arcsec"][keep],
+        "src_n_sersic": params["src_n_sersic"][keep],
+        "src_q": params["src_q"][keep],
+        "src_phi_rad": params["src_phi_rad"][keep],
+        "src_e1": src_e1[keep],
+        "src_e2": src_e2[keep],
+        "src_beta_frac": params["src_beta_frac"][keep],
+        # Source position relative to the lens centre (RA-like x East positive, y North) [arcsec].
+        "src_x_arcsec": (beta * np.cos(ang))[keep],
+        "src_y_arcsec": (beta * np.sin(ang))[keep],
+    }
+    for b, name in enumerate(BANDS):
+        cols[f"psf_fwhm_{name}"] = psf[h, b]
+    for name in BANDS:
+        cols[f"psfdepth_{name}"] = _col(hosts, f"psfdepth_{name}")[h]
+    return pa.table(cols), reason
+
+
+def _skip_counts(reason: np.ndarray) -> dict:
+    return {r: int((reason == r).sum()) for r in sorted(set(reason.tolist()) - {""})}
+
+
+def _with_summary(table: pa.Table, summary: dict) -> pa.Table:
+    return table.replace_schema_metadata({PLAN_SUMMARY_KEY: json.dumps(summary, sort_keys=True).encode()})
+
+
+def plan_summary(tasks: pa.Table) -> dict:
+    """The planning summary (counts of candidates, tasks, skipped tasks by reason, skipped cells)."""
+    meta = tasks.schema.metadata or {}
+    if PLAN_SUMMARY_KEY not in meta:
+        raise InputError("task table carries no planning summary (was it built by plan_injection_grid?)")
+    return json.loads(meta[PLAN_SUMMARY_KEY])
+
+
+def _seeds(cfg: InjectionConfig, profile: str, n: int):
+    j = np.arange(n, dtype=np.int64)
+    batch = j // cfg.batch_size
+    index = j % cfg.batch_size
+    seeds = np.array([stable_hash64(cfg.salt, profile, int(b), int(i)) & 0x7FFF_FFFF_FFFF_FFFF
+                      for b, i in zip(batch, index)], dtype=np.int64)
+    return batch, index, seeds
+
+
+def plan_injection_grid(hosts: pa.Table, config: InjectionConfig = InjectionConfig()) -> pa.Table:
+    """Selection-function tasks over the theta_E x z_l grid (``per_cell`` per cell), one row each.
+
+    Candidates are enumerated cell by cell (theta_E major) and numbered j; batch = j // batch_size,
+    index = j % batch_size, seed = stable_hash64(salt, 'selection', batch, index). z_s and all other
+    parameters come from the prior registry; sigma_v [km/s] is derived from (theta_E, z_l, z_s) and
+    recorded. Candidates with z_s <= z_l, sigma_v outside ``sigma_v_range`` or a host without an
+    r-band PSF size are dropped and counted (``plan_summary``); cells left empty are listed.
+    """
+    if config.per_cell < 1 or config.batch_size < 1:
+        raise InputError(f"per_cell and batch_size must be >= 1, got {config.per_cell}, {config.batch_size}")
+    te = np.asarray(config.theta_e_values())
+    zl = np.asarray(config.z_l_values())
+    ti, zi, _ = np.meshgrid(np.arange(len(te)), np.arange(len(zl)), np.arange(config.per_cell), indexing="ij")
+    ti, zi = ti.ravel(), zi.ravel()
+    cell = ti * len(zl) + zi
+    batch, index, seeds = _seeds(config, "selection", len(ti))
+    params = draw_system_parameters(seeds, config.priors)
+    table, reason = _build_tasks(hosts, te[ti], zl[zi], seeds, batch, index, cell, "selection", config, params)
+    keep = reason == ""
+    skipped = _skip_counts(reason)
+    filled = np.bincount(cell[keep], minlength=len(te) * len(zl))
+    empty = [{"theta_e_arcsec": float(te[c // len(zl)]), "z_l": float(zl[c % len(zl)])}
+             for c in np.flatnonzero(filled == 0)]
+    summary = {"profile": "selection", "n_cells": int(len(te) * len(zl)), "n_candidates": int(len(ti)),
+               "n_tasks": int(keep.sum()), "skipped_tasks": skipped, "n_skipped_cells": len(empty),
+               "skipped_cells": empty, "n_batches": int(len(np.unique(batch[keep]))) if keep.any() else 0}
+    return _with_summary(table, summary)
+
+
+def training_profile_tasks(hosts: pa.Table, n: int, config: InjectionConfig = InjectionConfig()) -> pa.Table:
+    """``n`` training injections with theta_E and z_l drawn from the prior registry (not a grid).
+
+    Candidates j = 0, 1, 2, ... are drawn as in ``plan_injection_grid`` (profile 'training') and
+    unphysical ones skipped until ``n`` tasks are kept, so the first k tasks do not depend on n.
+    """
+    if n < 1:
+        raise InputError(f"number of training tasks must be >= 1, got {n}")
+    m = n
+    while True:
+        batch, index, seeds = _seeds(config, "training", m)
+        params = draw_system_parameters(seeds, config.priors, extra=("theta_e_arcsec", "z_l"))
+        table, reason = _build_tasks(hosts, params["theta_e_arcsec"], params["z_l"], seeds, batch, index,
+                                     np.full(m, -1), "training", config, params)
+        if table.num_rows >= n:
+            break
+        if m > 64 * n:
+            raise InputError(f"priors accept too few training candidates ({table.num_rows} of {m}); check sigma_v_range")
+        m *= 2
+    table = table.slice(0, n)
+    last = int(np.flatnonzero(reason == "")[n - 1]) + 1
+    summary = {"profile": "training", "n_candidates": last, "n_tasks": n, "skipped_tasks": _skip_counts(reason[:last])}
+    return _with_summary(table, summary)
+
+
+def _clump_arrays(seeds: np.ndarray, r_sersic: np.ndarray, registry: PriorRegistry):
+    draws = [draw_clumps(int(s), float(r), registry) for s, r in zip(seeds, r_sersic)]
+    k = max((len(d[1]) for d in draws), default=0)
+    n = len(draws)
+    frac = np.array([d[0] for d in draws])
+    x, y, sig, w = (np.zeros((n, k)) for _ in range(4))
+    sig[:] = 1.0  # padding clumps have weight 0; sigma 1 keeps the Gaussian finite
+    for i, d in enumerate(draws):
+        m = len(d[1])
+        x[i, :m], y[i, :m], sig[i, :m], w[i, :m] = d[1], d[2], d[3], d[4]
+    return frac, x, y, sig, w
+
+
+def _task_batches(tasks: pa.Table, device, dtype, registry: PriorRegistry):
+    c = {name: _col(tasks, name) for name in (
+        "theta_e_arcsec", "lens_e1", "lens_e2", "lens_center_x_arcsec", "lens_center_y_arcsec", "shear_g1",
+        "shear_g2", "src_mag_r", "src_g_minus_r", "src_r_minus_z", "src_r_sersic_arcsec", "src_n_sersic",
+        "src_e1", "src_e2", "src_x_arcsec", "src_y_arcsec")}
+    lens = LensBatch.from_arrays(device=device, dtype=dtype, theta_e=c["theta_e_arcsec"], e1=c["lens_e1"],
+                                 e2=c["lens_e2"], center_x=c["lens_center_x_arcsec"],
+                                 center_y=c["lens_center_y_arcsec"], gamma1=c["shear_g1"], gamma2=c["shear_g2"])
+    frac, cx, cy, cs, cw = _clump_arrays(_col(tasks, "seed", np.int64), c["src_r_sersic_arcsec"], registry)
+    src = SourceBatch.from_arrays(
+        flux=band_fluxes(c["src_mag_r"], c["src_g_minus_r"], c["src_r_minus_z"]), r_sersic=c["src_r_sersic_arcsec"],
+        n_sersic=c["src_n_sersic"], e1=c["src_e1"], e2=c["src_e2"],
+        center_x=c["lens_center_x_arcsec"] + c["src_x_arcsec"], center_y=c["lens_center_y_arcsec"] + c["src_y_arcsec"],
+        clump_flux_frac=frac, clump_x=cx, clump_y=cy, clump_sigma=cs, clump_weight=cw, device=device, dtype=dtype)
+    return lens, src
+
+
+def render_injection_batch(tasks: pa.Table, host_images: np.ndarray, host_invvar: np.ndarray, device="cpu",
+                           config: InjectionConfig = InjectionConfig()):
+    """Inject the arcs of ``tasks`` (row i) into ``host_images[i]``.
+
+    host_images, host_invvar: (N, 3, S, S) float32 [nmgy/pixel], [1/nmgy^2]. Returns
+    (injected, arc, params): injected = host + arc and arc (N, 3, S, S) float32 [nmgy/pixel]; params
+    a pa.Table with injection_id, seed, success, failure_reason, magnification (extended mu),
+    arc_snr (r band) and arc_snr_g/r/z, lensed_mag_g/r/z (AB, unconvolved lensed flux in the
+    stamp), psf_fwhm_g/r/z [arcsec] used, n_refined_pixels. Failed rows (non-finite host pixels,
+    no positive invvar in r) keep the host unchanged and a zero arc. The paired control is the host.
+    """
+    n = tasks.num_rows
+    img = np.asarray(host_images)
+    iv = np.asarray(host_invvar)
+    s = config.render.n_pix
+    if img.shape != (n, 3, s, s) or iv.shape != img.shape:
+        raise InputError(f"host_images {img.shape} and host_invvar {iv.shape} must both be ({n}, 3, {s}, {s})")
+    finite = np.isfinite(img).all(axis=(1, 2, 3))
+    has_iv = (np.nan_to_num(iv[:, 1]) > 0).any(axis=(1, 2))
+    reason = np.where(~finite, "host_nonfinite", np.where(~has_iv, "host_invvar_r_empty", ""))
+    ok = reason == ""
+    arc = np.zeros_like(img, dtype=np.float32)
+    mu = np.full(n, np.nan)
+    snr = np.zeros((n, 3))
+    lensed_flux = np.full((n, 3), np.nan)
+    n_ref = np.zeros(n, dtype=np.int32)
+    psf = np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1)
+    seeds = _col(tasks, "seed", np.int64)
+    rows = np.flatnonzero(ok)
+    for start in range(0, len(rows), config.render_chunk):
+        sel = rows[start : start + config.render_chunk]
+        sub = tasks.take(pa.array(sel))
+        lens, src = _task_batches(sub, device, torch.float32, config.priors)
+        res = render_lensed_sources(lens, src, torch.as_tensor(psf[sel], dtype=torch.float32, device=device),
+                                    config.render)
+        a = res.arc
+        if config.poisson_gain is not None:
+            gens = [torch_generator_for("poisson", int(sd), device=str(a.device)) for sd in seeds[sel]]
+            a = add_poisson_noise(a, config.poisson_gain, gens)
+        iv_t = torch.as_tensor(iv[sel], dtype=torch.float32, device=device)
+        snr[sel] = arc_snr(a, iv_t, config.render.snr_threshold).double().cpu().numpy()
+        arc[sel] = a.cpu().numpy().astype(np.float32)
+        mu[sel] = res.magnification.double().cpu().numpy()
+        lensed_flux[sel] = res.lensed_flux.double().cpu().numpy()
+        n_ref[sel] = res.n_refined.cpu().numpy()
+    injected = (img.astype(np.float32) + arc).astype(np.float32)
+    injected[~ok] = img[~ok]
+    mags = mag_from_flux(lensed_flux)
+    cols = {"injection_id": _col(tasks, "injection_id", np.int64), "seed": seeds, "success": ok,
+            "failure_reason": reason.astype(object), "magnification": mu, "arc_snr": snr[:, 1]}
+    for b, name in enumerate(BANDS):
+        cols[f"arc_snr_{name}"] = snr[:, b]
+    for b, name in enumerate(BANDS):
+        cols[f"lensed_mag_{name}"] = mags[:, b]
+    for b, name in enumerate(BANDS):
+        cols[f"psf_fwhm_{name}"] = psf[:, b]
+    cols["n_refined_pixels"] = n_ref
+    return injected, arc, pa.table(cols)
+
+
+def paint_known_lens_arcs(truth: pa.Table, psfsize: np.ndarray, stamp_size: int = STAMP_SIZE, device="cpu",
+                          render: RenderConfig | None = None) -> np.ndarray:
+    """Arcs of known lenses from truth rows (KNOWN_LENS_TRUTH_COLUMNS; optional lens_x_arcsec,
+    lens_y_arcsec offsets of the lens from the stamp centre) -> (N, 3, S, S) float32 [nmgy/pixel],
+    PSF-convolved with per-band FWHM ``psfsize`` (N, 3) [arcsec] (missing g/z from r), lens at pixel
+    ((S-1)/2, (S-1)/2); source offsets src_x/y are relative to the lens (x East, y North)."""
+    missing = [c for c in KNOWN_LENS_TRUTH_COLUMNS if c not in truth.column_names]
+    if missing:
+        raise InputError(f"known-lens truth table lacks columns {missing}")
+    n = truth.num_rows
+    fwhm, ok = host_psf_fwhm(psfsize)
+    if fwhm.shape[0] != n:
+        raise InputError(f"psfsize has {fwhm.shape[0]} rows, truth has {n}")
+    if not ok.all():
+        raise InputError(f"psfsize r is missing (<= 0 or non-finite) for truth rows {np.flatnonzero(~ok)[:8].tolist()}")
+    cfg = render or RenderConfig(n_pix=stamp_size)
+    if cfg.n_pix != stamp_size:
+        raise InputError(f"render.n_pix {cfg.n_pix} != stamp_size {stamp_size}")
+    c = {k: _col(truth, k) for k in KNOWN_LENS_TRUTH_COLUMNS}
+    lx = _col(truth, "lens_x_arcsec") if "lens_x_arcsec" in truth.column_names else np.zeros(n)
+    ly = _col(truth, "lens_y_arcsec") if "lens_y_arcsec" in truth.column_names else np.zeros(n)
+    out = np.zeros((n, 3, stamp_size, stamp_size), dtype=np.float32)
+    for start in range(0, n, 128):
+        sl = slice(start, min(n, start + 128))
+        lens = LensBatch.from_arrays(device=device, dtype=torch.float32, theta_e=c["theta_e_arcsec"][sl],
+                                     e1=c["lens_e1"][sl], e2=c["lens_e2"][sl], center_x=lx[sl], center_y=ly[sl],
+                                     gamma1=c["shear_g1"][sl], gamma2=c["shear_g2"][sl])
+        src = SourceBatch.from_arrays(
+            flux=band_fluxes(c["src_mag_r"][sl], c["src_g_minus_r"][sl], c["src_r_minus_z"][sl]),
+            r_sersic=c["src_r_sersic_arcsec"][sl], n_sersic=c["src_n_sersic"][sl], e1=c["src_e1"][sl],
+            e2=c["src_e2"][sl], center_x=lx[sl] + c["src_x_arcsec"][sl], center_y=ly[sl] + c["src_y_arcsec"][sl],
+            device=device, dtype=torch.float32)
+        res = render_lensed_sources(lens, src, torch.as_tensor(fwhm[sl], dtype=torch.float32, device=device), cfg)
+        out[sl] = res.arc.cpu().numpy()
+    return out

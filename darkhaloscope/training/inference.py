@@ -1,0 +1,115 @@
+"""Scoring stamps with a trained lens finder: streaming, bounded memory, unusable stamps never scored.
+
+A stamp with a non-finite pixel or an all-zero band (a failed or off-footprint cutout) gets score NaN
+and a reason, never the score of a zero image (the seed system scored zero arrays after load
+failures, lesson 72).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import torch
+
+from ..constants import BANDS
+from ..errors import InputError
+from .preprocess import PreprocessSpec, preprocess
+
+
+def resolve_device(requested: str | None = None) -> torch.device:
+    """Torch device for 'auto' | 'cpu' | 'cuda[:k]'. An explicit choice wins; 'auto' (or None) defers
+    to the DHS_DEVICE environment variable, whose own 'auto' (the default) picks CUDA when present."""
+    req = str(requested or "auto").lower()
+    if req == "auto":
+        req = os.environ.get("DHS_DEVICE", "auto").strip().lower() or "auto"
+    if req == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if req == "cpu":
+        return torch.device("cpu")
+    if req.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InputError(f"device {req!r} requested (DHS_DEVICE or config) but CUDA is not available")
+        return torch.device(req)
+    raise InputError(f"unknown device {req!r}; expected 'auto', 'cpu' or 'cuda'")
+
+
+def validate_stamps(images) -> tuple[np.ndarray, np.ndarray]:
+    """(N, 3, H, W) stamps -> (valid (N,) bool, reason (N,) str).
+
+    reason is '' for valid rows, else ';'-joined 'nonfinite_<band>' / 'zero_<band>' tokens.
+    """
+    x = images.detach().cpu().numpy() if isinstance(images, torch.Tensor) else np.asarray(images)
+    if x.ndim != 4:
+        raise InputError(f"stamps must have shape (N, bands, H, W), got {x.shape}")
+    n, c = x.shape[:2]
+    flat = x.reshape(n, c, -1)
+    nonfinite = ~np.isfinite(flat).all(axis=-1)
+    zero = ~np.any(flat != 0, axis=-1)
+    bands = BANDS if c == len(BANDS) else tuple(str(i) for i in range(c))
+    reason = np.full(n, "", dtype=object)
+    bad = nonfinite | zero
+    for i in np.flatnonzero(bad.any(axis=1)):
+        toks = [f"nonfinite_{bands[b]}" for b in np.flatnonzero(nonfinite[i])]
+        toks += [f"zero_{bands[b]}" for b in np.flatnonzero(zero[i])]
+        reason[i] = ";".join(toks)
+    return ~bad.any(axis=1), reason
+
+
+def _batches(images, batch_size: int) -> Iterable:
+    if isinstance(images, (np.ndarray, torch.Tensor)):
+        if images.ndim != 4:
+            raise InputError(f"stamps must have shape (N, bands, H, W), got {tuple(images.shape)}")
+        for i in range(0, images.shape[0], batch_size):
+            yield images[i : i + batch_size]
+    else:
+        yield from images
+
+
+def score_stamps(
+    model: torch.nn.Module,
+    spec,
+    images,
+    device: str | torch.device | None = None,
+    batch_size: int = 256,
+    input_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    amp: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lens probabilities for stamps, streamed in batches.
+
+    model: a single-logit network (see models.build_model); spec: the checkpoint's PreprocessSpec
+    (or a CheckpointSpec, whose ``.preprocess`` is used); images: (N, 3, H, W) nanomaggies as
+    numpy/torch, or an iterable of such batches (only one batch is held at a time);
+    input_transform: optional function applied to the preprocessed batch (gates use it to mask the
+    core); amp: bf16 autocast, CUDA only.
+
+    Returns (scores (N,) float32 in [0, 1], NaN where invalid; valid (N,) bool; reason (N,) str).
+    """
+    pspec = getattr(spec, "preprocess", spec)
+    if not isinstance(pspec, PreprocessSpec):
+        raise InputError(f"score_stamps needs a PreprocessSpec or CheckpointSpec, got {type(spec).__name__}")
+    if batch_size < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    model = model.to(dev).eval()
+    scores, valids, reasons = [], [], []
+    with torch.inference_mode():
+        for batch in _batches(images, batch_size):
+            ok, reason = validate_stamps(batch)
+            out = np.full(ok.shape[0], np.nan, dtype=np.float32)
+            if ok.any():
+                sel = np.flatnonzero(ok)
+                xb = batch[torch.from_numpy(sel)] if isinstance(batch, torch.Tensor) else np.asarray(batch)[sel]
+                x = preprocess(torch.as_tensor(xb).to(dev, non_blocking=True), pspec)
+                if input_transform is not None:
+                    x = input_transform(x)
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and dev.type == "cuda"):
+                    logits = model(x)
+                out[sel] = torch.sigmoid(logits.float()).cpu().numpy()
+            scores.append(out)
+            valids.append(ok)
+            reasons.append(reason)
+    if not scores:
+        return np.zeros(0, np.float32), np.zeros(0, bool), np.zeros(0, dtype=object)
+    return np.concatenate(scores), np.concatenate(valids), np.concatenate(reasons)

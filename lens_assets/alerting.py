@@ -1,0 +1,210 @@
+"""Alerts on failed asset checks and failed runs (Dagster OSS has no built-in check alerting).
+
+Two delivery paths share one de-duplication log in the lake (``ops/alert_log``):
+
+* ``alert_sensor`` runs under the daemon every 30 s. Its cursor is the event-log storage id of
+  the last terminal run-status event it processed; each tick it reads the runs that finished
+  since (success, failure or cancellation), turns their failed check evaluations (ERROR and WARN)
+  and their run failure into :class:`~darkhaloscope.alerts.Alert` objects and delivers them.
+* ``dhs materialize`` runs without the daemon and calls :func:`deliver_run_alerts` after each run.
+
+Because an alert's dedup key depends only on (kind, asset, check, partition, run id) and both
+paths consult the same log, neither sends what the other already sent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Sequence
+
+import dagster as dg
+from dagster import DagsterEventType
+
+from darkhaloscope.alerts import Alert, DeliveryOutcome, deliver, iso_utc, redact
+from darkhaloscope.errors import InputError
+from resources.alert_sinks import AlertSinksResource
+
+DEFAULT_WEBSERVER_URL = "http://127.0.0.1:3000"
+_TERMINAL = (DagsterEventType.RUN_SUCCESS, DagsterEventType.RUN_FAILURE, DagsterEventType.RUN_CANCELED)
+_RUN_EVENTS = {
+    DagsterEventType.ASSET_CHECK_EVALUATION,
+    DagsterEventType.ASSET_MATERIALIZATION_PLANNED,
+    DagsterEventType.STEP_FAILURE,
+    DagsterEventType.RUN_FAILURE,
+}
+_MAX_TEXT = 2000  # characters of an error message kept in an alert (stack traces are in the UI)
+
+
+def run_url(run_id: str) -> str:
+    """Link to a run in the Dagster UI: ``{DAGSTER_WEBSERVER_URL or http://127.0.0.1:3000}/runs/<run_id>``."""
+    base = os.environ.get("DAGSTER_WEBSERVER_URL") or DEFAULT_WEBSERVER_URL
+    return f"{base.rstrip('/')}/runs/{run_id}"
+
+
+def _metadata_to_json(metadata: Any) -> dict:
+    """Dagster MetadataValues -> plain JSON values (redacted by Alert)."""
+    out = {}
+    for k, v in (metadata or {}).items():
+        raw = getattr(v, "value", v)
+        try:
+            json.dumps(raw, allow_nan=False)
+        except (TypeError, ValueError):
+            raw = str(raw)  # tables, schemas, NaN floats: keep a readable form rather than drop them
+        out[str(k)] = raw
+    return out
+
+
+def _error_text(err: Any) -> str:
+    """The error's message followed by its causes' (Dagster wraps user errors: the cause says what broke)."""
+    parts = []
+    while err is not None and len(parts) < 5:
+        parts.append(err.message.strip())
+        err = err.cause or err.context
+    return " <- caused by: ".join(parts)
+
+
+def _alerts_for_run(instance: dg.DagsterInstance, run_id: str) -> list[Alert]:
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        raise InputError(f"run {run_id!r} is not in the Dagster instance")
+    url = run_url(run_id)
+    run_partition = run.tags.get("dagster/partition")
+    alerts: list[Alert] = []
+    step_assets: dict[str, set[str]] = {}
+    step_errors: dict[str, str] = {}
+    failure_entry = None
+    for entry in instance.all_logs(run_id, of_type=_RUN_EVENTS):
+        ev = entry.dagster_event
+        if ev is None:
+            continue
+        etype = ev.event_type
+        if etype == DagsterEventType.ASSET_MATERIALIZATION_PLANNED:
+            if ev.step_key:
+                step_assets.setdefault(ev.step_key, set()).add(ev.event_specific_data.asset_key.to_user_string())
+        elif etype == DagsterEventType.ASSET_CHECK_EVALUATION:
+            evaluation = ev.event_specific_data
+            if evaluation.passed:
+                continue
+            alerts.append(
+                Alert(
+                    kind="check_failed",
+                    asset=evaluation.asset_key.to_user_string(),
+                    check=evaluation.check_name,
+                    partition=evaluation.partition or run_partition,
+                    severity=evaluation.severity.value,
+                    description=(evaluation.description or f"asset check {evaluation.check_name!r} did not pass")[:_MAX_TEXT],
+                    metadata=dict(_metadata_to_json(evaluation.metadata), blocking=bool(evaluation.blocking)),
+                    run_id=run_id,
+                    run_url=url,
+                    created_at=iso_utc(entry.timestamp),
+                )
+            )
+        elif etype == DagsterEventType.STEP_FAILURE:
+            err = getattr(ev.event_specific_data, "error", None)
+            step_errors[ev.step_key or "?"] = (_error_text(err) if err else entry.user_message or "")[:_MAX_TEXT]
+        elif etype == DagsterEventType.RUN_FAILURE:
+            failure_entry = entry
+    if failure_entry is not None:
+        failed_assets = sorted({a for s in step_errors for a in step_assets.get(s, {s})})
+        err = getattr(failure_entry.dagster_event.event_specific_data, "error", None)
+        detail = "; ".join(f"{s}: {m}" for s, m in sorted(step_errors.items())) or (err.message.strip() if err else "")
+        alerts.append(
+            Alert(
+                kind="run_failed",
+                asset=",".join(failed_assets) or run.job_name,
+                check=None,
+                partition=run_partition,
+                severity="ERROR",
+                description=f"{failure_entry.user_message or 'run failed'} {detail}".strip()[:_MAX_TEXT],
+                metadata={
+                    "job_name": run.job_name,
+                    "failed_steps": sorted(step_errors),
+                    "failure_reason": run.tags.get("dagster/failure_reason"),
+                },
+                run_id=run_id,
+                run_url=url,
+                created_at=iso_utc(failure_entry.timestamp),
+            )
+        )
+    return alerts
+
+
+def _parse_cursor(cursor: str | None) -> int:
+    if not cursor:
+        return 0
+    try:
+        value = json.loads(cursor)["after_storage_id"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"alert sensor cursor {cursor!r} is not of the form {{\"after_storage_id\": N}}") from exc
+    if not isinstance(value, int) or value < 0:
+        raise InputError(f"alert sensor cursor {cursor!r}: after_storage_id must be a non-negative integer")
+    return value
+
+
+def collect_alerts(
+    instance: dg.DagsterInstance, run_id: str | None = None, since_cursor: str | None = None, limit: int = 200
+) -> tuple[list[Alert], str | None]:
+    """Alerts for failed checks (ERROR and WARN) and failed runs, and the cursor to pass next time.
+
+    With ``run_id``: the alerts of that run only; the cursor is returned unchanged. Otherwise:
+    every run that reached a terminal state (success, failure, cancellation) after
+    ``since_cursor`` (``None`` = the whole history), at most ``limit`` status events per kind per
+    call; the returned cursor (``{"after_storage_id": N}``) never skips an unprocessed event.
+    Metadata and descriptions are redacted.
+    """
+    if run_id is not None:
+        return _alerts_for_run(instance, run_id), since_cursor
+    after = _parse_cursor(since_cursor)
+    found: list[tuple[int, str]] = []
+    horizon: int | None = None  # with a truncated page, events past its end wait for the next call
+    for etype in _TERMINAL:
+        res = instance.fetch_run_status_changes(
+            dg.RunStatusChangeRecordsFilter(event_type=etype, after_storage_id=after), limit=limit, ascending=True
+        )
+        found += [(r.storage_id, r.run_id) for r in res.records]
+        if res.has_more and res.records:
+            last = res.records[-1].storage_id
+            horizon = last if horizon is None else min(horizon, last)
+    if horizon is not None:
+        found = [f for f in found if f[0] <= horizon]
+    alerts: list[Alert] = []
+    seen_runs: set[str] = set()
+    for _, rid in sorted(found):
+        if rid not in seen_runs:
+            seen_runs.add(rid)
+            alerts += _alerts_for_run(instance, rid)
+    new_after = max([after] + [sid for sid, _ in found])
+    return alerts, json.dumps({"after_storage_id": new_after})
+
+
+def deliver_run_alerts(instance: dg.DagsterInstance, run_id: str, sinks: Sequence[Any]) -> list[DeliveryOutcome]:
+    """Deliver the alerts of one finished run (used by ``dhs materialize``, which has no daemon).
+
+    ``sinks`` is ``AlertSinksResource(...).build_sinks()`` or any list including a JsonlAlertLog
+    for de-duplication. Returns the outcomes of newly delivered alerts (empty if already sent).
+    """
+    alerts, _ = collect_alerts(instance, run_id=run_id)
+    return deliver(alerts, sinks)
+
+
+@dg.sensor(
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Sends failed asset checks (ERROR and WARN) and failed runs to the alert sinks, once each.",
+)
+def alert_sensor(context: dg.SensorEvaluationContext, alert_sinks: AlertSinksResource) -> dg.SkipReason:
+    alerts, cursor = collect_alerts(context.instance, since_cursor=context.cursor)
+    outcomes = deliver(alerts, alert_sinks.build_sinks())
+    # The cursor moves only after the log was written: if the lake is unreachable the tick
+    # raises, the cursor stays, and the next tick retries the same runs.
+    context.update_cursor(cursor)
+    failed = [o for o in outcomes if not o.ok]
+    for o in failed:
+        context.log.error(redact(f"alert {o.alert.dedup_key} not delivered to {sorted(o.errors)}"))
+    return dg.SkipReason(
+        f"{len(alerts)} alert(s) seen, {len(outcomes)} new, {len(failed)} with a delivery failure (see ops/alerts)"
+    )
+
+
+alerting_defs = dg.Definitions(sensors=[alert_sensor])

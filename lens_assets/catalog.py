@@ -1,0 +1,265 @@
+"""Catalog stage on Spark: negative pools (N1 + N2), known-lens positives, the stratified training catalog.
+
+The selection logic lives once in ``darkhaloscope.catalog`` as vectorised functions over Arrow
+batches; these assets apply it inside Spark with ``mapInArrow`` (``DHS_SPARK_MASTER``) and commit
+the results to the lake, one partition per sweep file for the negatives.
+"""
+
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
+from dagster_pyspark import LazyPySparkResource
+
+from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_table
+from darkhaloscope.catalog.spark import negatives_on_spark, positives_on_spark, training_catalog_on_spark
+from darkhaloscope.catalog.verify import (
+    split_fraction_report,
+    strata_coverage,
+    verify_cuts_with_duckdb,
+    verify_exclusion_with_astropy,
+    verify_split_disjoint,
+)
+from darkhaloscope.contracts import NEGATIVES, POSITIVES, TRAINING_CATALOG
+from resources import ComputeResource, LakeResource
+
+from .common import OWNERS, as_metadata, contract_result, schema_metadata
+from .survey import known_lenses, sweeps
+
+GROUP = "catalog"
+
+
+class NegativesConfig(dg.Config):
+    """Paper IV / seed-system defaults for the negative pools (every cut is a field)."""
+
+    dec_min: float = -18.0
+    dec_max: float = 32.0
+    types: list[str] = ["SER", "DEV", "REX", "EXP"]
+    min_nobs: int = 3
+    zmag_max: float = 20.0
+    excluded_maskbits: list[int] = [1, 5, 6, 7, 11, 12, 13]
+    exclusion_radius_arcsec: float = 11.0
+
+    def selection(self) -> NegativeSelectionConfig:
+        return NegativeSelectionConfig(
+            dec_min=self.dec_min,
+            dec_max=self.dec_max,
+            types=frozenset(self.types),
+            min_nobs=self.min_nobs,
+            zmag_max=self.zmag_max,
+            excluded_maskbits=frozenset(self.excluded_maskbits),
+            exclusion_radius_arcsec=self.exclusion_radius_arcsec,
+        )
+
+
+def _spark(pyspark: LazyPySparkResource):
+    import os
+    import sys
+
+    # executors must run this interpreter, which has darkhaloscope installed
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return pyspark.spark_session
+
+
+@dg.asset(
+    key_prefix=[GROUP],
+    group_name=GROUP,
+    deps=[sweeps, known_lenses],
+    kinds={"spark", "parquet"},
+    owners=OWNERS,
+    code_version="1",
+    pool="spark",
+)
+def negatives(context: dg.AssetExecutionContext, config: NegativesConfig, pyspark: LazyPySparkResource, lake: LakeResource) -> dg.MaterializeResult:
+    """N1 (representative) and N2 (confuser) negative pools in one table with a ``pool`` column,
+    one lake partition per sweep file. Cuts: footprint, TYPE, nobs, z mag (non-positive flux
+    rejected), maskbits, known-lens exclusion radius; the funnel is stored as ``selection_funnel``."""
+    store = lake.lake()
+    spark = _spark(pyspark)
+    lenses = store.read_table("survey", "known_lenses")
+    sel = config.selection()
+    df, funnel = negatives_on_spark(spark, store.part_uris("survey", "sweeps"), lenses, sel)
+    table = df.toArrow()
+    spark.catalog.clearCache()
+    written = set()
+    files = sorted(set(table.column("sweep_file").to_pylist())) if table.num_rows else []
+    for name in files:
+        part = table.filter(pc.equal(table.column("sweep_file"), name)).sort_by("object_id")
+        store.write_table(GROUP, "negatives", part, partition={"sweep_file": name})
+        written.add(name)
+    for stale in store.partitions(GROUP, "negatives") if store.exists(GROUP, "negatives") else []:
+        if stale.get("sweep_file") not in written:
+            store.delete_partition(GROUP, "negatives", stale)
+    ft = funnel_table(funnel)
+    store.write_table(GROUP, "selection_funnel", ft)
+    pools = {str(d["values"]): int(d["counts"]) for d in table.column("pool").value_counts().to_pylist()} if table.num_rows else {}
+    cats = table.column("confuser_category").value_counts().to_pylist() if table.num_rows else []
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": table.num_rows,
+            "dagster/uri": dg.MetadataValue.path(store.full_uri(store.table_path(GROUP, "negatives"))),
+            "dagster/column_schema": schema_metadata(table.schema),
+            "pools": dg.MetadataValue.json(pools),
+            "confuser_categories": dg.MetadataValue.json({str(d["values"]): int(d["counts"]) for d in cats}),
+            "funnel": dg.MetadataValue.md(_funnel_md(ft)),
+            "spark_master": spark.sparkContext.master,
+        }
+    )
+
+
+def _funnel_md(ft: pa.Table) -> str:
+    rows = ["| sweep file | step | removed | remaining |", "|---|---|---|---|"]
+    for r in ft.to_pylist():
+        rows.append(f"| {r['sweep_file']} | {r['step']} | {r['n_removed']} | {r['n_remaining']} |")
+    return "\n".join(rows)
+
+
+@dg.asset_check(asset=negatives, blocking=True, description="schema, unique object ids, pools and splits match the contract")
+def negatives_contract(lake: LakeResource) -> dg.AssetCheckResult:
+    return contract_result(lake.lake(), GROUP, "negatives", NEGATIVES)
+
+
+@dg.asset_check(asset=negatives, blocking=True, description="no negative within the exclusion radius of a known lens (independent astropy cross-match)")
+def negatives_exclusion(lake: LakeResource) -> dg.AssetCheckResult:
+    store = lake.lake()
+    neg = store.read_table(GROUP, "negatives", columns=["object_id", "ra", "dec"])
+    res = verify_exclusion_with_astropy(neg, store.read_table("survey", "known_lenses"), NegativesConfig().exclusion_radius_arcsec)
+    return dg.AssetCheckResult(passed=res["n_violations"] == 0, metadata=as_metadata(res))
+
+
+@dg.asset_check(asset=negatives, blocking=True, description="every negative passes every cut, re-verified with DuckDB SQL over the output")
+def negatives_pass_cuts(lake: LakeResource) -> dg.AssetCheckResult:
+    res = verify_cuts_with_duckdb(lake.lake().read_table(GROUP, "negatives"), NegativesConfig().selection())
+    return dg.AssetCheckResult(passed=res["n_violating"] == 0, metadata={k: int(v) for k, v in res.items()})
+
+
+@dg.asset(
+    key_prefix=[GROUP],
+    group_name=GROUP,
+    deps=[sweeps, known_lenses],
+    kinds={"spark", "parquet"},
+    owners=OWNERS,
+    code_version="1",
+    pool="spark",
+)
+def positives(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource, lake: LakeResource) -> dg.MaterializeResult:
+    """Known galaxy-scale lenses cross-matched (broadcast, on Spark) to their nearest sweep source
+    within 1.5″, with tier A (confident) / B (probable), the negatives' photometry, conditions,
+    strata and split; positives outside the negatives' footprint or failing their cuts are kept
+    and flagged."""
+    store = lake.lake()
+    spark = _spark(pyspark)
+    table, summary = positives_on_spark(spark, store.part_uris("survey", "sweeps"), store.read_table("survey", "known_lenses"), config=NegativesConfig().selection())
+    info = store.write_table(GROUP, "positives", table)
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": table.num_rows,
+            "dagster/uri": dg.MetadataValue.path(info.uri),
+            "dagster/column_schema": schema_metadata(table.schema),
+            "summary": dg.MetadataValue.json(summary),
+        }
+    )
+
+
+@dg.asset_check(asset=positives, blocking=True, description="schema, unique lens names, tiers, separations within the match radius")
+def positives_contract(lake: LakeResource) -> dg.AssetCheckResult:
+    return contract_result(lake.lake(), GROUP, "positives", POSITIVES)
+
+
+class TrainingCatalogConfig(dg.Config):
+    """Negatives per positive (Paper IV: ~100) and the N1 share of each stratum's negatives."""
+
+    negatives_per_positive: int = 100
+    n1_fraction: float = 0.85
+
+
+@dg.asset(
+    key_prefix=[GROUP],
+    group_name=GROUP,
+    deps=[negatives, positives],
+    kinds={"spark", "parquet"},
+    owners=OWNERS,
+    code_version="1",
+    pool="spark",
+)
+def training_catalog(
+    context: dg.AssetExecutionContext, config: TrainingCatalogConfig, pyspark: LazyPySparkResource, lake: LakeResource, compute: ComputeResource
+) -> dg.MaterializeResult:
+    """Positives plus negatives sampled per (nobs_z_bin, type_bin) stratum of the positives at the
+    configured ratio and N1:N2 mix, deterministic by hash order; per-stratum targets and actuals
+    are stored as ``training_strata``."""
+    store = lake.lake()
+    spark = _spark(pyspark)
+    ratio = config.negatives_per_positive if compute.profile == "full" else min(config.negatives_per_positive, DEMO_RATIO)
+    neg_df = spark.read.parquet(*store.part_uris(GROUP, "negatives"))
+    catalog, strata = training_catalog_on_spark(spark, neg_df, store.read_table(GROUP, "positives"), ratio=ratio, n1_fraction=config.n1_fraction)
+    info = store.write_table(GROUP, "training_catalog", catalog)
+    store.write_table(GROUP, "training_strata", strata)
+    labels = catalog.column("label").to_numpy()
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": catalog.num_rows,
+            "dagster/uri": dg.MetadataValue.path(info.uri),
+            "dagster/column_schema": schema_metadata(catalog.schema),
+            "n_positives": int((labels == 1).sum()),
+            "n_negatives": int((labels == 0).sum()),
+            "negatives_per_positive": ratio,
+            "strata": dg.MetadataValue.md(_strata_md(strata)),
+        }
+    )
+
+
+#: The demo profile samples fewer negatives per positive so that the demo trains in minutes on 2 cores.
+DEMO_RATIO = 20
+
+
+def _strata_md(strata: pa.Table) -> str:
+    cols = strata.column_names
+    rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    rows += ["| " + " | ".join(str(v) for v in r.values()) + " |" for r in strata.to_pylist()]
+    return "\n".join(rows)
+
+
+@dg.asset_check(asset=training_catalog, blocking=True, description="schema, unique object ids, labels and splits")
+def training_catalog_contract(lake: LakeResource) -> dg.AssetCheckResult:
+    return contract_result(lake.lake(), GROUP, "training_catalog", TRAINING_CATALOG)
+
+
+@dg.asset_check(asset=training_catalog, blocking=True, description="no HEALPix pixel in two splits (pixels recomputed from ra/dec) across negatives, positives and the catalog")
+def splits_disjoint(lake: LakeResource) -> dg.AssetCheckResult:
+    store = lake.lake()
+    cols = ["ra", "dec", "split"]
+    res = verify_split_disjoint(
+        store.read_table(GROUP, "negatives", columns=cols),
+        store.read_table(GROUP, "positives", columns=cols),
+        store.read_table(GROUP, "training_catalog", columns=cols),
+    )
+    return dg.AssetCheckResult(passed=res["n_mixed_pixels"] == 0, metadata=as_metadata(res))
+
+
+@dg.asset_check(asset=training_catalog, blocking=False, description="split fractions of the negative pool within tolerance of 70/15/15 (warning: small areas are lumpy)")
+def split_fractions(lake: LakeResource) -> dg.AssetCheckResult:
+    res = split_fraction_report(lake.lake().read_table(GROUP, "negatives", columns=["split"]))
+    return dg.AssetCheckResult(passed=res["ok"], severity=dg.AssetCheckSeverity.WARN, metadata=as_metadata(res))
+
+
+@dg.asset_check(asset=training_catalog, blocking=True, description="every stratum of the positives has negatives")
+def strata_have_negatives(lake: LakeResource) -> dg.AssetCheckResult:
+    store = lake.lake()
+    res = strata_coverage(store.read_table(GROUP, "positives"), store.read_table(GROUP, "training_catalog", filter=pc.field("label") == 0))
+    return dg.AssetCheckResult(passed=res["ok"], metadata=as_metadata(res))
+
+
+catalog_defs = dg.Definitions(
+    assets=[negatives, positives, training_catalog],
+    asset_checks=[
+        negatives_contract,
+        negatives_exclusion,
+        negatives_pass_cuts,
+        positives_contract,
+        training_catalog_contract,
+        splits_disjoint,
+        split_fractions,
+        strata_have_negatives,
+    ],
+)

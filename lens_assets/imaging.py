@@ -1,0 +1,212 @@
+"""Imaging stage: 101×101 g,r,z cutouts of every catalog target (one partition per sweep file),
+their quality metrics, and the cutout validation with its shortcut scan."""
+
+import itertools
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import dagster as dg
+
+from darkhaloscope.constants import STAMP_SIZE
+from darkhaloscope.contracts import CUTOUTS
+from darkhaloscope.errors import InputError
+from darkhaloscope.imaging.quality import quality_metrics, quality_summary
+from darkhaloscope.imaging.shortcuts import core_shortcut_failed, feature_aucs, shortcut_features
+from darkhaloscope.lake import Lake
+from darkhaloscope.stamps import from_tensor_column, to_tensor_array
+from resources import LakeResource, SurveyResource
+from resources.imaging import ImagingResource
+
+from .catalog import negatives, positives, training_catalog
+from .common import OWNERS, contract_result, fail_fast_on_bad_input, table_result
+from .partitions import sweep_partitions
+
+GROUP = "imaging"
+#: Target columns carried from the catalog into each cutout row.
+TARGET_COLUMNS = [
+    "object_id", "ra", "dec", "type", "split", "sweep_file",
+    "psfsize_g", "psfsize_r", "psfsize_z", "psfdepth_g", "psfdepth_r", "psfdepth_z",
+    "nobs_z_bin", "type_bin",
+]
+CHUNK = 256
+STAMP_COLUMNS = ("image", "invvar", "maskbits")
+NETWORK_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
+
+
+def cutout_targets(store: Lake, sweep_file: str) -> pa.Table:
+    """Targets of one sweep file: its negatives (label 0) and its matched positives (label 1)."""
+    neg = store.read_table("catalog", "negatives", partition={"sweep_file": sweep_file})
+    neg = neg.select(TARGET_COLUMNS + ["pool", "confuser_category"]).append_column("label", pa.array(np.zeros(neg.num_rows, np.int8)))
+    neg = neg.append_column("tier", pa.nulls(neg.num_rows, pa.string())).append_column("name", pa.nulls(neg.num_rows, pa.string()))
+    pos = store.read_table("catalog", "positives", filter=pc.field("sweep_file") == sweep_file)
+    pos = pos.select(TARGET_COLUMNS + ["tier", "name"])
+    pos = pos.append_column("pool", pa.array(["positive"] * pos.num_rows, pa.string()))
+    pos = pos.append_column("confuser_category", pa.nulls(pos.num_rows, pa.string()))
+    pos = pos.append_column("label", pa.array(np.ones(pos.num_rows, np.int8)))
+    cols = neg.column_names
+    both = pa.concat_tables([neg, pos.select(cols)], promote_options="permissive")
+    training_ids = store.read_table("catalog", "training_catalog", columns=["object_id"]).column("object_id")
+    both = both.append_column("in_training_catalog", pc.is_in(both.column("object_id"), training_ids))
+    # positives win when an object is both (it cannot be a negative: the exclusion radius)
+    return both.sort_by([("object_id", "ascending"), ("label", "descending")])
+
+
+def cutout_batches(targets: pa.Table, source, size: int = STAMP_SIZE):
+    """Record batches of cutouts + quality metrics for ``targets``, CHUNK targets at a time."""
+    for start in range(0, targets.num_rows, CHUNK):
+        t = targets.slice(start, CHUNK)
+        got = source.cutouts(t.column("ra").to_numpy(), t.column("dec").to_numpy(), size)
+        batch, failed = got if isinstance(got, tuple) else (got, np.full(t.num_rows, "", dtype=object))
+        q = quality_metrics(batch.image, batch.invvar, batch.maskbits)
+        cols = {name: t.column(name).combine_chunks() for name in t.column_names}
+        cols["image"] = to_tensor_array(batch.image)
+        cols["invvar"] = to_tensor_array(batch.invvar)
+        if batch.maskbits is not None:
+            cols["maskbits"] = to_tensor_array(batch.maskbits, pa.int32())
+        cols["band_missing"] = pa.array(batch.band_missing.astype(np.uint8))
+        cols["edge_padded"] = pa.array(batch.edge_padded.astype(bool))
+        cols["fetch_error"] = pa.array(failed.astype(str), pa.string())
+        for name in q.column_names:
+            cols[name] = q.column(name).combine_chunks()
+        if (failed != "").any():
+            cols["quality_ok"] = pc.and_(cols["quality_ok"], pa.array(failed == ""))
+        yield pa.RecordBatch.from_pydict(cols)
+
+
+@dg.asset(
+    key_prefix=[GROUP],
+    group_name=GROUP,
+    partitions_def=sweep_partitions,
+    deps=[negatives, positives, training_catalog],
+    kinds={"parquet"},
+    owners=OWNERS,
+    code_version="1",
+    retry_policy=NETWORK_RETRY,
+)
+def cutouts(context: dg.AssetExecutionContext, lake: LakeResource, survey: SurveyResource, imaging: ImagingResource) -> dg.MaterializeResult:
+    """101×101 g,r,z cutouts (nanomaggies; invvar; maskbits where the source has them) of every
+    negative and positive of one sweep file, as Arrow fixed-shape tensors, with the target's id,
+    label, tier, split, pool, conditions and per-cutout quality metrics."""
+    store = lake.lake()
+    name = context.partition_key
+    with fail_fast_on_bad_input():
+        targets = cutout_targets(store, name)
+        if targets.num_rows == 0:
+            raise InputError(f"sweep file {name} has no catalog targets to cut")
+        source = imaging.source(survey, store)
+        batches = cutout_batches(targets, source)
+        first = next(batches)
+        info = store.write_table(GROUP, "cutouts", itertools.chain([first], batches), schema=first.schema, partition={"sweep_file": name})
+    q = store.read_table(GROUP, "cutouts", partition={"sweep_file": name}, columns=[c for c in first.schema.names if c not in STAMP_COLUMNS])
+    return table_result(store, info.uri, first.schema, info.rows, {"quality": dg.MetadataValue.json(quality_summary(q)), "source": type(source).__name__})
+
+
+@dg.asset_check(asset=cutouts, blocking=True, partitions_def=sweep_partitions, description="schema (101×101 grz tensors), unique object ids, splits")
+def cutouts_contract(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> dg.AssetCheckResult:
+    return contract_result(lake.lake(), GROUP, "cutouts", CUTOUTS, partition={"sweep_file": context.partition_key})
+
+
+def load_stamps(store: Lake, object_ids, column: str = "image") -> tuple[np.ndarray, np.ndarray]:
+    """(stamps (N,3,101,101), found mask) for ``object_ids`` from the cutouts table, in the given order."""
+    ids = pa.array(np.asarray(object_ids, dtype=np.int64))
+    tbl = store.read_table(GROUP, "cutouts", columns=["object_id", column], filter=pc.field("object_id").isin(ids))
+    pos = pc.index_in(ids, tbl.column("object_id"))
+    found = pos.is_valid().to_numpy(zero_copy_only=False)
+    stamps = from_tensor_column(tbl.column(column), name=column)
+    out = np.zeros((len(ids), *stamps.shape[1:]), np.float32)
+    out[found] = stamps[pos.filter(pos.is_valid()).to_numpy()]
+    return out, found
+
+
+@dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[cutouts], kinds={"parquet"}, owners=OWNERS, code_version="1")
+def cutout_validation(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
+    """Quality gates (all positives valid; >= 98% of negatives valid) and a shortcut scan: the AUC
+    separating training-catalog positives from negatives for ~25 simple image features, with
+    bootstrap 68% intervals and red (> 0.70) / yellow (> 0.60) flags."""
+    store = lake.lake()
+    feats, labels = [], []
+    for batch in store.iter_batches(GROUP, "cutouts", columns=["image", "label", "in_training_catalog", "quality_ok"], filter=pc.field("in_training_catalog"), batch_size=512):
+        ok = batch.column("quality_ok").to_numpy(zero_copy_only=False)
+        img = from_tensor_column(batch.column("image"))[ok]
+        feats.append(shortcut_features(img))
+        labels.append(batch.column("label").to_numpy()[ok])
+    features = pa.concat_tables(feats)
+    y = np.concatenate(labels)
+    aucs = feature_aucs(features, y, seed_key=("cutout_validation", "shortcut-scan"))
+    q = store.read_table(GROUP, "cutouts", columns=["object_id", "label", "quality_ok", "split"])
+    label = q.column("label").to_numpy()
+    ok = q.column("quality_ok").to_numpy(zero_copy_only=False)
+    summary = {
+        "n_positives": int((label == 1).sum()),
+        "positives_valid_fraction": float(ok[label == 1].mean()) if (label == 1).any() else float("nan"),
+        "n_negatives": int((label == 0).sum()),
+        "negatives_valid_fraction": float(ok[label == 0].mean()) if (label == 0).any() else float("nan"),
+        "core_shortcut_red": bool(core_shortcut_failed(aucs)),
+    }
+    table = aucs.append_column("scope", pa.array(["training_catalog"] * aucs.num_rows))
+    info = store.write_table(GROUP, "cutout_validation", table)
+    store.write_bytes(GROUP, "cutout_validation", "summary.json", _json(summary))
+    flags = {r["feature"]: f"{r['flag']} (AUC {r['auc']:.3f} [{r['auc_lo']:.3f}, {r['auc_hi']:.3f}])" for r in aucs.to_pylist() if r["flag"] in ("red", "yellow")}
+    return table_result(store, info.uri, table.schema, table.num_rows, {"summary": dg.MetadataValue.json(summary), "flagged_features": dg.MetadataValue.json(flags)})
+
+
+def _json(d: dict) -> bytes:
+    import json
+
+    return json.dumps(d, indent=2, sort_keys=True).encode()
+
+
+def _summary(store: Lake) -> dict:
+    import json
+
+    return json.loads(store.read_bytes(GROUP, "cutout_validation", "summary.json"))
+
+
+@dg.asset_check(asset=cutout_validation, blocking=True, description="every positive cutout passes the quality gate")
+def positives_all_valid(lake: LakeResource) -> dg.AssetCheckResult:
+    s = _summary(lake.lake())
+    return dg.AssetCheckResult(passed=s["positives_valid_fraction"] == 1.0, metadata={"positives_valid_fraction": s["positives_valid_fraction"], "n_positives": s["n_positives"]})
+
+
+@dg.asset_check(asset=cutout_validation, blocking=True, description=">= 98% of negative cutouts pass the quality gate")
+def negatives_mostly_valid(lake: LakeResource) -> dg.AssetCheckResult:
+    s = _summary(lake.lake())
+    return dg.AssetCheckResult(passed=s["negatives_valid_fraction"] >= 0.98, metadata={"negatives_valid_fraction": s["negatives_valid_fraction"], "threshold": 0.98})
+
+
+@dg.asset_check(asset=cutout_validation, blocking=True, description="no core-brightness feature separates positives from negatives (AUC lower bound <= 0.70)")
+def no_core_brightness_shortcut(lake: LakeResource) -> dg.AssetCheckResult:
+    store = lake.lake()
+    aucs = store.read_table(GROUP, "cutout_validation")
+    core = [r for r in aucs.to_pylist() if r["core_feature"]]
+    worst = max(core, key=lambda r: r["separation_lo"]) if core else None
+    return dg.AssetCheckResult(
+        passed=not core_shortcut_failed(aucs),
+        metadata={"worst_core_feature": dg.MetadataValue.json(worst), "red_threshold": 0.70},
+    )
+
+
+def cutout_to_file(ra: float, dec: float, size: int, out: str) -> str:
+    """``dhs cutout``: one g,r,z cutout from the configured source as FITS (band, y, x) + WCS + invvar, or PNG."""
+    from darkhaloscope.imaging.cutout_io import write_cutout_fits, write_cutout_png
+    from resources.config import build_resources
+
+    res = build_resources()
+    store = res["lake"].lake()
+    source = ImagingResource(cutout_source=res["imaging"].cutout_source).source(res["survey"], store)
+    got = source.cutouts(np.array([ra]), np.array([dec]), size)
+    batch, failed = got if isinstance(got, tuple) else (got, np.array([""]))
+    if failed[0]:
+        raise RuntimeError(f"cutout at ({ra}, {dec}) could not be fetched: {failed[0]}")
+    if out.lower().endswith(".png"):
+        write_cutout_png(out, batch.image[0])
+    else:
+        write_cutout_fits(out, batch.image[0], batch.invvar[0], ra, dec)
+    return out
+
+
+imaging_defs = dg.Definitions(
+    assets=[cutouts, cutout_validation],
+    asset_checks=[cutouts_contract, positives_all_valid, negatives_mostly_valid, no_core_brightness_shortcut],
+)

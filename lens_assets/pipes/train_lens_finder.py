@@ -1,0 +1,199 @@
+"""Standalone lens-finder trainer: runs under Dagster Pipes or on its own.
+
+Under Pipes (launched by a ``PipesSubprocessClient`` or another Pipes client) it reads its parameters
+from the extras, logs progress through ``pipes.log``, and reports the checkpoint with
+``report_asset_materialization(metadata=..., data_version=<sha256 of the best weights>)``.
+Without Dagster it takes the same parameters as command-line flags and prints one JSON object.
+
+Parameters (extras key = flag):
+  training_set_uri  --training-set   training_set Parquet file or folder (local path or s3://)
+  out_dir           --out-dir        local checkpoint folder (a rerun with the same folder resumes)
+  checkpoint_uri    --checkpoint-uri optional s3:// destination the finished folder is copied to
+  config            --config         TrainConfig as a JSON object (or a dict in the extras)
+  preprocess        --preprocess     PreprocessSpec as a JSON object (default: PreprocessSpec())
+  training_set_version --training-set-version  data version of the input (default: sha256 of its files)
+  report_checks     --report-checks  also report each gate as an asset check named after it
+  core_threshold    --core-threshold blocking threshold of the core-only LR gate (default 0.65)
+
+Exit status: 0 when training finished; 3 when it stopped at ``max_minutes`` (rerun to resume).
+Imports only dagster_pipes (never dagster) and darkhaloscope.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a path: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from darkhaloscope.errors import InputError  # noqa: E402
+from darkhaloscope.training.data import load_training_set  # noqa: E402
+from darkhaloscope.training.gates import run_gates  # noqa: E402
+from darkhaloscope.training.loop import TrainConfig, train  # noqa: E402
+from darkhaloscope.training.metrics import json_safe  # noqa: E402
+from darkhaloscope.training.checkpoint import load_checkpoint  # noqa: E402
+from darkhaloscope.training.preprocess import PreprocessSpec  # noqa: E402
+
+EXIT_TIME_LIMIT = 3
+
+
+def _as_dict(value, what: str) -> dict:
+    if value is None or value == "":
+        return {}
+    if isinstance(value, dict):
+        return value
+    try:
+        d = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(d, dict):
+        raise InputError(f"{what} must be a JSON object, got {type(d).__name__}")
+    return d
+
+
+def _s3(uri: str):
+    from pyarrow import fs as pafs
+
+    return pafs.S3FileSystem(endpoint_override=os.environ.get("DHS_S3_ENDPOINT") or None), uri[len("s3://") :]
+
+
+def dataset_version(uri: str) -> str:
+    """sha256 over the (sorted) Parquet files of a training set: its data version."""
+    h = hashlib.sha256()
+    if uri.startswith("s3://"):
+        from pyarrow import fs as pafs
+
+        fs, path = _s3(uri)
+        info = fs.get_file_info(path)
+        infos = fs.get_file_info(pafs.FileSelector(path, recursive=True)) if info.type == pafs.FileType.Directory else [info]
+        for i in sorted((i for i in infos if i.path.endswith(".parquet")), key=lambda i: i.path):
+            h.update(i.path[len(path):].encode())
+            with fs.open_input_stream(i.path) as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        return h.hexdigest()
+    p = Path(uri)
+    files = sorted(p.rglob("*.parquet")) if p.is_dir() else [p]
+    if not files or not all(f.is_file() for f in files):
+        raise InputError(f"training set {uri!r} has no Parquet files")
+    for f in files:
+        h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode())
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def run(params: dict, log=None, progress=None) -> dict:
+    """Train, gate and summarise; returns the JSON-able summary (metrics, gates, checkpoint)."""
+    say = (log.info if log is not None else (lambda m: print(m, file=sys.stderr)))
+    uri = params.get("training_set_uri")
+    if not uri:
+        raise InputError("training_set_uri (--training-set) is required")
+    ckpt_uri = params.get("checkpoint_uri")
+    out_dir = params.get("out_dir")
+    if not out_dir:
+        if ckpt_uri and not str(ckpt_uri).startswith("s3://"):
+            out_dir = ckpt_uri
+        else:
+            raise InputError("out_dir (--out-dir) is required (a local folder; checkpoint_uri may add an s3:// copy)")
+    config = TrainConfig.from_dict(_as_dict(params.get("config"), "config"))
+    spec = PreprocessSpec.from_dict(_as_dict(params.get("preprocess"), "preprocess"))
+    version = params.get("training_set_version") or dataset_version(str(uri))
+
+    say(f"loading training set {uri}")
+    arrays = load_training_set(str(uri))
+    tr, va = arrays.split_rows("train"), arrays.split_rows("val")
+    say(f"train {len(tr)} rows ({int(tr.label.sum())} positive), val {len(va)} rows ({int(va.label.sum())} positive)")
+
+    def on_progress(ev: dict) -> None:
+        if ev["event"] == "epoch":
+            say(f"epoch {ev['epoch']}: loss {ev['train_loss']:.4f}, val AUROC {ev['val_auroc']:.4f} (best {ev['best_val_auroc']:.4f} @ {ev['best_epoch']})")
+        if progress is not None:
+            progress(ev)
+
+    result = train(tr, va, config, out_dir, spec, {"training_set": version}, progress_cb=on_progress)
+    summary = {"finished": result.finished, "stopped_reason": result.stopped_reason, "out_dir": str(out_dir)}
+    if not result.finished:
+        say(f"stopped ({result.stopped_reason}) after {result.global_step} steps; rerun with the same out_dir to resume")
+        return json_safe(summary)
+
+    model, best = load_checkpoint(out_dir, "best")
+    gates = run_gates(model, best, va, core_threshold=float(params.get("core_threshold", 0.65)), seed=config.seed, device=result.device)
+    (Path(out_dir) / "gates.json").write_text(json.dumps(json_safe(gates), indent=1))
+    for g in gates:
+        say(f"gate {g['name']}: {g['value']:.4f} (threshold {g['threshold']}, {'pass' if g['passed'] else 'FAIL'}{', blocking' if g['blocking'] else ''})")
+    final_uri = str(Path(out_dir).resolve())
+    if ckpt_uri and str(ckpt_uri).startswith("s3://"):
+        from pyarrow import fs as pafs
+
+        fs, dest = _s3(str(ckpt_uri))
+        pafs.copy_files(final_uri, dest, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+        final_uri = str(ckpt_uri)
+    summary.update(
+        checkpoint_uri=final_uri, data_version=best.weights_sha256, best_epoch=result.best_epoch,
+        epochs_run=result.epochs_run, architecture=best.architecture, param_count=best.param_count,
+        training_set_version=version, val_metrics=result.val_metrics, gates=gates,
+        blocking_gates_passed=all(g["passed"] for g in gates if g["blocking"]),
+    )
+    return json_safe(summary)
+
+
+def _pipes_metadata(summary: dict) -> dict:
+    vm = summary["val_metrics"]
+    md = {
+        "dagster/uri": summary["checkpoint_uri"], "architecture": summary["architecture"],
+        "param_count": summary["param_count"], "best_epoch": summary["best_epoch"], "epochs_run": summary["epochs_run"],
+        "stopped_reason": summary["stopped_reason"], "training_set_version": summary["training_set_version"],
+        "blocking_gates_passed": summary["blocking_gates_passed"],
+        "gates": {"raw_value": summary["gates"], "type": "json"},
+        "val_metrics": {"raw_value": vm, "type": "json"},
+    }
+    for k in ("auroc", "average_precision", "tpr_at_fpr_1e-2", "tpr_at_fpr_1e-3", "ece_15", "recall_at_0.5"):
+        if vm.get(k) is not None:
+            md[f"val_{k}"] = vm[k]
+    return md
+
+
+def _parse(argv) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--training-set", dest="training_set_uri", required=True)
+    ap.add_argument("--out-dir", dest="out_dir")
+    ap.add_argument("--checkpoint-uri", dest="checkpoint_uri")
+    ap.add_argument("--config", default="{}")
+    ap.add_argument("--preprocess", default="{}")
+    ap.add_argument("--training-set-version", dest="training_set_version")
+    ap.add_argument("--core-threshold", dest="core_threshold", type=float, default=0.65)
+    ap.add_argument("--report-checks", dest="report_checks", action="store_true")
+    return vars(ap.parse_args(argv))
+
+
+def main(argv=None) -> int:
+    from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
+
+    if PipesEnvVarParamsLoader().is_dagster_pipes_process():
+        with open_dagster_pipes() as pipes:
+            summary = run(dict(pipes.extras), log=pipes.log)
+            if not summary["finished"]:
+                pipes.log.warning("training stopped at its time budget; rerun the asset to resume")
+                return EXIT_TIME_LIMIT
+            if pipes.extras.get("report_checks"):
+                for g in summary["gates"]:
+                    pipes.report_asset_check(
+                        check_name=g["name"], passed=bool(g["passed"]), severity="ERROR" if g["blocking"] else "WARN",
+                        metadata={"value": g["value"], "threshold": g["threshold"]},
+                    )
+            pipes.report_asset_materialization(metadata=_pipes_metadata(summary), data_version=summary["data_version"])
+        return 0
+    summary = run(_parse(argv))
+    print(json.dumps(summary, sort_keys=True))
+    return 0 if summary["finished"] else EXIT_TIME_LIMIT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Scoring: bounded streaming, unusable stamps are NaN with a reason, never scored as zeros."""
+
+import numpy as np
+import pytest
+import torch
+
+from darkhaloscope.errors import InputError
+from darkhaloscope.training.inference import resolve_device, score_stamps, validate_stamps
+from darkhaloscope.training.models import build_model
+from darkhaloscope.training.preprocess import PreprocessSpec
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return build_model("bottleneck_resnet_tiny", 3).eval()
+
+
+def test_invalid_rows_are_nan_with_reason(model):
+    x = np.random.default_rng(0).normal(1, 0.1, (6, 3, 33, 33)).astype(np.float32)
+    x[1, 0, 3, 3] = np.nan
+    x[2, 2] = 0.0
+    x[4, 1, 0, 0] = np.inf
+    scores, ok, reason = score_stamps(model, PreprocessSpec(), x, device="cpu", batch_size=4)
+    assert scores.dtype == np.float32 and ok.tolist() == [True, False, False, True, False, True]
+    assert np.isnan(scores[~ok]).all() and np.all((scores[ok] > 0) & (scores[ok] < 1))
+    assert reason[1] == "nonfinite_g" and reason[2] == "zero_z" and reason[4] == "nonfinite_r" and reason[0] == ""
+    v, r = validate_stamps(x)
+    assert v.tolist() == ok.tolist()
+
+
+def test_streaming_iterator_equals_array_and_batch_size_independent(model):
+    x = np.random.default_rng(1).normal(1, 0.1, (10, 3, 33, 33)).astype(np.float32)
+    a, _, _ = score_stamps(model, PreprocessSpec(), x, device="cpu", batch_size=10)
+    b, _, _ = score_stamps(model, PreprocessSpec(), (x[i : i + 3] for i in range(0, 10, 3)), device="cpu")
+    c, _, _ = score_stamps(model, PreprocessSpec(), torch.from_numpy(x), device="cpu", batch_size=1)
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+
+
+def test_device_resolution(monkeypatch):
+    monkeypatch.setenv("DHS_DEVICE", "cpu")
+    assert resolve_device("auto").type == "cpu" and resolve_device(None).type == "cpu"
+    monkeypatch.setenv("DHS_DEVICE", "tpu")
+    with pytest.raises(InputError, match="tpu"):
+        resolve_device("auto")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="CUDA"):
+            resolve_device("cuda")

@@ -1,0 +1,65 @@
+"""PreprocessSpec round trip and the normalisation / residual / crop arithmetic."""
+
+import numpy as np
+import pytest
+import torch
+
+from darkhaloscope.errors import InputError
+from darkhaloscope.training.preprocess import PreprocessSpec, annulus_stats, core_mask, preprocess, radius_grid
+
+
+def test_spec_json_round_trip():
+    for spec in (PreprocessSpec(), PreprocessSpec(annulus_frac=(0.5, 0.8), clip=20.0, crop=65, residual="append")):
+        assert PreprocessSpec.from_json(spec.to_json()) == spec
+        assert PreprocessSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(InputError, match="unknown fields"):
+        PreprocessSpec.from_dict({"clip": 3, "mode": "x"})
+    with pytest.raises(InputError, match="not valid JSON"):
+        PreprocessSpec.from_json("{")
+    for bad in (dict(crop=64), dict(clip=0), dict(annulus_frac=(0.9, 0.5)), dict(residual="yes")):
+        with pytest.raises(InputError):
+            PreprocessSpec(**bad)
+
+
+def test_annulus_is_sized_to_the_stamp():
+    r = radius_grid(101, 101)
+    assert r[50, 50] == 0 and core_mask(101, 101, 5).sum() == 69
+    # on 101 px the default annulus is 32.5 <= r < 45 px (not the 64 px-era 20-32 px)
+    x = torch.zeros(1, 3, 101, 101)
+    x[..., torch.from_numpy((r >= 32.5) & (r < 45))] = 7.0
+    med, _ = annulus_stats(x, PreprocessSpec())
+    assert torch.all(med == 7.0)
+
+
+def test_robust_normalisation_nan_and_clip():
+    rng = np.random.default_rng(0)
+    x = (5.0 + 2.0 * rng.standard_normal((4, 3, 101, 101))).astype(np.float32)
+    x[:, :, 50, 50] = 1e4  # a bright core must be clipped, not rescale the image
+    x[0, 1, 10, 10] = np.nan
+    z = preprocess(x, PreprocessSpec())
+    assert z.shape == (4, 3, 101, 101) and z.dtype == torch.float32 and torch.isfinite(z).all()
+    ann = torch.from_numpy((radius_grid(101, 101) >= 32.5) & (radius_grid(101, 101) < 45))
+    vals = z[..., ann]
+    assert abs(float(vals.median())) < 0.05 and abs(float(vals.std()) - 1.0) < 0.05  # 1.4826 MAD = sigma
+    assert float(z[0, 1, 10, 10]) == 0.0 and float(z[:, :, 50, 50].min()) == 10.0
+    assert torch.equal(z, preprocess(torch.from_numpy(x), PreprocessSpec()))
+
+
+def test_residual_removes_radial_profile_and_crop():
+    r = radius_grid(33, 33)
+    host = np.exp(-0.5 * (r / 3.0) ** 2) * 50
+    x = np.broadcast_to(host, (2, 3, 33, 33)).astype(np.float32) + np.random.default_rng(1).normal(0, 1, (2, 3, 33, 33)).astype(np.float32)
+    raw = preprocess(x, PreprocessSpec())
+    both = preprocess(x, PreprocessSpec(residual="append"))
+    res = preprocess(x, PreprocessSpec(residual="replace", crop=11))
+    assert both.shape == (2, 6, 33, 33) and res.shape == (2, 3, 11, 11)
+    assert torch.equal(both[:, :3], raw)
+    core = torch.from_numpy(core_mask(33, 33, 4))
+    assert float(raw[..., core].mean()) > 5 and abs(float(both[:, 3:][..., core].mean())) < 1.0
+
+
+def test_bad_shapes_raise():
+    with pytest.raises(InputError, match="shape"):
+        preprocess(np.zeros((3, 33, 33), np.float32), PreprocessSpec())
+    with pytest.raises(InputError, match="crop"):
+        preprocess(np.zeros((1, 3, 33, 33), np.float32), PreprocessSpec(crop=65))
