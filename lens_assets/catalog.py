@@ -81,6 +81,8 @@ def negatives(context: dg.AssetExecutionContext, config: NegativesConfig, pyspar
     df, funnel = negatives_on_spark(spark, store.part_uris("survey", "sweeps"), lenses, sel)
     table = df.toArrow()
     spark.catalog.clearCache()
+    ft = funnel_table(funnel)
+    store.write_table(GROUP, "selection_funnel", ft)
     written = set()
     files = sorted(set(table.column("sweep_file").to_pylist())) if table.num_rows else []
     for name in files:
@@ -90,8 +92,6 @@ def negatives(context: dg.AssetExecutionContext, config: NegativesConfig, pyspar
     for stale in store.partitions(GROUP, "negatives") if store.exists(GROUP, "negatives") else []:
         if stale.get("sweep_file") not in written:
             store.delete_partition(GROUP, "negatives", stale)
-    ft = funnel_table(funnel)
-    store.write_table(GROUP, "selection_funnel", ft)
     pools = {str(d["values"]): int(d["counts"]) for d in table.column("pool").value_counts().to_pylist()} if table.num_rows else {}
     cats = table.column("confuser_category").value_counts().to_pylist() if table.num_rows else []
     return dg.MaterializeResult(

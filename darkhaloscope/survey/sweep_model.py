@@ -287,6 +287,32 @@ def detect_data_model(columns: dict[str, str], where: str) -> str:
     return f"{gen}-{kind}"
 
 
+def _tform_kind(code: str) -> str:
+    return {"A": "string", "L": "logical", "E": "float", "D": "float"}.get(code, "integer")
+
+
+def check_column_types(columns: dict[str, str], data_model: str, where: str) -> None:
+    """InputError naming the column when a modelled column's TFORM is of another kind or length.
+
+    ``columns`` is ``{NAME: TFORM}`` of a file recognised as ``data_model``; each column that the
+    data model describes (the sweep layout of the same release, also for Tractor files) must have
+    the same kind (string / logical / integer / float) and, unless a string, the same repeat count.
+    Integer widths and string lengths may differ.
+    """
+    reference = dict(SWEEP_COLUMNS_BY_MODEL[data_model.replace("-tractor", "-sweep")])
+    for name, tform in columns.items():
+        want = reference.get(name)
+        if want is None:
+            continue
+        got_repeat, got_code = parse_tform(tform, name)
+        want_repeat, want_code = parse_tform(want, name)
+        if _tform_kind(got_code) != _tform_kind(want_code) or (want_code != "A" and got_repeat != want_repeat):
+            raise InputError(
+                f"{where}: column {name} has TFORM {tform!r}, expected {want!r} "
+                f"({_tform_kind(want_code)}) for a {data_model} file"
+            )
+
+
 def required_columns(data_model: str) -> tuple[str, ...]:
     """FITS columns a file of ``data_model`` must carry for the pipeline."""
     if data_model.startswith("dr8"):

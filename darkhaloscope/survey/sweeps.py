@@ -192,6 +192,7 @@ def _parse_table(f: BinaryIO, size: int | None, where: str) -> _Table:
     missing = [c for c in sm.required_columns(model) if c not in tforms]
     if missing:
         raise InputError(f"{where}: {model} file lacks required column(s) {', '.join(missing)}")
+    sm.check_column_types(tforms, model, where)
     if size is not None:
         have = size - f.tell()
         if have < row_bytes * nrows:

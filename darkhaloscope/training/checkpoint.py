@@ -216,9 +216,11 @@ def read_spec(folder: str | os.PathLike, name: str = "best") -> CheckpointSpec:
     """The JSON spec of checkpoint ``name`` in ``folder`` (no tensors are read)."""
     path = Path(folder) / f"{name}.json"
     if not path.is_file():
+        pickles = sorted(p.name for p in Path(folder).glob("*") if p.suffix in (".pt", ".pth", ".pkl", ".pickle", ".ckpt"))
+        found = f"; found {', '.join(pickles)}, a pickled checkpoint, which is never loaded" if pickles else ""
         raise InputError(
             f"no checkpoint spec {path}: a checkpoint is '<name>.json' plus safetensors files "
-            f"(pickled .pt/.pth files are never loaded)"
+            f"(pickled .pt/.pth files are never loaded){found}"
         )
     try:
         d = json.loads(path.read_text("utf-8"))
