@@ -280,13 +280,15 @@ class Lake:
         if not files:
             raise InputError(f"table {group}/{asset} has no committed data in the lake at {self.full_uri(self.table_path(group, asset))}")
         base = self.table_path(group, asset)
-        # Partition columns already stored in the files (e.g. sweeps.sweep_file) are not added twice.
-        file_cols = set(pq.read_schema(files[0], filesystem=self.fs).names)
-        dims = [seg.split("=", 1)[0] for seg in files[0][len(base) + 1 :].split("/")[:-1]]
-        part_schema = pa.schema([(d, pa.string()) for d in dims if d not in file_cols])
         try:
+            # partitions of one table may hold different column sets (e.g. scores per source): unify
+            file_schema = pa.unify_schemas([pq.read_schema(f, filesystem=self.fs) for f in files], promote_options="permissive")
+            # partition columns already stored in the files (e.g. sweeps.sweep_file) are not added twice
+            dims = [seg.split("=", 1)[0] for seg in files[0][len(base) + 1 :].split("/")[:-1]]
+            part_schema = pa.schema([(d, pa.string()) for d in dims if d not in file_schema.names])
             return ds.dataset(
                 files,
+                schema=pa.unify_schemas([file_schema, part_schema]) if len(part_schema) else file_schema,
                 filesystem=self.fs,
                 format="parquet",
                 partitioning=ds.partitioning(part_schema, flavor="hive") if len(part_schema) else None,

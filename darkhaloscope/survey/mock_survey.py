@@ -31,7 +31,7 @@ Populations (a magnitude-limited catalog, z ≤ 23.3 AB):
   galaxies (GALAXY) and globular clusters (CLUSTER); inside BRIGHT/GALAXY/CLUSTER sources are
   forced to TYPE PSF (as in DR10), except the SGA galaxies and the known lenses themselves.
 - Known lenses: every lenscat ``galaxy``-scale lens in the footprint (duplicates within 2″
-  merged) gets a lens-like DEV or SER row exactly at its position (LRG colours, z = 17.5–19.5)
+  merged) gets a lens galaxy row exactly at its position (SER/REX/DEV/EXP as Paper IV's candidates, LRG colours, z = 18.4–19.9)
   and a truth row; other sources are kept > 4″ away so the match is unambiguous.
 
 Determinism: every random draw comes from ``darkhaloscope.seeding.rng_for`` keyed by the config
@@ -63,7 +63,10 @@ from . import sweep_model as sm
 from .known_lenses import load_known_lenses
 from .sweeps import SweepBox, sweep_filename
 
-GENERATOR_VERSION = "dhs-mock-survey-2"
+GENERATOR_VERSION = "dhs-mock-survey-3"
+#: Lens-galaxy Tractor types and their cumulative probabilities (Paper IV candidates, science.md §1.1).
+LENS_TYPES = ("SER", "REX", "DEV", "EXP")
+LENS_TYPE_CUMULATIVE = (0.61, 0.81, 0.96)
 BLOCK_DEG = 5
 SWEEP_SUBDIR = os.path.join("south", "sweep", "10.1")
 TRUTH_RELPATH = os.path.join("truth", "known_lens_truth.parquet")
@@ -101,7 +104,7 @@ TRUTH_SCHEMA = pa.schema(
         pa.field("object_id", pa.int64(), metadata={"description": "darkhaloscope.ids.object_id of the lens row"}),
         pa.field("sweep_file", pa.string(), metadata={"description": "sweep file holding the lens row"}),
         pa.field("grade", pa.string(), metadata={"description": "lenscat grading"}),
-        pa.field("lens_type", pa.string(), metadata={"description": "TYPE of the lens row (DEV or SER)"}),
+        pa.field("lens_type", pa.string(), metadata={"description": "TYPE of the lens row (SER, REX, DEV or EXP)"}),
         pa.field("z_lens", pa.float64(), metadata={"description": "lens redshift"}),
         pa.field("z_lens_from_lenscat", pa.bool_(), metadata={"description": "true when z_lens is lenscat's"}),
         pa.field("z_source", pa.float64(), metadata={"description": "source redshift, drawn in [max(1, z_lens+0.3), 3]"}),
@@ -296,7 +299,7 @@ def _lens_truth(lenses: pa.Table, seed: int) -> dict[str, np.ndarray]:
     out = {k: np.zeros(n) for k in (
         "z_lens", "z_source", "theta_e_arcsec", "lens_e1", "lens_e2", "shear_g1", "shear_g2", "source_mag_r",
         "source_r_sersic_arcsec", "source_n_sersic", "source_e1", "source_e2", "source_x_arcsec", "source_y_arcsec",
-        "g_minus_r", "r_minus_z", "mag_z", "lens_gr", "lens_rz", "shape_r", "shape_e1", "shape_e2", "sersic", "is_ser",
+        "g_minus_r", "r_minus_z", "mag_z", "lens_gr", "lens_rz", "shape_r", "shape_e1", "shape_e2", "sersic", "type_code",
     )}
     out["z_from_cat"] = np.zeros(n, dtype=bool)
     for i, name in enumerate(names):
@@ -317,8 +320,10 @@ def _lens_truth(lenses: pa.Table, seed: int) -> dict[str, np.ndarray]:
         out["shape_r"][i] = 0.6 + 1.4 * u[6]
         e_light, phi = 0.3 * u[7], np.pi * u[8]
         out["shape_e1"][i], out["shape_e2"][i] = e_light * np.cos(2 * phi), e_light * np.sin(2 * phi)
-        out["is_ser"][i] = u[9] < 0.4
-        out["sersic"][i] = 3.0 + 2.5 * u[10] if out["is_ser"][i] else 4.0
+        # Tractor types of Paper IV's published candidates: SER 61 %, REX 20 %, DEV 15 %, EXP 4 %
+        code = int(np.searchsorted(LENS_TYPE_CUMULATIVE, u[9], side="right"))
+        out["type_code"][i] = code
+        out["sersic"][i] = (3.0 + 2.5 * u[10], 1.0, 4.0, 1.0)[code]
         # Mass follows light in orientation, rounder on average.
         e_mass = e_light * (0.6 + 0.4 * u[11])
         out["lens_e1"][i], out["lens_e2"][i] = e_mass * np.cos(2 * phi), e_mass * np.sin(2 * phi)
@@ -480,7 +485,7 @@ def _fill_rows(out: np.ndarray, plan: _BlockPlan, sl: slice, maskers: _Maskers, 
     typ = np.where(is_masker & (mkind == 3), _PSF, typ)
     mag_z = np.where(is_masker, np.where(mkind <= 1, mmag - 0.4, mmag), mag_z)
     # lenses
-    typ = np.where(is_lens, np.where(lens_draw["is_ser"][lref] > 0, _SER, _DEV), typ)
+    typ = np.where(is_lens, np.array([_SER, _REX, _DEV, _EXP])[lens_draw["type_code"][lref].astype(int)], typ)
     is_star = is_star & ~is_lens
     mag_z = np.where(is_lens, lens_draw["mag_z"][lref], mag_z)
     # DUP: a Gaia source modelled by another source (about 1e-4 of rows).
@@ -520,8 +525,9 @@ def _fill_rows(out: np.ndarray, plan: _BlockPlan, sl: slice, maskers: _Maskers, 
     e = emax * rng.beta(1.5, 2.5, n)
     phi = rng.uniform(0, np.pi, n)
     e1, e2 = e * np.cos(2 * phi), e * np.sin(2 * phi)
-    e1 = np.where(is_lens, lens_draw["shape_e1"][lref], e1)
-    e2 = np.where(is_lens, lens_draw["shape_e2"][lref], e2)
+    lens_round = is_lens & (typ == _REX)  # REX is round by definition
+    e1 = np.where(is_lens, np.where(lens_round, 0.0, lens_draw["shape_e1"][lref]), e1)
+    e2 = np.where(is_lens, np.where(lens_round, 0.0, lens_draw["shape_e2"][lref]), e2)
     sersic = np.select(
         [typ == _REX, typ == _EXP, typ == _DEV, typ == _SER],
         [1.0, 1.0, 4.0, np.clip(np.exp(rng.normal(np.log(2.5), 0.5, n)), 0.5, 6.0)],
@@ -747,7 +753,7 @@ def _write_truth(path: Path, lenses: pa.Table, draw: dict, lens_oid: np.ndarray,
         "object_id": pa.array(lens_oid, pa.int64()),
         "sweep_file": pa.array(lens_file, pa.string()),
         "grade": lenses.column("grade"),
-        "lens_type": pa.array(np.where(draw["is_ser"] > 0, "SER", "DEV").tolist(), pa.string()),
+        "lens_type": pa.array(np.array(LENS_TYPES)[draw["type_code"].astype(int)].tolist(), pa.string()),
         "z_lens": pa.array(draw["z_lens"]),
         "z_lens_from_lenscat": pa.array(draw["z_from_cat"]),
     }

@@ -1,0 +1,55 @@
+"""Benchmark: scoring throughput (cutouts/s) of the compact lens finder, batched streaming
+``score_stamps`` against the obvious baseline (one cutout per forward call), in one run.
+
+    python benchmarks/bench_scoring.py [--n 512] [--threads 2] [--device cpu|cuda]
+
+Prints one JSON line.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from darkhaloscope.training.data import synthetic_arrays  # noqa: E402
+from darkhaloscope.training.inference import score_stamps  # noqa: E402
+from darkhaloscope.training.models import build_model  # noqa: E402
+from darkhaloscope.training.preprocess import PreprocessSpec, preprocess  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=512)
+    ap.add_argument("--baseline-n", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    arrays = synthetic_arrays(args.n, size=101, seed="bench-scoring")
+    images = arrays.images
+    spec = PreprocessSpec()
+    model = build_model("bottleneck_resnet", 3).to(args.device).eval()
+    score_stamps(model, spec, images[:64], device=args.device, batch_size=64)  # warm-up
+    t0 = time.perf_counter()
+    scores, valid, _ = score_stamps(model, spec, images, device=args.device, batch_size=256)
+    batched = args.n / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for i in range(args.baseline_n):
+            torch.sigmoid(model(preprocess(images[i : i + 1], spec).to(args.device)))
+    single = args.baseline_n / (time.perf_counter() - t0)
+    print(json.dumps({
+        "benchmark": "scoring", "device": args.device, "threads": args.threads, "n": args.n,
+        "batched_cutouts_per_s": round(batched, 1), "one_by_one_cutouts_per_s": round(single, 1),
+        "speedup": round(batched / single, 2), "all_valid": bool(np.all(valid)),
+    }))
+
+
+if __name__ == "__main__":
+    main()
