@@ -13,7 +13,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from .catalog.crossmatch import POSITIVE_SCHEMA
+from .catalog.cuts import NEGATIVE_SCHEMA
+from .catalog.sampling import CATALOG_SCHEMA
 from .stamps import STAMP_SHAPE, tensor_type
+from .survey.known_lenses import KNOWN_LENS_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -75,48 +79,30 @@ SWEEPS = Contract(
     ranges=(Range("ra", 0.0, 360.0, hi_inclusive=False), Range("dec", -90.0, 90.0), Range("row_index", 0, None)),
 )
 
+def _columns(schema: pa.Schema) -> dict[str, pa.DataType]:
+    return {f.name: f.type for f in schema}
+
+
+_SPLITS = ("train", "val", "test")
+
 KNOWN_LENSES = Contract(
     table="known_lenses",
-    columns={
-        "lens_id": pa.string(),
-        "name": pa.string(),
-        "ra": pa.float64(),
-        "dec": pa.float64(),
-        "z_lens": pa.float64(),
-        "grade": pa.string(),
-        "kind": pa.string(),
-        "reference": pa.string(),
-    },
+    columns=_columns(KNOWN_LENS_SCHEMA),
     key=("lens_id",),
     ranges=(Range("ra", 0.0, 360.0, hi_inclusive=False), Range("dec", -90.0, 90.0), Range("z_lens", 0.0, 10.0, nullable=True)),
 )
 
-_CATALOG_COMMON = {
-    "object_id": pa.int64(),
-    "ra": pa.float64(),
-    "dec": pa.float64(),
-    "type": pa.string(),
-    **_PHOT,
-    "healpix_128": pa.int64(),
-    "split": pa.string(),
-    "nobs_z_bin": pa.string(),
-    "type_bin": pa.string(),
-    "sweep_file": pa.string(),
-    "row_index": pa.int64(),
-}
-_SPLITS = ("train", "val", "test")
-
 NEGATIVES = Contract(
     table="negatives",
-    columns={**_CATALOG_COMMON, "pool": pa.string(), "confuser_category": pa.string()},
+    columns=_columns(NEGATIVE_SCHEMA),
     key=("object_id",),
-    ranges=(Range("dec", -90.0, 90.0),),
+    ranges=(Range("dec", -90.0, 90.0), Range("ra", 0.0, 360.0, hi_inclusive=False)),
     allowed_values={"pool": ("N1", "N2"), "split": _SPLITS},
 )
 
 POSITIVES = Contract(
     table="positives",
-    columns={**_CATALOG_COMMON, "name": pa.string(), "tier": pa.string(), "separation_arcsec": pa.float64()},
+    columns=_columns(POSITIVE_SCHEMA),
     key=("object_id",),
     ranges=(Range("separation_arcsec", 0.0, 5.0),),
     allowed_values={"tier": ("A", "B"), "split": _SPLITS},
@@ -124,7 +110,7 @@ POSITIVES = Contract(
 
 TRAINING_CATALOG = Contract(
     table="training_catalog",
-    columns={"object_id": pa.int64(), "ra": pa.float64(), "dec": pa.float64(), "label": pa.int8(), "split": pa.string()},
+    columns=_columns(CATALOG_SCHEMA),
     key=("object_id",),
     allowed_values={"split": _SPLITS},
 )

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster_pyspark import LazyPySparkResource
 
-from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_table
+from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA, NegativeSelectionConfig, funnel_table
 from darkhaloscope.catalog.spark import negatives_on_spark, positives_on_spark, training_catalog_on_spark
 from darkhaloscope.catalog.verify import (
     split_fraction_report,
@@ -23,7 +23,7 @@ from darkhaloscope.catalog.verify import (
 from darkhaloscope.contracts import NEGATIVES, POSITIVES, TRAINING_CATALOG
 from resources import ComputeResource, LakeResource
 
-from .common import OWNERS, as_metadata, contract_result, schema_metadata
+from .common import OWNERS, as_metadata, contract_result, markdown_table, schema_metadata
 from .survey import known_lenses, sweeps
 
 GROUP = "catalog"
@@ -79,7 +79,7 @@ def negatives(context: dg.AssetExecutionContext, config: NegativesConfig, pyspar
     lenses = store.read_table("survey", "known_lenses")
     sel = config.selection()
     df, funnel = negatives_on_spark(spark, store.part_uris("survey", "sweeps"), lenses, sel)
-    table = df.toArrow()
+    table = df.toArrow().cast(NEGATIVE_SCHEMA)  # Spark marks every column nullable
     spark.catalog.clearCache()
     ft = funnel_table(funnel)
     store.write_table(GROUP, "selection_funnel", ft)
@@ -101,17 +101,10 @@ def negatives(context: dg.AssetExecutionContext, config: NegativesConfig, pyspar
             "dagster/column_schema": schema_metadata(table.schema),
             "pools": dg.MetadataValue.json(pools),
             "confuser_categories": dg.MetadataValue.json({str(d["values"]): int(d["counts"]) for d in cats}),
-            "funnel": dg.MetadataValue.md(_funnel_md(ft)),
+            "funnel": dg.MetadataValue.md(markdown_table(ft)),
             "spark_master": spark.sparkContext.master,
         }
     )
-
-
-def _funnel_md(ft: pa.Table) -> str:
-    rows = ["| sweep file | step | removed | remaining |", "|---|---|---|---|"]
-    for r in ft.to_pylist():
-        rows.append(f"| {r['sweep_file']} | {r['step']} | {r['n_removed']} | {r['n_remaining']} |")
-    return "\n".join(rows)
 
 
 @dg.asset_check(asset=negatives, blocking=True, description="schema, unique object ids, pools and splits match the contract")
@@ -204,20 +197,13 @@ def training_catalog(
             "n_positives": int((labels == 1).sum()),
             "n_negatives": int((labels == 0).sum()),
             "negatives_per_positive": ratio,
-            "strata": dg.MetadataValue.md(_strata_md(strata)),
+            "strata": dg.MetadataValue.md(markdown_table(strata)),
         }
     )
 
 
 #: The demo profile samples fewer negatives per positive so that the demo trains in minutes on 2 cores.
 DEMO_RATIO = 20
-
-
-def _strata_md(strata: pa.Table) -> str:
-    cols = strata.column_names
-    rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    rows += ["| " + " | ".join(str(v) for v in r.values()) + " |" for r in strata.to_pylist()]
-    return "\n".join(rows)
 
 
 @dg.asset_check(asset=training_catalog, blocking=True, description="schema, unique object ids, labels and splits")

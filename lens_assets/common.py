@@ -79,3 +79,11 @@ class fail_fast_on_bad_input:
         if exc is not None and isinstance(exc, (InputError, CredentialError)):
             raise dg.Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
         return False
+
+
+def markdown_table(table: pa.Table) -> str:
+    """A small Arrow table as a Markdown table (for materialization metadata)."""
+    cols = table.column_names
+    rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    rows += ["| " + " | ".join(str(v) for v in r.values()) + " |" for r in table.to_pylist()]
+    return "\n".join(rows)

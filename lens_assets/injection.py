@@ -17,7 +17,7 @@ from resources import ComputeResource, LakeResource
 
 from .common import OWNERS, as_metadata, fail_fast_on_bad_input, table_result
 from .imaging import GROUP as IMAGING, cutout_validation, cutouts, load_stamps
-from .partitions import injection_batches
+from .partitions import injection_batches, sync_dynamic_partitions
 
 GROUP = "injection"
 HOST_COLUMNS = ["object_id", "ra", "dec", "split", "type", "psfsize_g", "psfsize_r", "psfsize_z", "psfdepth_g", "psfdepth_r", "psfdepth_z"]
@@ -72,12 +72,7 @@ def injection_plan(context: dg.AssetExecutionContext, config: InjectionPlanConfi
     summary = plan_summary(tasks)
     info = store.write_table(GROUP, "injection_plan", tasks)
     keys = sorted({batch_key(int(b)) for b in tasks.column("batch").to_pylist()})
-    existing = set(context.instance.get_dynamic_partitions(injection_batches.name))
-    new = [k for k in keys if k not in existing]
-    if new:
-        context.instance.add_dynamic_partitions(injection_batches.name, new)
-    for gone in sorted(existing - set(keys)):
-        context.instance.delete_dynamic_partition(injection_batches.name, gone)
+    sync_dynamic_partitions(context.instance, injection_batches, keys)
     return table_result(store, info.uri, tasks.schema, tasks.num_rows, {"plan": dg.MetadataValue.json(summary), "n_hosts": hosts.num_rows, "batches": len(keys)})
 
 

@@ -15,7 +15,7 @@ from darkhaloscope.survey.sweeps import iter_sweep_batches, parse_sweep_filename
 from resources import LakeResource, SurveyResource
 
 from .common import OWNERS, contract_result, fail_fast_on_bad_input, table_result
-from .partitions import sweep_partitions
+from .partitions import sweep_partitions, sync_dynamic_partitions
 
 GROUP = "survey"
 S3_RETRY = dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
@@ -38,12 +38,7 @@ def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource) -> pa
 
     infos = fs.get_file_info([f"{root}/{SWEEP_DIR}/{n}" for n in names])
     boxes = [parse_sweep_filename(n) for n in names]
-    existing = set(context.instance.get_dynamic_partitions(sweep_partitions.name))
-    new = [n for n in names if n not in existing]
-    if new:
-        context.instance.add_dynamic_partitions(sweep_partitions.name, new)
-    for gone in sorted(existing - set(names)):
-        context.instance.delete_dynamic_partition(sweep_partitions.name, gone)
+    new = sync_dynamic_partitions(context.instance, sweep_partitions, names)
     context.log.info(f"{len(names)} sweep files ({len(new)} new partitions) in {survey.survey} survey")
     return pa.table(
         {

@@ -185,6 +185,8 @@ def lens_finder(context: dg.AssetExecutionContext, lake: LakeResource, compute: 
         "preprocess": preprocess_spec(compute.profile).to_dict(),
         "report_checks": True,
         "core_threshold": 0.65,
+        # the demo trains for a fixed budget; the full profile resumes a time-limited run on retry
+        "time_budget_final": compute.profile != "full",
     }
     if ckpt_uri:
         extras["checkpoint_uri"] = ckpt_uri

@@ -137,7 +137,7 @@ def test_known_lenses_in_catalog_and_truth(two_runs):
     np.testing.assert_array_equal(rows.column("dec").to_numpy(), truth.column("dec").to_numpy())
     assert rows.column("type").to_pylist() == truth.column("lens_type").to_pylist()
     zmag = 22.5 - 2.5 * np.log10(rows.column("flux_z").to_numpy())
-    assert np.all((zmag > 17.0) & (zmag < 20.0))
+    assert np.all((zmag > 16.8) & (zmag < 20.3))  # photometric noise scatters across z = 20
     te = truth.column("theta_e_arcsec").to_numpy()
     assert te.min() >= 0.8 and te.max() <= 2.5
     zl, zs = truth.column("z_lens").to_numpy(), truth.column("z_source").to_numpy()

@@ -31,7 +31,7 @@ Populations (a magnitude-limited catalog, z ≤ 23.3 AB):
   galaxies (GALAXY) and globular clusters (CLUSTER); inside BRIGHT/GALAXY/CLUSTER sources are
   forced to TYPE PSF (as in DR10), except the SGA galaxies and the known lenses themselves.
 - Known lenses: every lenscat ``galaxy``-scale lens in the footprint (duplicates within 2″
-  merged) gets a lens galaxy row exactly at its position (SER/REX/DEV/EXP as Paper IV's candidates, LRG colours, z = 18.4–19.9)
+  merged) gets a lens galaxy row exactly at its position (SER/REX/DEV/EXP as Paper IV's candidates, LRG colours, z-band counts of the field galaxies)
   and a truth row; other sources are kept > 4″ away so the match is unambiguous.
 
 Determinism: every random draw comes from ``darkhaloscope.seeding.rng_for`` keyed by the config
@@ -63,7 +63,7 @@ from . import sweep_model as sm
 from .known_lenses import load_known_lenses
 from .sweeps import SweepBox, sweep_filename
 
-GENERATOR_VERSION = "dhs-mock-survey-3"
+GENERATOR_VERSION = "dhs-mock-survey-4"
 #: Lens-galaxy Tractor types and their cumulative probabilities (Paper IV candidates, science.md §1.1).
 LENS_TYPES = ("SER", "REX", "DEV", "EXP")
 LENS_TYPE_CUMULATIVE = (0.61, 0.81, 0.96)
@@ -312,18 +312,21 @@ def _lens_truth(lenses: pa.Table, seed: int) -> dict[str, np.ndarray]:
         out["z_source"][i] = max(1.0, zl + 0.3) + (3.0 - max(1.0, zl + 0.3)) * u[1]
         out["theta_e_arcsec"][i] = 0.8 + 1.7 * u[2]
         # Light: LRG colours redden with redshift (g-r ~ 1.0 + 1.6 z, r-z ~ 0.5 + 1.3 z).
-        # Lens galaxies span the bright half of the negatives' magnitude range (z < 20), so a
-        # finder cannot separate lenses by brightness alone (the seed system's core shortcut).
-        out["mag_z"][i] = 18.4 + 1.5 * u[3]
+        # Lens galaxies follow the field galaxies' z-band counts (CDF ~ ((m - 16.9) / 3.05)^2 up to
+        # z = 19.95), so a finder cannot separate lenses by brightness alone (the seed system's
+        # core-brightness shortcut).
+        out["mag_z"][i] = 16.9 + 3.05 * np.sqrt(u[3])
         out["lens_gr"][i] = np.clip(1.0 + 1.6 * zl + 0.1 * (u[4] - 0.5), 1.2, 2.1)
         out["lens_rz"][i] = np.clip(0.5 + 1.3 * zl + 0.1 * (u[5] - 0.5), 0.7, 1.6)
-        out["shape_r"][i] = 0.6 + 1.4 * u[6]
+        out["shape_r"][i] = 0.6 + 1.4 * u[6]  # REX lenses are drawn smaller below, once the type is known
         e_light, phi = 0.3 * u[7], np.pi * u[8]
         out["shape_e1"][i], out["shape_e2"][i] = e_light * np.cos(2 * phi), e_light * np.sin(2 * phi)
         # Tractor types of Paper IV's published candidates: SER 61 %, REX 20 %, DEV 15 %, EXP 4 %
         code = int(np.searchsorted(LENS_TYPE_CUMULATIVE, u[9], side="right"))
         out["type_code"][i] = code
         out["sersic"][i] = (3.0 + 2.5 * u[10], 1.0, 4.0, 1.0)[code]
+        if LENS_TYPES[code] == "REX":
+            out["shape_r"][i] = 0.3 + 0.5 * u[6]
         # Mass follows light in orientation, rounder on average.
         e_mass = e_light * (0.6 + 0.4 * u[11])
         out["lens_e1"][i], out["lens_e2"][i] = e_mass * np.cos(2 * phi), e_mass * np.sin(2 * phi)

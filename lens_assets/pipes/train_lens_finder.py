@@ -14,6 +14,8 @@ Parameters (extras key = flag):
   training_set_version --training-set-version  data version of the input (default: sha256 of its files)
   report_checks     --report-checks  also report each gate as an asset check named after it
   core_threshold    --core-threshold blocking threshold of the core-only LR gate (default 0.65)
+  time_budget_final --time-budget-final  stopping at ``max_minutes`` ends the run with the best epoch
+                                     so far (exit 0) instead of asking for a resume (exit 3)
 
 Exit status: 0 when training finished; 3 when it stopped at ``max_minutes`` (rerun to resume).
 Imports only dagster_pipes (never dagster) and darkhaloscope.
@@ -36,7 +38,7 @@ from darkhaloscope.training.data import load_training_set  # noqa: E402
 from darkhaloscope.training.gates import run_gates  # noqa: E402
 from darkhaloscope.training.loop import TrainConfig, train  # noqa: E402
 from darkhaloscope.training.metrics import json_safe  # noqa: E402
-from darkhaloscope.training.checkpoint import load_checkpoint  # noqa: E402
+from darkhaloscope.training.checkpoint import has_checkpoint, load_checkpoint  # noqa: E402
 from darkhaloscope.training.preprocess import PreprocessSpec  # noqa: E402
 
 EXIT_TIME_LIMIT = 3
@@ -118,8 +120,10 @@ def run(params: dict, log=None, progress=None) -> dict:
             progress(ev)
 
     result = train(tr, va, config, out_dir, spec, {"training_set": version}, progress_cb=on_progress)
-    summary = {"finished": result.finished, "stopped_reason": result.stopped_reason, "out_dir": str(out_dir)}
-    if not result.finished:
+    # a fixed time budget (the demo profile) ends training with the best epoch so far
+    budget_final = bool(params.get("time_budget_final")) and result.stopped_reason == "time_limit" and has_checkpoint(out_dir, "best")
+    summary = {"finished": result.finished or budget_final, "stopped_reason": result.stopped_reason, "out_dir": str(out_dir)}
+    if not summary["finished"]:
         say(f"stopped ({result.stopped_reason}) after {result.global_step} steps; rerun with the same out_dir to resume")
         return json_safe(summary)
 
@@ -169,6 +173,7 @@ def _parse(argv) -> dict:
     ap.add_argument("--preprocess", default="{}")
     ap.add_argument("--training-set-version", dest="training_set_version")
     ap.add_argument("--core-threshold", dest="core_threshold", type=float, default=0.65)
+    ap.add_argument("--time-budget-final", dest="time_budget_final", action="store_true")
     ap.add_argument("--report-checks", dest="report_checks", action="store_true")
     return vars(ap.parse_args(argv))
 
