@@ -73,6 +73,7 @@ def _alerts_for_run(instance: dg.DagsterInstance, run_id: str) -> list[Alert]:
     alerts: list[Alert] = []
     step_assets: dict[str, set[str]] = {}
     step_errors: dict[str, str] = {}
+    step_classes: dict[str, str | None] = {}
     failure_entry = None
     for entry in instance.all_logs(run_id, of_type=_RUN_EVENTS):
         ev = entry.dagster_event
@@ -103,9 +104,12 @@ def _alerts_for_run(instance: dg.DagsterInstance, run_id: str) -> list[Alert]:
         elif etype == DagsterEventType.STEP_FAILURE:
             err = getattr(ev.event_specific_data, "error", None)
             step_errors[ev.step_key or "?"] = (_error_text(err) if err else entry.user_message or "")[:_MAX_TEXT]
+            step_classes[ev.step_key or "?"] = getattr(err, "cls_name", None) if err else None
         elif etype == DagsterEventType.RUN_FAILURE:
             failure_entry = entry
-    if failure_entry is not None:
+    # A run that failed only because blocking checks failed is one incident: the check alerts say it.
+    only_blocking_checks = bool(step_classes) and all(c == "DagsterAssetCheckFailedError" for c in step_classes.values())
+    if failure_entry is not None and not (only_blocking_checks and any(a.kind == "check_failed" and a.severity == "ERROR" for a in alerts)):
         failed_assets = sorted({a for s in step_errors for a in step_assets.get(s, {s})})
         err = getattr(failure_entry.dagster_event.event_specific_data, "error", None)
         detail = "; ".join(f"{s}: {m}" for s, m in sorted(step_errors.items())) or (err.message.strip() if err else "")

@@ -226,10 +226,12 @@ def cmd_demo(args) -> int:
         return 1
     lake = _lake()
     print(f"\nDemo finished in {time.monotonic() - t0:.0f}s. Lake: {lake.uri}\n")
-    print("Selection function C(theta_E, z_l) at the FPR=1e-3 threshold (completeness [68% interval]):")
-    cols, rows = run_query(lake, DEMO_SF_SQL)
-    print(format_rows(cols, rows))
-    print("\nReal-lens recall by tier:")
+    cols, rows = run_query(lake, DEMO_THRESHOLD_SQL)
+    name = rows[0][0] if rows else "score>0.5"
+    print(f"Selection function C(theta_E, z_l) at the {name} threshold: completeness [68% interval], * = below the minimum count")
+    cols, rows = run_query(lake, DEMO_SF_SQL.format(name=name.replace("'", "''")))
+    print(completeness_grid(rows))
+    print("\nReal-lens recall by tier (test split):")
     cols, rows = run_query(lake, DEMO_RECALL_SQL)
     print(format_rows(cols, rows))
     cols, rows = run_query(lake, "SELECT uri FROM evaluation_report")
@@ -238,13 +240,26 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def completeness_grid(rows: list[tuple]) -> str:
+    """Text grid of C(θ_E, z_l): rows θ_E, columns z_l; each cell 'C [lo,hi]' (* = insufficient)."""
+    z_values = sorted({r[1] for r in rows})
+    by_cell = {(r[0], r[1]): r for r in rows}
+    lines = ["theta_E\\z_l " + " ".join(f"{z:^16.1f}" for z in z_values)]
+    for te in sorted({r[0] for r in rows}):
+        cells = []
+        for z in z_values:
+            _, _, c, lo, hi, ok, n = by_cell[(te, z)]
+            cells.append(f"{'-':^16}" if not n else f"{c:.2f} [{lo:.2f},{hi:.2f}]{'' if ok else '*'}".ljust(16))
+        lines.append(f"{te:>10.2f}\" " + " ".join(cells))
+    return "\n".join(lines)
+
+
+DEMO_THRESHOLD_SQL = """
+SELECT name FROM thresholds WHERE resolvable AND kind = 'fpr' ORDER BY target LIMIT 1
+"""
 DEMO_SF_SQL = """
-PIVOT (
-  SELECT theta_e_arcsec, 'z_l=' || printf('%.1f', z_l) AS z,
-         CASE WHEN n_valid = 0 THEN '   -   '
-              ELSE printf('%.2f [%.2f,%.2f]%s', completeness, ci68_lo, ci68_hi, CASE WHEN sufficient THEN '' ELSE '*' END) END AS c
-  FROM selection_function WHERE threshold_name = 'fpr=0.001'
-) ON z USING first(c) ORDER BY theta_e_arcsec
+SELECT theta_e_arcsec, z_l, completeness, ci68_lo, ci68_hi, sufficient, n_valid
+FROM selection_function WHERE threshold_name = '{name}' ORDER BY theta_e_arcsec, z_l
 """
 DEMO_RECALL_SQL = """
 SELECT threshold_name, tier, n, n_detected, round(recall, 3) AS recall, round(ci68_lo, 3) AS ci68_lo, round(ci68_hi, 3) AS ci68_hi

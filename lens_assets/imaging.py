@@ -202,7 +202,7 @@ def cutout_to_file(ra: float, dec: float, size: int, out: str) -> str:
     if out.lower().endswith(".png"):
         write_cutout_png(out, batch.image[0])
     else:
-        write_cutout_fits(out, batch.image[0], batch.invvar[0], ra, dec)
+        write_cutout_fits(out, batch.image[0], batch.invvar[0], ra, dec, offset_pix=(float(batch.dx[0]), float(batch.dy[0])))
     return out
 
 

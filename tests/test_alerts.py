@@ -82,30 +82,28 @@ def test_each_failure_alerts_once_across_cli_sensor_and_restart(instance, receiv
 
     outcomes = deliver_run_alerts(instance, result.run_id, _sinks(lake_root, receiver.url))
     bodies = [r.json() for r in receiver.accepted()]
+    # the run failed only because of the blocking check: one incident, told by the check's alert
     assert sorted(_key(b) for b in bodies) == [
         ("check_failed", "planted", "contract", "ERROR"),
         ("check_failed", "planted", "coverage", "WARN"),
-        ("run_failed", "planted", None, "ERROR"),
     ]
-    assert len(outcomes) == 3 and all(o.ok for o in outcomes)
+    assert len(outcomes) == 2 and all(o.ok for o in outcomes)
     contract = next(b for b in bodies if b["check"] == "contract")
     assert contract["metadata"]["bad_rows"] == 3 and contract["metadata"]["blocking"] is True
     assert contract["description"] == "3 rows with dec outside [-90, 90]"
     assert contract["run_url"] == f"http://dagster.example:3000/runs/{result.run_id}"
     assert contract["run_id"] == result.run_id and contract["partition"] is None
-    run_failed = next(b for b in bodies if b["kind"] == "run_failed")
-    assert "contract" in run_failed["description"] and run_failed["metadata"]["failed_steps"] == ["planted"]
 
     # The CLI path again, and a "restarted" process (new log object on the same lake): nothing new.
     assert deliver_run_alerts(instance, result.run_id, _sinks(lake_root, receiver.url)) == []
-    assert len(receiver.received) == 3
+    assert len(receiver.received) == 2
 
     # The daemon's sensor over the whole history: the same alerts are already in the log.
     sinks_resource = AlertSinksResource(webhook_url=receiver.url, lake_uri=str(lake_root), webhook_backoff_s=0.05)
     ctx = dg.build_sensor_context(instance=instance, resources={"alert_sinks": sinks_resource})
     tick = alert_sensor(ctx)
     assert isinstance(tick, dg.SkipReason) and "0 new" in tick.skip_message
-    assert len(receiver.received) == 3
+    assert len(receiver.received) == 2
     cursor = ctx.cursor
     assert json.loads(cursor)["after_storage_id"] > 0
 
@@ -114,22 +112,50 @@ def test_each_failure_alerts_once_across_cli_sensor_and_restart(instance, receiv
     assert ok.success  # a WARN failure does not fail the run
     ctx2 = dg.build_sensor_context(instance=instance, resources={"alert_sinks": sinks_resource}, cursor=cursor)
     alert_sensor(ctx2)
-    assert [_key(r.json()) for r in receiver.received[3:]] == [("check_failed", "soft_only", "freshness", "WARN")]
+    assert [_key(r.json()) for r in receiver.received[2:]] == [("check_failed", "soft_only", "freshness", "WARN")]
     ctx3 = dg.build_sensor_context(instance=instance, resources={"alert_sinks": sinks_resource}, cursor=ctx2.cursor)
     alert_sensor(ctx3)
-    assert len(receiver.received) == 4
+    assert len(receiver.received) == 3
     # ... and the CLI path for that run now finds it already sent.
     assert deliver_run_alerts(instance, ok.run_id, _sinks(lake_root, receiver.url)) == []
 
     # The log: JSONL and the queryable Parquet table hold the same four alerts, one row each.
     log = JsonlAlertLog(Lake(str(lake_root)))
     entries = log.entries()
-    assert len(entries) == 4 and len({e["dedup_key"] for e in entries}) == 4
+    assert len(entries) == 3 and len({e["dedup_key"] for e in entries}) == 3
     assert all(e["delivered_to"] == ["webhook"] for e in entries)
     table = Lake(str(lake_root)).read_table("ops", "alerts")
     assert sorted(table.column("dedup_key").to_pylist()) == sorted(e["dedup_key"] for e in entries)
-    assert sorted(table.column("check").to_pylist(), key=str) == sorted(["contract", "coverage", None, "freshness"], key=str)
+    assert sorted(table.column("check").to_pylist(), key=str) == sorted(["contract", "coverage", "freshness"], key=str)
     assert (lake_root / "ops" / "alert_log" / "alerts.jsonl").is_file()
+
+
+@dg.asset(check_specs=[dg.AssetCheckSpec("contract", asset="violating", blocking=True)])
+def violating() -> dg.MaterializeResult:
+    return dg.MaterializeResult(check_results=[
+        dg.AssetCheckResult(check_name="contract", passed=False, metadata={"bad_rows": 1}, description="1 duplicate object id")
+    ])
+
+
+@pytest.mark.timeout(60)
+def test_planted_contract_violation_makes_exactly_one_webhook_call(instance, receiver, tmp_path):
+    result = dg.materialize([violating], instance=instance, raise_on_error=False)
+    assert not result.success
+    deliver_run_alerts(instance, result.run_id, _sinks(tmp_path / "lake", receiver.url))
+    assert [_key(r.json()) for r in receiver.received] == [("check_failed", "violating", "contract", "ERROR")]
+
+
+@pytest.mark.timeout(30)
+def test_run_failure_that_is_not_a_check_alerts_as_run_failed():
+    @dg.asset
+    def broken():
+        raise RuntimeError("the sweep file vanished")
+
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize([broken], instance=instance, raise_on_error=False)
+    alerts, _ = collect_alerts(instance, run_id=result.run_id)
+    assert [(a.kind, a.asset) for a in alerts] == [("run_failed", "broken")]
+    assert "the sweep file vanished" in alerts[0].description
 
 
 @pytest.mark.timeout(30)

@@ -27,3 +27,20 @@ def test_demo_runs_end_to_end(tmp_path):
     assert recall and all(r["n"] > 0 for r in recall)
     report = query("select uri, figures from evaluation_report")[0]
     assert os.path.exists(report["uri"]) and report["figures"] >= 5
+
+    # dhs cutout: a FITS cube (band, y, x) whose WCS puts the lens at the requested position
+    lens = query("select ra, dec from positives order by name limit 1")[0]
+    out = tmp_path / "lens.fits"
+    cut = subprocess.run([sys.executable, "-m", "lens_assets.cli", "cutout", str(lens["ra"]), str(lens["dec"]), "--out", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert cut.returncode == 0, cut.stderr
+    from astropy.io import fits
+    from astropy.wcs import WCS
+
+    with fits.open(out) as hdul:
+        assert hdul[0].data.shape == (3, 101, 101) and hdul["INVVAR"].data.shape == (3, 101, 101)
+        x, y = WCS(hdul[0].header).celestial.world_to_pixel_values(lens["ra"], lens["dec"])
+    assert abs(x - 50) < 0.5 and abs(y - 50) < 0.5
+
+    # a failing materialization names the asset and exits non-zero
+    bad = subprocess.run([sys.executable, "-m", "lens_assets.cli", "materialize", "no_such_asset"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert bad.returncode == 1 and "unknown asset 'no_such_asset'" in bad.stderr

@@ -316,7 +316,8 @@ def train(
             best_val_auroc=float("nan") if st["best_auroc"] is None else float(st["best_auroc"]),
             history=list(st["history"]), device=str(device),
         )
-        if st["finished"] and has_checkpoint(out, "best"):
+        # a time-limited run also reports its best epoch so far (a fixed-budget run may stop there)
+        if (st["finished"] or st["stopped_reason"] == "time_limit") and has_checkpoint(out, "best"):
             best_model, best_spec = load_checkpoint(out, "best", device=device)
             probs, ok, _ = score_stamps(best_model, best_spec, val_arrays.image, device=device, batch_size=config.val_batch_size, amp=amp)
             result.val_metrics = evaluate_scores(probs[ok], val_arrays.label[ok], tiers=val_arrays.tier[ok], seed=(config.seed, "val"))

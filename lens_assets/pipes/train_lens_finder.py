@@ -24,6 +24,7 @@ Imports only dagster_pipes (never dagster) and darkhaloscope.
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import os
@@ -161,6 +162,10 @@ def _pipes_metadata(summary: dict) -> dict:
     for k in ("auroc", "average_precision", "tpr_at_fpr_1e-2", "tpr_at_fpr_1e-3", "ece_15", "recall_at_0.5"):
         if vm.get(k) is not None:
             md[f"val_{k}"] = vm[k]
+    curves = Path(summary["out_dir"]) / "training_curves.png"
+    if curves.is_file():  # shown in the UI with the materialization
+        b64 = base64.b64encode(curves.read_bytes()).decode()
+        md["training_curves"] = {"raw_value": f"![training curves](data:image/png;base64,{b64})", "type": "md"}
     return md
 
 
