@@ -7,7 +7,6 @@ the results to the lake, one partition per sweep file for the negatives.
 
 
 import dagster as dg
-import pyarrow as pa
 import pyarrow.compute as pc
 from dagster_pyspark import LazyPySparkResource
 

@@ -2,7 +2,6 @@
 C(θ_E, z_l), real-lens recall, and the static HTML evaluation report."""
 
 import json
-import os
 import shutil
 import tempfile
 
@@ -29,7 +28,7 @@ from darkhaloscope.training.checkpoint import load_checkpoint
 from darkhaloscope.training.inference import score_stamps
 from resources import ComputeResource, LakeResource
 
-from .common import OWNERS, as_metadata, schema_metadata, table_result
+from .common import OWNERS, table_result
 from .imaging import GROUP as IMAGING, cutouts, load_stamps
 from .injection import GROUP as INJECTION, injection_bank
 from .training import GROUP as TRAINING, lens_finder

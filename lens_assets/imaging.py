@@ -193,8 +193,7 @@ def cutout_to_file(ra: float, dec: float, size: int, out: str) -> str:
     from resources.config import build_resources
 
     res = build_resources()
-    store = res["lake"].lake()
-    source = ImagingResource(cutout_source=res["imaging"].cutout_source).source(res["survey"], store)
+    source = res["imaging"].source(res["survey"], res["lake"].lake())
     got = source.cutouts(np.array([ra]), np.array([dec]), size)
     batch, failed = got if isinstance(got, tuple) else (got, np.array([""]))
     if failed[0]:

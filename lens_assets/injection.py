@@ -130,7 +130,7 @@ def injection_matches_lenstronomy(context: dg.AssetCheckExecutionContext, lake: 
     cfg = RenderConfig()
     worst_pix, worst_flux, cases = 0.0, 0.0, []
     arcs = from_tensor_column(sample.column("image")) - from_tensor_column(sample.column("control"))
-    for i, row in enumerate(sample.to_pylist()):
+    for i, row in enumerate(sample.drop_columns(["image", "control"]).to_pylist()):
         f = float(row["psf_fwhm_r"])
         kernel = psf_kernels(torch.tensor([f], dtype=torch.float64), kernel_radius_pix(f, cfg.pixel_scale, cfg.psf_n_fwhm), profile=cfg.psf_profile)[0].numpy()
         lens = dict(theta_e=row["theta_e_arcsec"], e1=row["lens_e1"], e2=row["lens_e2"], center_x=row["lens_center_x_arcsec"], center_y=row["lens_center_y_arcsec"], gamma1=row["shear_g1"], gamma2=row["shear_g2"])

@@ -18,7 +18,7 @@ from darkhaloscope.stamps import STAMP_SHAPE, tensor_type, to_tensor_array
 from darkhaloscope.training.preprocess import PreprocessSpec
 from resources import ComputeResource, LakeResource
 
-from .common import OWNERS, as_metadata, fail_fast_on_bad_input, schema_metadata, table_result
+from .common import OWNERS, fail_fast_on_bad_input, table_result
 from .imaging import GROUP as IMAGING, cutout_validation, cutouts, load_stamps
 from .injection import HOST_COLUMNS, injection_config
 

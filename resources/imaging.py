@@ -5,7 +5,6 @@ DHS_SURVEY=mock); any other value is the base URL of a cutout service (``.../vie
 """
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 import dagster as dg
 

@@ -11,7 +11,7 @@ from darkhaloscope.lensing.randomize import RandomizationConfig, draw_psf_anisot
 from darkhaloscope.lensing.render import (RenderConfig, add_poisson_noise, arc_snr, convolve_psf,
                                           pixel_flux_fraction, render_lensed_sources)
 from darkhaloscope.lensing.sie import (LensBatch, ellipticity_from_phi_q, hessian, magnification,
-                                       phi_q_from_ellipticity, ray_shoot, sie_convergence, sie_deflection)
+                                       phi_q_from_ellipticity, sie_convergence, sie_deflection)
 from darkhaloscope.lensing.source import SourceBatch, band_fluxes, flux_from_mag, mag_from_flux
 from darkhaloscope.seeding import torch_generator_for
 
