@@ -1,23 +1,27 @@
-"""The single Definitions object of the lakehouse (workspace.yaml points here)."""
+"""The single Definitions object of the lakehouse (workspace.yaml points here).
+
+Stage modules are imported as modules so that ``defs`` is the only Definitions object at module
+scope (the code server refuses a module with several).
+"""
 
 import dagster as dg
 
-from lens_assets.alerting import alerting_defs
-from lens_assets.catalog import catalog_defs
-from lens_assets.imaging import imaging_defs
-from lens_assets.injection import injection_defs
-from lens_assets.training import training_defs
-from lens_assets.evaluation import evaluation_defs
-from lens_assets.survey import survey_defs
+import lens_assets.alerting as alerting
+import lens_assets.catalog as catalog
+import lens_assets.evaluation as evaluation
+import lens_assets.imaging as imaging
+import lens_assets.injection as injection
+import lens_assets.survey as survey
+import lens_assets.training as training
 from resources import build_resources
 
 defs = dg.Definitions.merge(
-    survey_defs,
-    catalog_defs,
-    imaging_defs,
-    injection_defs,
-    training_defs,
-    evaluation_defs,
-    alerting_defs,
+    survey.survey_defs,
+    catalog.catalog_defs,
+    imaging.imaging_defs,
+    injection.injection_defs,
+    training.training_defs,
+    evaluation.evaluation_defs,
+    alerting.alerting_defs,
     dg.Definitions(resources=build_resources()),
 )

@@ -39,7 +39,9 @@ INJECTION_META = [
     "injection_id", "theta_e_arcsec", "z_l", "z_s", "sigma_v_kms", "success", "failure_reason", "psf_fwhm_r",
     "psfdepth_r", "src_mag_r", "lensed_mag_r", "arc_snr", "magnification", "host_object_id",
 ]
-SCORE_BATCH = 256
+#: Scoring batch per device: on a CPU large batches of 101-px activations are memory-bound (see
+#: benchmarks/bench_scoring.py); a GPU wants large batches.
+SCORE_BATCH = {"cpu": 16, "cuda": 512}
 
 
 def checkpoint_dir(store: Lake) -> tuple[str, bool]:
@@ -53,9 +55,10 @@ def checkpoint_dir(store: Lake) -> tuple[str, bool]:
 
 
 def _score_batches(store: Lake, group: str, table: str, meta: list[str], image_column: str, kind: str, model, spec, device):
-    for batch in store.iter_batches(group, table, columns=meta + [image_column], batch_size=SCORE_BATCH):
+    batch_size = SCORE_BATCH.get(device, 16)
+    for batch in store.iter_batches(group, table, columns=meta + [image_column], batch_size=256):
         images = from_tensor_column(batch.column(image_column), name=image_column)
-        scores, valid, reason = score_stamps(model, spec, images, device=device, batch_size=SCORE_BATCH)
+        scores, valid, reason = score_stamps(model, spec, images, device=device, batch_size=batch_size)
         cols = {name: batch.column(name) for name in meta}
         cols["kind"] = pa.array([kind] * batch.num_rows)
         cols["score"] = pa.array(np.where(valid, scores, np.nan), pa.float32(), mask=~valid)

@@ -41,3 +41,16 @@ def test_workspace_points_at_definitions_and_ui_binds_loopback():
     repo = pathlib.Path(__file__).resolve().parent.parent
     assert "module_name: definitions" in (repo / "workspace.yaml").read_text()
     assert "-h 127.0.0.1" in (repo / "Makefile").read_text()
+
+
+def test_code_location_loads_from_the_workspace_like_dagster_dev(tmp_path):
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    repo = pathlib.Path(__file__).resolve().parent.parent
+    dagster = pathlib.Path(sys.executable).with_name("dagster")
+    env = dict(os.environ, DAGSTER_HOME=str(tmp_path))
+    out = subprocess.run([str(dagster), "definitions", "validate", "-w", str(repo / "workspace.yaml")], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
