@@ -16,7 +16,7 @@ from darkhaloscope.imaging.shortcuts import core_shortcut_failed, feature_aucs, 
 from darkhaloscope.lake import Lake
 from darkhaloscope.stamps import from_tensor_column, to_tensor_array
 from resources import LakeResource, SurveyResource
-from resources.imaging import ImagingResource
+from resources.imaging import ImagingResource, ServiceSource
 
 from .catalog import negatives, positives, training_catalog
 from .common import OWNERS, contract_result, fail_fast_on_bad_input, table_result
@@ -95,11 +95,29 @@ def cutouts(context: dg.AssetExecutionContext, lake: LakeResource, survey: Surve
         if targets.num_rows == 0:
             raise InputError(f"sweep file {name} has no catalog targets to cut")
         source = imaging.source(survey, store)
+        reused = committed_cutouts(store, name, targets) if isinstance(source, ServiceSource) else None
+        if reused is not None:
+            targets = targets.filter(pc.invert(pc.is_in(targets.column("object_id"), reused.column("object_id"))))
         batches = cutout_batches(targets, source)
-        first = next(batches)
+        first = next(batches, None)
+        if first is None:  # every target was already committed
+            first, batches = reused.to_batches()[0], iter(reused.to_batches()[1:])
+            reused = None
+        if reused is not None:
+            batches = itertools.chain(reused.select(first.schema.names).cast(first.schema).to_batches(), batches)
         info = store.write_table(GROUP, "cutouts", itertools.chain([first], batches), schema=first.schema, partition={"sweep_file": name})
     q = store.read_table(GROUP, "cutouts", partition={"sweep_file": name}, columns=[c for c in first.schema.names if c not in STAMP_COLUMNS])
     return table_result(store, info.uri, first.schema, info.rows, {"quality": dg.MetadataValue.json(quality_summary(q)), "source": type(source).__name__})
+
+
+def committed_cutouts(store: Lake, sweep_file: str, targets: pa.Table) -> pa.Table | None:
+    """Rows of the committed partition fetched without error for targets still wanted (resume:
+    a cutout service is not asked again for them); None when nothing is committed yet."""
+    if not store.exists(GROUP, "cutouts", {"sweep_file": sweep_file}):
+        return None
+    old = store.read_table(GROUP, "cutouts", partition={"sweep_file": sweep_file})
+    keep = pc.and_(pc.equal(old.column("fetch_error"), ""), pc.is_in(old.column("object_id"), targets.column("object_id")))
+    return old.filter(keep)
 
 
 @dg.asset_check(asset=cutouts, blocking=True, partitions_def=sweep_partitions, description="schema (101×101 grz tensors), unique object ids, splits")
