@@ -442,6 +442,22 @@ def select_negatives(
     survived the previous steps).
     """
     table = as_table(batch)
+    rows, funnel = selected_rows(table, known_lenses, config)
+    return negatives_from_selected(table.take(pa.array(rows, pa.int64())), config), funnel
+
+
+#: Columns the cuts read (everything else is only needed for the rows that survive).
+CUT_INPUT_COLUMNS = ("sweep_file", "row_index", "ra", "dec", "type", "maskbits", "nobs_g", "nobs_r", "nobs_z", "flux_z")
+
+
+def selected_rows(
+    table: pa.Table, known_lenses: "KnownLensIndex | pa.Table", config: NegativeSelectionConfig = NegativeSelectionConfig()
+) -> tuple[np.ndarray, dict[str, dict[str, int]]]:
+    """Row indices of ``table`` that pass every cut, and the funnel (see :func:`select_negatives`).
+
+    Needs only the columns the cuts read (:data:`CUT_INPUT_COLUMNS`), so a cluster can ship just
+    those to the Python workers and join the survivors back to their full rows.
+    """
     index = known_lenses if isinstance(known_lenses, KnownLensIndex) else KnownLensIndex.from_table(known_lenses)
     masks = cut_masks(table, config)
     alive = np.ones(table.num_rows, dtype=bool)
@@ -456,8 +472,7 @@ def select_negatives(
     removed["known_lens"] = np.zeros(table.num_rows, dtype=bool)
     removed["known_lens"][idx[near]] = True
     funnel = _funnel_counts(_column(table, "sweep_file"), removed)
-    selected = table.take(pa.array(idx[~near], pa.int64()))
-    return negatives_from_selected(selected, config), funnel
+    return idx[~near], funnel
 
 
 def negatives_from_selected(selected: pa.Table, config: NegativeSelectionConfig) -> pa.Table:
