@@ -26,6 +26,8 @@ from .common import OWNERS, as_metadata, contract_result, markdown_table, schema
 from .survey import known_lenses, sweeps
 
 GROUP = "catalog"
+#: Shared definition of the catalog's Spark assets (one Spark step at a time: pool "spark").
+SPARK_ASSET = dict(key_prefix=[GROUP], group_name=GROUP, kinds={"spark", "parquet"}, owners=OWNERS, code_version="2", pool="spark")
 
 
 class NegativesConfig(dg.Config):
@@ -60,15 +62,7 @@ def _spark(pyspark: LazyPySparkResource):
     return pyspark.spark_session
 
 
-@dg.asset(
-    key_prefix=[GROUP],
-    group_name=GROUP,
-    deps=[sweeps, known_lenses],
-    kinds={"spark", "parquet"},
-    owners=OWNERS,
-    code_version="1",
-    pool="spark",
-)
+@dg.asset(deps=[sweeps, known_lenses], **SPARK_ASSET)
 def negatives(context: dg.AssetExecutionContext, config: NegativesConfig, pyspark: LazyPySparkResource, lake: LakeResource) -> dg.MaterializeResult:
     """N1 (representative) and N2 (confuser) negative pools in one table with a ``pool`` column,
     one lake partition per sweep file. Cuts: footprint, TYPE, nobs, z mag (non-positive flux
@@ -125,15 +119,7 @@ def negatives_pass_cuts(lake: LakeResource) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(passed=res["n_violating"] == 0, metadata={k: int(v) for k, v in res.items()})
 
 
-@dg.asset(
-    key_prefix=[GROUP],
-    group_name=GROUP,
-    deps=[sweeps, known_lenses],
-    kinds={"spark", "parquet"},
-    owners=OWNERS,
-    code_version="1",
-    pool="spark",
-)
+@dg.asset(deps=[sweeps, known_lenses], **SPARK_ASSET)
 def positives(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource, lake: LakeResource) -> dg.MaterializeResult:
     """Known galaxy-scale lenses cross-matched (broadcast, on Spark) to their nearest sweep source
     within 1.5″, with tier A (confident) / B (probable), the negatives' photometry, conditions,
@@ -165,15 +151,7 @@ class TrainingCatalogConfig(dg.Config):
     n1_fraction: float = 0.85
 
 
-@dg.asset(
-    key_prefix=[GROUP],
-    group_name=GROUP,
-    deps=[negatives, positives],
-    kinds={"spark", "parquet"},
-    owners=OWNERS,
-    code_version="1",
-    pool="spark",
-)
+@dg.asset(deps=[negatives, positives], **SPARK_ASSET)
 def training_catalog(
     context: dg.AssetExecutionContext, config: TrainingCatalogConfig, pyspark: LazyPySparkResource, lake: LakeResource, compute: ComputeResource
 ) -> dg.MaterializeResult:
