@@ -50,6 +50,7 @@ from darkhaloscope.survey.known_lenses import load_known_lenses, validate_known_
 from darkhaloscope.survey.sweeps import SweepBox, iter_sweep_batches, parse_sweep_filename
 from tests.support.cutout_server import CutoutServer
 from tests.support.s3_server import fresh_bucket, s3_server  # noqa: F401  (fixture import)
+from tests.support.sweep_rows import dr10_rows
 
 SWEEP = "sweep-030m005-035p000.fits"
 BOX = SweepBox(30, 35, -5, 0)
@@ -67,16 +68,7 @@ MISSING_BUCKET = "dhs-missing-bucket"
 
 def _rows(n: int = N_ROWS) -> np.ndarray:
     """n DR10 sweep rows inside BOX, unique (release, brickid, objid), big-endian FITS layout."""
-    rows = np.zeros(n, dtype=sm.DR10_SWEEP_DTYPE)
-    rows["RA"] = np.linspace(BOX.ra_min + 0.1, BOX.ra_max - 0.1, n)
-    rows["DEC"] = np.linspace(BOX.dec_min + 0.1, BOX.dec_max - 0.1, n)
-    bid, bname, _, _ = sm.bricks_for(rows["RA"], rows["DEC"])
-    rows["RELEASE"], rows["BRICKID"], rows["BRICKNAME"] = 10000, bid, bname
-    rows["OBJID"] = np.arange(n)
-    rows["TYPE"] = b"REX"
-    rows["FLUX_R"] = np.arange(n, dtype=np.float32)
-    rows["GAIA_DUPLICATED_SOURCE"] = ord("F")
-    return rows
+    return dr10_rows(n, BOX)
 
 
 def _write_sweep(path: Path, rows: np.ndarray, columns=sm.DR10_SWEEP_COLUMNS, override: dict | None = None,

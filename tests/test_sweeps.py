@@ -24,6 +24,7 @@ from darkhaloscope.survey.sweeps import (
     sweep_filename,
     sweep_to_parquet,
 )
+from tests.support.sweep_rows import dr10_rows
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,21 +41,6 @@ needs_real = pytest.mark.skipif(REAL is None, reason="real survey files not foun
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _dr10_rows(n: int, box: SweepBox = SweepBox(30, 35, -5, 0)) -> np.ndarray:
-    rows = np.zeros(n, dtype=sm.DR10_SWEEP_DTYPE)
-    rows["RA"] = np.linspace(box.ra_min + 0.1, box.ra_max - 0.1, n)
-    rows["DEC"] = np.linspace(box.dec_min + 0.1, box.dec_max - 0.1, n)
-    bid, bname, _, _ = sm.bricks_for(rows["RA"], rows["DEC"])
-    rows["RELEASE"], rows["BRICKID"], rows["BRICKNAME"] = 10000, bid, bname
-    rows["OBJID"] = np.arange(n)
-    rows["TYPE"] = b"REX"
-    rows["FLUX_G"] = np.arange(n, dtype=np.float32)
-    rows["MASKBITS"] = 0x10000 + np.arange(n)  # needs more than 16 bits: int32 must survive
-    rows["DCHISQ"] = np.arange(5 * n, dtype=np.float32).reshape(n, 5)
-    rows["GAIA_DUPLICATED_SOURCE"] = ord("F")
-    return rows
 
 
 def _write(path: Path, rows: np.ndarray, drop: tuple[str, ...] = (), tforms=sm.DR10_SWEEP_COLUMNS) -> Path:
@@ -131,7 +117,7 @@ def test_real_dr9_tractor():
 
 
 def test_dr10_roundtrip_batches_columns_and_gz(tmp_path):
-    rows = _dr10_rows(50)
+    rows = dr10_rows(50)
     path = _write(tmp_path / "sweep-030m005-035p000.fits", rows)
     t = read_sweep(path)
     assert t.schema.metadata[b"dhs.data_model"] == b"dr10-sweep"
@@ -158,7 +144,7 @@ def test_dr10_roundtrip_batches_columns_and_gz(tmp_path):
 
 
 def test_empty_and_truncated_files(tmp_path):
-    good = _write(tmp_path / "sweep-030m005-035p000.fits", _dr10_rows(20))
+    good = _write(tmp_path / "sweep-030m005-035p000.fits", dr10_rows(20))
     empty = tmp_path / "sweep-035m005-040p000.fits"
     empty.write_bytes(b"")
     _err(empty, "empty")
@@ -174,7 +160,7 @@ def test_empty_and_truncated_files(tmp_path):
 
 
 def test_missing_required_column(tmp_path):
-    path = _write(tmp_path / "sweep-030m005-035p000.fits", _dr10_rows(5), drop=("FLUX_Z",))
+    path = _write(tmp_path / "sweep-030m005-035p000.fits", dr10_rows(5), drop=("FLUX_Z",))
     _err(path, "FLUX_Z")
 
 
@@ -189,7 +175,7 @@ def test_wrong_or_missing_hdu(tmp_path):
 
 
 def test_nan_coordinates_name_the_row(tmp_path):
-    rows = _dr10_rows(10)
+    rows = dr10_rows(10)
     rows["DEC"][7] = np.nan
     path = _write(tmp_path / "sweep-030m005-035p000.fits", rows)
     _err(path, "row 7")
@@ -211,7 +197,7 @@ def test_pre_dr4_schema(tmp_path):
 
 
 def test_rows_outside_box_and_duplicates(tmp_path):
-    rows = _dr10_rows(10)
+    rows = dr10_rows(10)
     rows["RA"][4] = 36.0
     path = _write(tmp_path / "sweep-030m005-035p000.fits", rows)
     ei = _err(path, "row 4")
@@ -220,7 +206,7 @@ def test_rows_outside_box_and_duplicates(tmp_path):
     tractor = _write(tmp_path / "tractor-0300m010.fits", rows)
     assert read_sweep(tractor).num_rows == 10
     # ... and a duplicated (release, brickid, objid) is refused even across batches.
-    dup = _dr10_rows(10)
+    dup = dr10_rows(10)
     dup["OBJID"][9] = dup["OBJID"][2]
     dup["BRICKID"][9] = dup["BRICKID"][2]
     dpath = _write(tmp_path / "dup" / "sweep-030m005-035p000.fits", dup)
@@ -232,7 +218,7 @@ def test_rows_outside_box_and_duplicates(tmp_path):
 
 
 def test_sweep_to_parquet_atomic_and_filesystem(tmp_path):
-    src = _write(tmp_path / "sweep-030m005-035p000.fits", _dr10_rows(30))
+    src = _write(tmp_path / "sweep-030m005-035p000.fits", dr10_rows(30))
     dest = tmp_path / "lake" / "sweeps.parquet"
     info = sweep_to_parquet(src, str(dest), batch_rows=8)
     assert info["rows"] == 30 and info["data_model"] == "dr10-sweep"
@@ -241,7 +227,7 @@ def test_sweep_to_parquet_atomic_and_filesystem(tmp_path):
     assert t.equals(read_sweep(src).replace_schema_metadata(t.schema.metadata))
     before = dest.read_bytes()
     # A failing source leaves the previous file intact and no staging file behind.
-    rows = _dr10_rows(30)
+    rows = dr10_rows(30)
     rows["RA"][25] = 99.0
     bad = _write(tmp_path / "bad" / "sweep-030m005-035p000.fits", rows)
     with pytest.raises(InputError, match="row 25"):
