@@ -53,22 +53,13 @@ class NegativesConfig(dg.Config):
         )
 
 
-def _spark(pyspark: LazyPySparkResource):
-    import os
-    import sys
-
-    # executors must run this interpreter, which has darkhaloscope installed
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return pyspark.spark_session
-
-
 @dg.asset(deps=[sweeps, known_lenses], **SPARK_ASSET)
 def negatives(context: dg.AssetExecutionContext, config: NegativesConfig, pyspark: LazyPySparkResource, lake: LakeResource) -> dg.MaterializeResult:
     """N1 (representative) and N2 (confuser) negative pools in one table with a ``pool`` column,
     one lake partition per sweep file. Cuts: footprint, TYPE, nobs, z mag (non-positive flux
     rejected), maskbits, known-lens exclusion radius; the funnel is stored as ``selection_funnel``."""
     store = lake.lake()
-    spark = _spark(pyspark)
+    spark = pyspark.spark_session
     lenses = store.read_table("survey", "known_lenses")
     sel = config.selection()
     df, funnel = negatives_on_spark(spark, store.part_uris("survey", "sweeps"), lenses, sel)
@@ -126,7 +117,7 @@ def positives(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource, l
     strata and split; positives outside the negatives' footprint or failing their cuts are kept
     and flagged."""
     store = lake.lake()
-    spark = _spark(pyspark)
+    spark = pyspark.spark_session
     table, summary = positives_on_spark(spark, store.part_uris("survey", "sweeps"), store.read_table("survey", "known_lenses"), config=NegativesConfig().selection())
     info = store.write_table(GROUP, "positives", table)
     return dg.MaterializeResult(
@@ -159,7 +150,7 @@ def training_catalog(
     configured ratio and N1:N2 mix, deterministic by hash order; per-stratum targets and actuals
     are stored as ``training_strata``."""
     store = lake.lake()
-    spark = _spark(pyspark)
+    spark = pyspark.spark_session
     ratio = config.negatives_per_positive if compute.profile == "full" else min(config.negatives_per_positive, DEMO_RATIO)
     neg_df = spark.read.parquet(*store.part_uris(GROUP, "negatives"))
     catalog, strata = training_catalog_on_spark(spark, neg_df, store.read_table(GROUP, "positives"), ratio=ratio, n1_fraction=config.n1_fraction)

@@ -54,7 +54,7 @@ class Materializer:
             for ck in chk.check_keys:
                 self.checks_by_asset.setdefault(ck.asset_key, []).append(chk)
         self.resources = defs.resources
-        self.lake = None
+        self.lake = _lake()
         self.sinks = None
 
     def key_for(self, name: str):
@@ -89,13 +89,11 @@ class Materializer:
     def _missing_partitions(self, key, keys: list[str] | None) -> list[str | None]:
         from io_managers.parquet import partition_for_key
 
-        lake = self.lake or _lake()
-        self.lake = lake
         group, table = key.path[0], key.path[-1]
         if keys is None:
-            return [] if lake.exists(group, table) else [None]
+            return [] if self.lake.exists(group, table) else [None]
         pdef = self.graph.get(key).partitions_def
-        return [k for k in keys if not lake.exists(group, table, partition_for_key(pdef, k))]
+        return [k for k in keys if not self.lake.exists(group, table, partition_for_key(pdef, k))]
 
     def run(self, names: list[str]) -> None:
         targets = [self.key_for(n) for n in names]

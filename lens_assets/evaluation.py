@@ -252,7 +252,7 @@ def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource) -> 
             if not ids:
                 continue
             if caption == "highest-scoring negatives":
-                stamps, _ = load_stamps(store, ids, "image")
+                (stamps,), _ = load_stamps(store, ids)
             else:
                 stamps = np.stack([bank_images[i] for i in ids])
             mosaics[f"{caption} ({name})"] = mosaic_png(stamps, [str(i) for i in ids])

@@ -125,15 +125,20 @@ def cutouts_contract(context: dg.AssetCheckExecutionContext, lake: LakeResource)
     return contract_result(lake.lake(), GROUP, "cutouts", CUTOUTS, partition={"sweep_file": context.partition_key})
 
 
-def load_stamps(store: Lake, object_ids, column: str = "image") -> tuple[np.ndarray, np.ndarray]:
-    """(stamps (N,3,101,101), found mask) for ``object_ids`` from the cutouts table, in the given order."""
+def load_stamps(store: Lake, object_ids, columns: tuple[str, ...] = ("image",)) -> tuple[list[np.ndarray], np.ndarray]:
+    """([stamps (N,3,101,101) per column], found mask) for ``object_ids`` from the cutouts table, in
+    the given order (ids may repeat), reading the requested stamp columns in one scan."""
     ids = pa.array(np.asarray(object_ids, dtype=np.int64))
-    tbl = store.read_table(GROUP, "cutouts", columns=["object_id", column], filter=pc.field("object_id").isin(ids))
+    tbl = store.read_table(GROUP, "cutouts", columns=["object_id", *columns], filter=pc.field("object_id").isin(ids))
     pos = pc.index_in(ids, tbl.column("object_id"))
     found = pos.is_valid().to_numpy(zero_copy_only=False)
-    stamps = from_tensor_column(tbl.column(column), name=column)
-    out = np.zeros((len(ids), *stamps.shape[1:]), np.float32)
-    out[found] = stamps[pos.filter(pos.is_valid()).to_numpy()]
+    rows = pos.filter(pos.is_valid()).to_numpy()
+    out = []
+    for column in columns:
+        stamps = from_tensor_column(tbl.column(column), name=column)
+        full = np.zeros((len(ids), *stamps.shape[1:]), np.float32)
+        full[found] = stamps[rows]
+        out.append(full)
     return out, found
 
 

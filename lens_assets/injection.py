@@ -96,8 +96,7 @@ def injection_bank(context: dg.AssetExecutionContext, lake: LakeResource, comput
         if tasks.num_rows == 0:
             raise InputError(f"injection batch {context.partition_key} has no tasks in injection_plan")
         host_ids = tasks.column("host_object_id").to_numpy()
-        images, found = load_stamps(store, host_ids, "image")
-        invvar, _ = load_stamps(store, host_ids, "invvar")
+        (images, invvar), found = load_stamps(store, host_ids, ("image", "invvar"))
         if not found.all():
             raise InputError(f"hosts {host_ids[~found][:5].tolist()} of batch {context.partition_key} are not in the cutouts table")
     device = compute.torch_device()

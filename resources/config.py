@@ -40,13 +40,7 @@ def build_resources() -> dict:
 
 
 def spark_config(master: str) -> dict:
-    """Spark settings sized for a small machine; a cluster master URL just replaces ``master``."""
-    return {
-        "spark.master": master,
-        "spark.app.name": "darkhaloscope",
-        "spark.sql.shuffle.partitions": "8",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.ui.enabled": "false",
-        "spark.driver.memory": os.environ.get("DHS_SPARK_DRIVER_MEMORY", "2g"),
-        "spark.sql.session.timeZone": "UTC",
-    }
+    """The catalog stage's Spark settings (one definition, in the library) plus the app name."""
+    from darkhaloscope.catalog.spark import spark_settings
+
+    return {**spark_settings(master), "spark.app.name": "darkhaloscope"}

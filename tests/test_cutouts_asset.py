@@ -57,6 +57,6 @@ def test_service_cutouts_are_committed_failures_recorded_and_not_fetched_again(t
         second = lake.read_table("imaging", "cutouts", partition={"sweep_file": SWEEP})
     assert sorted(second.column("object_id").to_pylist()) == [1, 2, 3, 4]
     assert set(second.column("fetch_error").to_pylist()) == {""}
-    stamps, found = load_stamps(lake, [4, 1])
+    (stamps,), found = load_stamps(lake, [4, 1])
     assert found.all() and stamps.shape == (2, 3, 101, 101)
     assert np.array_equal(stamps[1], from_tensor_column(first.column("image"))[first.column("object_id").to_pylist().index(1)])

@@ -66,18 +66,15 @@ INPUT_COLUMNS = tuple(
 _FUNNEL_COLS = ("_funnel_step_index", "_funnel_step", "_funnel_removed", "_funnel_remaining")
 
 
-def spark_session(master: str | None = None, app_name: str = "darkhaloscope-catalog", conf: dict | None = None):
-    """A SparkSession for the catalog stage, sized for a small machine unless ``conf`` says otherwise.
-
-    ``master`` defaults to ``$DHS_SPARK_MASTER`` or ``local[*]``. Driver memory comes from
-    ``$DHS_SPARK_DRIVER_MEMORY`` (default 2g); it only applies when this call starts the JVM.
-    """
-    from pyspark.sql import SparkSession
-
-    # Executors must run the interpreter that has darkhaloscope installed.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    settings = {
+def spark_settings(master: str | None = None) -> dict[str, str]:
+    """Spark configuration of the catalog stage, sized for a small machine; a cluster master just
+    replaces ``spark.master``. ``master`` defaults to ``$DHS_SPARK_MASTER`` or ``local[*]``; driver
+    memory comes from ``$DHS_SPARK_DRIVER_MEMORY`` (default 2g; applies when the JVM starts)."""
+    return {
+        "spark.master": master or os.environ.get("DHS_SPARK_MASTER", "local[*]"),
+        # executors must run the interpreter that has darkhaloscope installed
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
         "spark.sql.shuffle.partitions": "8",
         "spark.default.parallelism": "8",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -91,9 +88,14 @@ def spark_session(master: str | None = None, app_name: str = "darkhaloscope-cata
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.adaptive.enabled": "true",
     }
-    settings.update(conf or {})
-    builder = SparkSession.builder.master(master or os.environ.get("DHS_SPARK_MASTER", "local[*]")).appName(app_name)
-    for k, v in settings.items():
+
+
+def spark_session(master: str | None = None, app_name: str = "darkhaloscope-catalog", conf: dict | None = None):
+    """A SparkSession with :func:`spark_settings` (``conf`` overrides entries)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    for k, v in {**spark_settings(master), **(conf or {})}.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
 
