@@ -70,11 +70,9 @@ def spark_settings(master: str | None = None) -> dict[str, str]:
     """Spark configuration of the catalog stage, sized for a small machine; a cluster master just
     replaces ``spark.master``. ``master`` defaults to ``$DHS_SPARK_MASTER`` or ``local[*]``; driver
     memory comes from ``$DHS_SPARK_DRIVER_MEMORY`` (default 2g; applies when the JVM starts)."""
-    return {
-        "spark.master": master or os.environ.get("DHS_SPARK_MASTER", "local[*]"),
-        # executors must run the interpreter that has darkhaloscope installed
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
+    master = master or os.environ.get("DHS_SPARK_MASTER", "local[*]")
+    settings = {
+        "spark.master": master,
         "spark.sql.shuffle.partitions": "8",
         "spark.default.parallelism": "8",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -88,6 +86,14 @@ def spark_settings(master: str | None = None) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.adaptive.enabled": "true",
     }
+    if master.startswith("local"):
+        # Local Python workers must run this interpreter, the one with darkhaloscope installed.
+        # PySpark takes the worker interpreter from $PYSPARK_PYTHON (default: whatever `python3` is
+        # on PATH), not from spark.pyspark.python, so the environment is set as well. On a cluster
+        # the executors' interpreter is the cluster's business (README, "Running the catalog stage").
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        settings["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
+    return settings
 
 
 def spark_session(master: str | None = None, app_name: str = "darkhaloscope-catalog", conf: dict | None = None):
