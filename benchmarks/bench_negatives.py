@@ -1,13 +1,15 @@
-"""Benchmark of the negative-pool build: in-process Arrow path vs Spark local[2] (one JSON line).
+"""Benchmark of the negative-pool build: the in-process path vs Spark local[2] (one JSON line).
 
 Generates a ~3-million-row synthetic sweep-like table (tests/spark_fixtures.synthetic_sweeps,
-DR10-like distributions) into benchmarks/out/ as Parquet once, then measures:
+DR10-like distributions) once, stores it as 4 sweeps partitions (4 sweep files) of a lake under
+benchmarks/out/, and measures:
 
-- the cuts alone (cuts.cut_masks) and the whole in-process build (cuts.select_negatives) with
-  Arrow and numpy held to one thread, in rows per second per core;
-- the same build on Spark local[2] (cuts applied per partition by mapInArrow, output consumed by
-  a no-op write), for 1, 2 and 4 copies of the file; the 1-copy time is compared with the
-  in-process build including the Parquet read (the obvious baseline).
+- the cuts alone (cuts.cut_masks) and select_negatives on the table in memory, with Arrow and
+  numpy held to one thread, in rows per second per core;
+- the obvious baseline: one sweep file built in-process by the stage's unit of work
+  (sweep_tasks.build_negative_partition: Parquet read, cuts, description, sort, commit);
+- the same through Spark local[2] (negatives_on_spark: one task per sweep file on the executors)
+  for lakes holding 1, 2 and 4 of the files, against the in-process loop over the same files.
 
 Run: ``python benchmarks/bench_negatives.py [--rows 3000000]``.
 """
@@ -30,7 +32,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from darkhaloscope.catalog.cuts import NegativeSelectionConfig, cut_masks, select_negatives  # noqa: E402
+from darkhaloscope.catalog.cuts import KnownLensIndex, NegativeSelectionConfig, cut_masks, select_negatives  # noqa: E402
+from darkhaloscope.catalog.sweep_tasks import SWEEPS_TABLE, build_negative_partition, sweep_file_names  # noqa: E402
+from darkhaloscope.lake import PART_FILE, Lake  # noqa: E402
 from tests.spark_fixtures import known_lenses_table, synthetic_sweeps  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out"
@@ -56,6 +60,27 @@ def make_input(rows: int) -> Path:
     return path
 
 
+def lake_with_files(rows: int, k: int) -> Lake:
+    """A lake whose sweeps table holds the first ``k`` of 4 copies of the synthetic file, each its
+    own sweep file (partition files are hard links into one store)."""
+    store = Lake(str(OUT / "lake_store"))
+    names = [f"sweep-{150 + 5 * i:03d}p000-{155 + 5 * i:03d}p005.fits" for i in range(4)]
+    if sweep_file_names(store) != names:
+        base = pq.read_table(make_input(rows))
+        for name in names:
+            col = pa.array([name] * base.num_rows, pa.string())
+            store.write_table(*SWEEPS_TABLE, base.set_column(base.schema.get_field_index("sweep_file"), "sweep_file", col), partition={"sweep_file": name}, row_group_size=131072)
+    root = OUT / f"lake_{k}"
+    shutil.rmtree(root, ignore_errors=True)
+    lake = Lake(str(root))
+    for name in names[:k]:
+        src = f"{store.partition_path(*SWEEPS_TABLE, {'sweep_file': name})}/{PART_FILE}"
+        dest = Path(lake.partition_path(*SWEEPS_TABLE, {"sweep_file": name}))
+        dest.mkdir(parents=True)
+        os.link(src, dest / PART_FILE)
+    return lake
+
+
 def lenses_for(table: pa.Table, n: int = 5000) -> pa.Table:
     """A known-lens catalogue the size of the real one (~5k), on sources of the table."""
     step = max(1, table.num_rows // n)
@@ -73,69 +98,70 @@ def best_of(fn, repeats: int = 3) -> float:
     return min(times)
 
 
+def measure_in_memory(path: Path, config: NegativeSelectionConfig):
+    """(rows, known lenses, negatives, cuts time, select_negatives time) on the table in memory."""
+    table = pq.read_table(path)
+    lenses = lenses_for(table)
+    index = KnownLensIndex.from_table(lenses)
+    t_cuts = best_of(lambda: cut_masks(table, config))
+    t_select = best_of(lambda: select_negatives(table, index, config))
+    return table.num_rows, lenses, select_negatives(table, index, config)[0], t_cuts, t_select
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=3_000_000)
     ap.add_argument("--master", default="local[2]")
     args = ap.parse_args()
-    path = make_input(args.rows)
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
     config = NegativeSelectionConfig()
+    lakes = {k: lake_with_files(args.rows, k) for k in (1, 2, 4)}
 
-    table = pq.read_table(path)
-    lenses = lenses_for(table)
-    n = table.num_rows
-    t_cuts = best_of(lambda: cut_masks(table, config))
-    t_build = best_of(lambda: select_negatives(table, lenses, config))
-    t_read_build = best_of(lambda: select_negatives(pq.read_table(path), lenses, config), repeats=2)
-    neg, funnel = select_negatives(table, lenses, config)
-    del table
+    n, lenses, neg, t_cuts, t_select = measure_in_memory(make_input(args.rows), config)
+    index = KnownLensIndex.from_table(lenses)
+
+    def inproc_run(k: int) -> float:
+        t0 = time.perf_counter()
+        for name in sweep_file_names(lakes[k]):
+            build_negative_partition(lakes[k], name, index, config)
+        return time.perf_counter() - t0
+
+    inproc_times = {k: best_of(lambda: inproc_run(k), repeats=2) for k in (1, 2, 4)}
 
     from darkhaloscope.catalog.spark import negatives_on_spark, spark_session
 
-    spark = spark_session(args.master, app_name="bench-negatives", conf={"spark.sql.shuffle.partitions": "2"})
-    copies_dir = OUT / "copies"
-    shutil.rmtree(copies_dir, ignore_errors=True)
-    copies_dir.mkdir()
-    for i in range(4):
-        os.link(path, copies_dir / f"copy{i}.parquet")
+    spark = spark_session(args.master, app_name="bench-negatives")
 
-    def spark_run(k: int) -> tuple[float, int]:
-        paths = [str(copies_dir / f"copy{i}.parquet") for i in range(k)]
+    def spark_run(k: int) -> float:
         t0 = time.perf_counter()
-        df, fun = negatives_on_spark(spark, paths, lenses, config)
-        df.write.format("noop").mode("overwrite").save()
+        funnel = negatives_on_spark(spark, lakes[k], lenses, config)
         dt = time.perf_counter() - t0
-        spark.catalog.clearCache()
-        return dt, sum(v["selected"] for v in fun.values())
-
-    spark_run(1)  # warm-up: JVM code paths and Python workers
-    spark_times = {}
-    for k in (1, 2, 4):
-        dt, sel = spark_run(k)
+        sel = sum(v["selected"] for v in funnel.values())
         if sel != k * neg.num_rows:
-            raise AssertionError(f"Spark selected {sel} rows for {k} copies, in-process {neg.num_rows} per copy")
-        spark_times[k] = dt
+            raise AssertionError(f"Spark selected {sel} rows for {k} files, in-process {neg.num_rows} per file")
+        return dt
+
+    spark_run(1)  # warm-up: JVM code paths and the Python worker daemon
+    spark_times = {k: best_of(lambda: spark_run(k), repeats=2) for k in (1, 2, 4)}
     spark.stop()
-    shutil.rmtree(copies_dir, ignore_errors=True)
 
     result = {
         "bench": "negatives",
-        "rows": n,
-        "selected": neg.num_rows,
+        "rows_per_file": n,
+        "selected_per_file": neg.num_rows,
         "n2_fraction": round(float((neg.column("pool").to_numpy(zero_copy_only=False) == "N2").mean()), 4),
         "known_lenses": lenses.num_rows,
         "inproc_cuts_s": round(t_cuts, 4),
         "inproc_cuts_rows_per_s_per_core": round(n / t_cuts),
-        "inproc_build_s": round(t_build, 4),
-        "inproc_build_rows_per_s_per_core": round(n / t_build),
-        "inproc_read_and_build_s": round(t_read_build, 4),
+        "inproc_select_s": round(t_select, 4),
+        "inproc_select_rows_per_s_per_core": round(n / t_select),
+        "inproc_s_by_files": {str(k): round(v, 3) for k, v in inproc_times.items()},
         "spark_master": args.master,
-        "spark_s_by_copies": {str(k): round(v, 3) for k, v in spark_times.items()},
-        "spark_rows_per_s_by_copies": {str(k): round(k * n / v) for k, v in spark_times.items()},
-        "spark_over_inproc_read_and_build": round(spark_times[1] / t_read_build, 3),
-        "targets": {"cuts_rows_per_s_per_core": 5_000_000, "spark_over_inproc_max": 2.0},
+        "spark_s_by_files": {str(k): round(v, 3) for k, v in spark_times.items()},
+        "spark_rows_per_s_by_files": {str(k): round(k * n / v) for k, v in spark_times.items()},
+        "spark_over_inproc_by_files": {str(k): round(spark_times[k] / inproc_times[k], 3) for k in (1, 2, 4)},
+        "targets": {"cuts_rows_per_s_per_core": 5_000_000, "spark_over_inproc_max_at_1_file": 2.0},
         "cpu_count": os.cpu_count(),
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import secrets
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
@@ -297,6 +298,18 @@ class Lake:
         except OSError as exc:
             raise translate_storage_error(exc, self.full_uri(self.table_path(group, asset))) from exc
 
+    @contextmanager
+    def _reading_partition(self, group: str, asset: str, partition: Mapping[str, str]) -> Iterator[str]:
+        """Path of a committed partition file; a missing one or a storage failure while reading it
+        becomes InputError / CredentialError naming the partition."""
+        path = f"{self.partition_path(group, asset, partition)}/{PART_FILE}"
+        try:
+            yield path
+        except FileNotFoundError as exc:
+            raise InputError(f"partition {dict(partition)} of {group}/{asset} is not in the lake ({self.full_uri(path)})") from exc
+        except OSError as exc:
+            raise translate_storage_error(exc, self.full_uri(path)) from exc
+
     def read_table(
         self,
         group: str,
@@ -306,25 +319,33 @@ class Lake:
         filter: ds.Expression | None = None,
     ) -> pa.Table:
         """Read a whole table, or one partition (without its partition columns)."""
-        if partition is not None:
-            path = f"{self.partition_path(group, asset, partition)}/{PART_FILE}"
-            try:
-                tbl = pq.read_table(path, filesystem=self.fs, columns=columns, filters=filter)
-            except FileNotFoundError as exc:
-                raise InputError(f"partition {dict(partition)} of {group}/{asset} is not in the lake ({self.full_uri(path)})") from exc
-            except OSError as exc:
-                raise translate_storage_error(exc, self.full_uri(path)) from exc
-            return tbl
-        return self.dataset(group, asset).to_table(columns=columns, filter=filter)
+        if partition is None:
+            return self.dataset(group, asset).to_table(columns=columns, filter=filter)
+        with self._reading_partition(group, asset, partition) as path:
+            return pq.read_table(path, filesystem=self.fs, columns=columns, filters=filter)
 
     def iter_batches(
-        self, group: str, asset: str, columns: list[str] | None = None, filter: ds.Expression | None = None, batch_size: int = 4096
+        self,
+        group: str,
+        asset: str,
+        columns: list[str] | None = None,
+        filter: ds.Expression | None = None,
+        batch_size: int = 4096,
+        partition: Mapping[str, str] | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Stream a table's record batches (bounded memory)."""
-        yield from self.dataset(group, asset).to_batches(columns=columns, filter=filter, batch_size=batch_size)
+        """Stream a table's (or one partition's) record batches with bounded memory; a partition
+        is read without its partition columns."""
+        if partition is None:
+            yield from self.dataset(group, asset).to_batches(columns=columns, filter=filter, batch_size=batch_size)
+            return
+        with self._reading_partition(group, asset, partition) as path:
+            yield from ds.dataset(path, filesystem=self.fs, format="parquet").to_batches(columns=columns, filter=filter, batch_size=batch_size)
 
-    def read_schema(self, group: str, asset: str) -> pa.Schema:
-        """Schema of a table from one Parquet footer (no data read)."""
+    def read_schema(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> pa.Schema:
+        """Schema of a table (or one partition) from one Parquet footer (no data read)."""
+        if partition is not None:
+            with self._reading_partition(group, asset, partition) as path:
+                return pq.read_schema(path, filesystem=self.fs)
         files = self._part_files(group, asset)
         if not files:
             raise InputError(f"table {group}/{asset} has no committed data")

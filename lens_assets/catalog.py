@@ -11,7 +11,8 @@ import pyarrow.compute as pc
 from dagster_pyspark import LazyPySparkResource
 
 from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA, NegativeSelectionConfig, funnel_table
-from darkhaloscope.catalog.spark import negatives_on_spark, positives_on_spark, training_catalog_on_spark
+from darkhaloscope.catalog.spark import negatives_dataframe, negatives_on_spark, positives_on_spark, training_catalog_on_spark
+from darkhaloscope.catalog.sweep_tasks import SWEEP_DIM
 from darkhaloscope.catalog.verify import (
     split_fraction_report,
     strata_coverage,
@@ -60,31 +61,22 @@ def negatives(context: dg.AssetExecutionContext, config: NegativesConfig, pyspar
     rejected), maskbits, known-lens exclusion radius; the funnel is stored as ``selection_funnel``."""
     store = lake.lake()
     spark = pyspark.spark_session
-    lenses = store.read_table("survey", "known_lenses")
-    sel = config.selection()
-    df, funnel = negatives_on_spark(spark, store.part_uris("survey", "sweeps"), lenses, sel)
-    table = df.toArrow().cast(NEGATIVE_SCHEMA)  # Spark marks every column nullable
-    spark.catalog.clearCache()
+    funnel = negatives_on_spark(spark, store, store.read_table("survey", "known_lenses"), config.selection())
+    for stale in store.partitions(GROUP, "negatives"):
+        if stale.get(SWEEP_DIM) not in funnel:
+            store.delete_partition(GROUP, "negatives", stale)
     ft = funnel_table(funnel)
     store.write_table(GROUP, "selection_funnel", ft)
-    written = set()
-    files = sorted(set(table.column("sweep_file").to_pylist())) if table.num_rows else []
-    for name in files:
-        part = table.filter(pc.equal(table.column("sweep_file"), name)).sort_by("object_id")
-        store.write_table(GROUP, "negatives", part, partition={"sweep_file": name})
-        written.add(name)
-    for stale in store.partitions(GROUP, "negatives") if store.exists(GROUP, "negatives") else []:
-        if stale.get("sweep_file") not in written:
-            store.delete_partition(GROUP, "negatives", stale)
-    pools = {str(d["values"]): int(d["counts"]) for d in table.column("pool").value_counts().to_pylist()} if table.num_rows else {}
-    cats = table.column("confuser_category").value_counts().to_pylist() if table.num_rows else []
+    table = store.read_table(GROUP, "negatives", columns=["pool", "confuser_category"])
+    pools = {str(d["values"]): int(d["counts"]) for d in table.column("pool").value_counts().to_pylist()}
+    cats = {str(d["values"]): int(d["counts"]) for d in table.column("confuser_category").value_counts().to_pylist()}
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": table.num_rows,
             "dagster/uri": dg.MetadataValue.path(store.full_uri(store.table_path(GROUP, "negatives"))),
-            "dagster/column_schema": schema_metadata(table.schema),
+            "dagster/column_schema": schema_metadata(NEGATIVE_SCHEMA),
             "pools": dg.MetadataValue.json(pools),
-            "confuser_categories": dg.MetadataValue.json({str(d["values"]): int(d["counts"]) for d in cats}),
+            "confuser_categories": dg.MetadataValue.json(cats),
             "funnel": dg.MetadataValue.md(markdown_table(ft)),
             "spark_master": spark.sparkContext.master,
         }
@@ -118,7 +110,7 @@ def positives(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource, l
     and flagged."""
     store = lake.lake()
     spark = pyspark.spark_session
-    table, summary = positives_on_spark(spark, store.part_uris("survey", "sweeps"), store.read_table("survey", "known_lenses"), config=NegativesConfig().selection())
+    table, summary = positives_on_spark(spark, store, store.read_table("survey", "known_lenses"), config=NegativesConfig().selection())
     info = store.write_table(GROUP, "positives", table)
     return dg.MaterializeResult(
         metadata={
@@ -152,8 +144,7 @@ def training_catalog(
     store = lake.lake()
     spark = pyspark.spark_session
     ratio = config.negatives_per_positive if compute.profile == "full" else min(config.negatives_per_positive, DEMO_RATIO)
-    neg_df = spark.read.parquet(*store.part_uris(GROUP, "negatives"))
-    catalog, strata = training_catalog_on_spark(spark, neg_df, store.read_table(GROUP, "positives"), ratio=ratio, n1_fraction=config.n1_fraction)
+    catalog, strata = training_catalog_on_spark(spark, negatives_dataframe(spark, store), store.read_table(GROUP, "positives"), ratio=ratio, n1_fraction=config.n1_fraction)
     info = store.write_table(GROUP, "training_catalog", catalog)
     store.write_table(GROUP, "training_strata", strata)
     labels = catalog.column("label").to_numpy()

@@ -120,8 +120,9 @@ def known_lenses_table(rows: list[dict]) -> pa.Table:
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """One local[2] SparkSession for the whole test session."""
+def spark(s3_server):
+    """One local[2] SparkSession for the whole test session. Its Python workers inherit the
+    environment at start-up, so the loopback S3 server (and its credentials) comes first."""
     pytest.importorskip("pyspark")
     from darkhaloscope.catalog.spark import spark_session
 

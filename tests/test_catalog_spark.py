@@ -5,58 +5,78 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 from darkhaloscope.catalog.crossmatch import POSITIVE_SCHEMA, crossmatch_positives
 from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA, merge_funnels, select_negatives
 from darkhaloscope.catalog.sampling import build_training_catalog
+from darkhaloscope.lake import Lake
 from tests.spark_fixtures import known_lenses_table, spark, synthetic_sweeps  # noqa: F401  (fixture)
 
 pytest.importorskip("pyspark")
 
 
-@pytest.fixture(scope="module")
-def sweep_files(tmp_path_factory):
-    """Two small synthetic sweep Parquet files and known lenses on some of their sources."""
-    d = tmp_path_factory.mktemp("sweeps")
+def _synthetic_survey() -> tuple[list[pa.Table], pa.Table]:
+    """Two small synthetic sweep files and known lenses on some of their sources."""
     a = synthetic_sweeps(2500, key="spark-a", ra0=150.0, dec0=0.0, size_deg=0.5)
     b = synthetic_sweeps(2000, key="spark-b", ra0=155.0, dec0=-20.0, size_deg=5.0)
-    pq.write_table(a, d / "a.parquet", row_group_size=700)
-    pq.write_table(b, d / "b.parquet")
     both = pa.concat_tables([a, b])
     # Lenses 0.2" from every 40th source (galaxy-scale, graded) plus a group lens (never a positive).
     ra, dec = both.column("ra").to_numpy(), both.column("dec").to_numpy()
     rows = [{"name": f"L{i}", "ra": ra[i], "dec": dec[i] + 0.2 / 3600, "grade": "confident" if i % 80 else "probable"} for i in range(0, both.num_rows, 40)]
     rows.append({"name": "grp", "ra": ra[7], "dec": dec[7], "kind": "group"})
-    return [str(d / "a.parquet"), str(d / "b.parquet")], both, known_lenses_table(rows)
+    return [a, b], known_lenses_table(rows)
+
+
+def _lake_with_sweeps(lake: Lake, files: list[pa.Table]) -> Lake:
+    for t in files:
+        lake.write_table("survey", "sweeps", t, partition={"sweep_file": t.column("sweep_file")[0].as_py()}, row_group_size=700)
+    return lake
+
+
+@pytest.fixture(scope="module")
+def survey():
+    """(sweep tables, all rows, known lenses)."""
+    files, lenses = _synthetic_survey()
+    return files, pa.concat_tables(files), lenses
 
 
 def _sorted(t: pa.Table) -> pa.Table:
     return t.sort_by([("object_id", "ascending")])
 
 
-def test_negatives_spark_equals_in_process(spark, sweep_files):  # noqa: F811
-    from darkhaloscope.catalog.spark import negatives_on_spark
+@pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
+def test_negatives_spark_equals_in_process(spark, survey, lake):  # noqa: F811
+    """Spark tasks read each sweeps partition from the lake (a folder, or S3 on loopback) and commit
+    its negatives partition: the rows, the per-partition layout and the funnel are the in-process ones."""
+    from darkhaloscope.catalog.spark import negatives_dataframe, negatives_on_spark
 
-    paths, both, lenses = sweep_files
+    files, both, lenses = survey
+    _lake_with_sweeps(lake, files)
     local, funnel_local = select_negatives(both, lenses)
-    df, funnel_spark = negatives_on_spark(spark, paths, lenses)
-    assert [f.name for f in df.schema.fields] == NEGATIVE_SCHEMA.names
-    got = df.toArrow().cast(NEGATIVE_SCHEMA)
-    spark.catalog.clearCache()
+    funnel_spark = negatives_on_spark(spark, lake, lenses)
+    got = lake.read_table("catalog", "negatives")
+    assert got.schema.names == NEGATIVE_SCHEMA.names
     assert local.num_rows > 50
-    assert _sorted(got).equals(_sorted(local))
+    assert _sorted(got.cast(NEGATIVE_SCHEMA)).equals(_sorted(local))
     assert funnel_spark == merge_funnels(funnel_local)
-    assert funnel_spark[both.column("sweep_file")[0].as_py()]["known_lens"] > 0
+    assert funnel_spark[files[0].column("sweep_file")[0].as_py()]["known_lens"] > 0
+    assert _sorted(negatives_dataframe(spark, lake).toArrow().cast(NEGATIVE_SCHEMA)).equals(_sorted(local))
+    for t in files:
+        name = t.column("sweep_file")[0].as_py()
+        part = lake.read_table("catalog", "negatives", partition={"sweep_file": name})
+        assert part.column("object_id").to_pylist() == sorted(part.column("object_id").to_pylist())
+        assert set(part.column("sweep_file").to_pylist()) <= {name}
 
 
-def test_positives_spark_equals_in_process(spark, sweep_files):  # noqa: F811
+@pytest.mark.parametrize("lake", ["local"], indirect=True)
+def test_positives_spark_equals_in_process(spark, survey, lake):  # noqa: F811
     from darkhaloscope.catalog.spark import positives_on_spark
 
-    paths, both, lenses = sweep_files
+    files, both, lenses = survey
+    _lake_with_sweeps(lake, files)
     local, summary_local = crossmatch_positives(both, lenses)
-    got, summary_spark = positives_on_spark(spark, paths, lenses)
+    got, summary_spark = positives_on_spark(spark, lake, lenses)
     assert got.schema == POSITIVE_SCHEMA
     assert got.equals(local)
     assert summary_spark == summary_local
@@ -65,10 +85,10 @@ def test_positives_spark_equals_in_process(spark, sweep_files):  # noqa: F811
     assert not all(local.column("in_negative_footprint").to_pylist())
 
 
-def test_training_catalog_spark_equals_in_process(spark, sweep_files):  # noqa: F811
+def test_training_catalog_spark_equals_in_process(spark, survey):  # noqa: F811
     from darkhaloscope.catalog.spark import training_catalog_on_spark
 
-    paths, both, lenses = sweep_files
+    _, both, lenses = survey
     negs, _ = select_negatives(both, known_lenses_table([]))
     pos, _ = crossmatch_positives(both, lenses)
     # Pretend every positive is eligible so several strata have quotas.

@@ -446,18 +446,10 @@ def select_negatives(
     return negatives_from_selected(table.take(pa.array(rows, pa.int64())), config), funnel
 
 
-#: Columns the cuts read (everything else is only needed for the rows that survive).
-CUT_INPUT_COLUMNS = ("sweep_file", "row_index", "ra", "dec", "type", "maskbits", "nobs_g", "nobs_r", "nobs_z", "flux_z")
-
-
 def selected_rows(
     table: pa.Table, known_lenses: "KnownLensIndex | pa.Table", config: NegativeSelectionConfig = NegativeSelectionConfig()
 ) -> tuple[np.ndarray, dict[str, dict[str, int]]]:
-    """Row indices of ``table`` that pass every cut, and the funnel (see :func:`select_negatives`).
-
-    Needs only the columns the cuts read (:data:`CUT_INPUT_COLUMNS`), so a cluster can ship just
-    those to the Python workers and join the survivors back to their full rows.
-    """
+    """Row indices of ``table`` that pass every cut, and the funnel (see :func:`select_negatives`)."""
     index = known_lenses if isinstance(known_lenses, KnownLensIndex) else KnownLensIndex.from_table(known_lenses)
     masks = cut_masks(table, config)
     alive = np.ones(table.num_rows, dtype=bool)

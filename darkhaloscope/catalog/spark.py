@@ -1,13 +1,19 @@
-"""The catalog stage on Spark: the in-process Arrow functions applied per partition with mapInArrow.
+"""The catalog stage on Spark: the in-process Arrow functions applied on the executors.
 
-Nothing here re-implements a cut, a match or a sampling rule: executors call
-:func:`cuts.select_negatives`, :func:`crossmatch.match_candidates` and
-:func:`sampling.sample_hash` on Arrow record batches, and the driver calls the same reductions
+Nothing here re-implements a cut, a match or a sampling rule. The unit of work of the negatives
+and the positives is one sweeps partition (one sweep file, the natural unit of a survey release):
+Spark schedules one task per file, and each task streams its file's Parquet straight from the lake
+with pyarrow and runs the library function on Arrow record batches
+(:func:`sweep_tasks.build_negative_partition`, :func:`crossmatch.match_candidates`). Rows never
+pass through Spark's row format, which is what costs a JVM-read-then-``mapInArrow`` design several
+times the in-process time (BENCHMARKS.md). The training catalog samples the negatives table as a
+Spark DataFrame read the same way (:func:`negatives_dataframe`, :func:`training_catalog_on_spark`),
+with the hashes computed by :func:`sampling.sample_hash` in ``mapInArrow``. The driver calls the same reductions
 (:func:`crossmatch.reduce_matches`, :func:`sampling.stratum_quotas`, :func:`sampling.assemble_catalog`)
 as the in-process path, so both paths give the same rows.
 
-Spark DataFrames carry the Arrow schemas of the in-process path (same names and types; Spark
-marks every column nullable). Writing Parquet is left to the caller.
+Executors need the lake as the driver sees it (the same ``DHS_LAKE``, ``DHS_S3_ENDPOINT`` and
+AWS credentials): the :class:`~darkhaloscope.lake.Lake` is shipped to them in the task closure.
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError
+from ..lake import Lake
 from .crossmatch import (
     DEFAULT_MATCH_RADIUS_ARCSEC,
     POSITIVE_SCHEMA,
@@ -29,17 +36,7 @@ from .crossmatch import (
     match_candidates,
     reduce_matches,
 )
-from .cuts import (
-    CUT_INPUT_COLUMNS,
-    NEGATIVE_SCHEMA,
-    OBJECT_FIELDS,
-    KnownLensIndex,
-    NegativeSelectionConfig,
-    funnel_from_table,
-    funnel_table,
-    negatives_from_selected,
-    selected_rows,
-)
+from .cuts import FUNNEL_SCHEMA, NEGATIVE_SCHEMA, KnownLensIndex, NegativeSelectionConfig, funnel_from_table, funnel_table
 from .sampling import (
     SAMPLING_SALT,
     assemble_catalog,
@@ -48,22 +45,7 @@ from .sampling import (
     stratum_keys,
     stratum_quotas,
 )
-
-# Sweep columns the catalog functions read; the rest of a sweeps table (dchisq, ivars, ...) is
-# not shipped to the Python workers.
-INPUT_COLUMNS = tuple(
-    dict.fromkeys(
-        [
-            "object_id", "release", "brickid", "objid", "brickname", "sweep_file", "row_index",
-            "ra", "dec", "type", "maskbits", "fitbits", "healpix_128",
-            *(f.name for f in OBJECT_FIELDS if f.name in {
-                "flux_g", "flux_r", "flux_z", "flux_w1", "ebv", "shape_r", "shape_e1", "shape_e2", "sersic",
-                "nobs_g", "nobs_r", "nobs_z"}),
-            *(f"{k}_{b}" for k in ("psfsize", "psfdepth", "galdepth", "mw_transmission") for b in ("g", "r", "z")),
-        ]
-    )
-)
-_FUNNEL_COLS = ("_funnel_step_index", "_funnel_step", "_funnel_removed", "_funnel_remaining")
+from .sweep_tasks import NEGATIVES_TABLE, SWEEP_DIM, build_negative_partition, sweep_file_names, sweeps_partition_batches
 
 
 def spark_settings(master: str | None = None) -> dict[str, str]:
@@ -76,7 +58,7 @@ def spark_settings(master: str | None = None) -> dict[str, str]:
         "spark.sql.shuffle.partitions": "8",
         "spark.default.parallelism": "8",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        # Large Arrow batches amortise the per-batch Python overhead of the vectorised cuts.
+        # Large Arrow batches amortise the per-batch Python overhead of mapInArrow (sampling hashes).
         "spark.sql.execution.arrow.maxRecordsPerBatch": "131072",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -112,120 +94,70 @@ def _spark_schema(schema: pa.Schema):
     return from_arrow_schema(pa.schema([f.with_nullable(True) for f in schema]))
 
 
-def read_sweeps(spark, sweeps):
-    """DataFrame of the sweep columns the catalog needs, from Parquet path(s) or a DataFrame."""
-    from pyspark.sql import DataFrame
+def _over_sweep_files(spark, names: list[str], task: Callable[[str], pa.Table], out_schema: pa.Schema):
+    """Lazy DataFrame of ``out_schema``: one Spark task per sweep file, each yielding ``task(name)``."""
+    files = spark.createDataFrame(spark.sparkContext.parallelize([(n,) for n in names], max(1, len(names))), "sweep_file string")
 
-    if isinstance(sweeps, DataFrame):
-        df = sweeps
-    else:
-        paths = [sweeps] if isinstance(sweeps, (str, os.PathLike)) else list(sweeps)
-        if not paths:
-            raise InputError("no sweeps paths given")
-        df = spark.read.parquet(*[str(p) for p in paths])
-    for c in ("ra", "dec", "type", "sweep_file", "row_index"):
-        if c not in df.columns:
-            raise InputError(f"sweeps DataFrame has no column {c!r}")
-    return df.select(*[c for c in INPUT_COLUMNS if c in df.columns])
-
-
-def _selection_partition(batches: Iterable[pa.RecordBatch], index: KnownLensIndex, config, out_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Stage 1: keys (sweep_file, row_index) of the rows passing every cut, plus funnel rows."""
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        table = pa.Table.from_batches([batch])
-        rows, funnel = selected_rows(table, index, config)
-        keys = table.select(["sweep_file", "row_index"]).take(pa.array(rows, pa.int64()))
-        n = keys.num_rows
-        yield pa.RecordBatch.from_arrays(
-            [keys.column("sweep_file").combine_chunks(), keys.column("row_index").combine_chunks(),
-             *(pa.nulls(n, out_schema.field(c).type) for c in _FUNNEL_COLS)],
-            schema=out_schema,
-        )
-        ft = funnel_table(funnel)
-        m = ft.num_rows
-        yield pa.RecordBatch.from_arrays(
-            [ft.column("sweep_file").combine_chunks(), pa.nulls(m, pa.int64()),
-             *(ft.column(c).combine_chunks() for c in ("step_index", "step", "n_removed", "n_remaining"))],
-            schema=out_schema,
-        )
-
-
-def negatives_on_spark(spark, sweeps, known_lenses: pa.Table, config: NegativeSelectionConfig = NegativeSelectionConfig()):
-    """Apply the negative selection of :mod:`cuts` to every partition of the sweeps, in two stages.
-
-    Stage 1 ships only the columns the cuts read (``CUT_INPUT_COLUMNS``) to the Python workers and
-    returns the surviving keys (sweep_file, row_index) and the funnel; stage 2 joins those keys
-    back to the full rows in the JVM and describes only the survivors
-    (:func:`cuts.negatives_from_selected`). Moving 10 instead of ~40 columns of every row through
-    Arrow is what keeps Spark near the in-process speed.
-
-    ``sweeps``: Parquet path(s) of the sweeps table, or a DataFrame with its columns.
-    Returns ``(negatives DataFrame with NEGATIVE_SCHEMA, funnel dict)``. The keys are persisted so
-    collecting the funnel does not recompute the cuts; the caller writes the negatives and then
-    releases the cache (``spark.catalog.clearCache()``).
-    """
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    df = read_sweeps(spark, sweeps)
-    index = spark.sparkContext.broadcast(KnownLensIndex.from_table(known_lenses))
-    key_schema = pa.schema(
-        [pa.field("sweep_file", pa.string()), pa.field("row_index", pa.int64()),
-         pa.field("_funnel_step_index", pa.int32()), pa.field("_funnel_step", pa.string()),
-         pa.field("_funnel_removed", pa.int64()), pa.field("_funnel_remaining", pa.int64())]
-    )
-
-    def select(batches):
-        return _selection_partition(batches, index.value, config, key_schema)
-
-    cut_input = df.select(*[c for c in CUT_INPUT_COLUMNS if c in df.columns])
-    both = cut_input.mapInArrow(select, _spark_schema(key_schema)).persist(StorageLevel.MEMORY_AND_DISK)
-    frows = both.filter(F.col("_funnel_step").isNotNull()).select(
-        "sweep_file",
-        F.col("_funnel_step_index").alias("step_index"),
-        F.col("_funnel_step").alias("step"),
-        F.col("_funnel_removed").alias("n_removed"),
-        F.col("_funnel_remaining").alias("n_remaining"),
-    )
-    funnel = funnel_from_table(frows.toArrow())
-    keys = both.filter(F.col("_funnel_step").isNull()).select("sweep_file", "row_index")
-    survivors = df.join(keys, ["sweep_file", "row_index"], "left_semi")
-
-    def describe(batches):
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            if batch.num_rows:
-                for b in negatives_from_selected(pa.Table.from_batches([batch]), config).to_batches():
-                    yield b
+            for name in batch.column(0).to_pylist():
+                yield from task(name).cast(out_schema).to_batches()
 
-    out_schema = pa.schema([f.with_nullable(True) for f in NEGATIVE_SCHEMA])
-    negatives = survivors.mapInArrow(describe, _spark_schema(out_schema))
-    return negatives, funnel
+    return files.mapInArrow(run, _spark_schema(out_schema))
+
+
+def map_sweep_files(spark, lake: Lake, task: Callable[[str], pa.Table], out_schema: pa.Schema) -> pa.Table:
+    """Run ``task(sweep_file) -> Arrow table`` on the executors, one Spark task per sweeps
+    partition, and collect the (small) results on the driver as one table of ``out_schema``."""
+    names = sweep_file_names(lake)
+    if not names:
+        raise InputError(f"the lake at {lake.uri} has no sweeps partitions: materialize sweeps first")
+    out = _over_sweep_files(spark, names, task, out_schema).toArrow()
+    return out.cast(out_schema) if out.num_rows else out_schema.empty_table()
+
+
+def negatives_dataframe(spark, lake: Lake):
+    """The ``negatives`` table as a Spark DataFrame, each partition read by pyarrow on an executor
+    (so an S3 lake needs no Hadoop S3 connector)."""
+    names = sorted(p[SWEEP_DIM] for p in lake.partitions(*NEGATIVES_TABLE))
+    if not names:
+        raise InputError(f"the lake at {lake.uri} has no negatives partitions: materialize negatives first")
+    return _over_sweep_files(spark, names, lambda n: lake.read_table(*NEGATIVES_TABLE, partition={SWEEP_DIM: n}), NEGATIVE_SCHEMA)
+
+
+def negatives_on_spark(
+    spark, lake: Lake, known_lenses: pa.Table, config: NegativeSelectionConfig = NegativeSelectionConfig()
+) -> dict[str, dict[str, int]]:
+    """Build the ``negatives`` partition of every sweep file on the executors
+    (:func:`sweep_tasks.build_negative_partition`, one task per file) and return the funnel of
+    all files (see :func:`cuts.select_negatives`). Partitions of sweep files no longer in
+    ``sweeps`` are left to the caller."""
+    index = spark.sparkContext.broadcast(KnownLensIndex.from_table(known_lenses))
+
+    def task(name: str) -> pa.Table:
+        return funnel_table(build_negative_partition(lake, name, index.value, config))
+
+    return funnel_from_table(map_sweep_files(spark, lake, task, FUNNEL_SCHEMA))
 
 
 def positives_on_spark(
     spark,
-    sweeps,
+    lake: Lake,
     known_lenses: pa.Table,
     radius_arcsec: float = DEFAULT_MATCH_RADIUS_ARCSEC,
     config: NegativeSelectionConfig = NegativeSelectionConfig(),
 ) -> tuple[pa.Table, dict]:
-    """Broadcast cross-match: every partition pairs its rows with the (small) lens table, and the
-    driver reduces the candidate pairs to the nearest source per lens. Returns the same
-    (positives, summary) as :func:`crossmatch.crossmatch_positives` (positives are small)."""
-    df = read_sweeps(spark, sweeps)
+    """Broadcast cross-match: each task pairs the rows of one sweep file with the (small) lens
+    table, and the driver reduces the candidate pairs to the nearest source per lens. Returns the
+    same (positives, summary) as :func:`crossmatch.crossmatch_positives` (positives are small)."""
     lenses, keep = graded_galaxy_lenses(known_lenses)
     bc = spark.sparkContext.broadcast(lenses)
 
-    def fn(batches):
-        for batch in batches:
-            for b in match_candidates(batch, bc.value, radius_arcsec, config).to_batches():
-                yield b
+    def task(name: str) -> pa.Table:
+        parts = [match_candidates(b, bc.value, radius_arcsec, config) for b in sweeps_partition_batches(lake, name)]
+        return pa.concat_tables(parts) if parts else POSITIVE_SCHEMA.empty_table()
 
-    cands = df.mapInArrow(fn, _spark_schema(POSITIVE_SCHEMA)).toArrow()
-    cands = cands.cast(POSITIVE_SCHEMA) if cands.num_rows else POSITIVE_SCHEMA.empty_table()
-    positives, dropped = reduce_matches(cands)
+    positives, dropped = reduce_matches(map_sweep_files(spark, lake, task, POSITIVE_SCHEMA))
     return positives, crossmatch_summary(positives, known_lenses, int(keep.sum()), dropped)
 
 

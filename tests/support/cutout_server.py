@@ -13,8 +13,8 @@ content, or follows a script of behaviours, one per request, the last one repeat
   read timeout, the whole longer than its total deadline).
 - ``"html"``: status 200 with an HTML page.
 
-The server counts requests per target and the largest number in flight at once, holds every
-answer ``hold_s`` seconds (so overlap is observable), and shuts itself down after
+The server counts requests per target and the largest number held at once (requests in their
+``hold_s`` wait before answering, so overlap is observable), and shuts itself down after
 ``lifetime_s`` seconds even when a test forgets to.
 """
 
@@ -151,6 +151,11 @@ class CutoutServer:
                 try:
                     if server.hold_s:
                         time.sleep(server.hold_s)
+                finally:
+                    # Counted out before the first byte of the answer: once the client has the
+                    # whole answer and starts its next request, this one is no longer counted.
+                    server._done()
+                try:
                     if what == "stall":
                         time.sleep(server.stall_s)
                         what = "ok"
@@ -171,8 +176,6 @@ class CutoutServer:
                 except (BrokenPipeError, ConnectionResetError):
                     # The client gave up on a stalled answer, which is the behaviour under test.
                     pass
-                finally:
-                    server._done()
 
         return Handler
 
