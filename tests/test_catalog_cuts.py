@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -266,13 +265,6 @@ def test_independent_checks_agree_and_catch_violations():
     assert rep["ok"] and sum(v["n"] for v in rep["fractions"].values()) == neg.num_rows
 
 
-def _real_dir() -> Path | None:
-    for p in (os.environ.get("DHS_REAL_DATA"), Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "real"):
-        if p and (Path(p) / "sweep-320m005-330p000.fits").exists():
-            return Path(p)
-    return None
-
-
 def _read_raw_sweep(path: Path) -> pa.Table:
     """Lower-cased columns of a raw sweep FITS file, keeping DR8's padded TYPE and int16 MASKBITS."""
     from astropy.io import fits
@@ -295,11 +287,10 @@ def _read_raw_sweep(path: Path) -> pa.Table:
     return pa.table(cols)
 
 
-def test_real_dr8_sweep_runs_through_cuts():
-    real = _real_dir()
-    if real is None:
-        pytest.skip("real sweep file not found: set DHS_REAL_DATA or provide ../shared/data/real/sweep-320m005-330p000.fits")
-    path = real / "sweep-320m005-330p000.fits"
+def test_real_dr8_sweep_runs_through_cuts(real_data):
+    path = real_data / "sweep-320m005-330p000.fits"
+    if not path.exists():
+        pytest.skip(f"{path} not found (set DHS_REAL_DATA to the shared/data/real folder)")
     t = _read_raw_sweep(path)
     assert t.column("maskbits").type == pa.int16()
     neg, funnel = select_negatives(t, NO_LENSES, NegativeSelectionConfig(min_nobs=1, zmag_max=30.0))
