@@ -59,9 +59,14 @@ def _score_batches(store: Lake, group: str, table: str, meta: list[str], image_c
     for batch in store.iter_batches(group, table, columns=meta + [image_column], batch_size=256):
         images = from_tensor_column(batch.column(image_column), name=image_column)
         scores, valid, reason = score_stamps(model, spec, images, device=device, batch_size=batch_size)
+        if kind == "injection":
+            # a failed render holds the bare host: it is no lens, so it is never scored as one
+            failed = ~batch.column("success").to_numpy(zero_copy_only=False).astype(bool)
+            valid = valid & ~failed
+            reason = np.where(failed, "injection_failed", np.asarray(reason, dtype=object))
         cols = {name: batch.column(name) for name in meta}
         cols["kind"] = pa.array([kind] * batch.num_rows)
-        cols["score"] = pa.array(np.where(valid, scores, np.nan), pa.float32(), mask=~valid)
+        cols["score"] = pa.array(np.where(valid, scores, np.nan), pa.float64(), mask=~valid)
         cols["valid"] = pa.array(valid)
         cols["invalid_reason"] = pa.array(np.asarray(reason, dtype=object).astype(str))
         yield pa.RecordBatch.from_pydict(cols)
@@ -115,9 +120,12 @@ def _scores(store: Lake, source: str) -> pa.Table:
 
 
 def held_out_negatives(store: Lake) -> pa.Table:
-    """Scores of negatives never used for training: the val and test splits of the negative pool."""
+    """Scores of negatives the lens finder never saw: the test split, and every pool negative that
+    is not in the training catalog. Val negatives of the catalog chose the best epoch and ran the
+    gates, so they are not held out."""
     s = _scores(store, "cutouts")
-    return s.filter(pc.and_(pc.equal(s.column("label"), 0), pc.is_in(s.column("split"), pa.array(["val", "test"]))))
+    unseen = pc.or_(pc.equal(s.column("split"), "test"), pc.invert(pc.fill_null(s.column("in_training_catalog"), False)))
+    return s.filter(pc.and_(pc.equal(s.column("label"), 0), unseen))
 
 
 @dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[scores], kinds={"parquet"}, owners=OWNERS, code_version="1")

@@ -149,10 +149,15 @@ def cutout_validation(context: dg.AssetExecutionContext, lake: LakeResource) -> 
     bootstrap 68% intervals and red (> 0.70) / yellow (> 0.60) flags."""
     store = lake.lake()
     feats, labels = [], []
-    for batch in store.iter_batches(GROUP, "cutouts", columns=["image", "label", "in_training_catalog", "quality_ok"], filter=pc.field("in_training_catalog"), batch_size=512):
+    # coadd bricks and the mock sky carry maskbits stamps (saturation feature); a cutout service does not
+    with_maskbits = "maskbits" in store.dataset(GROUP, "cutouts").schema.names
+    columns = ["image", "label", "in_training_catalog", "quality_ok"] + (["maskbits"] if with_maskbits else [])
+    for batch in store.iter_batches(GROUP, "cutouts", columns=columns, filter=pc.field("in_training_catalog"), batch_size=512):
         ok = batch.column("quality_ok").to_numpy(zero_copy_only=False)
         img = from_tensor_column(batch.column("image"))[ok]
-        feats.append(shortcut_features(img))
+        mb = batch.column("maskbits") if with_maskbits else None
+        mask = from_tensor_column(mb, expected_shape=None, name="maskbits")[ok] if mb is not None and mb.null_count == 0 else None
+        feats.append(shortcut_features(img, mask))
         labels.append(batch.column("label").to_numpy()[ok])
     features = pa.concat_tables(feats)
     y = np.concatenate(labels)

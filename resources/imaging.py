@@ -33,20 +33,26 @@ TRUTH_TO_ENGINE = {
 
 
 class ServiceSource:
-    """Adapts the cutout-service client to the ``cutouts(ra, dec, size) -> CutoutBatch`` interface."""
+    """Adapts the cutout-service client to the ``cutouts(ra, dec, size) -> CutoutBatch`` interface.
 
-    def __init__(self, base_url: str, layer: str = "ls-dr10"):
-        from darkhaloscope.imaging.service import CutoutServiceClient
+    ``client_options``: keyword arguments of :class:`CutoutServiceClient` (layer, max_concurrency,
+    timeout_s, max_retries, ...). Each call opens a client for the requested stamp size and closes
+    it (worker threads and HTTP sessions) when the batch is done."""
 
-        self.client = CutoutServiceClient(base_url, layer=layer)
+    def __init__(self, base_url: str, **client_options):
+        self.base_url = base_url
+        self.client_options = client_options
 
     def cutouts(self, ra, dec, size: int = 101) -> tuple[CutoutBatch, np.ndarray]:
         """Cutouts and a per-target failure message array ('' = fetched)."""
+        from darkhaloscope.imaging.service import CutoutServiceClient
+
         ra = np.asarray(ra, float)
         dec = np.asarray(dec, float)
         out = CutoutBatch.empty(len(ra), size, with_maskbits=False)
         failed = np.full(len(ra), "", dtype=object)
-        outcome = self.client.fetch_many([(str(i), r, d) for i, (r, d) in enumerate(zip(ra, dec))])
+        with CutoutServiceClient(self.base_url, size=size, **self.client_options) as client:
+            outcome = client.fetch_many([(str(i), r, d) for i, (r, d) in enumerate(zip(ra, dec))])
         for res in outcome.results:
             i = int(res.key)
             out.image[i] = res.image
@@ -58,15 +64,23 @@ class ServiceSource:
 
 
 class ImagingResource(dg.ConfigurableResource):
-    """``cutout_source``: ``auto`` or the base URL of a Legacy Surveys cutout service; ``layer``: its layer."""
+    """``cutout_source``: ``auto`` or the base URL of a Legacy Surveys cutout service; ``layer``: its
+    layer; ``max_concurrency`` requests in flight, ``timeout_s`` per-request timeout (s) and
+    ``max_retries`` retries (exponential back-off with jitter) of the service client."""
 
     cutout_source: str = "auto"
     layer: str = "ls-dr10"
+    max_concurrency: int = 8
+    timeout_s: float = 30.0
+    max_retries: int = 4
 
     def source(self, survey: SurveyResource, lake: Lake):
         """An object with ``cutouts(ra, dec, size)`` returning a CutoutBatch (or (batch, failures))."""
         if self.cutout_source != "auto":
-            return ServiceSource(self.cutout_source, self.layer)
+            return ServiceSource(
+                self.cutout_source, layer=self.layer, max_concurrency=self.max_concurrency,
+                timeout_s=self.timeout_s, max_retries=self.max_retries,
+            )
         if survey.is_mock:
             return mock_sky_from_lake(survey, lake)
         fs, root = survey.filesystem()

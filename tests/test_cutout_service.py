@@ -165,3 +165,13 @@ def test_bad_configuration_and_targets():
     with pytest.raises(InputError, match="invalid coordinates"):
         targets_from_columns(["a", "b"], [10.0, 400.0], [0.0, 0.0])
     assert targets_from_columns(["a"], [10.0], [-5.0]) == [("a", 10.0, -5.0)]
+
+
+def test_service_source_fetches_the_requested_stamp_size():
+    """`dhs cutout --size 64` through a cutout service: the client asks for, and decodes, 64 px."""
+    from resources.imaging import ServiceSource
+
+    with CutoutServer(size=64) as srv:
+        batch, failed = ServiceSource(srv.base_url, max_retries=0).cutouts([200.0, 201.0], [-2.0, -2.0], size=64)
+    assert batch.image.shape == (2, 3, 64, 64) and failed.tolist() == ["", ""]
+    assert np.allclose(batch.image[1], expected_cube(201.0, -2.0, 64, "grz")[0])

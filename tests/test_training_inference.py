@@ -24,7 +24,7 @@ def test_invalid_rows_are_nan_with_reason(model):
     x[2, 2] = 0.0
     x[4, 1, 0, 0] = np.inf
     scores, ok, reason = score_stamps(model, PreprocessSpec(), x, device="cpu", batch_size=4)
-    assert scores.dtype == np.float32 and ok.tolist() == [True, False, False, True, False, True]
+    assert scores.dtype == np.float64 and ok.tolist() == [True, False, False, True, False, True]
     assert np.isnan(scores[~ok]).all() and np.all((scores[ok] > 0) & (scores[ok] < 1))
     assert reason[1] == "nonfinite_g" and reason[2] == "zero_z" and reason[4] == "nonfinite_r" and reason[0] == ""
     v, r = validate_stamps(x)

@@ -84,7 +84,9 @@ def score_stamps(
     input_transform: optional function applied to the preprocessed batch (gates use it to mask the
     core); amp: bf16 autocast, CUDA only.
 
-    Returns (scores (N,) float32 in [0, 1], NaN where invalid; valid (N,) bool; reason (N,) str).
+    Returns (scores (N,) float64 in [0, 1], NaN where invalid; valid (N,) bool; reason (N,) str).
+    The sigmoid is taken in float64: in float32 every logit above ~16.6 rounds to exactly 1.0, which
+    would tie the most confident detections with each other and with a threshold at 1.0.
     """
     pspec = getattr(spec, "preprocess", spec)
     if not isinstance(pspec, PreprocessSpec):
@@ -97,7 +99,7 @@ def score_stamps(
     with torch.inference_mode():
         for batch in _batches(images, batch_size):
             ok, reason = validate_stamps(batch)
-            out = np.full(ok.shape[0], np.nan, dtype=np.float32)
+            out = np.full(ok.shape[0], np.nan, dtype=np.float64)
             if ok.any():
                 sel = np.flatnonzero(ok)
                 xb = batch[torch.from_numpy(sel)] if isinstance(batch, torch.Tensor) else np.asarray(batch)[sel]
@@ -106,10 +108,10 @@ def score_stamps(
                     x = input_transform(x)
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and dev.type == "cuda"):
                     logits = model(x)
-                out[sel] = torch.sigmoid(logits.float()).cpu().numpy()
+                out[sel] = torch.sigmoid(logits.double()).cpu().numpy()
             scores.append(out)
             valids.append(ok)
             reasons.append(reason)
     if not scores:
-        return np.zeros(0, np.float32), np.zeros(0, bool), np.zeros(0, dtype=object)
+        return np.zeros(0, np.float64), np.zeros(0, bool), np.zeros(0, dtype=object)
     return np.concatenate(scores), np.concatenate(valids), np.concatenate(reasons)

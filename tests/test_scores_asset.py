@@ -1,0 +1,78 @@
+"""scores and thresholds through dg.materialize: unscorable rows kept as such, held-out negatives only."""
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+import torch
+
+from darkhaloscope.lake import Lake
+from darkhaloscope.stamps import to_tensor_array
+from darkhaloscope.training.checkpoint import save_checkpoint
+from darkhaloscope.training.models import build_model
+from darkhaloscope.training.preprocess import PreprocessSpec
+from lens_assets.evaluation import CUTOUT_META, INJECTION_META, scores, thresholds
+from resources import ComputeResource, LakeResource
+
+SWEEP = "sweep-030m005-035p000.fits"
+# (split, in_training_catalog) of the negatives; held out = test split or never in the catalog
+NEGATIVES = [("train", True), ("val", True), ("test", True), ("train", False), ("val", False)] * 8
+HELD_OUT = sum(1 for split, seen in NEGATIVES if split == "test" or not seen)
+
+
+def _stamps(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0.0, 0.02, (n, 3, 101, 101)).astype(np.float32)
+
+
+def _lake(tmp_path) -> Lake:
+    lake = Lake(str(tmp_path / "lake"))
+    torch.manual_seed(0)
+    save_checkpoint(lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}), "best",
+                    build_model("bottleneck_resnet_tiny", 3), architecture="bottleneck_resnet_tiny", in_channels=3,
+                    preprocess=PreprocessSpec(crop=65))
+    n = len(NEGATIVES) + 1
+    images = _stamps(n, 1)
+    images[-1, 1, 50, 50] = np.nan  # an unscorable cutout (the positive)
+    cut = {name: pa.nulls(n, pa.string()) for name in CUTOUT_META}
+    cut.update(
+        object_id=pa.array(np.arange(n), pa.int64()),
+        label=pa.array([0] * (n - 1) + [1], pa.int8()),
+        split=pa.array([s for s, _ in NEGATIVES] + ["test"]),
+        in_training_catalog=pa.array([seen for _, seen in NEGATIVES] + [False]),
+        psfsize_r=pa.array(np.full(n, 1.2), pa.float32()),
+        psfdepth_r=pa.array(np.full(n, 1e3), pa.float32()),
+        image=to_tensor_array(images),
+    )
+    lake.write_table("imaging", "cutouts", pa.table(cut), partition={"sweep_file": SWEEP})
+    m = 6
+    inj = {name: pa.array(np.full(m, 1.0)) for name in INJECTION_META}
+    inj.update(
+        injection_id=pa.array([f"inj-{i}" for i in range(m)]),
+        host_object_id=pa.array(np.arange(m), pa.int64()),
+        success=pa.array([True, True, False, True, False, True]),
+        failure_reason=pa.array(["", "", "host_invvar_r_empty", "", "unphysical", ""]),
+        image=to_tensor_array(_stamps(m, 2)),
+        control=to_tensor_array(_stamps(m, 3)),
+    )
+    lake.write_table("injection", "injection_bank", pa.table(inj), partition={"injection_batch": "batch-00000"})
+    return lake
+
+
+def test_failed_injections_and_bad_stamps_are_unscorable_and_thresholds_use_held_out_negatives(tmp_path):
+    lake = _lake(tmp_path)
+    resources = {"lake": LakeResource(uri=lake.uri), "compute": ComputeResource(device="cpu", profile="demo")}
+    assert dg.materialize([scores, thresholds], resources=resources).success
+
+    inj = lake.read_table("evaluation", "scores", partition={"source": "injections"}).sort_by("injection_id")
+    assert inj.schema.field("score").type == pa.float64()
+    assert inj.column("valid").to_pylist() == [True, True, False, True, False, True]
+    assert [r for r, ok in zip(inj.column("invalid_reason").to_pylist(), inj.column("valid").to_pylist()) if not ok] == ["injection_failed"] * 2
+    assert inj.column("score").null_count == 2
+    controls = lake.read_table("evaluation", "scores", partition={"source": "controls"})
+    assert all(controls.column("valid").to_pylist())  # the host of a failed render is still a valid control
+
+    cut = lake.read_table("evaluation", "scores", partition={"source": "cutouts"}).sort_by("object_id")
+    assert cut.column("valid").to_pylist() == [True] * len(NEGATIVES) + [False]
+    assert cut.column("score").null_count == 1  # never scored as zero
+
+    thr = lake.read_table("evaluation", "thresholds")
+    assert set(thr.column("n_valid_negatives").to_pylist()) == {HELD_OUT}
