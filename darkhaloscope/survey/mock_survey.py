@@ -32,7 +32,9 @@ Populations (a magnitude-limited catalog, z ≤ 23.3 AB):
   forced to TYPE PSF (as in DR10), except the SGA galaxies and the known lenses themselves.
 - Known lenses: every lenscat ``galaxy``-scale lens in the footprint (duplicates within 2″
   merged) gets a lens galaxy row exactly at its position (SER/REX/DEV/EXP as Paper IV's candidates, LRG colours, z-band counts of the field galaxies)
-  and a truth row; other sources are kept > 4″ away so the match is unambiguous.
+  and a truth row; other sources are kept > 4″ away so the match is unambiguous. The SIE mass
+  has the light's position angle (its Tractor shape converted by ``tractor_to_engine_ellipticity``)
+  and is rounder on average.
 
 Determinism: every random draw comes from ``darkhaloscope.seeding.rng_for`` keyed by the config
 seed and (block, chunk) or (lens name), so the same config gives byte-identical FITS files.
@@ -63,7 +65,7 @@ from . import sweep_model as sm
 from .known_lenses import load_known_lenses
 from .sweeps import SweepBox, sweep_filename
 
-GENERATOR_VERSION = "dhs-mock-survey-4"
+GENERATOR_VERSION = "dhs-mock-survey-5"  # 5: SIE mass PA = light PA (tractor_to_engine_ellipticity)
 #: Lens-galaxy Tractor types and their cumulative probabilities (Paper IV candidates, science.md §1.1).
 LENS_TYPES = ("SER", "REX", "DEV", "EXP")
 LENS_TYPE_CUMULATIVE = (0.61, 0.81, 0.96)
@@ -109,15 +111,15 @@ TRUTH_SCHEMA = pa.schema(
         pa.field("z_lens_from_lenscat", pa.bool_(), metadata={"description": "true when z_lens is lenscat's"}),
         pa.field("z_source", pa.float64(), metadata={"description": "source redshift, drawn in [max(1, z_lens+0.3), 3]"}),
         pa.field("theta_e_arcsec", pa.float64(), metadata={"unit": "arcsec", "description": "SIE Einstein radius (lenstronomy convention)"}),
-        pa.field("lens_e1", pa.float64(), metadata={"description": "SIE mass ellipticity e1 (lenstronomy)"}),
-        pa.field("lens_e2", pa.float64(), metadata={"description": "SIE mass ellipticity e2 (lenstronomy)"}),
+        pa.field("lens_e1", pa.float64(), metadata={"description": "SIE mass ellipticity e1 (lenstronomy, x East, y North; same PA as the light)"}),
+        pa.field("lens_e2", pa.float64(), metadata={"description": "SIE mass ellipticity e2 (lenstronomy, x East, y North; same PA as the light)"}),
         pa.field("shear_g1", pa.float64(), metadata={"description": "external shear gamma1"}),
         pa.field("shear_g2", pa.float64(), metadata={"description": "external shear gamma2"}),
         pa.field("source_mag_r", pa.float64(), metadata={"unit": "AB mag", "description": "unlensed source r magnitude"}),
         pa.field("source_r_sersic_arcsec", pa.float64(), metadata={"unit": "arcsec", "description": "source Sersic half-light radius"}),
         pa.field("source_n_sersic", pa.float64(), metadata={"description": "source Sersic index"}),
-        pa.field("source_e1", pa.float64(), metadata={"description": "source ellipticity e1 (lenstronomy)"}),
-        pa.field("source_e2", pa.float64(), metadata={"description": "source ellipticity e2 (lenstronomy)"}),
+        pa.field("source_e1", pa.float64(), metadata={"description": "source ellipticity e1 (lenstronomy, x East, y North)"}),
+        pa.field("source_e2", pa.float64(), metadata={"description": "source ellipticity e2 (lenstronomy, x East, y North)"}),
         pa.field("source_x_arcsec", pa.float64(), metadata={"unit": "arcsec", "description": "source offset from the lens towards East (+RA)"}),
         pa.field("source_y_arcsec", pa.float64(), metadata={"unit": "arcsec", "description": "source offset from the lens towards North (+Dec)"}),
         pa.field("g_minus_r", pa.float64(), metadata={"unit": "mag", "description": "source g - r colour"}),
@@ -291,6 +293,20 @@ def known_lenses_in_footprint(boxes, lenses: pa.Table | None = None) -> pa.Table
     return sub.take(pa.array(keep))
 
 
+def tractor_to_engine_ellipticity(e1, e2):
+    """Tractor (SHAPE_E1, SHAPE_E2) -> the lensing engine's (e1, e2) of the same ellipse on the sky.
+
+    Both are dimensionless |e| = (1 − q)/(1 + q) times (cos 2φ, sin 2φ); they differ in the angle φ:
+    - Tractor: φ = θ, the major axis' position angle East of North (θ = 0: North–South);
+    - engine (darkhaloscope.lensing.sie/render, lenstronomy ImageModel with transform
+      [[−pix, 0], [0, pix]]): φ counter-clockwise from +x = East (+RA) towards +y = North.
+    The major axis points along (East, North) = (sin θ, cos θ) = (cos φ, sin φ), so φ = 90° − θ and
+    (e1, e2)_engine = (−e1, +e2)_tractor (a reflection, not a rotation: the two frames have
+    opposite handedness). Arrays or scalars in, the same out.
+    """
+    return -np.asarray(e1, dtype=np.float64), np.array(e2, dtype=np.float64)
+
+
 def _lens_truth(lenses: pa.Table, seed: int) -> dict[str, np.ndarray]:
     """Per-lens draws (lens galaxy photometry/shape and the lensing truth), keyed by lens name."""
     n = lenses.num_rows
@@ -327,9 +343,10 @@ def _lens_truth(lenses: pa.Table, seed: int) -> dict[str, np.ndarray]:
         out["sersic"][i] = (3.0 + 2.5 * u[10], 1.0, 4.0, 1.0)[code]
         if LENS_TYPES[code] == "REX":
             out["shape_r"][i] = 0.3 + 0.5 * u[6]
-        # Mass follows light in orientation, rounder on average.
+        # Mass follows light in orientation (same position angle on the sky), rounder on average.
         e_mass = e_light * (0.6 + 0.4 * u[11])
-        out["lens_e1"][i], out["lens_e2"][i] = e_mass * np.cos(2 * phi), e_mass * np.sin(2 * phi)
+        out["lens_e1"][i], out["lens_e2"][i] = tractor_to_engine_ellipticity(e_mass * np.cos(2 * phi),
+                                                                             e_mass * np.sin(2 * phi))
         g = 0.03 * np.sqrt(-2 * np.log(max(u[12], 1e-12)))
         out["shear_g1"][i], out["shear_g2"][i] = g * np.cos(2 * np.pi * u[13]), g * np.sin(2 * np.pi * u[13])
         # Unlensed r ~ 22.5-24 gives lensed arcs of r ~ 20.5-22.5 (LensPop DES: median 22.2).
