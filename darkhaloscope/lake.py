@@ -199,7 +199,11 @@ class Lake:
         rows = 0
         try:
             with self.fs.open_output_stream(staging) as sink:
-                with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True) as writer:
+                # Dictionary encoding only for strings: on float columns it is attempted, overflows
+                # and falls back per page, which costs ~5x the write time and yields larger files
+                # (measured on sweeps, benchmarks/bench_ingest.py).
+                strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+                with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True, use_dictionary=strings) as writer:
                     for batch in batches:
                         if batch.schema != schema:
                             batch = batch.cast(schema)

@@ -1,17 +1,14 @@
 """Survey stage: the sweep-file manifest, sweep ingestion (one partition per file), known lenses."""
 
 
-import itertools
-
 import dagster as dg
 import duckdb
 import pyarrow as pa
 from astropy.io import fits
 
 from darkhaloscope.contracts import KNOWN_LENSES, SWEEPS
-from darkhaloscope.errors import InputError
 from darkhaloscope.survey.known_lenses import load_known_lenses
-from darkhaloscope.survey.sweeps import iter_sweep_batches, parse_sweep_filename
+from darkhaloscope.survey.sweeps import ingest_sweep, parse_sweep_filename
 from resources import LakeResource, SurveyResource
 
 from .common import OWNERS, contract_result, fail_fast_on_bad_input, table_result
@@ -32,12 +29,13 @@ S3_RETRY = dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL
 def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource) -> pa.Table:
     """Manifest of the survey's sweep files (name, sky box in degrees, size in bytes); registers one
     dynamic partition of ``sweeps`` per file and removes partitions of files that disappeared."""
-    names = survey.sweep_files()
-    fs, root = survey.filesystem()
     from resources.survey import SWEEP_DIR
 
-    infos = fs.get_file_info([f"{root}/{SWEEP_DIR}/{n}" for n in names])
-    boxes = [parse_sweep_filename(n) for n in names]
+    with fail_fast_on_bad_input():
+        names = survey.sweep_files()
+        fs, root = survey.filesystem()
+        infos = fs.get_file_info([f"{root}/{SWEEP_DIR}/{n}" for n in names])
+        boxes = [parse_sweep_filename(n) for n in names]
     new = sync_dynamic_partitions(context.instance, sweep_partitions, names)
     context.log.info(f"{len(names)} sweep files ({len(new)} new partitions) in {survey.survey} survey")
     return pa.table(
@@ -68,19 +66,15 @@ def sweeps(context: dg.AssetExecutionContext, survey: SurveyResource, lake: Lake
     name = context.partition_key
     store = lake.lake()
     with fail_fast_on_bad_input(), survey.local_sweep(name) as path:
+        info = ingest_sweep(path, store, sweep_file=name)
+        # read only once the library's reader has accepted the file (a bad one raised InputError)
         n_fits = int(fits.getheader(path, 1)["NAXIS2"])
-        batches = iter_sweep_batches(path)
-        first = next(batches, None)
-        if first is None:
-            raise InputError(f"{name}: sweep file has no rows")
-        info = store.write_table(GROUP, "sweeps", itertools.chain([first], batches), schema=first.schema, partition={"sweep_file": name})
-    data_model = (first.schema.metadata or {}).get(b"dhs.data_model", b"unknown").decode()
     return table_result(
         store,
-        info.uri,
-        first.schema,
-        info.rows,
-        {"fits_rows": n_fits, "data_model": data_model, "dagster/partition_row_count": dg.MetadataValue.int(info.rows)},
+        info["uri"],
+        store.read_schema(GROUP, "sweeps", partition={"sweep_file": name}),
+        info["rows"],
+        {"fits_rows": n_fits, "data_model": info["data_model"], "dagster/partition_row_count": dg.MetadataValue.int(info["rows"])},
     )
 
 

@@ -9,6 +9,9 @@ from typing import Iterator
 import dagster as dg
 import pyarrow.fs as pafs
 
+from darkhaloscope.errors import InputError
+from darkhaloscope.lake import translate_storage_error, validate_partition_key
+
 SWEEP_DIR = "south/sweep/10.1"
 
 
@@ -50,21 +53,27 @@ class SurveyResource(dg.ConfigurableResource):
     def sweep_files(self) -> list[str]:
         """Names of the survey's sweep files, sorted."""
         fs, root = self.filesystem()
-        infos = fs.get_file_info(pafs.FileSelector(f"{root}/{SWEEP_DIR}", allow_not_found=True))
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(f"{root}/{SWEEP_DIR}", allow_not_found=True))
+        except OSError as exc:
+            raise translate_storage_error(exc, f"{self.root()}/{SWEEP_DIR}") from exc
         names = sorted(i.base_name for i in infos if i.type == pafs.FileType.File and i.base_name.startswith("sweep-"))
         if not names:
-            raise FileNotFoundError(f"no sweep files under {root}/{SWEEP_DIR}")
+            raise InputError(f"no sweep files under {self.root()}/{SWEEP_DIR} (DHS_SURVEY={self.survey!r})")
         return names
 
     @contextmanager
     def local_sweep(self, name: str) -> Iterator[str]:
         """A local path to sweep file ``name`` (downloaded to a temporary file when the mirror is on S3)."""
         fs, root = self.filesystem()
-        path = f"{root}/{SWEEP_DIR}/{name}"
+        path = f"{root}/{SWEEP_DIR}/{validate_partition_key(name)}"
         if isinstance(fs, pafs.LocalFileSystem):
             yield path
             return
         with tempfile.TemporaryDirectory() as tmp:
             local = os.path.join(tmp, name)
-            pafs.copy_files(path, local, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+            try:
+                pafs.copy_files(path, local, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+            except OSError as exc:
+                raise translate_storage_error(exc, f"{self.root()}/{SWEEP_DIR}/{name}") from exc
             yield local

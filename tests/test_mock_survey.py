@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -10,6 +12,7 @@ import pytest
 from astropy.io import fits
 
 from darkhaloscope.errors import InputError
+from darkhaloscope.lake import Lake
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.mock_survey import (
     EXTINCTION,
@@ -19,7 +22,7 @@ from darkhaloscope.survey.mock_survey import (
     generate_mock_survey,
     known_lenses_in_footprint,
 )
-from darkhaloscope.survey.sweeps import parse_sweep_filename, read_sweep, sweep_to_parquet
+from darkhaloscope.survey.sweeps import ingest_sweep, parse_sweep_filename, read_sweep
 
 SMALL = MockSurveyConfig(profile="demo", n_rows_per_file=3000, chunk_rows=1000)
 
@@ -41,9 +44,8 @@ def test_layout_and_determinism(two_runs, tmp_path):
     # Same bytes after ingest too.
     outs = []
     for i, p in enumerate((ma.sweep_files[0], mb.sweep_files[0])):
-        dest = tmp_path / f"out{i}" / "sweep.parquet"
-        sweep_to_parquet(p, str(dest))
-        outs.append(dest.read_bytes())
+        info = ingest_sweep(p, Lake(str(tmp_path / f"lake{i}")))
+        outs.append(Path(info["uri"]).read_bytes())
     assert outs[0] == outs[1]
 
 

@@ -9,20 +9,20 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 import pytest
 from astropy.io import fits
 
 from darkhaloscope.errors import InputError
 from darkhaloscope.ids import object_id
+from darkhaloscope.lake import Lake
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import (
     SweepBox,
+    ingest_sweep,
     iter_sweep_batches,
     parse_sweep_filename,
     read_sweep,
     sweep_filename,
-    sweep_to_parquet,
 )
 from tests.support.sweep_rows import dr10_rows
 
@@ -217,25 +217,31 @@ def test_rows_outside_box_and_duplicates(tmp_path):
 # --------------------------------------------------------------------------- Parquet
 
 
-def test_sweep_to_parquet_atomic_and_filesystem(tmp_path):
+def test_ingest_sweep_atomic_and_filesystem(tmp_path):
     src = _write(tmp_path / "sweep-030m005-035p000.fits", dr10_rows(30))
-    dest = tmp_path / "lake" / "sweeps.parquet"
-    info = sweep_to_parquet(src, str(dest), batch_rows=8)
+    lake = Lake(str(tmp_path / "lake"))
+    info = ingest_sweep(src, lake, batch_rows=8)
     assert info["rows"] == 30 and info["data_model"] == "dr10-sweep"
-    t = pq.read_table(dest)
+    part = {"sweep_file": src.name}
+    t = lake.read_table("survey", "sweeps", partition=part)
     assert t.schema.metadata[b"dhs.data_model"] == b"dr10-sweep"
     assert t.equals(read_sweep(src).replace_schema_metadata(t.schema.metadata))
+    dest = Path(lake.partition_path("survey", "sweeps", part)) / "part-0.parquet"
     before = dest.read_bytes()
-    # A failing source leaves the previous file intact and no staging file behind.
+    # A failing source leaves the previous partition intact and no staging file behind.
     rows = dr10_rows(30)
     rows["RA"][25] = 99.0
     bad = _write(tmp_path / "bad" / "sweep-030m005-035p000.fits", rows)
     with pytest.raises(InputError, match="row 25"):
-        sweep_to_parquet(bad, str(dest), batch_rows=8)
+        ingest_sweep(bad, lake, batch_rows=8)
     assert dest.read_bytes() == before
-    assert sorted(p.name for p in dest.parent.iterdir()) == ["sweeps.parquet"]
-    # Through a pyarrow filesystem (rooted at tmp_path) for both source and destination.
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["part-0.parquet"]
+    # Read through a pyarrow filesystem (rooted at tmp_path): the same bytes.
     fs = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
-    info2 = sweep_to_parquet(src.name, "fs_out/sweeps.parquet", filesystem=fs, src_filesystem=fs, batch_rows=8)
-    assert info2["rows"] == 30
-    assert (tmp_path / "fs_out" / "sweeps.parquet").read_bytes() == before
+    other = Lake(str(tmp_path / "lake2"))
+    assert ingest_sweep(src.name, other, filesystem=fs, batch_rows=8)["rows"] == 30
+    assert (Path(other.partition_path("survey", "sweeps", part)) / "part-0.parquet").read_bytes() == before
+    # An empty table is refused by name.
+    empty = _write(tmp_path / "empty" / "sweep-030m005-035p000.fits", dr10_rows(0))
+    with pytest.raises(InputError, match="no rows"):
+        ingest_sweep(empty, lake)

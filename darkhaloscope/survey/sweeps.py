@@ -16,9 +16,9 @@ metadata key ``b'dhs.data_model'`` records the recognised data model (see ``swee
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import re
-import secrets
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Sequence
 
@@ -26,12 +26,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from astropy.io import fits
 
 from ..constants import FINE_NSIDE, SPLIT_NSIDE
 from ..errors import InputError
 from ..ids import object_id
+from ..lake import Lake
 from ..sky import healpix_nested
 from . import sweep_model as sm
 
@@ -416,59 +416,26 @@ def read_sweep(
     return _schema(table, _select(table, columns)).empty_table()
 
 
-def _parquet_writer(path: str, schema: pa.Schema, fs: pafs.FileSystem, level: int | None) -> pq.ParquetWriter:
-    # Dictionary encoding only for strings: on float columns it is attempted, overflows and falls
-    # back per page, which costs ~5x the write time and yields larger files (measured on sweeps).
-    strings = [f.name for f in schema if pa.types.is_string(f.type)]
-    return pq.ParquetWriter(
-        path, schema, filesystem=fs, compression="zstd", compression_level=level, use_dictionary=strings
-    )
-
-
-def sweep_to_parquet(
-    src_path: str | os.PathLike,
-    dest_path: str,
+def ingest_sweep(
+    path: str | os.PathLike,
+    lake: Lake,
+    sweep_file: str | None = None,
     filesystem: pafs.FileSystem | None = None,
-    src_filesystem: pafs.FileSystem | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
-    columns: Sequence[str] | None = None,
-    compression_level: int | None = None,
 ) -> dict:
-    """Stream a sweep/Tractor FITS file into one zstd Parquet file at ``dest_path``; atomic.
+    """Stream a sweep/Tractor FITS file into its ``survey/sweeps`` partition of ``lake``, committed
+    atomically (:meth:`Lake.write_table`): on any error the previous partition stays as it was.
 
-    Batches are written to a hidden temporary file beside ``dest_path`` (``_staging-…``) which is
-    renamed onto ``dest_path`` at the end (on S3 the move is a server-side copy). On any error the
-    temporary file is removed and ``dest_path`` is left as it was. ``filesystem`` is the
-    destination pyarrow filesystem (default local), ``src_filesystem`` the source's.
-    Returns ``{"rows", "bytes", "data_model", "path"}``.
+    ``sweep_file``: the partition key (default: the file's base name); ``filesystem``: the pyarrow
+    filesystem to read ``path`` from (default local). Returns ``{"rows", "bytes", "data_model",
+    "uri"}``. Raises InputError naming the file for every unusable input, including a file with no rows.
     """
-    fs = filesystem or pafs.LocalFileSystem()
-    dest_path = str(dest_path)
-    parent, base = os.path.split(dest_path)
-    if parent:
-        fs.create_dir(parent, recursive=True)
-    tmp = f"{parent}/_staging-{secrets.token_hex(8)}-{base}" if parent else f"_staging-{secrets.token_hex(8)}-{base}"
-    rows = 0
-    writer = None
-    model = None
-    try:
-        for batch in iter_sweep_batches(src_path, batch_rows=batch_rows, columns=columns, filesystem=src_filesystem):
-            if writer is None:
-                model = batch.schema.metadata[b"dhs.data_model"].decode()
-                writer = _parquet_writer(tmp, batch.schema, fs, compression_level)
-            writer.write_batch(batch, row_group_size=batch_rows)
-            rows += batch.num_rows
-        if writer is None:
-            empty = read_sweep(src_path, columns=columns, filesystem=src_filesystem)
-            model = empty.schema.metadata[b"dhs.data_model"].decode()
-            writer = _parquet_writer(tmp, empty.schema, fs, compression_level)
-        writer.close()
-        writer = None
-        fs.move(tmp, dest_path)
-    except BaseException:
-        if writer is not None:
-            writer.close()
-        if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
-            fs.delete_file(tmp)
-        raise
-    return {"rows": rows, "bytes": fs.get_file_info(dest_path).size, "data_model": model, "path": dest_path}
+    name = sweep_file or os.path.basename(str(path))
+    batches = iter_sweep_batches(path, batch_rows=batch_rows, filesystem=filesystem)
+    first = next(batches, None)
+    if first is None:
+        raise InputError(f"{path}: sweep file has no rows")
+    info = lake.write_table("survey", "sweeps", itertools.chain([first], batches), schema=first.schema,
+                            partition={"sweep_file": name}, row_group_size=batch_rows)
+    model = (first.schema.metadata or {}).get(b"dhs.data_model", b"unknown").decode()
+    return {"rows": info.rows, "bytes": info.bytes, "data_model": model, "uri": info.uri}
