@@ -34,13 +34,17 @@ class Range:
 
 @dataclass(frozen=True)
 class Contract:
-    """Required columns (name -> Arrow type), unique key columns and value ranges of one table."""
+    """Columns (name -> Arrow type), unique key columns and value ranges of one table.
+
+    ``optional``: columns that may be absent (an older data model lacks them) but must have their
+    type when present."""
 
     table: str
     columns: dict[str, pa.DataType]
     key: tuple[str, ...] = ()
     ranges: tuple[Range, ...] = field(default_factory=tuple)
     allowed_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    optional: frozenset = frozenset()
 
 
 def _f(*names: str, t: pa.DataType = pa.float32()) -> dict[str, pa.DataType]:
@@ -77,6 +81,8 @@ SWEEPS = Contract(
     },
     key=("release", "brickid", "objid"),
     ranges=(Range("ra", 0.0, 360.0, hi_inclusive=False), Range("dec", -90.0, 90.0), Range("row_index", 0, None)),
+    # DR8 sweeps have no PSFSIZE, SHAPE_R/E1/E2 (SHAPEEXP_*/SHAPEDEV_* instead) or SERSIC (science.md §2)
+    optional=frozenset({*(f"psfsize_{b}" for b in _BANDS), "shape_r", "shape_e1", "shape_e2", "sersic"}),
 )
 
 def _columns(schema: pa.Schema) -> dict[str, pa.DataType]:
@@ -139,7 +145,8 @@ def schema_problems(schema: pa.Schema, contract: Contract) -> list[str]:
     for name, typ in contract.columns.items():
         idx = schema.get_field_index(name)
         if idx < 0:
-            problems.append(f"{contract.table}: missing column {name!r} ({typ})")
+            if name not in contract.optional:
+                problems.append(f"{contract.table}: missing column {name!r} ({typ})")
         elif not schema.field(idx).type.equals(typ):
             problems.append(f"{contract.table}: column {name!r} is {schema.field(idx).type}, expected {typ}")
     return problems
