@@ -152,6 +152,14 @@ GATE_CHECKS = ["core_lr_auc", "radial_profile_lr_auc", "core_masked_drop", "hard
 BLOCKING_GATES = {"core_lr_auc", "core_masked_drop"}
 
 
+class LensFinderConfig(dg.Config):
+    """core_threshold: blocking threshold of the core-only gate (cross-validated AUROC of a logistic
+    regression on the r < 5 px core alone; at or above it the training set carries a core
+    shortcut). Changing it re-runs the gates on the completed model without training again."""
+
+    core_threshold: float = 0.65
+
+
 @dg.asset(
     key_prefix=[GROUP],
     group_name=GROUP,
@@ -163,10 +171,21 @@ BLOCKING_GATES = {"core_lr_auc", "core_masked_drop"}
     check_specs=[dg.AssetCheckSpec(name, asset=[GROUP, "lens_finder"], blocking=name in BLOCKING_GATES) for name in GATE_CHECKS],
     retry_policy=dg.RetryPolicy(max_retries=2, delay=5),
 )
-def lens_finder(context: dg.AssetExecutionContext, lake: LakeResource, compute: ComputeResource, pipes_subprocess_client: dg.PipesSubprocessClient):
+def lens_finder(
+    context: dg.AssetExecutionContext,
+    config: LensFinderConfig,
+    lake: LakeResource,
+    compute: ComputeResource,
+    pipes_subprocess_client: dg.PipesSubprocessClient,
+):
     """The CNN lens finder (compact bottleneck ResNet, Paper IV style), trained by
     ``lens_assets/pipes/train_lens_finder.py`` through Dagster Pipes; checkpoints (safetensors +
-    JSON spec) in the lake; metrics and shortcut gates reported back as metadata and checks."""
+    JSON spec) in the lake; metrics and shortcut gates reported back as metadata and checks.
+
+    Each run trains in ``runs/<key>/`` under the checkpoint folder, keyed by the training config,
+    preprocessing and training-set version: new inputs train a new model, an interrupted run
+    resumes, a completed run is reused (gates only). Only a completed run's ``best`` is published
+    to ``artifact=checkpoint`` (what ``scores`` reads), so it is never half-written."""
     store = lake.lake()
     train_uris = store.part_uris(GROUP, "training_set")
     if store.is_s3:
@@ -177,14 +196,14 @@ def lens_finder(context: dg.AssetExecutionContext, lake: LakeResource, compute: 
         training_uri = train_uris[0].removeprefix("file://")
         out_dir = store.partition_path(GROUP, "lens_finder", {"artifact": "checkpoint"})
         ckpt_uri = None
-    config = dict(TRAIN_PROFILES.get(compute.profile, TRAIN_PROFILES["demo"]), device=compute.device)
+    train_config = dict(TRAIN_PROFILES.get(compute.profile, TRAIN_PROFILES["demo"]), device=compute.device)
     extras = {
         "training_set_uri": training_uri,
         "out_dir": out_dir,
-        "config": config,
+        "config": train_config,
         "preprocess": preprocess_spec(compute.profile).to_dict(),
         "report_checks": True,
-        "core_threshold": 0.65,
+        "core_threshold": float(config.core_threshold),
         # the demo trains for a fixed budget; the full profile resumes a time-limited run on retry
         "time_budget_final": compute.profile != "full",
     }

@@ -1,5 +1,7 @@
 """Training loop: learns a real signal, reproducible, resumes exactly after a crash (epoch end and mid-epoch)."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -8,7 +10,7 @@ from safetensors.torch import load_file
 from darkhaloscope.errors import InputError
 from darkhaloscope.training.checkpoint import read_spec
 from darkhaloscope.training.data import synthetic_arrays
-from darkhaloscope.training.loop import TrainConfig, lr_at, train
+from darkhaloscope.training.loop import TrainConfig, lr_at, mark_run_complete, read_run_complete, run_key, train
 from darkhaloscope.training.preprocess import PreprocessSpec
 
 torch.set_num_threads(1)
@@ -58,6 +60,11 @@ def test_learns_signal_and_writes_artifacts(reference):
     assert (d / "training_curves.png").stat().st_size > 1000 and (d / "metrics.json").is_file()
     best = read_spec(d, "best")
     assert best.epoch == res.best_epoch + 1 and best.preprocess == SPEC and best.data_versions == VERSIONS
+    # the full validation metrics of the best weights are in its spec, not only in metrics.json
+    v = best.metrics["validation"]
+    assert v["auroc"] == pytest.approx(res.val_metrics["auroc"]) and best.metrics["val_auroc"] == pytest.approx(res.best_val_auroc)
+    assert {"average_precision", "tpr_at_fpr_1e-2", "tpr_at_fpr_1e-3", "tpr_at_fpr_1e-4", "recall_at_0.5"} <= set(v)
+    assert res.best == best
 
 
 def test_same_seed_same_weights_other_seed_differs(data, reference, tmp_path):
@@ -136,3 +143,31 @@ def test_bad_inputs_raise(data, tmp_path):
         TrainConfig.from_dict({"epochz": 3})
     with pytest.raises(InputError, match="both labels"):
         train(tr, va.subset(va.label == 1), _cfg(), tmp_path, SPEC, VERSIONS)
+
+
+def test_run_key_names_what_shapes_the_weights():
+    k = run_key(_cfg(), SPEC, VERSIONS)
+    assert k == run_key(_cfg(), SPEC, dict(VERSIONS)) and len(k) == 16
+    assert k == run_key(_cfg(lr=0.01, epochs=4), SPEC, VERSIONS)  # 1e-2 is 0.01
+    assert k == run_key(_cfg(device="cuda", num_workers=3, checkpoint_every_steps=9, val_batch_size=7), SPEC, VERSIONS)
+    others = {run_key(_cfg(lr=5e-3), SPEC, VERSIONS), run_key(_cfg(seed=8), SPEC, VERSIONS), run_key(_cfg(arch="bottleneck_resnet"), SPEC, VERSIONS),
+              run_key(_cfg(), PreprocessSpec(clip=5.0), VERSIONS), run_key(_cfg(), SPEC, {"training_set": "synthetic-v2"})}
+    assert len(others) == 5 and k not in others
+    # a per-call time limit does not name the run; a final time budget does
+    assert run_key(_cfg(max_minutes=3.0), SPEC, VERSIONS) == k
+    assert run_key(_cfg(max_minutes=3.0), SPEC, VERSIONS, budget_is_final=True) != run_key(_cfg(max_minutes=2.0), SPEC, VERSIONS, budget_is_final=True)
+
+
+def test_completion_record_round_trip_and_mismatch(reference, tmp_path):
+    import shutil
+
+    d, res = reference
+    run = tmp_path / "run"
+    shutil.copytree(d, run)
+    assert read_run_complete(run) is None
+    rec = mark_run_complete(run, res, "finished", run_key="abc")
+    assert read_run_complete(run) == rec and rec["final_by"] == "finished" and rec["run_key"] == "abc"
+    assert rec["best_checkpoint"]["weights_sha256"] == read_spec(run, "best").weights_sha256
+    (run / "complete.json").write_text(json.dumps(dict(rec, best_checkpoint={"weights_sha256": "0" * 64})))
+    with pytest.raises(InputError, match="does not hold"):
+        read_run_complete(run)

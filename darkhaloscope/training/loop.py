@@ -6,17 +6,27 @@ same ``out_dir`` continues from checkpoint ``last`` — model, optimizer, the st
 whole LR-schedule state), epoch and position inside it, best metric and history. Every random draw is
 a function of (seed, epoch, sample) or (seed, global step), never of process state, so a resumed run
 ends with exactly the weights of an uninterrupted one on the same device and thread count.
+
+Run folders: :func:`run_key` is a stable hash of what determines the trained weights (the identity
+fields of the config, the preprocessing spec, the input data versions); a caller that trains in
+``<root>/<run_key>/`` therefore resumes only a run with the same inputs and starts any other run
+afresh. When a run is complete (finished, or ended by a fixed time budget) the caller records that
+with :func:`mark_run_complete` (``complete.json``, written atomically); :func:`read_run_complete`
+lets a later call reuse the run's 'best' instead of training again. When a call ends (finished or
+at its time limit) the 'best' spec carries the full validation metrics (``metrics['validation']``,
+as in ``metrics.json``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +35,10 @@ import torch.nn.functional as F
 
 from ..errors import InputError
 from ..stats import roc_auc
-from .checkpoint import CheckpointSpec, has_checkpoint, load_checkpoint, load_training_state, read_spec, save_checkpoint
+from .checkpoint import (
+    CheckpointSpec, atomic_write_bytes, has_checkpoint, load_checkpoint, load_training_state, read_spec, save_checkpoint,
+    write_spec,
+)
 from .data import AugmentedStampDataset, TrainingArrays, batches_for_plan, collate_prebatched, seed_int
 from .inference import resolve_device, score_stamps
 from .metrics import evaluate_scores, json_safe, plot_training_curves
@@ -100,6 +113,29 @@ _IDENTITY_FIELDS = (
 )
 
 
+def run_key(config: TrainConfig, spec: PreprocessSpec, data_versions: dict, *, budget_is_final: bool = False) -> str:
+    """16 hex digits naming a training run: sha256 of the config's identity fields, the preprocessing
+    spec and the data versions (numbers compared by value: 1 and 1.0 give one key).
+
+    budget_is_final: the run ends for good at ``max_minutes`` (a fixed time budget), so the budget
+    shapes the weights and joins the key; otherwise ``max_minutes`` only limits one call, and a
+    call with another budget resumes the same run.
+    """
+    def norm(v):
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+    ident = {k: norm(getattr(config, k)) for k in _IDENTITY_FIELDS}
+    if budget_is_final and config.max_minutes is not None:
+        ident["max_minutes"] = norm(config.max_minutes)
+    blob = json.dumps({"config": ident, "preprocess": spec.to_dict(), "data_versions": {str(k): str(v) for k, v in data_versions.items()}},
+                      sort_keys=True, allow_nan=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+#: Marker of a complete run in its folder (see :func:`mark_run_complete`).
+RUN_COMPLETE = "complete.json"
+
+
 @dataclass
 class TrainResult:
     """Outcome of :func:`train`. ``best`` is the spec of checkpoint 'best' (None if no epoch finished)."""
@@ -125,6 +161,34 @@ class TrainResult:
             "param_count": self.best.param_count, "architecture": self.best.architecture,
         }
         return json_safe(d)
+
+
+def mark_run_complete(run_dir: str | os.PathLike, result: TrainResult, final_by: str, **extra) -> dict:
+    """Record that the run in ``run_dir`` is complete (``final_by``: 'finished' or 'time_budget'):
+    writes ``complete.json`` atomically (the result without its history, plus ``extra``) and returns it."""
+    if result.best is None:
+        raise InputError(f"run {run_dir} has no 'best' checkpoint; it cannot be marked complete")
+    d = {k: v for k, v in result.to_dict().items() if k != "history"}
+    d.update(final_by=final_by, **json_safe(extra))
+    atomic_write_bytes(Path(run_dir) / RUN_COMPLETE, json.dumps(d, indent=1, sort_keys=True).encode("utf-8"))
+    return d
+
+
+def read_run_complete(run_dir: str | os.PathLike) -> dict | None:
+    """The completion record of the run in ``run_dir``, or None when the run is not complete.
+
+    Raises InputError when the record does not match the run's 'best' checkpoint (edited by hand)."""
+    path = Path(run_dir) / RUN_COMPLETE
+    if not path.is_file():
+        return None
+    try:
+        d = json.loads(path.read_text("utf-8"))
+        sha = d["best_checkpoint"]["weights_sha256"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        raise InputError(f"{path} is not a run completion record ({exc}); delete {run_dir} to train that run again") from exc
+    if not has_checkpoint(run_dir, "best") or read_spec(run_dir, "best").weights_sha256 != sha:
+        raise InputError(f"{path} names best weights {sha[:16]}… that {run_dir} does not hold; delete {run_dir} to train that run again")
+    return d
 
 
 def lr_at(step: int, total_steps: int, warmup_steps: int, base_lr: float, min_lr_frac: float = 0.0) -> float:
@@ -192,7 +256,8 @@ def train(
     content hashes of the inputs, stored in every checkpoint and checked on resume. progress_cb gets a
     dict per epoch ({'event': 'epoch', ...}) and per mid-epoch checkpoint ({'event': 'step', ...});
     an exception it raises aborts training (the checkpoints already written stay valid).
-    Also writes ``metrics.json`` (final validation metrics of 'best') and ``training_curves.png``.
+    Also writes ``metrics.json`` (final validation metrics of 'best', also stored in the 'best' spec
+    as ``metrics['validation']``) and ``training_curves.png``.
     """
     if len(train_arrays) < 2:
         raise InputError(f"training split of {train_arrays.source} has {len(train_arrays)} rows; need at least 2")
@@ -322,7 +387,8 @@ def train(
             probs, ok, _ = score_stamps(best_model, best_spec, val_arrays.image, device=device, batch_size=config.val_batch_size, amp=amp)
             result.val_metrics = evaluate_scores(probs[ok], val_arrays.label[ok], tiers=val_arrays.tier[ok], seed=(config.seed, "val"))
             result.val_metrics["n_invalid"] = int((~ok).sum())
-            result.best = best_spec
+            # the full validation metrics travel with the weights: same tensors, a new spec
+            result.best = write_spec(out, replace(best_spec, metrics={**best_spec.metrics, "validation": json_safe(result.val_metrics)}))
             result.curves_png = plot_training_curves(st["history"], out / "training_curves.png")
-            (out / "metrics.json").write_text(json.dumps(json_safe(result.val_metrics), indent=1, sort_keys=True))
+            atomic_write_bytes(out / "metrics.json", json.dumps(json_safe(result.val_metrics), indent=1, sort_keys=True).encode("utf-8"))
     return result

@@ -7,17 +7,34 @@ Without Dagster it takes the same parameters as command-line flags and prints on
 
 Parameters (extras key = flag):
   training_set_uri  --training-set   training_set Parquet file or folder (local path or s3://)
-  out_dir           --out-dir        local checkpoint folder (a rerun with the same folder resumes)
-  checkpoint_uri    --checkpoint-uri optional s3:// destination the finished folder is copied to
+  out_dir           --out-dir        local checkpoint folder: the published checkpoint, and its runs/
+  checkpoint_uri    --checkpoint-uri optional s3:// destination the published checkpoint is copied to
   config            --config         TrainConfig as a JSON object (or a dict in the extras)
   preprocess        --preprocess     PreprocessSpec as a JSON object (default: PreprocessSpec())
   training_set_version --training-set-version  data version of the input (default: sha256 of its files)
   report_checks     --report-checks  also report each gate as an asset check named after it
   core_threshold    --core-threshold blocking threshold of the core-only LR gate (default 0.65)
   time_budget_final --time-budget-final  stopping at ``max_minutes`` ends the run with the best epoch
-                                     so far (exit 0) instead of asking for a resume (exit 3)
+                                     so far (exit 0) instead of asking for a resume (exit 3); the
+                                     budget then joins the run key
 
-Exit status: 0 when training finished; 3 when it stopped at ``max_minutes`` (rerun to resume).
+Runs and publication. Every run trains in its own folder ``<out_dir>/runs/<key>/``, where ``key`` is
+``darkhaloscope.training.loop.run_key``: a hash of the config fields that shape the weights, the
+preprocessing spec and the training set's data version. So a call with
+
+* new inputs or another config trains a new model from scratch (no resume refusal to clear by hand);
+* the inputs of a run that stopped before completing (killed, or at ``max_minutes`` when that is not
+  final) resumes it from its checkpoint ``last``;
+* the inputs of a completed run (finished, or final by its time budget: ``runs/<key>/complete.json``)
+  trains nothing: it reuses that run's ``best`` and only runs the gates again.
+
+Only a completed run is published into ``out_dir`` itself: ``best`` (content-addressed safetensors
+first, its spec ``best.json`` last, by the commit rule of darkhaloscope.training.checkpoint; the spec
+holds the full validation metrics), then ``metrics.json``, ``gates.json`` and ``training_curves.png``.
+Readers of ``out_dir/best`` therefore never see a half-written checkpoint while a new run trains.
+With ``checkpoint_uri`` the published files (never ``runs/``) are uploaded in the same order.
+
+Exit status: 0 when training is complete; 3 when it stopped at ``max_minutes`` (rerun to resume).
 Imports only dagster_pipes (never dagster) and darkhaloscope.
 """
 
@@ -35,14 +52,23 @@ if __package__ in (None, ""):  # run as a path: make the repository root importa
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from darkhaloscope.errors import InputError  # noqa: E402
+from darkhaloscope.lake import Lake  # noqa: E402
+from darkhaloscope.training.checkpoint import (  # noqa: E402
+    CheckpointSpec, atomic_write_bytes, load_checkpoint, publish_checkpoint, remove_checkpoint, tensor_files_of,
+)
 from darkhaloscope.training.data import load_training_set  # noqa: E402
 from darkhaloscope.training.gates import run_gates  # noqa: E402
-from darkhaloscope.training.loop import TrainConfig, train  # noqa: E402
+from darkhaloscope.training.inference import resolve_device  # noqa: E402
+from darkhaloscope.training.loop import TrainConfig, mark_run_complete, read_run_complete, run_key, train  # noqa: E402
 from darkhaloscope.training.metrics import json_safe  # noqa: E402
-from darkhaloscope.training.checkpoint import has_checkpoint, load_checkpoint  # noqa: E402
 from darkhaloscope.training.preprocess import PreprocessSpec  # noqa: E402
 
 EXIT_TIME_LIMIT = 3
+#: Sub-folder of ``out_dir`` that holds one folder per run (never published or uploaded).
+RUNS = "runs"
+#: Files published beside ``best``: those of the run folder, and the gates of this call.
+RUN_FILES = ("metrics.json", "training_curves.png")
+SIDE_FILES = RUN_FILES + ("gates.json",)
 
 
 def _as_dict(value, what: str) -> dict:
@@ -60,9 +86,9 @@ def _as_dict(value, what: str) -> dict:
 
 
 def _s3(uri: str):
-    from pyarrow import fs as pafs
-
-    return pafs.S3FileSystem(endpoint_override=os.environ.get("DHS_S3_ENDPOINT") or None), uri[len("s3://") :]
+    """(filesystem, path) of an s3:// URI, with the lake's endpoint handling (DHS_S3_ENDPOINT)."""
+    lake = Lake(uri, s3_endpoint=os.environ.get("DHS_S3_ENDPOINT") or None)
+    return lake.fs, lake.root
 
 
 def dataset_version(uri: str) -> str:
@@ -92,8 +118,38 @@ def dataset_version(uri: str) -> str:
     return h.hexdigest()
 
 
+def _publish(run_dir: Path, out_dir: Path, gates: list) -> CheckpointSpec:
+    """Publish the completed run's 'best' into ``out_dir`` (tensors, then spec), then its side files."""
+    best = publish_checkpoint(run_dir, out_dir, "best")
+    for name in RUN_FILES:
+        if (run_dir / name).is_file():
+            atomic_write_bytes(out_dir / name, (run_dir / name).read_bytes())
+    atomic_write_bytes(out_dir / "gates.json", json.dumps(json_safe(gates), indent=1).encode("utf-8"))
+    remove_checkpoint(out_dir, "last")  # a resume checkpoint of the old single-folder layout: never read now
+    return best
+
+
+def _upload(out_dir: Path, best: CheckpointSpec, uri: str) -> None:
+    """Copy the published checkpoint to ``uri`` (s3://) by the commit rule: tensors, side files,
+    the spec last; then the superseded tensor files there (and any old 'last') are deleted."""
+    from pyarrow import fs as pafs
+
+    fs, dest = _s3(uri)
+    local = pafs.LocalFileSystem()
+    fs.create_dir(dest, recursive=True)
+    names = [best.weights_file] + [n for n in SIDE_FILES if (out_dir / n).is_file()] + ["best.json"]
+    for name in names:
+        pafs.copy_files(str(out_dir / name), f"{dest}/{name}", source_filesystem=local, destination_filesystem=fs)
+    there = [i.base_name for i in fs.get_file_info(pafs.FileSelector(dest, allow_not_found=True)) if i.type == pafs.FileType.File]
+    if "last.json" in there:
+        fs.delete_file(f"{dest}/last.json")
+    for name in tensor_files_of("best", there, keep={best.weights_file}) + tensor_files_of("last", there):
+        fs.delete_file(f"{dest}/{name}")
+
+
 def run(params: dict, log=None, progress=None) -> dict:
-    """Train, gate and summarise; returns the JSON-able summary (metrics, gates, checkpoint)."""
+    """Train (or resume, or reuse a completed run), gate, publish and summarise; returns the
+    JSON-able summary (metrics, gates, checkpoint). See the module docstring for the run folders."""
     say = (log.info if log is not None else (lambda m: print(m, file=sys.stderr)))
     uri = params.get("training_set_uri")
     if not uri:
@@ -105,9 +161,14 @@ def run(params: dict, log=None, progress=None) -> dict:
             out_dir = ckpt_uri
         else:
             raise InputError("out_dir (--out-dir) is required (a local folder; checkpoint_uri may add an s3:// copy)")
+    out = Path(out_dir)
     config = TrainConfig.from_dict(_as_dict(params.get("config"), "config"))
     spec = PreprocessSpec.from_dict(_as_dict(params.get("preprocess"), "preprocess"))
     version = params.get("training_set_version") or dataset_version(str(uri))
+    data_versions = {"training_set": version}
+    budget_final = bool(params.get("time_budget_final"))
+    key = run_key(config, spec, data_versions, budget_is_final=budget_final)
+    run_dir = out / RUNS / key
 
     say(f"loading training set {uri}")
     arrays = load_training_set(str(uri))
@@ -120,32 +181,43 @@ def run(params: dict, log=None, progress=None) -> dict:
         if progress is not None:
             progress(ev)
 
-    result = train(tr, va, config, out_dir, spec, {"training_set": version}, progress_cb=on_progress)
-    # a fixed time budget (the demo profile) ends training with the best epoch so far
-    budget_final = bool(params.get("time_budget_final")) and result.stopped_reason == "time_limit" and has_checkpoint(out_dir, "best")
-    summary = {"finished": result.finished or budget_final, "stopped_reason": result.stopped_reason, "out_dir": str(out_dir)}
-    if not summary["finished"]:
-        say(f"stopped ({result.stopped_reason}) after {result.global_step} steps; rerun with the same out_dir to resume")
-        return json_safe(summary)
+    done = read_run_complete(run_dir)
+    reused = done is not None
+    if reused:
+        say(f"run {key} is complete ({done['final_by']}, {done['stopped_reason']}); reusing its best checkpoint, no training")
+        device, resumed = resolve_device(config.device), False
+    else:
+        say(f"run {key} in {run_dir}")
+        result = train(tr, va, config, run_dir, spec, data_versions, progress_cb=on_progress)
+        # a fixed time budget (the demo profile) ends training with the best epoch so far
+        final_by = "finished" if result.finished else (
+            "time_budget" if budget_final and result.stopped_reason == "time_limit" and result.best is not None else None)
+        if final_by is None:
+            say(f"stopped ({result.stopped_reason}) after {result.global_step} steps; rerun with the same inputs to resume run {key}")
+            return json_safe({
+                "finished": False, "stopped_reason": result.stopped_reason, "out_dir": str(out), "run_dir": str(run_dir),
+                "run_key": key, "resumed": result.resumed, "reused": False, "global_step": result.global_step,
+            })
+        done = mark_run_complete(run_dir, result, final_by, run_key=key, training_set_version=version)
+        device, resumed = result.device, result.resumed
 
-    model, best = load_checkpoint(out_dir, "best")
-    gates = run_gates(model, best, va, core_threshold=float(params.get("core_threshold", 0.65)), seed=config.seed, device=result.device)
-    (Path(out_dir) / "gates.json").write_text(json.dumps(json_safe(gates), indent=1))
+    model, best = load_checkpoint(run_dir, "best")
+    gates = run_gates(model, best, va, core_threshold=float(params.get("core_threshold", 0.65)), seed=config.seed, device=device)
     for g in gates:
         say(f"gate {g['name']}: {g['value']:.4f} (threshold {g['threshold']}, {'pass' if g['passed'] else 'FAIL'}{', blocking' if g['blocking'] else ''})")
-    final_uri = str(Path(out_dir).resolve())
+    published = _publish(run_dir, out, gates)
+    final_uri = str(out.resolve())
     if ckpt_uri and str(ckpt_uri).startswith("s3://"):
-        from pyarrow import fs as pafs
-
-        fs, dest = _s3(str(ckpt_uri))
-        pafs.copy_files(final_uri, dest, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+        _upload(out, published, str(ckpt_uri))
         final_uri = str(ckpt_uri)
-    summary.update(
-        checkpoint_uri=final_uri, data_version=best.weights_sha256, best_epoch=result.best_epoch,
-        epochs_run=result.epochs_run, architecture=best.architecture, param_count=best.param_count,
-        training_set_version=version, val_metrics=result.val_metrics, gates=gates,
-        blocking_gates_passed=all(g["passed"] for g in gates if g["blocking"]),
-    )
+    summary = {
+        "finished": True, "stopped_reason": done["stopped_reason"], "final_by": done["final_by"], "out_dir": str(out),
+        "run_dir": str(run_dir), "run_key": key, "resumed": resumed, "reused": reused,
+        "global_step": done["global_step"], "checkpoint_uri": final_uri, "data_version": published.weights_sha256,
+        "best_epoch": done["best_epoch"], "epochs_run": done["epochs_run"], "architecture": published.architecture,
+        "param_count": published.param_count, "training_set_version": version, "val_metrics": done["val_metrics"],
+        "gates": gates, "blocking_gates_passed": all(g["passed"] for g in gates if g["blocking"]),
+    }
     return json_safe(summary)
 
 
@@ -155,11 +227,13 @@ def _pipes_metadata(summary: dict) -> dict:
         "dagster/uri": summary["checkpoint_uri"], "architecture": summary["architecture"],
         "param_count": summary["param_count"], "best_epoch": summary["best_epoch"], "epochs_run": summary["epochs_run"],
         "stopped_reason": summary["stopped_reason"], "training_set_version": summary["training_set_version"],
-        "blocking_gates_passed": summary["blocking_gates_passed"],
+        "blocking_gates_passed": summary["blocking_gates_passed"], "run_key": summary["run_key"],
+        "reused_completed_run": summary["reused"],
         "gates": {"raw_value": summary["gates"], "type": "json"},
         "val_metrics": {"raw_value": vm, "type": "json"},
     }
-    for k in ("auroc", "average_precision", "tpr_at_fpr_1e-2", "tpr_at_fpr_1e-3", "ece_15", "recall_at_0.5"):
+    tier_recalls = sorted(k for k in vm if k.startswith("recall_at_0.5_tier_"))
+    for k in ("auroc", "average_precision", "tpr_at_fpr_1e-2", "tpr_at_fpr_1e-3", "tpr_at_fpr_1e-4", "ece_15", "recall_at_0.5", *tier_recalls):
         if vm.get(k) is not None:
             md[f"val_{k}"] = vm[k]
     curves = Path(summary["out_dir"]) / "training_curves.png"
