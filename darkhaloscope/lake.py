@@ -267,7 +267,10 @@ class Lake:
         """True when the table (or the given partition) has committed data."""
         if partition is not None:
             path = f"{self.partition_path(group, asset, partition)}/{PART_FILE}"
-            return self.fs.get_file_info(path).type == pafs.FileType.File
+            try:
+                return self.fs.get_file_info(path).type == pafs.FileType.File
+            except OSError as exc:
+                raise translate_storage_error(exc, self.full_uri(path)) from exc
         return bool(self._part_files(group, asset))
 
     def partitions(self, group: str, asset: str) -> list[dict[str, str]]:

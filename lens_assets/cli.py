@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from darkhaloscope.errors import CredentialError, InputError
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -54,7 +56,7 @@ class Materializer:
             for ck in chk.check_keys:
                 self.checks_by_asset.setdefault(ck.asset_key, []).append(chk)
         self.resources = defs.resources
-        self.lake = _lake()
+        self.lake = defs.resources["lake"].lake()
         self.sinks = None
 
     def key_for(self, name: str):
@@ -91,7 +93,14 @@ class Materializer:
 
         group, table = key.path[0], key.path[-1]
         if keys is None:
-            return [] if self.lake.exists(group, table) else [None]
+            # An asset that registers its children's dynamic partitions (sweep_files, injection_plan)
+            # runs again when this instance has none of them (a fresh DAGSTER_HOME on an existing lake).
+            unregistered = any(
+                isinstance(self.graph.get(child).partitions_def, self.dg.DynamicPartitionsDefinition)
+                and not self._partition_keys(child)
+                for child in self.graph.get(key).child_keys
+            )
+            return [None] if unregistered or not self.lake.exists(group, table) else []
         pdef = self.graph.get(key).partitions_def
         return [k for k in keys if not self.lake.exists(group, table, partition_for_key(pdef, k))]
 
@@ -182,12 +191,11 @@ def cmd_materialize(args) -> int:
 
 
 def cmd_query(args) -> int:
-    from darkhaloscope.errors import InputError
     from darkhaloscope.query import format_rows, run_query
 
     try:
         cols, rows = run_query(_lake(), args.sql)
-    except InputError as exc:
+    except (InputError, CredentialError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(format_rows(cols, rows, args.format))
@@ -197,7 +205,11 @@ def cmd_query(args) -> int:
 def cmd_tables(args) -> int:
     from darkhaloscope.query import describe_tables, format_rows
 
-    info = describe_tables(_lake())
+    try:
+        info = describe_tables(_lake())
+    except (InputError, CredentialError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     cols = ["table", "group", "rows", "partitions", "uri"]
     print(format_rows(cols, [tuple(d[c] for c in cols) for d in info], args.format))
     return 0

@@ -42,7 +42,7 @@ class AlertSinksResource(dg.ConfigurableResource):
 
     Unset fields fall back to the environment when :meth:`build_sinks` runs (so a deployment
     needs no config): ``webhook_url`` to DHS_ALERT_WEBHOOK, ``lake_uri`` to DHS_LAKE
-    (./lakehouse), ``s3_endpoint`` to DHS_S3_ENDPOINT; the Slack token comes from the
+    (./lakehouse), ``s3_endpoint`` to DHS_S3_ENDPOINT, ``slack_channel`` to DHS_SLACK_CHANNEL; the Slack token comes from the
     environment variable ``slack_token_env`` (DHS_SLACK_TOKEN, else SLACK_BOT_TOKEN).
     """
 
@@ -50,7 +50,7 @@ class AlertSinksResource(dg.ConfigurableResource):
     webhook_timeout_s: float = Field(default=5.0, description="seconds per webhook attempt")
     webhook_max_retries: int = Field(default=3, description="extra attempts on 5xx/429/connection errors")
     webhook_backoff_s: float = Field(default=0.5, description="first back-off in seconds (doubles each retry)")
-    slack_channel: str | None = Field(default=None, description="Slack channel for alerts; Slack is used only with a channel and a token")
+    slack_channel: str | None = Field(default=None, description="Slack channel for alerts (default env DHS_SLACK_CHANNEL); Slack is used only with a channel and a token")
     slack_token_env: str = Field(default="DHS_SLACK_TOKEN", description="name of the env var holding the Slack bot token")
     slack_api_url: str | None = Field(default=None, description="Slack API base URL override (tests, proxies)")
     lake_uri: str | None = Field(default=None, description="lake root holding ops/alert_log and ops/alerts; default env DHS_LAKE")
@@ -71,14 +71,14 @@ class AlertSinksResource(dg.ConfigurableResource):
         if url:
             sinks.append(WebhookSink(url, timeout_s=self.webhook_timeout_s, max_retries=self.webhook_max_retries, backoff_s=self.webhook_backoff_s))
         token = self._slack_token()
-        if self.slack_channel and token:
+        channel = self.slack_channel or os.environ.get("DHS_SLACK_CHANNEL") or None
+        if channel and token:
             client = SlackResource(token=token).get_client()
             if self.slack_api_url:
                 client.base_url = self.slack_api_url.rstrip("/") + "/"
-            sinks.append(SlackSink(client, self.slack_channel))
-        elif self.slack_channel:
-            # Said once per build, without any secret: the channel is configured but no token is.
-            dg.get_dagster_logger().warning(
-                f"slack_channel {self.slack_channel!r} is set but env {self.slack_token_env} is empty: Slack alerts are off"
-            )
+            sinks.append(SlackSink(client, channel))
+        elif channel or token:
+            # Said once per build, without any secret: only one of channel and token is configured.
+            missing = f"env {self.slack_token_env} is empty" if channel else "no channel (slack_channel or DHS_SLACK_CHANNEL)"
+            dg.get_dagster_logger().warning(f"Slack alerts are off: {missing}")
         return sinks
