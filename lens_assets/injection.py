@@ -29,17 +29,18 @@ PROFILE_SIZES = {"demo": {"per_cell": 12, "batch_size": 600}, "full": {"per_cell
 
 class InjectionPlanConfig(dg.Config):
     """Grid and host selection of the selection-function injections (defaults: θ_E 0.5–3.0″ step
-    0.25″, z_l 0.1–0.9 step 0.1, hosts DEV/SER from the val and test splits)."""
+    0.25″, z_l 0.1–0.9 step 0.1, hosts DEV/SER from the test split: train hosts carry the training
+    injections and val hosts chose the best epoch, so only test hosts are unseen by the lens finder)."""
 
     theta_e_grid: list[float] = [0.5, 3.0, 0.25]
     z_l_grid: list[float] = [0.1, 0.9, 0.1]
     host_types: list[str] = ["DEV", "SER"]
-    host_splits: list[str] = ["val", "test"]
+    host_splits: list[str] = ["test"]
     per_cell: int = 0  # 0 = the profile's default
     batch_size: int = 0
 
 
-def injection_config(profile: str, per_cell: int = 0, batch_size: int = 0, theta_e_grid=(0.5, 3.0, 0.25), z_l_grid=(0.1, 0.9, 0.1), host_splits=("val", "test")) -> InjectionConfig:
+def injection_config(profile: str, per_cell: int = 0, batch_size: int = 0, theta_e_grid=(0.5, 3.0, 0.25), z_l_grid=(0.1, 0.9, 0.1), host_splits=("test",)) -> InjectionConfig:
     sizes = PROFILE_SIZES.get(profile, PROFILE_SIZES["demo"])
     return InjectionConfig(
         theta_e_grid=tuple(theta_e_grid),
@@ -56,8 +57,8 @@ def batch_key(batch: int) -> str:
 
 @dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[cutouts, cutout_validation], kinds={"parquet"}, owners=OWNERS, code_version="1")
 def injection_plan(context: dg.AssetExecutionContext, config: InjectionPlanConfig, lake: LakeResource, compute: ComputeResource) -> dg.MaterializeResult:
-    """One task per injection over the θ_E × z_l grid: host (a quality-checked DEV/SER cutout from the
-    held-out splits, so injections never share hosts with training), z_s from its prior, σ_v derived
+    """One task per injection over the θ_E × z_l grid: host (a quality-checked DEV/SER cutout of the
+    test split, so injections never share hosts with training or model selection), z_s from its prior, σ_v derived
     (cells needing an unphysical σ_v skipped and counted), every source and lens parameter and the
     seed; registers one ``injection_batch`` partition per batch."""
     store = lake.lake()

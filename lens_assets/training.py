@@ -15,6 +15,7 @@ import dagster as dg
 from darkhaloscope.errors import InputError
 from darkhaloscope.lensing.bank import render_injection_batch, training_profile_tasks
 from darkhaloscope.stamps import STAMP_SHAPE, tensor_type, to_tensor_array
+from darkhaloscope.training.data import negatives_per_positive_mask
 from darkhaloscope.training.preprocess import PreprocessSpec
 from resources import ComputeResource, LakeResource
 
@@ -44,11 +45,14 @@ def preprocess_spec(profile: str) -> PreprocessSpec:
 
 
 class TrainingSetConfig(dg.Config):
-    """Tier weights of real positives, number of injected positives (0 = profile default, -1 = none)."""
+    """Tier weights of real positives, number of injected positives (0 = profile default, -1 = none),
+    and the class ratio: at most ``negatives_per_positive`` negatives per positive in each split
+    (0 = every training-catalog negative, whose ratio the catalog's ``negatives_per_positive`` sets)."""
 
     weight_tier_a: float = 1.0
     weight_tier_b: float = 0.5
     injected_positives: int = 0
+    negatives_per_positive: float = 0.0
 
 
 def _nullable_tensor(stamps: np.ndarray, valid: np.ndarray) -> pa.ExtensionArray:
@@ -117,8 +121,13 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
         }
     cols = {k: np.concatenate([real[k], inj[k]]) if inj else real[k] for k in real}
     all_images = np.concatenate([images, inj_images])
-    controls = np.concatenate([np.zeros_like(images), inj_controls])
     has_control = np.r_[np.zeros(len(images), bool), np.ones(len(inj_images), bool)]
+    controls = np.zeros_like(all_images)
+    controls[has_control] = inj_controls
+    keep = negatives_per_positive_mask(cols["label"], cols["split"], cols["object_id"], config.negatives_per_positive)
+    if not keep.all():
+        cols = {k: v[keep] for k, v in cols.items()}
+        all_images, controls, has_control = all_images[keep], controls[keep], has_control[keep]
     table = pa.table(
         {
             "object_id": pa.array(cols["object_id"], pa.int64()),
@@ -139,6 +148,15 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
     info = store.write_table(GROUP, "training_set", table)
     counts = {f"{s}/{k}": int(c) for (s, k), c in _count_pairs(cols["split"], cols["kind"]).items()}
     return table_result(store, info.uri, table.schema, table.num_rows, {"counts": dg.MetadataValue.json(counts), "preprocess_spec": dg.MetadataValue.json(json.loads(spec.to_json()))})
+
+
+def recorded_preprocess_spec(store) -> PreprocessSpec:
+    """The preprocessing spec ``training_set`` was built for (its Parquet schema metadata): the
+    lens finder trains with exactly that spec, whatever the profile says now."""
+    meta = store.read_schema(GROUP, "training_set").metadata or {}
+    if b"dhs.preprocess_spec" not in meta:
+        raise InputError(f"{store.full_uri(store.table_path(GROUP, 'training_set'))} records no preprocessing spec: materialize training_set again")
+    return PreprocessSpec.from_json(meta[b"dhs.preprocess_spec"].decode())
 
 
 def _count_pairs(a, b) -> dict:
@@ -201,7 +219,7 @@ def lens_finder(
         "training_set_uri": training_uri,
         "out_dir": out_dir,
         "config": train_config,
-        "preprocess": preprocess_spec(compute.profile).to_dict(),
+        "preprocess": recorded_preprocess_spec(store).to_dict(),
         "report_checks": True,
         "core_threshold": float(config.core_threshold),
         # the demo trains for a fixed budget; the full profile resumes a time-limited run on retry

@@ -142,3 +142,19 @@ def test_core_dropout_zeroes_core_only():
     x, _, _ = ds.__getitems__([(0, i) for i in range(4)])
     core = torch.from_numpy(core_mask(33, 33, 5))
     assert torch.all(x[..., core] == 0) and torch.any(x[..., ~core] != 0)
+
+
+def test_negatives_per_positive_mask_caps_each_split_deterministically():
+    from darkhaloscope.training.data import negatives_per_positive_mask
+
+    label = np.array([1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0])
+    split = np.array(["train"] * 6 + ["val"] * 5, dtype=object)
+    oid = np.arange(100, 111)
+    keep = negatives_per_positive_mask(label, split, oid, ratio=2)
+    assert keep[label == 1].all()
+    assert int((keep & (split == "train") & (label == 0)).sum()) == 2  # 1 positive x 2
+    assert int((keep & (split == "val") & (label == 0)).sum()) == 3  # cap 4 > 3 negatives: all kept
+    perm = np.random.default_rng(0).permutation(len(label))
+    again = negatives_per_positive_mask(label[perm], split[perm], oid[perm], ratio=2)
+    assert set(oid[perm][again]) == set(oid[keep])  # chosen by object id, not row order
+    assert negatives_per_positive_mask(label, split, oid, ratio=0).all()

@@ -145,6 +145,25 @@ def make_arrays(
     )
 
 
+def negatives_per_positive_mask(label: np.ndarray, split: np.ndarray, object_id: np.ndarray, ratio: float) -> np.ndarray:
+    """Rows to keep so that each split has at most ``ratio`` negatives (label 0) per positive.
+
+    Every positive is kept; within a split the negatives kept are those of lowest stable hash of
+    ``object_id`` (deterministic, independent of row order). ``ratio <= 0`` keeps every row.
+    """
+    label, split, object_id = np.asarray(label), np.asarray(split, dtype=object), np.asarray(object_id, dtype=np.int64)
+    keep = np.ones(len(label), dtype=bool)
+    if ratio <= 0:
+        return keep
+    h = unit_hash_array(object_id, salt="training-set-class-ratio")
+    for s in np.unique(split):
+        neg = np.flatnonzero((split == s) & (label == 0))
+        cap = int(np.floor(ratio * int(((split == s) & (label == 1)).sum())))
+        if len(neg) > cap:
+            keep[neg[np.lexsort((object_id[neg], h[neg]))[cap:]]] = False
+    return keep
+
+
 def _read_table(path_or_table, columns=None) -> tuple[pa.Table, str]:
     if isinstance(path_or_table, pa.Table):
         return path_or_table, "<table>"
