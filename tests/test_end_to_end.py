@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.support.chromium import CHROMIUM, SENTINEL, image_load_results
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
@@ -27,6 +29,10 @@ def test_demo_runs_end_to_end(tmp_path):
     assert recall and all(r["n"] > 0 for r in recall)
     report = query("select uri, figures from evaluation_report")[0]
     assert os.path.exists(report["uri"]) and report["figures"] >= 5
+    if CHROMIUM.exists():  # the lake's own report: every figure decodes in a browser
+        loaded = image_load_results(open(report["uri"], encoding="utf-8").read(), tmp_path)
+        assert loaded.pop(SENTINEL)["w"] == 0
+        assert len(loaded) >= report["figures"] and all(r["complete"] and r["w"] > 0 for r in loaded.values()), loaded
 
     # dhs cutout: a FITS cube (band, y, x) whose WCS puts the lens at the requested position
     lens = query("select ra, dec from positives order by name limit 1")[0]

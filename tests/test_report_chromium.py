@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import html
-import json
 import re
 import struct
-import subprocess
 from html.parser import HTMLParser
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -30,8 +26,8 @@ from darkhaloscope.evaluation import (
     thresholds_from_negatives,
 )
 from darkhaloscope.seeding import rng_for
+from tests.support.chromium import CHROMIUM, SENTINEL, SKIP_REASON, image_load_results
 
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 def _inputs():
@@ -164,39 +160,12 @@ def test_missing_sections_are_visible_and_bad_gates_refused():
         build_report(roc=b"not a png")
 
 
-_CHECK_SCRIPT = """
-<img id="sentinel-broken" alt="deliberately broken image" src="data:image/png;base64,AAAA">
-<script>
-window.addEventListener('load', function () {
-  var imgs = Array.prototype.slice.call(document.images);
-  var out = document.createElement('pre');
-  out.id = 'imgcheck';
-  out.textContent = JSON.stringify(imgs.map(function (i) {
-    return {id: i.id, alt: i.alt, complete: i.complete, w: i.naturalWidth, h: i.naturalHeight};
-  }));
-  document.body.appendChild(out);
-});
-</script>
-"""
-
-
-@pytest.mark.skipif(not CHROMIUM.exists(),
-                    reason="/usr/bin/chromium is absent (install it with apt-get install -y chromium)")
+@pytest.mark.skipif(not CHROMIUM.exists(), reason=SKIP_REASON)
 def test_every_figure_loads_in_headless_chromium(report, tmp_path):
     page, figs = report
-    path = tmp_path / "report.html"
-    path.write_text(page.replace("</body>", _CHECK_SCRIPT + "</body>"), encoding="utf-8")
-    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-           "--no-first-run", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}",
-           "--virtual-time-budget=5000", "--dump-dom", path.as_uri()]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    m = re.search(r'<pre id="imgcheck">(.*?)</pre>', proc.stdout, re.S)
-    assert m, "the load handler never ran; chromium stderr: " + proc.stderr[-2000:]
-    result = {r["id"]: r for r in json.loads(html.unescape(m.group(1)))}
+    result = image_load_results(page, tmp_path)
     # the sentinel proves the check can fail: a broken image has naturalWidth 0
-    assert result.pop("sentinel-broken")["w"] == 0
+    assert result.pop(SENTINEL)["w"] == 0
     expected = {"fig-roc": figs["roc"], "fig-selection-fpr-1e-2": figs["heatmap"],
                 "fig-marginal-psf-fwhm-r": figs["marginal"],
                 "fig-mosaic-true-positives": figs["true positives"],
