@@ -19,6 +19,9 @@ from .errors import InputError
 GAUSSIAN_FWHM_PER_SIGMA = 2.0 * math.sqrt(2.0 * math.log(2.0))
 #: Default Moffat index for ground-based seeing (Trujillo et al. 2001; the seed system's Gen3+).
 MOFFAT_BETA = 3.5
+#: The PSF model of the mock survey's sky and of injected arcs: one model for both, so a lens
+#: finder cannot tell injected light from host light by its PSF wings (DECam-like Moffat, β = MOFFAT_BETA).
+SURVEY_PSF_PROFILE = "moffat"
 #: Largest kernel radius in pixels (63 x 63 kernel), so a kernel never exceeds a 101-pixel stamp.
 MAX_KERNEL_RADIUS_PIX = 31
 

@@ -64,6 +64,9 @@ def cutout_batches(targets: pa.Table, source, size: int = STAMP_SIZE):
         cols["invvar"] = to_tensor_array(batch.invvar)
         if batch.maskbits is not None:
             cols["maskbits"] = to_tensor_array(batch.maskbits, pa.int32())
+        # sub-pixel offset of the target from the stamp's centre pixel (0 for a resampling cutout service)
+        cols["dx_pix"] = pa.array(batch.dx.astype(np.float32))
+        cols["dy_pix"] = pa.array(batch.dy.astype(np.float32))
         cols["band_missing"] = pa.array(batch.band_missing.astype(np.uint8))
         cols["edge_padded"] = pa.array(batch.edge_padded.astype(bool))
         cols["fetch_error"] = pa.array(failed.astype(str), pa.string())

@@ -20,6 +20,7 @@ def _hosts(lake: Lake, n: int = 8) -> None:
         "split": ["test", "train"] * (n // 2), "type": ["DEV", "SER"] * (n // 2),
         **{f"psfsize_{b}": pa.array(np.full(n, s), pa.float32()) for b, s in zip("grz", (1.4, 1.25, 1.1))},
         **{f"psfdepth_{b}": pa.array(np.full(n, d), pa.float32()) for b, d in zip("grz", (2e3, 1e3, 2e2))},
+        "dx_pix": pa.array(rng.uniform(-0.5, 0.5, n), pa.float32()), "dy_pix": pa.array(rng.uniform(-0.5, 0.5, n), pa.float32()),
         "label": pa.array(np.zeros(n), pa.int8()), "quality_ok": [True] * n,
         "image": to_tensor_array(rng.normal(0, 0.01, (n, 3, 101, 101)).astype(np.float32)),
         "invvar": to_tensor_array(np.full((n, 3, 101, 101), 1e4, np.float32)),

@@ -91,10 +91,20 @@ def test_centring_and_flux(type_, shape_r, sersic):
         cx = (img[j] * xx).sum() / img[j].sum()
         cy = (img[j] * yy).sum() / img[j].sum()
         assert abs(cx - (50 + 0.37)) < 0.05 and abs(cy - (50 - 0.19)) < 0.05, (type_, j, cx, cy)
-    if type_ == "PSF":  # a point source is the PSF: its second moment gives the FWHM
+    if type_ == "PSF":  # a point source is the PSF: a Moffat (beta 3.5) of FWHM 1.5" to 3 FWHM
         r2 = ((xx - 50.37) ** 2 + (yy - 49.81) ** 2) * img[0]
         sigma = np.sqrt(r2.sum() / img[0].sum() / 2) * 0.262
-        assert abs(sigma * 2.3548 - 1.5) < 0.03
+        assert abs(sigma - _truncated_moffat_sigma(1.5, 3.5, np.ceil(3 * 1.5 / 0.262) * 0.262)) < 0.01 * sigma
+
+
+def _truncated_moffat_sigma(fwhm: float, beta: float, half_width: float) -> float:
+    """Per-axis RMS width (arcsec) of a Moffat profile cut to the square |x|, |y| <= half_width + 1/2 px."""
+    alpha = fwhm / (2 * np.sqrt(2 ** (1 / beta) - 1))
+    h = half_width + 0.131
+    t = np.linspace(-h, h, 1201)
+    x, y = np.meshgrid(t, t)
+    p = (1 + (x**2 + y**2) / alpha**2) ** -beta
+    return float(np.sqrt((p * x**2).sum() / p.sum()))
 
 
 def test_ellipse_orientation():

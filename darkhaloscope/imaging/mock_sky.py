@@ -13,12 +13,13 @@ Model (per source, from the sweep columns):
 - Profiles are truncated at SHAPE_R · t(n) along the major axis (t = 4 for n ≤ 1 rising to 8 for
   n ≥ 4, as Tractor truncates its EXP/DEV mixtures), pixel-integrated by supersampling small
   galaxies, normalised to the catalog flux (so a stamp's total is the catalog flux), and convolved
-  with a Gaussian PSF of the source's PSFSIZE in each band (darkhaloscope.psf kernels).
+  with a Moffat (β = 3.5) PSF of FWHM = the source's PSFSIZE in each band: the same PSF model
+  as the injected arcs (``psf.SURVEY_PSF_PROFILE``), so PSF wings tell arcs and hosts not apart.
   Sub-pixel positions are exact: each stamp is shifted by a Fourier phase ramp.
 - Noise: per brick and band the median PSFSIZE / PSFDEPTH of the catalog sources in that brick
   define the pixel noise σ = 1/sqrt(PSFDEPTH · N_eff), N_eff = 4π (FWHM / 2.3548 / 0.262)² pixels,
-  the effective area of the Gaussian PSF (PSFDEPTH = (psfnorm/σ)² with psfnorm² = 1/N_eff,
-  science.md §2.5). invvar = 1/σ² everywhere on a covered brick.
+  the effective area of a Gaussian PSF of that FWHM, as DR10 defines PSFDEPTH (psfnorm/σ)² with
+  psfnorm² = 1/N_eff (science.md §2.5). invvar = 1/σ² everywhere on a covered brick.
 - Maskbits: NPRIMARY outside the brick's primary region; a source's catalog MASKBITS (other bits)
   are painted on a disk around it (radius max(5 px, 2·SHAPE_R)), an approximation to the DR10 map.
 
@@ -42,7 +43,7 @@ import torch
 from ..constants import BANDS, BRICK_SIZE, PIXEL_SCALE_ARCSEC, STAMP_SIZE
 from ..errors import InputError
 from ..profiles import sersic_b_n, sersic_surface_brightness
-from ..psf import GAUSSIAN_FWHM_PER_SIGMA, kernel_radius_pix, psf_kernels
+from ..psf import GAUSSIAN_FWHM_PER_SIGMA, MOFFAT_BETA, SURVEY_PSF_PROFILE, kernel_radius_pix, psf_kernels
 from ..seeding import rng_for
 from .bricks import (
     BrickTable,
@@ -58,8 +59,8 @@ from .bricks import (
 MOCK_SKY_KEY = "dhs-mock-sky-v1"
 #: FFT stamp sizes (pixels) a source is rendered on; the largest bounds a galaxy's extent.
 STAMP_CLASSES = (24, 32, 48, 64, 96, 128, 192, 256)
-#: PSF kernels reach 2 FWHM (4.7 sigma of a Gaussian; the flux beyond is < 2e-5).
-KERNEL_N_FWHM = 2.0
+#: PSF kernels reach 3 FWHM, as the injection engine's (a Moffat β = 3.5 keeps 99.6% of its light there).
+KERNEL_N_FWHM = 3.0
 #: Galaxies with SHAPE_R below this many pixels are pixel-integrated on a 3x3 sub-grid.
 SUPERSAMPLE_BELOW_PIX = 2.5
 #: Typical DR10 PSF FWHM (arcsec) and PSFDEPTH (1/nmgy², 5σ = 24.7/23.9/23.0 AB) when a catalog gives none.
@@ -336,7 +337,7 @@ class MockSky:
         bad = ~(np.isfinite(fw) & (fw > 0))
         fw[bad] = np.broadcast_to(st.fwhm, fw.shape)[bad]
         krad = min(kernel_radius_pix(float(fw.max()), n_fwhm=KERNEL_N_FWHM), size // 2 - 1)
-        ker = psf_kernels(torch.from_numpy(fw.reshape(-1)), krad).reshape(B, len(BANDS), 2 * krad + 1, 2 * krad + 1)
+        ker = psf_kernels(torch.from_numpy(fw.reshape(-1)), krad, profile=SURVEY_PSF_PROFILE, beta=MOFFAT_BETA).reshape(B, len(BANDS), 2 * krad + 1, 2 * krad + 1)
         ker_f = torch.fft.rfft2(ker, s=(size, size))  # kernel centre at index krad
         shift = size // 2 - krad - centre
         phase = _phase_ramp(size, size, torch.from_numpy(st.x[local] - st.ix[local]) + shift,

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..constants import BANDS, STAMP_SIZE
+from ..constants import BANDS, PIXEL_SCALE_ARCSEC, STAMP_SIZE
 from ..errors import InputError
 from ..seeding import stable_hash64, torch_generator_for, unit_hash_array
 from .cosmology import DEFAULT_COSMOLOGY, sigma_v_from_theta_e
@@ -33,8 +33,10 @@ from .source import SourceBatch, band_fluxes, mag_from_flux
 PSF_BAND_SCALE_FROM_R = {"g": 1.05, "r": 1.0, "z": 0.94}
 #: Metadata key holding the planning summary (JSON) on a task table's schema.
 PLAN_SUMMARY_KEY = b"dhs_plan_summary"
+#: Host columns a plan reads; dx_pix, dy_pix: the host's sub-pixel offset from its stamp's centre
+#: pixel (cutouts are cut at the nearest pixel), where the lens is centred.
 HOST_COLUMNS = ("object_id", "ra", "dec", "split", "type", "psfsize_g", "psfsize_r", "psfsize_z",
-                "psfdepth_g", "psfdepth_r", "psfdepth_z")
+                "psfdepth_g", "psfdepth_r", "psfdepth_z", "dx_pix", "dy_pix")
 #: Columns of the mock survey's known-lens truth rows read by ``paint_known_lens_arcs``.
 KNOWN_LENS_TRUTH_COLUMNS = ("theta_e_arcsec", "lens_e1", "lens_e2", "shear_g1", "shear_g2", "src_mag_r",
                             "src_r_sersic_arcsec", "src_n_sersic", "src_e1", "src_e2", "src_x_arcsec",
@@ -160,8 +162,13 @@ def _build_tasks(hosts: pa.Table, theta_e: np.ndarray, z_l: np.ndarray, seeds: n
         "lens_phi_rad": params["lens_phi_rad"][keep],
         "lens_e1": lens_e1[keep],
         "lens_e2": lens_e2[keep],
-        "lens_center_x_arcsec": params["lens_center_x_arcsec"][keep],
-        "lens_center_y_arcsec": params["lens_center_y_arcsec"][keep],
+        "host_dx_pix": _col(hosts, "dx_pix")[h],
+        "host_dy_pix": _col(hosts, "dy_pix")[h],
+        "lens_offset_x_arcsec": params["lens_offset_x_arcsec"][keep],
+        "lens_offset_y_arcsec": params["lens_offset_y_arcsec"][keep],
+        # the engine's x runs East, against the pixel x axis (West); y runs North with pixel y
+        "lens_center_x_arcsec": params["lens_offset_x_arcsec"][keep] - _col(hosts, "dx_pix")[h] * PIXEL_SCALE_ARCSEC,
+        "lens_center_y_arcsec": params["lens_offset_y_arcsec"][keep] + _col(hosts, "dy_pix")[h] * PIXEL_SCALE_ARCSEC,
         "shear_g1": params["shear_g1"][keep],
         "shear_g2": params["shear_g2"][keep],
         "src_mag_r": params["src_mag_r"][keep],

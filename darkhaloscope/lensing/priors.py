@@ -91,8 +91,9 @@ def _default_priors() -> dict[str, Prior]:
         "lens_phi_rad": Prior("uniform", 0.0, math.pi),
         "shear_g1": Prior("truncnormal", -0.1, 0.1, mu=0.0, sigma=0.04),
         "shear_g2": Prior("truncnormal", -0.1, 0.1, mu=0.0, sigma=0.04),
-        "lens_center_x_arcsec": Prior("truncnormal", -0.15, 0.15, mu=0.0, sigma=0.05),
-        "lens_center_y_arcsec": Prior("truncnormal", -0.15, 0.15, mu=0.0, sigma=0.05),
+        # mass centre relative to the host galaxy's light centre (East, North)
+        "lens_offset_x_arcsec": Prior("truncnormal", -0.15, 0.15, mu=0.0, sigma=0.05),
+        "lens_offset_y_arcsec": Prior("truncnormal", -0.15, 0.15, mu=0.0, sigma=0.05),
         "z_s": Prior("uniform", 1.0, 3.0),
         # Training profile only: theta_E and z_l drawn instead of gridded.
         "theta_e_arcsec": Prior("uniform", 0.5, 3.0),
@@ -144,7 +145,7 @@ DEFAULT_PRIORS = PriorRegistry()
 SYSTEM_PARAMETERS = (
     "src_mag_r", "src_r_sersic_arcsec", "src_n_sersic", "src_q", "src_phi_rad", "src_beta_frac",
     "src_beta_angle_rad", "src_g_minus_r", "src_r_minus_z", "lens_q", "lens_phi_rad", "shear_g1",
-    "shear_g2", "lens_center_x_arcsec", "lens_center_y_arcsec", "z_s",
+    "shear_g2", "lens_offset_x_arcsec", "lens_offset_y_arcsec", "z_s",
 )
 
 

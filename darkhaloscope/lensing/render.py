@@ -38,7 +38,7 @@ import torch
 
 from ..constants import PIXEL_SCALE_ARCSEC, STAMP_SIZE
 from ..errors import InputError
-from ..psf import MAX_KERNEL_RADIUS_PIX, MOFFAT_BETA, kernel_radius_pix, psf_kernels
+from ..psf import MAX_KERNEL_RADIUS_PIX, MOFFAT_BETA, SURVEY_PSF_PROFILE, kernel_radius_pix, psf_kernels
 from .sie import LensBatch, ray_shoot
 from .source import SourceBatch, unit_flux_surface_brightness
 
@@ -56,7 +56,7 @@ class RenderConfig:
     n_pix: int = STAMP_SIZE
     pixel_scale: float = PIXEL_SCALE_ARCSEC
     supersample: int = 4
-    psf_profile: str = "moffat"
+    psf_profile: str = SURVEY_PSF_PROFILE
     moffat_beta: float = MOFFAT_BETA
     psf_n_fwhm: float = 3.0
     adaptive: bool = True
