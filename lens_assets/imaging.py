@@ -156,12 +156,18 @@ def cutout_validation(context: dg.AssetExecutionContext, lake: LakeResource) -> 
     with_maskbits = "maskbits" in store.dataset(GROUP, "cutouts").schema.names
     columns = ["image", "label", "in_training_catalog", "quality_ok"] + (["maskbits"] if with_maskbits else [])
     for batch in store.iter_batches(GROUP, "cutouts", columns=columns, filter=pc.field("in_training_catalog"), batch_size=512):
+        if batch.num_rows == 0:
+            continue
         ok = batch.column("quality_ok").to_numpy(zero_copy_only=False)
         img = from_tensor_column(batch.column("image"))[ok]
         mb = batch.column("maskbits") if with_maskbits else None
         mask = from_tensor_column(mb, expected_shape=None, name="maskbits")[ok] if mb is not None and mb.null_count == 0 else None
         feats.append(shortcut_features(img, mask))
         labels.append(batch.column("label").to_numpy()[ok])
+    if not feats:
+        raise dg.Failure(
+            description=f"no training-catalog cutouts in {store.full_uri(store.table_path(GROUP, 'cutouts'))}: "
+            "materialize training_catalog and cutouts first", allow_retries=False)
     features = pa.concat_tables(feats)
     y = np.concatenate(labels)
     aucs = feature_aucs(features, y, seed_key=("cutout_validation", "shortcut-scan"))

@@ -56,3 +56,14 @@ def test_identical_populations_raise_no_flag(tmp_path):
     result, aucs = _materialize(tmp_path, _cutouts(40, saturated_positives=False))
     assert result.success
     assert not [f for f, r in aucs.items() if r["flag"] == "red"]
+
+
+def test_no_training_catalog_cutouts_is_a_clear_failure(tmp_path):
+    t = _cutouts(3, saturated_positives=False)
+    t = t.set_column(t.schema.get_field_index("in_training_catalog"), "in_training_catalog", pa.array([False] * t.num_rows))
+    lake = Lake(str(tmp_path / "lake"))
+    lake.write_table("imaging", "cutouts", t, partition={"sweep_file": SWEEP})
+    result = dg.materialize([cutout_validation], resources={"lake": LakeResource(uri=lake.uri)}, raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "no training-catalog cutouts" in str(failure.event_specific_data.error)
