@@ -98,29 +98,57 @@ def cutouts(context: dg.AssetExecutionContext, lake: LakeResource, survey: Surve
         if targets.num_rows == 0:
             raise InputError(f"sweep file {name} has no catalog targets to cut")
         source = imaging.source(survey, store)
-        reused = committed_cutouts(store, name, targets) if isinstance(source, ServiceSource) else None
+        service = isinstance(source, ServiceSource)
+        reused = committed_cutouts(store, name, targets) if service else None
         if reused is not None:
             targets = targets.filter(pc.invert(pc.is_in(targets.column("object_id"), reused.column("object_id"))))
         batches = cutout_batches(targets, source)
+        if service:
+            batches = recorded_fetches(store, name, batches)
         first = next(batches, None)
-        if first is None:  # every target was already committed
+        if first is None:  # every target was already fetched
             first, batches = reused.to_batches()[0], iter(reused.to_batches()[1:])
             reused = None
         if reused is not None:
             batches = itertools.chain(reused.select(first.schema.names).cast(first.schema).to_batches(), batches)
         info = store.write_table(GROUP, "cutouts", itertools.chain([first], batches), schema=first.schema, partition={"sweep_file": name})
+        if service:
+            store.delete_partition(GROUP, FETCHES, {"sweep_file": name})
     q = store.read_table(GROUP, "cutouts", partition={"sweep_file": name}, columns=[c for c in first.schema.names if c not in STAMP_COLUMNS])
     return table_result(store, info.uri, first.schema, info.rows, {"quality": dg.MetadataValue.json(quality_summary(q)), "source": type(source).__name__})
 
 
+#: In-flight fetches from a cutout service: each chunk of a partition is committed here as it
+#: arrives (partition sweep_file/chunk), so a run that dies mid-partition resumes chunk by chunk;
+#: the chunks of a sweep file are dropped once its cutouts partition is committed.
+FETCHES = "cutout_fetches"
+
+
+def recorded_fetches(store: Lake, sweep_file: str, batches):
+    """Pass ``batches`` through, committing each to the FETCHES table first (keyed by its first object id)."""
+    for batch in batches:
+        chunk = f"{int(batch.column('object_id')[0].as_py()):020d}"
+        store.write_table(GROUP, FETCHES, pa.Table.from_batches([batch]), partition={"sweep_file": sweep_file, "chunk": chunk})
+        yield batch
+
+
 def committed_cutouts(store: Lake, sweep_file: str, targets: pa.Table) -> pa.Table | None:
-    """Rows of the committed partition fetched without error for targets still wanted (resume:
-    a cutout service is not asked again for them); None when nothing is committed yet."""
-    if not store.exists(GROUP, "cutouts", {"sweep_file": sweep_file}):
+    """Cutouts fetched without error, for targets still wanted, from the committed partition and
+    from the chunks of an interrupted run (resume: a cutout service is not asked again for them);
+    None when nothing was fetched yet."""
+    parts = []
+    if store.exists(GROUP, "cutouts", {"sweep_file": sweep_file}):
+        parts.append(store.read_table(GROUP, "cutouts", partition={"sweep_file": sweep_file}))
+    chunks = [p for p in store.partitions(GROUP, FETCHES) if p.get("sweep_file") == sweep_file] if store.exists(GROUP, FETCHES) else []
+    parts += [store.read_table(GROUP, FETCHES, partition=p) for p in sorted(chunks, key=lambda p: p["chunk"])]
+    if not parts:
         return None
-    old = store.read_table(GROUP, "cutouts", partition={"sweep_file": sweep_file})
+    old = pa.concat_tables(parts, promote_options="permissive")
     keep = pc.and_(pc.equal(old.column("fetch_error"), ""), pc.is_in(old.column("object_id"), targets.column("object_id")))
-    return old.filter(keep)
+    old = old.filter(keep)
+    # an object fetched in two runs (committed, then re-fetched before a crash) is kept once
+    _, first = np.unique(old.column("object_id").to_numpy(), return_index=True)
+    return old.take(pa.array(np.sort(first)))
 
 
 @dg.asset_check(asset=cutouts, blocking=True, partitions_def=sweep_partitions, description="schema (101×101 grz tensors), unique object ids, splits")

@@ -60,3 +60,39 @@ def test_service_cutouts_are_committed_failures_recorded_and_not_fetched_again(t
     (stamps,), found = load_stamps(lake, [4, 1])
     assert found.all() and stamps.shape == (2, 3, 101, 101)
     assert np.array_equal(stamps[1], from_tensor_column(first.column("image"))[first.column("object_id").to_pylist().index(1)])
+
+
+def test_a_run_that_dies_mid_partition_resumes_chunk_by_chunk(tmp_path, monkeypatch):
+    """The first attempt dies after two chunks of a sweep file; the retry fetches only the rest, and
+    the in-flight chunks are dropped once the partition is committed."""
+    import lens_assets.imaging as imaging
+
+    lake = Lake(str(tmp_path / "lake"))
+    neg = _catalog(lake, n=8)
+    ra = neg.column("ra").to_pylist()
+    monkeypatch.setattr(imaging, "CHUNK", 2)
+    real_batches, attempts = imaging.cutout_batches, []
+
+    def dies_once(targets, source, size=101):
+        attempts.append(targets.num_rows)
+        for i, batch in enumerate(real_batches(targets, source, size)):
+            yield batch
+            if len(attempts) == 1 and i == 1:
+                raise ConnectionError("the machine went away")  # after two chunks, before the third is asked for
+
+    monkeypatch.setattr(imaging, "cutout_batches", dies_once)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(sweep_partitions.name, [SWEEP])
+    with CutoutServer(size=101, lifetime_s=60) as server:
+        resources = {
+            "lake": LakeResource(uri=str(tmp_path / "lake")),
+            "survey": SurveyResource(survey=str(tmp_path / "no-mirror")),
+            "imaging": ImagingResource(cutout_source=server.base_url),
+        }
+        result = dg.materialize([cutouts], instance=instance, resources=resources, partition_key=SWEEP)
+        assert result.success
+        assert attempts == [8, 4]  # the retry asked only for the targets of the chunks not yet fetched
+        assert [server.count(r, -2.0) for r in ra] == [1] * 8
+    part = lake.read_table("imaging", "cutouts", partition={"sweep_file": SWEEP})
+    assert sorted(part.column("object_id").to_pylist()) == list(range(1, 9))
+    assert not lake.exists("imaging", imaging.FETCHES)
