@@ -1,7 +1,7 @@
 """Benchmark: scoring throughput (cutouts/s) of the compact lens finder, streaming ``score_stamps``
 at several batch sizes against the obvious baseline (one cutout per forward call), in one run.
 On a CPU the 101×101 activations of the early stride-1 layers make large batches memory-bound,
-so the scores asset uses small batches there and large ones on a GPU.
+so the score assets use small batches there and large ones on a GPU.
 
     python benchmarks/bench_scoring.py [--n 512] [--threads 2] [--device cpu|cuda]
 

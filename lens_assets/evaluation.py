@@ -1,9 +1,12 @@
-"""Evaluation stage: scores, thresholds from held-out negatives, the selection function
+"""Evaluation stage: scores (per sweep file and per injection batch, like their inputs), thresholds
+from held-out negatives, the selection function
 C(θ_E, z_l), real-lens recall, and the static HTML evaluation report."""
 
+import itertools
 import json
 import shutil
 import tempfile
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +34,7 @@ from resources import ComputeResource, LakeResource
 from .common import OWNERS, table_result
 from .imaging import GROUP as IMAGING, cutouts, load_stamps
 from .injection import GROUP as INJECTION, injection_bank
+from .partitions import injection_batches, sweep_partitions
 from .training import GROUP as TRAINING, lens_finder
 
 GROUP = "evaluation"
@@ -54,9 +58,24 @@ def checkpoint_dir(store: Lake) -> tuple[str, bool]:
     return local, True
 
 
-def _score_batches(store: Lake, group: str, table: str, meta: list[str], image_column: str, kind: str, model, spec, device):
+@contextmanager
+def lens_finder_model(store: Lake, device: str):
+    """(model, checkpoint spec) of the published lens finder on ``device``; a temporary download
+    from an S3 lake is removed afterwards."""
+    folder, temporary = checkpoint_dir(store)
+    try:
+        yield load_checkpoint(folder, "best", device=device)
+    finally:
+        if temporary:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _score_batches(store: Lake, group: str, table: str, partition: dict, meta: list[str], image_column: str, kind: str, model, spec, device):
+    """Scored record batches of one input partition (stamps streamed 256 at a time)."""
     batch_size = SCORE_BATCH.get(device, 16)
-    for batch in store.iter_batches(group, table, columns=meta + [image_column], batch_size=256):
+    for batch in store.iter_batches(group, table, columns=meta + [image_column], batch_size=256, partition=partition):
+        if batch.num_rows == 0:
+            continue
         images = from_tensor_column(batch.column(image_column), name=image_column)
         scores, valid, reason = score_stamps(model, spec, images, device=device, batch_size=batch_size)
         if kind == "injection":
@@ -72,63 +91,67 @@ def _score_batches(store: Lake, group: str, table: str, meta: list[str], image_c
         yield pa.RecordBatch.from_pydict(cols)
 
 
-def _write_scores(store: Lake, batches, source: str) -> int:
+def _commit_scores(store: Lake, table: str, partition: dict, batches, spec, device: str) -> dg.MaterializeResult:
+    """Commit one partition of scores and describe it (rows, unscorable rows, checkpoint, device)."""
     first = next(batches, None)
     if first is None:
-        return 0
-    import itertools
+        raise dg.Failure(description=f"no stamps to score in partition {partition} of {table}'s input", allow_retries=False)
+    info = store.write_table(GROUP, table, itertools.chain([first], batches), schema=first.schema, partition=partition)
+    part = store.read_table(GROUP, table, partition=partition, columns=["kind", "valid"])
+    n_invalid = int((~part.column("valid").to_numpy(zero_copy_only=False)).sum())
+    return table_result(store, info.uri, first.schema, info.rows, {
+        "rows_by_kind": dg.MetadataValue.json({str(d["values"]): int(d["counts"]) for d in part.column("kind").value_counts().to_pylist()}),
+        "n_unscorable": n_invalid, "checkpoint_version": spec.data_version, "device": device,
+        "dagster/partition_row_count": dg.MetadataValue.int(info.rows)})
 
-    info = store.write_table(GROUP, "scores", itertools.chain([first], batches), schema=first.schema, partition={"source": source})
-    return info.rows
 
-
-@dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[lens_finder, cutouts, injection_bank], kinds={"pytorch", "parquet"}, owners=OWNERS, code_version="1")
-def scores(context: dg.AssetExecutionContext, lake: LakeResource, compute: ComputeResource) -> dg.MaterializeResult:
-    """Lens-finder scores, streamed in batches with the checkpoint's saved preprocessing spec, for
-    every cutout (the whole negative pool, the positives, the test split), every injection and
-    every paired control; rows that could not be scored are kept with ``valid = false`` and a
-    reason, never scored as zero. One partition per source."""
+@dg.asset(key_prefix=[GROUP], group_name=GROUP, partitions_def=sweep_partitions, deps=[lens_finder, cutouts], kinds={"pytorch", "parquet"}, owners=OWNERS, code_version="2")
+def cutout_scores(context: dg.AssetExecutionContext, lake: LakeResource, compute: ComputeResource) -> dg.MaterializeResult:
+    """Lens-finder scores of one sweep file's cutouts (its whole negative pool, its positives, every
+    split), streamed in batches with the checkpoint's saved preprocessing spec; rows that could not
+    be scored are kept with ``valid = false`` and a reason, never scored as zero."""
     store = lake.lake()
-    folder, temporary = checkpoint_dir(store)
-    try:
-        device = compute.torch_device()
-        model, spec = load_checkpoint(folder, "best", device=device)
-        counts = {
-            "cutouts": _write_scores(store, _score_batches(store, IMAGING, "cutouts", CUTOUT_META, "image", "cutout", model, spec.preprocess, device), "cutouts"),
-            "injections": _write_scores(store, _score_batches(store, INJECTION, "injection_bank", INJECTION_META, "image", "injection", model, spec.preprocess, device), "injections"),
-            "controls": _write_scores(store, _score_batches(store, INJECTION, "injection_bank", INJECTION_META, "control", "control", model, spec.preprocess, device), "controls"),
-        }
-    finally:
-        if temporary:
-            shutil.rmtree(folder, ignore_errors=True)
-    tbl = store.read_table(GROUP, "scores", columns=["kind", "valid"])
-    n_invalid = int((~tbl.column("valid").to_numpy(zero_copy_only=False)).sum())
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": tbl.num_rows,
-            "dagster/uri": dg.MetadataValue.path(store.full_uri(store.table_path(GROUP, "scores"))),
-            "rows_by_source": dg.MetadataValue.json(counts),
-            "n_unscorable": n_invalid,
-            "checkpoint_version": spec.data_version,
-            "device": device,
-        }
-    )
+    device = compute.torch_device()
+    partition = {"sweep_file": context.partition_key}
+    with lens_finder_model(store, device) as (model, spec):
+        batches = _score_batches(store, IMAGING, "cutouts", partition, CUTOUT_META, "image", "cutout", model, spec.preprocess, device)
+        return _commit_scores(store, "cutout_scores", partition, batches, spec, device)
 
 
-def _scores(store: Lake, source: str) -> pa.Table:
-    return store.read_table(GROUP, "scores", partition={"source": source})
+@dg.asset(key_prefix=[GROUP], group_name=GROUP, partitions_def=injection_batches, deps=[lens_finder, injection_bank], kinds={"pytorch", "parquet"}, owners=OWNERS, code_version="2")
+def injection_scores(context: dg.AssetExecutionContext, lake: LakeResource, compute: ComputeResource) -> dg.MaterializeResult:
+    """Lens-finder scores of one injection batch: every injection (``kind = injection``; a failed
+    render is unscorable) and its paired control, the same host without the arc (``kind = control``)."""
+    store = lake.lake()
+    device = compute.torch_device()
+    partition = {"injection_batch": context.partition_key}
+    with lens_finder_model(store, device) as (model, spec):
+        batches = itertools.chain(*(
+            _score_batches(store, INJECTION, "injection_bank", partition, INJECTION_META, column, kind, model, spec.preprocess, device)
+            for column, kind in (("image", "injection"), ("control", "control"))
+        ))
+        return _commit_scores(store, "injection_scores", partition, batches, spec, device)
+
+
+def _cutout_scores(store: Lake) -> pa.Table:
+    return store.read_table(GROUP, "cutout_scores")
+
+
+def _injection_rows(store: Lake, kind: str) -> pa.Table:
+    """Injection scores of one kind ('injection' or 'control') over every batch."""
+    return store.read_table(GROUP, "injection_scores", filter=pc.field("kind") == kind)
 
 
 def held_out_negatives(store: Lake) -> pa.Table:
     """Scores of negatives the lens finder never saw: the test split, and every pool negative that
     is not in the training catalog. Val negatives of the catalog chose the best epoch and ran the
     gates, so they are not held out."""
-    s = _scores(store, "cutouts")
+    s = _cutout_scores(store)
     unseen = pc.or_(pc.equal(s.column("split"), "test"), pc.invert(pc.fill_null(s.column("in_training_catalog"), False)))
     return s.filter(pc.and_(pc.equal(s.column("label"), 0), unseen))
 
 
-@dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[scores], kinds={"parquet"}, owners=OWNERS, code_version="1")
+@dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[cutout_scores], kinds={"parquet"}, owners=OWNERS, code_version="1")
 def thresholds(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """Score thresholds from held-out negatives at target false-positive rates (1e-2, 1e-3, 1e-4)
     and at Paper IV's top-0.01-percentile cut, each with its number of valid negatives and a
@@ -150,12 +173,12 @@ MARGINALS = {
 }
 
 
-def injection_scores(store: Lake) -> pa.Table:
-    inj = _scores(store, "injections")
+def _injections(store: Lake) -> pa.Table:
+    inj = _injection_rows(store, "injection")
     return inj.append_column("source_mag_r", inj.column("src_mag_r"))
 
 
-@dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[thresholds], kinds={"parquet"}, owners=OWNERS, code_version="1")
+@dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[thresholds, injection_scores], kinds={"parquet"}, owners=OWNERS, code_version="1")
 def selection_function(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """C(θ_E, z_l) for each threshold: n_injected, n_failed (excluded from the denominator and
     counted), n_detected, completeness with Jeffreys 68%/95% intervals, cells below the minimum
@@ -163,7 +186,7 @@ def selection_function(context: dg.AssetExecutionContext, lake: LakeResource) ->
     arc S/N; heatmaps and marginal curves attached as images and stored as PNG in the lake."""
     store = lake.lake()
     thr = store.read_table(GROUP, "thresholds")
-    inj = injection_scores(store)
+    inj = _injections(store)
     sel = selection_table(inj, thr, theta_e_centres=THETA_E_CENTRES, z_l_centres=Z_L_CENTRES)
     sel = sel.append_column("theta_e_arcsec", sel.column("theta_e_centre")).append_column("z_l", sel.column("z_l_centre"))
     md = {}
@@ -215,7 +238,7 @@ def real_lens_recall(context: dg.AssetExecutionContext, lake: LakeResource) -> d
     (fails if any of them was seen in training); false-positive rate by N2 confuser category."""
     store = lake.lake()
     thr = store.read_table(GROUP, "thresholds")
-    s = _scores(store, "cutouts")
+    s = _cutout_scores(store)
     real = s.filter(pc.equal(s.column("label"), 1))
     trained = store.read_table(TRAINING, "training_set", columns=["object_id"]).column("object_id")
     table = recall_table(real, thr, trained, split="test")
@@ -231,9 +254,9 @@ def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource) -> 
     the recall table, the shortcut-gate results and mosaics of example cutouts."""
     store = lake.lake()
     thr = store.read_table(GROUP, "thresholds")
-    inj = injection_scores(store)
-    ctrl = _scores(store, "controls")
-    cut = _scores(store, "cutouts")
+    inj = _injections(store)
+    ctrl = _injection_rows(store, "control")
+    cut = _cutout_scores(store)
     neg = held_out_negatives(store)
     real = cut.filter(pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test")))
     curves = {"injections vs paired controls": roc_inputs(inj, ctrl), "held-out negatives vs test-split known lenses": roc_inputs(real, neg)}
@@ -292,6 +315,6 @@ def _injection_images(store: Lake, injection_ids) -> dict:
 
 
 evaluation_defs = dg.Definitions(
-    assets=[scores, thresholds, selection_function, real_lens_recall, evaluation_report],
+    assets=[cutout_scores, injection_scores, thresholds, selection_function, real_lens_recall, evaluation_report],
     asset_checks=[selection_function_coverage],
 )

@@ -203,7 +203,7 @@ def lens_finder(
     Each run trains in ``runs/<key>/`` under the checkpoint folder, keyed by the training config,
     preprocessing and training-set version: new inputs train a new model, an interrupted run
     resumes, a completed run is reused (gates only). Only a completed run's ``best`` is published
-    to ``artifact=checkpoint`` (what ``scores`` reads), so it is never half-written."""
+    to ``artifact=checkpoint`` (what the score assets read), so it is never half-written."""
     store = lake.lake()
     train_uris = store.part_uris(GROUP, "training_set")
     if store.is_s3:

@@ -8,7 +8,7 @@ EXPECTED_ASSETS = {
     "imaging/cutouts", "imaging/cutout_validation",
     "injection/injection_plan", "injection/injection_bank",
     "training/training_set", "training/lens_finder",
-    "evaluation/scores", "evaluation/thresholds", "evaluation/selection_function",
+    "evaluation/cutout_scores", "evaluation/injection_scores", "evaluation/thresholds", "evaluation/selection_function",
     "evaluation/real_lens_recall", "evaluation/evaluation_report",
 }
 

@@ -1,8 +1,10 @@
-"""scores and thresholds through dg.materialize: unscorable rows kept as such, held-out negatives only."""
+"""cutout_scores, injection_scores and thresholds through dg.materialize: scores partitioned like
+their inputs, unscorable rows kept as such, thresholds from held-out negatives only."""
 
 import dagster as dg
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from darkhaloscope.lake import Lake
@@ -10,7 +12,8 @@ from darkhaloscope.stamps import to_tensor_array
 from darkhaloscope.training.checkpoint import save_checkpoint
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.preprocess import PreprocessSpec
-from lens_assets.evaluation import CUTOUT_META, INJECTION_META, scores, thresholds
+from lens_assets.evaluation import CUTOUT_META, INJECTION_META, cutout_scores, injection_scores, thresholds
+from lens_assets.partitions import injection_batches, sweep_partitions
 from resources import ComputeResource, LakeResource
 
 SWEEP = "sweep-030m005-035p000.fits"
@@ -60,17 +63,23 @@ def _lake(tmp_path) -> Lake:
 def test_failed_injections_and_bad_stamps_are_unscorable_and_thresholds_use_held_out_negatives(tmp_path):
     lake = _lake(tmp_path)
     resources = {"lake": LakeResource(uri=lake.uri), "compute": ComputeResource(device="cpu", profile="demo")}
-    assert dg.materialize([scores, thresholds], resources=resources).success
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(sweep_partitions.name, [SWEEP])
+    instance.add_dynamic_partitions(injection_batches.name, ["batch-00000"])
+    assert dg.materialize([cutout_scores], instance=instance, resources=resources, partition_key=SWEEP).success
+    assert dg.materialize([injection_scores], instance=instance, resources=resources, partition_key="batch-00000").success
+    assert dg.materialize([thresholds], instance=instance, resources=resources).success
 
-    inj = lake.read_table("evaluation", "scores", partition={"source": "injections"}).sort_by("injection_id")
+    both = lake.read_table("evaluation", "injection_scores", partition={"injection_batch": "batch-00000"})
+    inj = both.filter(pc.equal(both.column("kind"), "injection")).sort_by("injection_id")
     assert inj.schema.field("score").type == pa.float64()
     assert inj.column("valid").to_pylist() == [True, True, False, True, False, True]
     assert [r for r, ok in zip(inj.column("invalid_reason").to_pylist(), inj.column("valid").to_pylist()) if not ok] == ["injection_failed"] * 2
     assert inj.column("score").null_count == 2
-    controls = lake.read_table("evaluation", "scores", partition={"source": "controls"})
-    assert all(controls.column("valid").to_pylist())  # the host of a failed render is still a valid control
+    controls = both.filter(pc.equal(both.column("kind"), "control"))
+    assert controls.num_rows == 6 and all(controls.column("valid").to_pylist())  # a failed render's host is still a valid control
 
-    cut = lake.read_table("evaluation", "scores", partition={"source": "cutouts"}).sort_by("object_id")
+    cut = lake.read_table("evaluation", "cutout_scores", partition={"sweep_file": SWEEP}).sort_by("object_id")
     assert cut.column("valid").to_pylist() == [True] * len(NEGATIVES) + [False]
     assert cut.column("score").null_count == 1  # never scored as zero
 
