@@ -1,10 +1,13 @@
 """Catalog stage on Spark: negative pools (N1 + N2), known-lens positives, the stratified training catalog.
 
 The selection logic lives once in ``darkhaloscope.catalog`` as vectorised functions over Arrow
-batches; these assets apply it inside Spark with ``mapInArrow`` (``DHS_SPARK_MASTER``) and commit
-the results to the lake, one partition per sweep file for the negatives.
+batches; these assets apply it on Spark (``DHS_SPARK_MASTER``), one task per sweep file, and commit
+the results to the lake, one partition per sweep file for the negatives. Positives are flagged, and
+the checks re-verify, with the selection the negatives were built with (recorded with the funnel).
 """
 
+
+import json
 
 import dagster as dg
 import pyarrow.compute as pc
@@ -21,6 +24,7 @@ from darkhaloscope.catalog.verify import (
     verify_split_disjoint,
 )
 from darkhaloscope.contracts import NEGATIVES, POSITIVES, TRAINING_CATALOG
+from darkhaloscope.errors import InputError
 from resources import ComputeResource, LakeResource
 
 from .common import OWNERS, as_metadata, contract_result, markdown_table, schema_metadata
@@ -28,6 +32,8 @@ from .survey import known_lenses, sweeps
 
 GROUP = "catalog"
 #: Shared definition of the catalog's Spark assets (one Spark step at a time: pool "spark").
+#: Schema-metadata key of ``selection_funnel`` holding the selection config of the run (JSON).
+SELECTION_KEY = b"dhs.negative_selection"
 SPARK_ASSET = dict(key_prefix=[GROUP], group_name=GROUP, kinds={"spark", "parquet"}, owners=OWNERS, code_version="2", pool="spark")
 
 
@@ -61,12 +67,14 @@ def negatives(context: dg.AssetExecutionContext, config: NegativesConfig, pyspar
     rejected), maskbits, known-lens exclusion radius; the funnel is stored as ``selection_funnel``."""
     store = lake.lake()
     spark = pyspark.spark_session
-    funnel = negatives_on_spark(spark, store, store.read_table("survey", "known_lenses"), config.selection())
+    selection = config.selection()
+    funnel = negatives_on_spark(spark, store, store.read_table("survey", "known_lenses"), selection)
     for stale in store.partitions(GROUP, "negatives"):
         if stale.get(SWEEP_DIM) not in funnel:
             store.delete_partition(GROUP, "negatives", stale)
     ft = funnel_table(funnel)
-    store.write_table(GROUP, "selection_funnel", ft)
+    # the selection as run travels with its funnel: the checks re-verify against it, not the defaults
+    store.write_table(GROUP, "selection_funnel", ft.replace_schema_metadata({SELECTION_KEY: json.dumps(selection.to_dict())}))
     table = store.read_table(GROUP, "negatives", columns=["pool", "confuser_category"])
     pools = {str(d["values"]): int(d["counts"]) for d in table.column("pool").value_counts().to_pylist()}
     cats = {str(d["values"]): int(d["counts"]) for d in table.column("confuser_category").value_counts().to_pylist()}
@@ -88,21 +96,30 @@ def negatives_contract(lake: LakeResource) -> dg.AssetCheckResult:
     return contract_result(lake.lake(), GROUP, "negatives", NEGATIVES)
 
 
+def selection_as_run(store) -> NegativeSelectionConfig:
+    """The negative selection the last ``negatives`` run used (recorded with its funnel)."""
+    meta = store.read_schema(GROUP, "selection_funnel").metadata or {}
+    if SELECTION_KEY not in meta:
+        raise InputError(f"{store.full_uri(store.table_path(GROUP, 'selection_funnel'))} records no selection: materialize negatives again")
+    return NegativeSelectionConfig.from_dict(json.loads(meta[SELECTION_KEY]))
+
+
 @dg.asset_check(asset=negatives, blocking=True, description="no negative within the exclusion radius of a known lens (independent astropy cross-match)")
 def negatives_exclusion(lake: LakeResource) -> dg.AssetCheckResult:
     store = lake.lake()
     neg = store.read_table(GROUP, "negatives", columns=["object_id", "ra", "dec"])
-    res = verify_exclusion_with_astropy(neg, store.read_table("survey", "known_lenses"), NegativesConfig().exclusion_radius_arcsec)
+    res = verify_exclusion_with_astropy(neg, store.read_table("survey", "known_lenses"), selection_as_run(store).exclusion_radius_arcsec)
     return dg.AssetCheckResult(passed=res["n_violations"] == 0, metadata=as_metadata(res))
 
 
 @dg.asset_check(asset=negatives, blocking=True, description="every negative passes every cut, re-verified with DuckDB SQL over the output")
 def negatives_pass_cuts(lake: LakeResource) -> dg.AssetCheckResult:
-    res = verify_cuts_with_duckdb(lake.lake().read_table(GROUP, "negatives"), NegativesConfig().selection())
+    store = lake.lake()
+    res = verify_cuts_with_duckdb(store.read_table(GROUP, "negatives"), selection_as_run(store))
     return dg.AssetCheckResult(passed=res["n_violating"] == 0, metadata={k: int(v) for k, v in res.items()})
 
 
-@dg.asset(deps=[sweeps, known_lenses], **SPARK_ASSET)
+@dg.asset(deps=[sweeps, known_lenses, negatives], **SPARK_ASSET)
 def positives(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource, lake: LakeResource) -> dg.MaterializeResult:
     """Known galaxy-scale lenses cross-matched (broadcast, on Spark) to their nearest sweep source
     within 1.5″, with tier A (confident) / B (probable), the negatives' photometry, conditions,
@@ -110,7 +127,7 @@ def positives(context: dg.AssetExecutionContext, pyspark: LazyPySparkResource, l
     and flagged."""
     store = lake.lake()
     spark = pyspark.spark_session
-    table, summary = positives_on_spark(spark, store, store.read_table("survey", "known_lenses"), config=NegativesConfig().selection())
+    table, summary = positives_on_spark(spark, store, store.read_table("survey", "known_lenses"), config=selection_as_run(store))
     info = store.write_table(GROUP, "positives", table)
     return dg.MaterializeResult(
         metadata={

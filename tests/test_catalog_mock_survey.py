@@ -48,8 +48,9 @@ def test_negatives_and_positives_agree_on_the_mock_survey(spark, mock_lake):  # 
 
 
 def test_catalog_assets_materialize_with_their_checks(spark, mock_lake, tmp_path):  # noqa: F811
-    """negatives, positives and training_catalog through dg.materialize on the mock survey: every
-    check passes, and a negatives partition of a sweep file no longer in sweeps is removed."""
+    """negatives, positives and training_catalog through dg.materialize on the mock survey, with a
+    non-default selection: every check passes, and a negatives partition of a sweep file no longer
+    in sweeps is removed."""
     source, _, lenses = mock_lake
     lake = Lake(str(tmp_path / "lake"))
     for part in source.partitions("survey", "sweeps"):
@@ -62,8 +63,12 @@ def test_catalog_assets_materialize_with_their_checks(spark, mock_lake, tmp_path
         "pyspark": LazyPySparkResource(spark_config=spark_config("local[2]")),
         "compute": ComputeResource(profile="demo"),
     }
-    result = dg.materialize([*catalog.catalog_defs.assets, *catalog.catalog_defs.asset_checks], resources=resources)
+    # a non-default selection: the checks must re-verify the selection that was run, not the defaults
+    run_config = {"ops": {"catalog__negatives": {"config": {"exclusion_radius_arcsec": 5.0, "zmag_max": 19.5}}}}
+    result = dg.materialize([*catalog.catalog_defs.assets, *catalog.catalog_defs.asset_checks], resources=resources, run_config=run_config)
     assert result.success
+    assert catalog.selection_as_run(lake).exclusion_radius_arcsec == 5.0
+    assert max(lake.read_table("catalog", "negatives").column("mag_z").to_pylist()) < 19.5
     evaluations = result.get_asset_check_evaluations()
     assert len(evaluations) == len(catalog.catalog_defs.asset_checks)
     failed = {e.check_name: e.metadata for e in evaluations if not e.passed and e.check_name != "split_fractions"}
@@ -71,4 +76,5 @@ def test_catalog_assets_materialize_with_their_checks(spark, mock_lake, tmp_path
     names = sorted(p["sweep_file"] for p in lake.partitions("survey", "sweeps"))
     assert sorted(p["sweep_file"] for p in lake.partitions("catalog", "negatives")) == names
     assert sorted(set(lake.read_table("catalog", "selection_funnel").column("sweep_file").to_pylist())) == names
-    assert lake.read_table("catalog", "training_catalog").num_rows > lake.read_table("catalog", "positives").num_rows
+    labels = lake.read_table("catalog", "training_catalog", columns=["label"]).column("label").to_pylist()
+    assert labels.count(1) > 10 and labels.count(0) > 10

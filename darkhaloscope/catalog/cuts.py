@@ -148,6 +148,15 @@ class NegativeSelectionConfig:
         d["split_fractions"] = [list(x) for x in self.split_fractions]
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "NegativeSelectionConfig":
+        """Inverse of :meth:`to_dict` (so a recorded selection can be re-checked as it was run)."""
+        d = dict(d)
+        d["nobs_bands"] = tuple(d["nobs_bands"])
+        d["split_fractions"] = tuple(tuple(x) for x in d["split_fractions"])
+        d["confusers"] = ConfuserConfig(**d["confusers"])
+        return cls(**d)
+
 
 class KnownLensIndex:
     """Unit vectors of known lenses and a KD-tree over them (built lazily, rebuilt after pickling).
