@@ -33,7 +33,8 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from darkhaloscope.catalog.cuts import KnownLensIndex, NegativeSelectionConfig, cut_masks, select_negatives  # noqa: E402
-from darkhaloscope.catalog.sweep_tasks import SWEEPS_TABLE, build_negative_partition, sweep_file_names  # noqa: E402
+from darkhaloscope.catalog.sweep_tasks import build_negative_partition, sweep_file_names  # noqa: E402
+from darkhaloscope.survey.sweeps import SWEEPS_TABLE  # noqa: E402
 from darkhaloscope.lake import PART_FILE, Lake  # noqa: E402
 from tests.spark_fixtures import known_lenses_table, synthetic_sweeps  # noqa: E402
 

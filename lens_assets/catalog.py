@@ -15,7 +15,6 @@ from dagster_pyspark import LazyPySparkResource
 
 from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA, NegativeSelectionConfig, funnel_table
 from darkhaloscope.catalog.spark import negatives_dataframe, negatives_on_spark, positives_on_spark, training_catalog_on_spark
-from darkhaloscope.catalog.sweep_tasks import SWEEP_DIM
 from darkhaloscope.catalog.verify import (
     split_fraction_report,
     strata_coverage,
@@ -25,6 +24,7 @@ from darkhaloscope.catalog.verify import (
 )
 from darkhaloscope.contracts import NEGATIVES, POSITIVES, TRAINING_CATALOG
 from darkhaloscope.errors import InputError
+from darkhaloscope.survey.sweeps import SWEEP_DIM
 from resources import ComputeResource, LakeResource
 
 from .common import OWNERS, as_metadata, contract_result, markdown_table, schema_metadata

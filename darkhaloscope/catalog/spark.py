@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..lake import Lake
+from ..survey.sweeps import SWEEP_DIM
 from .crossmatch import (
     DEFAULT_MATCH_RADIUS_ARCSEC,
     POSITIVE_SCHEMA,
@@ -45,7 +46,7 @@ from .sampling import (
     stratum_keys,
     stratum_quotas,
 )
-from .sweep_tasks import NEGATIVES_TABLE, SWEEP_DIM, build_negative_partition, sweep_file_names, sweeps_partition_batches
+from .sweep_tasks import NEGATIVES_TABLE, build_negative_partition, sweep_file_names, sweeps_partition_batches
 
 
 def spark_settings(master: str | None = None) -> dict[str, str]:

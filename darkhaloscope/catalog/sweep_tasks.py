@@ -22,13 +22,11 @@ import pyarrow.compute as pc
 
 from ..errors import InputError
 from ..lake import Lake
+from ..survey.sweeps import SWEEP_DIM, SWEEPS_TABLE
 from .cuts import NEGATIVE_SCHEMA, OBJECT_FIELDS, KnownLensIndex, NegativeSelectionConfig, merge_funnels, select_negatives
 
-#: Lake tables (group, asset) the catalog stage reads and writes.
-SWEEPS_TABLE = ("survey", "sweeps")
+#: Lake table (group, asset) of the negatives, partitioned like the sweeps (by SWEEP_DIM).
 NEGATIVES_TABLE = ("catalog", "negatives")
-#: Partition dimension of both: the sweep file name.
-SWEEP_DIM = "sweep_file"
 
 #: Sweep columns the catalog functions read; the rest of a sweeps table (dchisq, ivars, ...) is
 #: never read from disk.

@@ -136,6 +136,7 @@ def _build_tasks(hosts: pa.Table, theta_e: np.ndarray, z_l: np.ndarray, seeds: n
     reason[(reason == "") & ~psf_ok[host_row]] = "host_psfsize_r_missing"
     keep = reason == ""
     h = host_row[keep]
+    host_dx, host_dy = _col(hosts, "dx_pix")[h], _col(hosts, "dy_pix")[h]
     lens_e1, lens_e2 = (t.numpy() for t in ellipticity_from_phi_q(torch.as_tensor(params["lens_phi_rad"]),
                                                                    torch.as_tensor(params["lens_q"])))
     src_e1, src_e2 = (t.numpy() for t in ellipticity_from_phi_q(torch.as_tensor(params["src_phi_rad"]),
@@ -162,13 +163,13 @@ def _build_tasks(hosts: pa.Table, theta_e: np.ndarray, z_l: np.ndarray, seeds: n
         "lens_phi_rad": params["lens_phi_rad"][keep],
         "lens_e1": lens_e1[keep],
         "lens_e2": lens_e2[keep],
-        "host_dx_pix": _col(hosts, "dx_pix")[h],
-        "host_dy_pix": _col(hosts, "dy_pix")[h],
+        "host_dx_pix": host_dx,
+        "host_dy_pix": host_dy,
         "lens_offset_x_arcsec": params["lens_offset_x_arcsec"][keep],
         "lens_offset_y_arcsec": params["lens_offset_y_arcsec"][keep],
         # the engine's x runs East, against the pixel x axis (West); y runs North with pixel y
-        "lens_center_x_arcsec": params["lens_offset_x_arcsec"][keep] - _col(hosts, "dx_pix")[h] * PIXEL_SCALE_ARCSEC,
-        "lens_center_y_arcsec": params["lens_offset_y_arcsec"][keep] + _col(hosts, "dy_pix")[h] * PIXEL_SCALE_ARCSEC,
+        "lens_center_x_arcsec": params["lens_offset_x_arcsec"][keep] - host_dx * PIXEL_SCALE_ARCSEC,
+        "lens_center_y_arcsec": params["lens_offset_y_arcsec"][keep] + host_dy * PIXEL_SCALE_ARCSEC,
         "shear_g1": params["shear_g1"][keep],
         "shear_g2": params["shear_g2"][keep],
         "src_mag_r": params["src_mag_r"][keep],

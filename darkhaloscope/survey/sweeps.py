@@ -416,6 +416,11 @@ def read_sweep(
     return _schema(table, _select(table, columns)).empty_table()
 
 
+#: Lake table (group, asset) of the ingested sweeps, and its partition dimension (the sweep file name).
+SWEEPS_TABLE = ("survey", "sweeps")
+SWEEP_DIM = "sweep_file"
+
+
 def ingest_sweep(
     path: str | os.PathLike,
     lake: Lake,
@@ -435,7 +440,7 @@ def ingest_sweep(
     first = next(batches, None)
     if first is None:
         raise InputError(f"{path}: sweep file has no rows")
-    info = lake.write_table("survey", "sweeps", itertools.chain([first], batches), schema=first.schema,
-                            partition={"sweep_file": name}, row_group_size=batch_rows)
+    info = lake.write_table(*SWEEPS_TABLE, itertools.chain([first], batches), schema=first.schema,
+                            partition={SWEEP_DIM: name}, row_group_size=batch_rows)
     model = (first.schema.metadata or {}).get(b"dhs.data_model", b"unknown").decode()
     return {"rows": info.rows, "bytes": info.bytes, "data_model": model, "uri": info.uri}
