@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from darkhaloscope.training.data import AugmentedStampDataset, batches_for_plan, synthetic_arrays  # noqa: E402
+from darkhaloscope.training.data import synthetic_arrays  # noqa: E402
+from darkhaloscope.training.dataset import AugmentedStampDataset, batches_for_plan  # noqa: E402
 from darkhaloscope.training.models import build_model, count_parameters  # noqa: E402
 from darkhaloscope.training.preprocess import PreprocessSpec  # noqa: E402
 

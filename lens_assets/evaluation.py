@@ -24,7 +24,7 @@ from darkhaloscope.evaluation import (
     thresholds_from_negatives,
     usable_thresholds,
 )
-from darkhaloscope.evaluation.plots import marginal_png, mosaic_png, roc_inputs, roc_png, selection_heatmap_png
+from darkhaloscope.evaluation.plots import marginal_png, mosaic_png, reliability_png, roc_inputs, roc_png, selection_heatmap_png
 from darkhaloscope.lake import Lake
 from darkhaloscope.stamps import from_tensor_column
 from darkhaloscope.training.checkpoint import load_checkpoint
@@ -114,7 +114,7 @@ def cutout_scores(context: dg.AssetExecutionContext, lake: LakeResource, compute
     device = compute.torch_device()
     partition = {"sweep_file": context.partition_key}
     with lens_finder_model(store, device) as (model, spec):
-        batches = _score_batches(store, IMAGING, "cutouts", partition, CUTOUT_META, "image", "cutout", model, spec.preprocess, device)
+        batches = _score_batches(store, IMAGING, "cutouts", partition, CUTOUT_META, "image", "cutout", model, spec, device)
         return _commit_scores(store, "cutout_scores", partition, batches, spec, device)
 
 
@@ -127,7 +127,7 @@ def injection_scores(context: dg.AssetExecutionContext, lake: LakeResource, comp
     partition = {"injection_batch": context.partition_key}
     with lens_finder_model(store, device) as (model, spec):
         batches = itertools.chain(*(
-            _score_batches(store, INJECTION, "injection_bank", partition, INJECTION_META, column, kind, model, spec.preprocess, device)
+            _score_batches(store, INJECTION, "injection_bank", partition, INJECTION_META, column, kind, model, spec, device)
             for column, kind in (("image", "injection"), ("control", "control"))
         ))
         return _commit_scores(store, "injection_scores", partition, batches, spec, device)
@@ -274,6 +274,7 @@ def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource) -> 
     metrics = json.loads(ckpt["metrics"])
     gates = json.loads(metrics.get("gates", "[]")) if isinstance(metrics.get("gates"), str) else metrics.get("gates", [])
     gates = [{k: g[k] for k in ("name", "value", "threshold", "passed")} for g in gates if isinstance(g, dict) and g.get("value") is not None]
+    calibration = metrics.get("calibration") or None
     mosaics = {}
     if usable:
         name, value = usable[0]
@@ -296,6 +297,9 @@ def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource) -> 
         recall=store.read_table(GROUP, "real_lens_recall"),
         fpr_by_confuser=store.read_table(GROUP, "fpr_by_confuser"),
         gates=gates,
+        calibration=calibration,
+        reliability=reliability_png(calibration) if calibration else None,
+        model_choice=metrics.get("ensemble") or None,
         mosaics=mosaics,
         provenance={"checkpoint": ckpt["checkpoint_uri"], "checkpoint version": ckpt["data_version"], "lake": store.uri},
     )

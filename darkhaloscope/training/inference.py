@@ -67,7 +67,7 @@ def _batches(images, batch_size: int) -> Iterable:
         yield from images
 
 
-def score_stamps(
+def stamp_logits(
     model: torch.nn.Module,
     spec,
     images,
@@ -76,26 +76,18 @@ def score_stamps(
     input_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     amp: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Lens probabilities for stamps, streamed in batches.
+    """Uncalibrated lens logits for stamps, streamed in batches (arguments as :func:`score_stamps`).
 
-    model: a single-logit network (see models.build_model); spec: the checkpoint's PreprocessSpec
-    (or a CheckpointSpec, whose ``.preprocess`` is used); images: (N, 3, H, W) nanomaggies as
-    numpy/torch, or an iterable of such batches (only one batch is held at a time);
-    input_transform: optional function applied to the preprocessed batch (gates use it to mask the
-    core); amp: bf16 autocast, CUDA only.
-
-    Returns (scores (N,) float64 in [0, 1], NaN where invalid; valid (N,) bool; reason (N,) str).
-    The sigmoid is taken in float64: in float32 every logit above ~16.6 rounds to exactly 1.0, which
-    would tie the most confident detections with each other and with a threshold at 1.0.
+    Returns (logits (N,) float64, NaN where invalid; valid (N,) bool; reason (N,) str).
     """
     pspec = getattr(spec, "preprocess", spec)
     if not isinstance(pspec, PreprocessSpec):
-        raise InputError(f"score_stamps needs a PreprocessSpec or CheckpointSpec, got {type(spec).__name__}")
+        raise InputError(f"scoring needs a PreprocessSpec or CheckpointSpec, got {type(spec).__name__}")
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     model = model.to(dev).eval()
-    scores, valids, reasons = [], [], []
+    logits, valids, reasons = [], [], []
     with torch.inference_mode():
         for batch in _batches(images, batch_size):
             ok, reason = validate_stamps(batch)
@@ -107,11 +99,44 @@ def score_stamps(
                 if input_transform is not None:
                     x = input_transform(x)
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and dev.type == "cuda"):
-                    logits = model(x)
-                out[sel] = torch.sigmoid(logits.double()).cpu().numpy()
-            scores.append(out)
+                    out[sel] = model(x).double().cpu().numpy()
+            logits.append(out)
             valids.append(ok)
             reasons.append(reason)
-    if not scores:
+    if not logits:
         return np.zeros(0, np.float64), np.zeros(0, bool), np.zeros(0, dtype=object)
-    return np.concatenate(scores), np.concatenate(valids), np.concatenate(reasons)
+    return np.concatenate(logits), np.concatenate(valids), np.concatenate(reasons)
+
+
+def calibrated_probability(logits, temperature: float = 1.0) -> np.ndarray:
+    """sigmoid(logits / temperature) in float64: in float32 every logit above ~16.6 rounds to
+    exactly 1.0, which would tie the most confident detections with each other and with a
+    threshold at 1.0. NaN logits stay NaN."""
+    if not (np.isfinite(temperature) and temperature > 0):
+        raise InputError(f"temperature must be a positive finite number, got {temperature!r}")
+    from scipy.special import expit
+
+    return expit(np.asarray(logits, dtype=np.float64) / float(temperature))
+
+
+def score_stamps(
+    model: torch.nn.Module,
+    spec,
+    images,
+    device: str | torch.device | None = None,
+    batch_size: int = 256,
+    input_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    amp: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lens probabilities for stamps, streamed in batches.
+
+    model: a single-logit network (see models.build_model); spec: the checkpoint's CheckpointSpec
+    (its preprocessing and its calibration temperature are applied) or a bare PreprocessSpec
+    (temperature 1); images: (N, 3, H, W) nanomaggies as numpy/torch, or an iterable of such
+    batches (only one batch is held at a time); input_transform: optional function applied to the
+    preprocessed batch (gates use it to mask the core); amp: bf16 autocast, CUDA only.
+
+    Returns (scores (N,) float64 in [0, 1], NaN where invalid; valid (N,) bool; reason (N,) str).
+    """
+    logits, ok, reason = stamp_logits(model, spec, images, device, batch_size, input_transform, amp)
+    return calibrated_probability(logits, getattr(spec, "temperature", 1.0)), ok, reason
