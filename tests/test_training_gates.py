@@ -91,3 +91,28 @@ def test_run_gates_returns_all_four(arc):
     gates = run_gates(CoherentArc(), SPEC, arc, device="cpu")
     assert [g["name"] for g in gates] == ["core_lr_auc", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]
     assert all({"name", "value", "threshold", "passed", "blocking"} <= g.keys() for g in gates)
+
+
+def test_gate_registry_owns_thresholds_and_blocking_flags(arc):
+    from darkhaloscope.errors import InputError
+    from darkhaloscope.training.gates import BLOCKING_GATES, GATES
+
+    assert list(GATES) == ["core_lr_auc", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]
+    assert BLOCKING_GATES == {"core_lr_auc", "core_masked_drop"}
+    gates = run_gates(CoherentArc(), SPEC, arc, thresholds={"hard_negative_auroc": 0.999}, device="cpu")
+    by = {g["name"]: g for g in gates}
+    assert by["hard_negative_auroc"]["threshold"] == 0.999 and by["core_lr_auc"]["threshold"] == GATES["core_lr_auc"].threshold
+    assert all(g["blocking"] == GATES[g["name"]].blocking for g in gates)
+    with pytest.raises(InputError, match="unknown gate"):
+        run_gates(CoherentArc(), SPEC, arc, thresholds={"core_lr": 0.5}, device="cpu")
+
+
+def test_core_gate_reads_the_catalog_rows_when_injections_are_present(core, arc):
+    """Injections differ from their controls only by arc light (signal, reaching the core for small
+    θ_E); a core shortcut lives in the catalog rows, so the blocking gate is computed there."""
+    from darkhaloscope.training.data import concat_arrays
+
+    mixed = concat_arrays([core, arc.subset(arc.kind == "injected_positive")])
+    g = run_gates(CoherentArc(), SPEC, mixed, device="cpu")[0]
+    assert g["n"] == len(core) and not g["passed"]  # the planted shortcut in the catalog rows still fails it
+    assert "value_all_rows" in g

@@ -27,8 +27,8 @@ from .inference import validate_stamps
 
 SPLITS = ("train", "val", "test")
 #: Row kinds: catalog rows (real positives, negatives) and, in validation arrays, the stream's
-#: injections and their paired controls (the same host without the arc).
-KINDS = ("real_positive", "injected_positive", "negative", "injection_control")
+#: injections (whose paired controls, their hosts, are negatives of the same set).
+KINDS = ("real_positive", "injected_positive", "negative")
 REQUIRED_COLUMNS = ("object_id", "label", "weight", "split", "kind", "image")
 #: Schema-metadata keys of the injection stream's and the preprocessing specs in the training_set table.
 STREAM_SPEC_KEY = b"dhs.injection_stream"
@@ -327,23 +327,18 @@ def load_training_set(path_or_table, on_invalid: str = "raise") -> TrainingArray
 
 
 def injected_arrays(arrays: TrainingArrays, draw: StreamDraw) -> TrainingArrays:
-    """The injections of ``draw`` into the hosts of ``arrays`` (label 1, each with its control) and
-    their paired controls (the same hosts without the arc, label 0), as TrainingArrays.
-
-    Injections get object_id -(candidate + 1) (never a catalog id); controls keep their host's id.
-    """
+    """The injections of ``draw`` into the hosts of ``arrays`` as TrainingArrays (label 1), each with
+    its paired control (the host without the arc) as its ``control``. Injections get object_id
+    -(k + 1) for draw row k (never a catalog id)."""
     rows = arrays.host_rows()[draw.host_row]
     hosts = arrays.image[rows]
     n = len(draw)
-    image = np.concatenate([add_window(hosts, draw.arcs), hosts])
-    label = np.r_[np.ones(n, np.int8), np.zeros(n, np.int8)]
-    out = make_arrays(image, label, control=np.concatenate([hosts, np.full_like(hosts, np.nan)]),
-                      kind=np.r_[np.full(n, "injected_positive", object), np.full(n, "injection_control", object)],
-                      split=np.r_[arrays.split[rows], arrays.split[rows]],
-                      object_id=np.r_[-(draw.candidate + 1), arrays.object_id[rows]])
-    out.theta_e_arcsec = np.r_[draw.theta_e_arcsec, np.full(n, np.nan)].astype(np.float32)
-    out.arc_snr = np.r_[draw.arc_snr, np.full(n, np.nan)].astype(np.float32)
-    out.psfsize_r = np.r_[arrays.psfsize_r[rows], arrays.psfsize_r[rows]].astype(np.float32)
+    out = make_arrays(add_window(hosts, draw.arcs), np.ones(n, np.int8), control=hosts,
+                      kind=np.full(n, "injected_positive", object), split=arrays.split[rows],
+                      object_id=-(np.arange(n, dtype=np.int64) + 1))
+    out.theta_e_arcsec = draw.theta_e_arcsec.astype(np.float32)
+    out.arc_snr = draw.arc_snr.astype(np.float32)
+    out.psfsize_r = arrays.psfsize_r[rows].astype(np.float32)
     out.source = arrays.source
     return out
 
@@ -364,12 +359,13 @@ VAL_STREAM_KEY = ("val",)
 
 
 def validation_arrays(val: TrainingArrays, device="cpu") -> TrainingArrays:
-    """The validation set of model selection, gates and calibration: the val split's catalog rows,
-    plus (when it has injection hosts) the stream's fixed validation injections into them and their
-    paired controls. The same training set always gives the same validation set."""
+    """The validation set of model selection, gates and calibration: the val split's catalog rows
+    (whose negatives are the hosts, i.e. the paired controls) plus, when it has injection hosts, the
+    stream's fixed validation injections into them. The same training set always gives the same
+    validation set."""
     if not val.n_hosts or val.stream is None:
         return val
-    draw = draw_injections(val.host_columns, val.invvar, val.stream, VAL_STREAM_KEY, val.stream.val_injections, device)
+    draw = draw_injections(val.host_columns, val.invvar, val.stream, VAL_STREAM_KEY, val.stream.val_injections_per_host, device)
     return concat_arrays([val, injected_arrays(val, draw)])
 
 

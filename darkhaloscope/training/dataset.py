@@ -9,11 +9,12 @@ set) and the result does not depend on which DataLoader worker fetched it.
 
 An epoch holds, as virtual indices in this order:
 
-* the N catalog rows (real positives, negatives; their label and weight);
+* the N catalog rows (real positives, negatives; their label and weight). The negatives include
+  every injection host: the paired control of each injection, the same host without the arc, is
+  a negative of the same epoch, so a network that separates injections from their own hosts
+  cannot lean on the hosts' properties;
 * the hard negative of each row having a control (label 0), active with ``hard_negative_prob``;
-* M injections of the epoch (host + fresh arc, label 1);
-* their M paired controls, the same hosts without the arc (label 0): a network that separates an
-  injection from its own host cannot lean on the host's properties;
+* M = hosts x ``injections_per_host`` injections of the epoch (host + fresh arc, label 1);
 * the M injections' hard negatives, host + azimuthally shuffled arc (label 0), active with
   ``hard_negative_prob``: the arc's flux at the same radii without its tangential shape.
 
@@ -75,7 +76,7 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
     """Augmented, preprocessed training samples keyed by (epoch, virtual index) (module docstring).
 
     With hosts and a stream spec in ``arrays`` (and ``stream`` True), each epoch renders
-    ``arrays.stream.injections_per_epoch`` fresh injections; call :meth:`prepare_epoch` before
+    ``arrays.stream.injections_per_host`` fresh injections into every host; call :meth:`prepare_epoch` before
     DataLoader workers fork so that they share the epoch's arcs. Use :meth:`epoch_plan` for the
     shuffled list of an epoch's virtual indices and fetch batches with ``__getitems__([(epoch, v),
     ...])`` -> (x (B, C, H', W') float32, y (B,) float32, w (B,) float32).
@@ -108,14 +109,15 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
         self.device = device
         self.n = len(arrays)
         self.hn_rows = np.flatnonzero((arrays.control_index >= 0) & (arrays.label == 1))
-        self.m = arrays.stream.injections_per_epoch if (stream and arrays.stream is not None and arrays.n_hosts) else 0
+        self.per_host = arrays.stream.injections_per_host if (stream and arrays.stream is not None and arrays.n_hosts) else 0
+        self.m = self.per_host * arrays.n_hosts
         self.host_rows = arrays.host_rows()
-        # virtual-index segments: rows, row hard negatives, injections, controls, injection hard negatives
+        # virtual-index segments: rows, row hard negatives, injections, injection hard negatives
         self.first_injection = self.n + self.hn_rows.size
         self._draw: tuple[int, StreamDraw] | None = None
 
     def __len__(self) -> int:
-        return self.first_injection + 3 * self.m
+        return self.first_injection + 2 * self.m
 
     def _u(self, epoch: int, v: np.ndarray, purpose: str) -> np.ndarray:
         return unit_hash_array(v, salt=(self.seed, epoch, purpose))
@@ -126,16 +128,16 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
             return None
         if self._draw is None or self._draw[0] != epoch:
             a = self.a
-            self._draw = (epoch, draw_injections(a.host_columns, a.invvar, a.stream, ("train", self.seed, epoch), self.m, self.device))
+            self._draw = (epoch, draw_injections(a.host_columns, a.invvar, a.stream, ("train", self.seed, epoch), self.per_host, self.device))
         return self._draw[1]
 
     def epoch_plan(self, epoch: int) -> np.ndarray:
-        """Shuffled virtual indices of ``epoch`` (rows, injections and controls, and the hard negatives
-        active in that epoch)."""
+        """Shuffled virtual indices of ``epoch`` (rows and injections, and the hard negatives active in
+        that epoch)."""
         f = self.first_injection
-        hn = np.r_[np.arange(self.n, f), np.arange(f + 2 * self.m, f + 3 * self.m)].astype(np.int64)
+        hn = np.r_[np.arange(self.n, f), np.arange(f + self.m, f + 2 * self.m)].astype(np.int64)
         hn = hn[self._u(epoch, hn, "hard_negative") < self.hard_negative_prob]
-        v = np.concatenate([np.arange(self.n, dtype=np.int64), np.arange(f, f + 2 * self.m, dtype=np.int64), hn])
+        v = np.concatenate([np.arange(self.n, dtype=np.int64), np.arange(f, f + self.m, dtype=np.int64), hn])
         return v[rng_for(self.seed, epoch, "plan").permutation(v.size)]
 
     def __getitem__(self, key):
@@ -158,11 +160,8 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
             else:
                 k = (vi - f) % m
                 host = a.image[self.host_rows[draw.host_row[k]]]
-                seg = (vi - f) // m
-                if seg == 0:
+                if vi < f + m:
                     raw[j], y[j] = add_window(host[None], draw.arcs[k : k + 1])[0], 1.0
-                elif seg == 1:
-                    raw[j] = host
                 else:
                     arc = azimuthal_shuffle(draw.arcs[k], rng_for(self.seed, epoch, vi, "shuffle"))
                     raw[j] = add_window(host[None], arc[None])[0]

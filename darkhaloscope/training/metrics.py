@@ -130,16 +130,17 @@ VAL_SNR_EDGES = (0.0, 10.0, 20.0, 50.0, float("inf"))
 
 
 def validation_breakdown(probs, val) -> dict:
-    """Metrics of the validation set by population: AUROC of the injections against their paired
-    controls and of the real positives against the catalog negatives, and the completeness of
-    injections by arc S/N at the score exceeded by 1 % of the catalog negatives.
+    """Metrics of the validation set by population: AUROC of the injections and of the real
+    positives against the catalog negatives (which are the injections' hosts, i.e. their paired
+    controls), and the completeness of injections by arc S/N at the score exceeded by 1 % of the
+    catalog negatives.
 
     probs: (N,) calibrated probabilities of ``val`` (TrainingArrays, kinds as in training.data)."""
     p = np.asarray(probs, dtype=np.float64)
     k = np.asarray(val.kind)
-    inj, ctrl, real, neg = (k == "injected_positive"), (k == "injection_control"), (k == "real_positive"), (k == "negative")
+    inj, real, neg = (k == "injected_positive"), (k == "real_positive"), (k == "negative")
     out: dict = {}
-    for name, pos, negs in (("injections_vs_controls", inj, ctrl), ("real_vs_negatives", real, neg)):
+    for name, pos, negs in (("injections_vs_negatives", inj, neg), ("real_vs_negatives", real, neg)):
         if pos.any() and negs.any():
             out[f"auroc_{name}"] = roc_auc(np.r_[p[pos], p[negs]], np.r_[np.ones(pos.sum()), np.zeros(negs.sum())])
     if inj.any() and neg.sum() >= 100:

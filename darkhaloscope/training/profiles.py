@@ -35,14 +35,14 @@ class TrainingProfile:
 PROFILES = {
     "demo": TrainingProfile(
         preprocess=PreprocessSpec(crop=65, residual="append", stretch="asinh", softening=3.0),
-        stream=StreamSpec(injections_per_epoch=1000, val_injections=600, min_arc_snr=5.0, window=65),
+        stream=StreamSpec(injections_per_host=1, val_injections_per_host=2, min_arc_snr=5.0, window=65),
         members=(TrainConfig(arch="strided_resnet", epochs=8, batch_size=64, lr=3e-3, warmup_epochs=0.5, patience=0,
                              val_smoothing=0.5, hard_negative_prob=0.0, core_dropout=0.0, num_workers=0,
                              checkpoint_every_steps=0),),
     ),
     "full": TrainingProfile(
         preprocess=PreprocessSpec(residual="append", stretch="asinh", softening=3.0),
-        stream=StreamSpec(injections_per_epoch=20000, val_injections=5000, min_arc_snr=5.0, window=65, render_chunk=1024),
+        stream=StreamSpec(injections_per_host=1, val_injections_per_host=1, min_arc_snr=5.0, window=65, render_chunk=1024),
         members=(
             TrainConfig(arch="bottleneck_resnet", epochs=60, batch_size=512, lr=1e-3, patience=10, val_smoothing=0.5,
                         hard_negative_prob=0.1, num_workers=8),

@@ -95,7 +95,7 @@ def pipes_metadata(summary: dict) -> dict:
         md["ensemble"] = {"raw_value": summary["ensemble"], "type": "json"}
     tier_recalls = sorted(k for k in vm if k.startswith("recall_at_0.5_tier_"))
     keys = ("auroc", "average_precision", "tpr_at_fpr_1e-2", "tpr_at_fpr_1e-3", "tpr_at_fpr_1e-4", "ece_15",
-            "ece_15_uncalibrated", "recall_at_0.5", "auroc_injections_vs_controls", "auroc_real_vs_negatives", *tier_recalls)
+            "ece_15_uncalibrated", "recall_at_0.5", "auroc_injections_vs_negatives", "auroc_real_vs_negatives", *tier_recalls)
     for k in keys:
         if vm.get(k) is not None:
             md[f"val_{k}"] = vm[k]
