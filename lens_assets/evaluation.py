@@ -28,7 +28,8 @@ from darkhaloscope.evaluation.plots import marginal_png, mosaic_png, reliability
 from darkhaloscope.lake import Lake
 from darkhaloscope.stamps import from_tensor_column
 from darkhaloscope.training.checkpoint import load_checkpoint
-from darkhaloscope.training.inference import score_stamps
+from darkhaloscope.evaluation.comparison import MEMBER_SCORE_PREFIX, model_comparison
+from darkhaloscope.training.inference import score_with_members
 from resources import ComputeResource, LakeResource
 
 from .common import OWNERS, table_result
@@ -77,7 +78,7 @@ def _score_batches(store: Lake, group: str, table: str, partition: dict, meta: l
         if batch.num_rows == 0:
             continue
         images = from_tensor_column(batch.column(image_column), name=image_column)
-        scores, valid, reason = score_stamps(model, spec, images, device=device, batch_size=batch_size)
+        scores, valid, reason, members = score_with_members(model, spec, images, device=device, batch_size=batch_size)
         if kind == "injection":
             # a failed render holds the bare host: it is no lens, so it is never scored as one
             failed = ~batch.column("success").to_numpy(zero_copy_only=False).astype(bool)
@@ -86,6 +87,8 @@ def _score_batches(store: Lake, group: str, table: str, partition: dict, meta: l
         cols = {name: batch.column(name) for name in meta}
         cols["kind"] = pa.array([kind] * batch.num_rows)
         cols["score"] = pa.array(np.where(valid, scores, np.nan), pa.float64(), mask=~valid)
+        for name, member in members.items():  # a stacked ensemble's members, compared in the report
+            cols[MEMBER_SCORE_PREFIX + name] = pa.array(np.where(valid, member, np.nan), pa.float64(), mask=~valid)
         cols["valid"] = pa.array(valid)
         cols["invalid_reason"] = pa.array(np.asarray(reason, dtype=object).astype(str))
         yield pa.RecordBatch.from_pydict(cols)
@@ -300,6 +303,7 @@ def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource) -> 
         calibration=calibration,
         reliability=reliability_png(calibration) if calibration else None,
         model_choice=metrics.get("ensemble") or None,
+        comparison=model_comparison(inj, ctrl, real, neg),
         mosaics=mosaics,
         provenance={"checkpoint": ckpt["checkpoint_uri"], "checkpoint version": ckpt["data_version"], "lake": store.uri},
     )

@@ -68,3 +68,37 @@ def test_two_members_are_stacked_compared_and_published(tmp_path):
     if s["blocking_gates_passed"]:
         best = publish_run(s["run_dir"], tmp_path / "ckpt")
         assert best.architecture == choice["published"]
+
+
+def test_members_scored_in_the_same_pass_and_compared_on_the_same_rows():
+    import pyarrow as pa
+
+    from darkhaloscope.evaluation.comparison import model_comparison
+    from darkhaloscope.training.checkpoint import CheckpointSpec
+    from darkhaloscope.training.inference import score_with_members
+
+    torch.manual_seed(0)
+    ens = StackedEnsemble(3, ("bottleneck_resnet_tiny", "strided_resnet")).eval()
+    spec = CheckpointSpec(name="best", architecture="stacked_ensemble", in_channels=3, preprocess=PreprocessSpec(),
+                          param_count=0, param_shapes={}, weights_file="x", weights_sha256="0", temperature=2.0,
+                          arch_args={"members": ["bottleneck_resnet_tiny", "strided_resnet"], "hidden": 300})
+    images = synthetic_arrays(12, 33, seed=1).image
+    probs, ok, _, members = score_with_members(ens, spec, images)
+    single, _, _ = score_stamps(ens, spec, images)
+    np.testing.assert_allclose(probs, single, rtol=1e-6)
+    alone, _, _ = score_stamps(ens.members[1], PreprocessSpec(), images)
+    assert set(members) == {"bottleneck_resnet_tiny", "strided_resnet"}
+    np.testing.assert_allclose(members["strided_resnet"], alone, rtol=1e-6)
+
+    rng = np.random.default_rng(0)
+
+    def table(n, shift):
+        return pa.table({"score": rng.normal(shift, 1, n), "score_a": rng.normal(shift / 2, 1, n), "valid": np.ones(n, bool)})
+
+    cmp = model_comparison(table(300, 3.0), table(300, 0.0), table(40, 3.0), table(500, 0.0))
+    rows = {r["model"]: r for r in cmp.to_pylist()}
+    assert set(rows) == {"stacked_ensemble", "a"} and rows["stacked_ensemble"]["n_negatives"] == 500
+    assert rows["stacked_ensemble"]["auroc_injections_vs_controls"] > rows["a"]["auroc_injections_vs_controls"]
+    assert rows["stacked_ensemble"]["completeness"] > rows["a"]["completeness"]
+    single_net = pa.table({"score": [0.1, 0.9], "valid": [True, True]})
+    assert model_comparison(single_net, single_net, single_net, single_net).num_rows == 0

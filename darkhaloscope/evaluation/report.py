@@ -197,6 +197,7 @@ def build_report(
     calibration: Mapping | None = None,
     reliability: bytes | None = None,
     model_choice: Mapping | None = None,
+    comparison: pa.Table | None = None,
     mosaics: Mapping[str, bytes] | None = None,
     provenance: Mapping[str, object] | None = None,
     max_table_rows: int = 200,
@@ -215,7 +216,9 @@ def build_report(
     calibration : the lens finder's calibration summary (temperature, ECE before and after, fitted
         on the validation split); ``reliability`` the PNG of :func:`plots.reliability_png`.
     model_choice : which model is published and why (``published``, ``reason``, each member's
-        validation AUROC and the ensemble's cross-fitted one), when the profile trains an ensemble.
+        validation AUROC and the ensemble's cross-fitted one), when the profile trains an ensemble;
+        ``comparison`` the table of :func:`comparison.model_comparison` (the ensemble against each
+        member on the same test rows).
     mosaics : maps a caption ('true positives', 'missed injections', 'highest-scoring negatives')
         to the PNG of :func:`plots.mosaic_png`.
     provenance : key/value pairs printed at the top (model, code version, data versions).
@@ -238,6 +241,10 @@ def build_report(
     if reliability is not None:
         parts.append(_img(reliability, "Reliability diagram of validation scores before and after temperature scaling",
                           ids("fig", "reliability")))
+    if comparison is not None and comparison.num_rows:
+        parts.append('<p class="note">The stacked ensemble and each member on the same test rows, each at its own '
+                     "threshold from the same held-out negatives.</p>")
+        parts.append(table_html(comparison, max_rows=max_table_rows, el_id=ids("table", "model-comparison")))
 
     parts.append("<h2>ROC curves</h2>")
     parts.append(_img(roc, "ROC curves: injections vs paired controls and real lenses vs "

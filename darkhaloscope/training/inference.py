@@ -86,12 +86,21 @@ def stamp_logits(
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
     dev = device if isinstance(device, torch.device) else resolve_device(device)
+    logits, _, valid, reason = _forward(model, pspec, images, dev, batch_size, input_transform, amp, members=False)
+    return logits, valid, reason
+
+
+def _forward(model, pspec: PreprocessSpec, images, dev: torch.device, batch_size: int, input_transform, amp: bool,
+             members: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(logits (N,), member logits (N, M) or (N, 0), valid (N,), reason (N,)) streamed in batches."""
     model = model.to(dev).eval()
-    logits, valids, reasons = [], [], []
+    n_members = len(model.members) if members and hasattr(model, "member_logits") else 0
+    logits, member, valids, reasons = [], [], [], []
     with torch.inference_mode():
         for batch in _batches(images, batch_size):
             ok, reason = validate_stamps(batch)
             out = np.full(ok.shape[0], np.nan, dtype=np.float64)
+            mout = np.full((ok.shape[0], n_members), np.nan, dtype=np.float64)
             if ok.any():
                 sel = np.flatnonzero(ok)
                 xb = batch[torch.from_numpy(sel)] if isinstance(batch, torch.Tensor) else np.asarray(batch)[sel]
@@ -99,13 +108,19 @@ def stamp_logits(
                 if input_transform is not None:
                     x = input_transform(x)
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and dev.type == "cuda"):
-                    out[sel] = model(x).double().cpu().numpy()
+                    if n_members:  # one pass: the members' logits, then the meta-learner over them
+                        z = model.member_logits(x)
+                        mout[sel] = z.double().cpu().numpy()
+                        out[sel] = model.meta(torch.sigmoid(z)).squeeze(-1).double().cpu().numpy()
+                    else:
+                        out[sel] = model(x).double().cpu().numpy()
             logits.append(out)
+            member.append(mout)
             valids.append(ok)
             reasons.append(reason)
     if not logits:
-        return np.zeros(0, np.float64), np.zeros(0, bool), np.zeros(0, dtype=object)
-    return np.concatenate(logits), np.concatenate(valids), np.concatenate(reasons)
+        return np.zeros(0, np.float64), np.zeros((0, n_members)), np.zeros(0, bool), np.zeros(0, dtype=object)
+    return np.concatenate(logits), np.concatenate(member), np.concatenate(valids), np.concatenate(reasons)
 
 
 def calibrated_probability(logits, temperature: float = 1.0) -> np.ndarray:
@@ -140,3 +155,18 @@ def score_stamps(
     """
     logits, ok, reason = stamp_logits(model, spec, images, device, batch_size, input_transform, amp)
     return calibrated_probability(logits, getattr(spec, "temperature", 1.0)), ok, reason
+
+
+def score_with_members(model: torch.nn.Module, spec, images, device: str | torch.device | None = None,
+                       batch_size: int = 256, amp: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """:func:`score_stamps` plus, for a stacked ensemble, each member's own probability
+    sigmoid(member logit) from the same forward pass, so the published ensemble and its members are
+    compared on the same rows. Returns (scores, valid, reason, {member architecture: (N,) probabilities})."""
+    pspec = getattr(spec, "preprocess", spec)
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    logits, member, valid, reason = _forward(model, pspec, images, dev, batch_size, None, amp, members=True)
+    names = list(getattr(spec, "arch_args", {}).get("members", []))[: member.shape[1]]
+    # members of one architecture are told apart by their position
+    keys = [n if names.count(n) == 1 else f"{n}_{i}" for i, n in enumerate(names)]
+    members = {k: calibrated_probability(member[:, i]) for i, k in enumerate(keys)}
+    return calibrated_probability(logits, getattr(spec, "temperature", 1.0)), valid, reason, members
