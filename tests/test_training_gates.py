@@ -87,9 +87,9 @@ def test_hard_negative_gate_separates_shape_from_radial_flux(arc, core):
     assert "skipped" in skipped and not skipped["passed"] and not skipped["blocking"]
 
 
-def test_run_gates_returns_all_four(arc):
+def test_run_gates_returns_all_five(arc):
     gates = run_gates(CoherentArc(), SPEC, arc, device="cpu")
-    assert [g["name"] for g in gates] == ["core_lr_auc", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]
+    assert [g["name"] for g in gates] == ["core_lr_auc", "core_lr_auc_catalog", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]
     assert all({"name", "value", "threshold", "passed", "blocking"} <= g.keys() for g in gates)
 
 
@@ -97,7 +97,7 @@ def test_gate_registry_owns_thresholds_and_blocking_flags(arc):
     from darkhaloscope.errors import InputError
     from darkhaloscope.training.gates import BLOCKING_GATES, GATES
 
-    assert list(GATES) == ["core_lr_auc", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]
+    assert list(GATES) == ["core_lr_auc", "core_lr_auc_catalog", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]
     assert BLOCKING_GATES == {"core_lr_auc", "core_masked_drop"}
     gates = run_gates(CoherentArc(), SPEC, arc, thresholds={"hard_negative_auroc": 0.999}, device="cpu")
     by = {g["name"]: g for g in gates}
@@ -107,12 +107,12 @@ def test_gate_registry_owns_thresholds_and_blocking_flags(arc):
         run_gates(CoherentArc(), SPEC, arc, thresholds={"core_lr": 0.5}, device="cpu")
 
 
-def test_core_gate_reads_the_catalog_rows_when_injections_are_present(core, arc):
-    """Injections differ from their controls only by arc light (signal, reaching the core for small
-    θ_E); a core shortcut lives in the catalog rows, so the blocking gate is computed there."""
+def test_core_gates_read_the_training_distribution_and_the_catalog_rows(core, arc):
+    """The blocking gate reads what the network learns from (catalog rows and injections); the
+    catalog gate reads the real positives and negatives alone, where the hosts can differ."""
     from darkhaloscope.training.data import concat_arrays
 
     mixed = concat_arrays([core, arc.subset(arc.kind == "injected_positive")])
-    g = run_gates(CoherentArc(), SPEC, mixed, device="cpu")[0]
-    assert g["n"] == len(core) and not g["passed"]  # the planted shortcut in the catalog rows still fails it
-    assert "value_all_rows" in g
+    gates = {g["name"]: g for g in run_gates(CoherentArc(), SPEC, mixed, device="cpu")}
+    assert gates["core_lr_auc"]["n"] == len(mixed) and gates["core_lr_auc_catalog"]["n"] == len(core)
+    assert not gates["core_lr_auc_catalog"]["passed"] and not gates["core_lr_auc_catalog"]["blocking"]  # the planted shortcut

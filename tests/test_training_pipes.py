@@ -86,7 +86,7 @@ def test_under_dagster_pipes_reports_checks_and_the_run_but_publishes_nothing(tr
     methods = [m["method"] for m in msgs]
     assert methods[0] == "opened" and methods[-1] == "closed" and "log" in methods
     checks = [m["params"] for m in msgs if m["method"] == "report_asset_check"]
-    assert [c["check_name"] for c in checks] == ["core_lr_auc", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]
+    assert [c["check_name"] for c in checks] == ["core_lr_auc", "core_lr_auc_catalog", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]
     mat = [m for m in msgs if m["method"] == "report_asset_materialization"]
     assert len(mat) == 1
     md = mat[0]["params"]["metadata"]

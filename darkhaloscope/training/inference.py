@@ -1,8 +1,8 @@
 """Scoring stamps with a trained lens finder: streaming, bounded memory, unusable stamps never scored.
 
 A stamp with a non-finite pixel or an all-zero band (a failed or off-footprint cutout) gets score NaN
-and a reason, never the score of a zero image (the seed system scored zero arrays after load
-failures, lesson 72).
+and a reason, never the score of a zero image (a zero array scored after a failed load would enter
+the thresholds and the selection function as a confident non-lens).
 """
 
 from __future__ import annotations

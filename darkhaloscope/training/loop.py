@@ -57,6 +57,7 @@ from .preprocess import PreprocessSpec
 class TrainConfig:
     """Training hyper-parameters (JSON round-trippable).
 
+    arch, arch_args: the architecture and its own arguments (e.g. ``{"widths": [24, 48, 96]}``).
     warmup_epochs: linear warm-up length in epochs of steps (may be fractional); the LR then follows a
     cosine from ``lr`` to ``lr * min_lr_frac`` at the last step. patience: epochs without an
     improvement of the smoothed validation AUROC before stopping (0 disables); val_smoothing: weight
@@ -71,6 +72,7 @@ class TrainConfig:
     """
 
     arch: str = "bottleneck_resnet"
+    arch_args: dict = field(default_factory=dict)
     epochs: int = 30
     batch_size: int = 64
     lr: float = 5e-4
@@ -121,7 +123,7 @@ class TrainConfig:
 
 #: Config fields that change the trained weights; a resume refuses a 'last' written with other values.
 _IDENTITY_FIELDS = (
-    "arch", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "min_lr_frac", "grad_clip", "patience",
+    "arch", "arch_args", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "min_lr_frac", "grad_clip", "patience",
     "val_smoothing", "seed", "core_dropout", "core_dropout_radius", "hard_negative_prob", "amp",
 )
 
@@ -259,7 +261,7 @@ class _Run:
         self.t_start = time.monotonic()
         in_ch = spec.out_channels(train_arrays.image.shape[1])
         torch.manual_seed(seed_int(config.seed, "init"))
-        self.model = build_model(config.arch, in_ch).to(self.device)
+        self.model = build_model(config.arch, in_ch, **config.arch_args).to(self.device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         self.ds = AugmentedStampDataset(
             train_arrays, spec, config.seed, augment=True, core_dropout_prob=config.core_dropout,
@@ -273,8 +275,8 @@ class _Run:
         if self.resumed:
             _check_resume(out, config, spec, data_versions)
             self.st = dict(load_training_state(out, "last", self.model, self.opt).training_state)
-        self.common = dict(architecture=config.arch, in_channels=in_ch, preprocess=spec, train_config=config.to_dict(),
-                           data_versions=dict(data_versions))
+        self.common = dict(architecture=config.arch, arch_args=dict(config.arch_args), in_channels=in_ch, preprocess=spec,
+                           train_config=config.to_dict(), data_versions=dict(data_versions))
 
     def over_budget(self) -> bool:
         c = self.config

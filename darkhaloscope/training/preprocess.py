@@ -1,8 +1,8 @@
 """Stamp preprocessing for the lens finder: the one place that turns nanomaggy stamps into network input.
 
 A :class:`PreprocessSpec` is stored in every checkpoint and is the only thing scoring uses, so a model
-is always fed exactly what it was trained on (the seed system lost 3.6 pp of recall by scoring with a
-different annulus than it trained with).
+is always fed exactly what it was trained on (scoring with another normalisation annulus than the
+one trained with shifts every score and costs recall).
 
 Pipeline per stamp and band, vectorised over the batch:
 

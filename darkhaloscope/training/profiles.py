@@ -1,8 +1,9 @@
 """Training profiles: the one place that sizes the lens finder's training per profile.
 
 * ``demo`` learns on 2 CPU cores in about 3 minutes: the early-downsampling ``strided_resnet`` on
-  the central 65 px, host-subtracted residual channels and an asinh stretch, fresh injections every
-  epoch, a fixed number of epochs (the budget is in epochs, never wall-clock).
+  the central 49 px (arcs of θ_E ≤ 3″ reach r ≈ 16 px), host-subtracted residual channels and an
+  asinh stretch, fresh injections into every host each epoch rendered in the central 57 px,
+  a fixed number of epochs (the budget is in epochs, never wall-clock).
 * ``full`` is sized for a GPU: Paper IV's compact shielded bottleneck ResNet on full 101 px stamps
   and the strided ResNet as the second member of the stacked ensemble (one hidden layer of 300
   nodes over the two members' probabilities, Paper IV).
@@ -34,8 +35,8 @@ class TrainingProfile:
 
 PROFILES = {
     "demo": TrainingProfile(
-        preprocess=PreprocessSpec(crop=65, residual="append", stretch="asinh", softening=3.0),
-        stream=StreamSpec(injections_per_host=1, val_injections_per_host=2, min_arc_snr=5.0, window=65),
+        preprocess=PreprocessSpec(crop=49, residual="append", stretch="asinh", softening=3.0),
+        stream=StreamSpec(injections_per_host=1, val_injections_per_host=2, min_arc_snr=5.0, window=57),
         members=(TrainConfig(arch="strided_resnet", epochs=8, batch_size=64, lr=3e-3, warmup_epochs=0.5, patience=0,
                              val_smoothing=0.5, hard_negative_prob=0.0, core_dropout=0.0, num_workers=0,
                              checkpoint_every_steps=0),),
