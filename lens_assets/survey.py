@@ -15,7 +15,6 @@ from .common import OWNERS, contract_result, fail_fast_on_bad_input, table_resul
 from .partitions import sweep_partitions, sync_dynamic_partitions
 
 GROUP = "survey"
-S3_RETRY = dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
 
 @dg.asset(
@@ -24,7 +23,6 @@ S3_RETRY = dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL
     kinds={"parquet"},
     owners=OWNERS,
     code_version="1",
-    retry_policy=S3_RETRY,
 )
 def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource) -> pa.Table:
     """Manifest of the survey's sweep files (name, sky box in degrees, size in bytes); registers one
@@ -58,7 +56,6 @@ def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource) -> pa
     kinds={"parquet"},
     owners=OWNERS,
     code_version="1",
-    retry_policy=S3_RETRY,
 )
 def sweeps(context: dg.AssetExecutionContext, survey: SurveyResource, lake: LakeResource) -> dg.MaterializeResult:
     """One sweep file read into Arrow (lower-case DR10 columns, HEALPix indices, provenance) and
