@@ -69,15 +69,15 @@ class CommitInfo:
 #: Local file-system errors that the same call would meet again: a file where a folder should be
 #: (or the reverse), a read-only file system, missing permission, a full disk or quota.
 _PERMANENT_ERRNOS = {
-    errno.ENOTDIR: "is not a folder: a file is in the way of the lake's path (set DHS_LAKE to a folder)",
-    errno.EEXIST: "already exists as a file where the lake needs a folder (set DHS_LAKE to a folder)",
-    errno.EISDIR: "is a folder where the lake needs a file",
-    errno.EROFS: "is on a read-only file system",
-    errno.EACCES: "is not writable or readable by this user (permission denied)",
-    errno.EPERM: "is not writable or readable by this user (operation not permitted)",
-    errno.ENOSPC: "is on a full disk",
-    errno.EDQUOT: "is over the disk quota",
-    errno.ENAMETOOLONG: "is a path name that is too long",
+    errno.ENOTDIR: "a file stands where the lake needs a folder (is DHS_LAKE, or a folder in it, a file?)",
+    errno.EEXIST: "a file stands where the lake needs a folder (is DHS_LAKE, or a folder in it, a file?)",
+    errno.EISDIR: "a folder stands where the lake needs a file",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied for this user",
+    errno.EPERM: "operation not permitted for this user",
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.ENAMETOOLONG: "the path name is too long",
 }
 
 
@@ -87,7 +87,7 @@ def translate_storage_error(exc: BaseException, where: str) -> BaseException:
     transient S3 fault the SDK already retried, a lost connection) is returned unchanged."""
     reason = _PERMANENT_ERRNOS.get(getattr(exc, "errno", None) or -1) if isinstance(exc, OSError) else None
     if reason is not None:
-        return StorageError(f"{where} {reason} ({exc})")
+        return StorageError(f"cannot use {where}: {reason} ({exc})")
     text = str(exc)
     credential_codes = (
         "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "TokenRefreshRequired",

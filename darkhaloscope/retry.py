@@ -29,6 +29,9 @@ from .seeding import rng_for
 
 T = TypeVar("T")
 
+#: HTTP statuses worth another attempt: request timeout, too early, throttling, server-side faults.
+TRANSIENT_HTTP_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+
 
 class RetriesExhausted(RuntimeError):
     """Every allowed attempt met a transient fault; ``attempts`` were made, ``last`` is the final fault."""

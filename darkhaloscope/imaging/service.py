@@ -31,10 +31,8 @@ from astropy.io import fits
 
 from ..constants import PIXEL_SCALE_ARCSEC, STAMP_SIZE
 from ..errors import InputError
-from ..retry import RetriesExhausted, RetryPolicy, call_with_retries
+from ..retry import TRANSIENT_HTTP_STATUSES, RetriesExhausted, RetryPolicy, call_with_retries
 
-#: HTTP statuses worth retrying: server-side faults, throttling and request timeouts.
-RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 #: FITS files are whole multiples of this many bytes; anything else was cut short in transit.
 FITS_BLOCK = 2880
 #: Bytes of a non-FITS body quoted in error messages.
@@ -227,7 +225,7 @@ class CutoutServiceClient:
             except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as e:
                 raise TransientFetchError(f"{url}: {type(e).__name__}: {e}") from e
             try:
-                if resp.status_code in RETRY_STATUSES:
+                if resp.status_code in TRANSIENT_HTTP_STATUSES:
                     raise TransientFetchError(f"{url} answered HTTP {resp.status_code}")
                 raw = resp.raw
                 chunks = []
