@@ -183,10 +183,15 @@ class Materializer:
 def cmd_materialize(args) -> int:
     from definitions import defs
 
+    from darkhaloscope.errors import PERMANENT_ERRORS
+
     try:
         Materializer(defs, _instance()).run(args.assets)
     except MaterializeError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
+        return 1
+    except (*PERMANENT_ERRORS, OSError) as exc:  # the lake failed outside a run (planning what is missing)
+        print(f"FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0
 

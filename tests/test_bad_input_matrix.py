@@ -1,4 +1,4 @@
-"""Bad-input matrix (issue 8 item 4): every bad input is refused with a clear error, and the lake is untouched.
+"""Bad-input matrix: every bad input is refused with a clear error, and the lake is untouched.
 
 One parametrised test. Each case builds a bad input in ``tmp_path`` from small valid files, starts
 from a lake that already holds committed tables, runs the failing operation through the real

@@ -6,20 +6,21 @@ Every column is a ``(FITS name, TFORM)`` pair in file order; TFORM is the FITS b
 ``arrow_type_for_tform`` the Arrow type the reader produces; both the sweep reader and the mock
 survey writer use them, so the file layout and the lake schema come from one place.
 
-Sources (see shared/reference/science.md §2.3, §2.5):
+Sources: the Legacy Surveys catalog data model (legacysurvey.org/dr10/catalogs, /dr9/catalogs) and
+legacypipe's sweep writer:
 
 - DR10 sweeps (``south/sweep/10.1``): legacypipe's ``SWEEP_DTYPE`` (bin/generate-sweep-files.py)
   restricted to the bands DR10 delivers (g, r, i, z, W1–W4), TYPE ``S3``, MASKBITS ``>i4``,
   FITBITS ``>i2``, Sérsic columns, no BRICK_PRIMARY (sweeps hold primary rows only). The LC_*
   light-curve columns live in the ``-lc`` companion files, not in the sweeps.
 - DR9 sweeps: as DR10 without the i band; MASKBITS is ``>i2``.
-- DR8 sweeps: checked against a real DR8 sweep (shared/data/real/sweep-320m005-330p000.fits):
+- DR8 sweeps: checked against a real DR8 sweep (``sweep-320m005-330p000.fits``, read by the tests):
   TYPE ``S4`` with ``'PSF '``/``'COMP'``, FRACDEV and separate SHAPEDEV_*/SHAPEEXP_* shapes,
   MASKBITS ``>i2``, no PSFSIZE, no SERSIC.
 - Tractor catalogs (``tractor-<brick>.fits``) carry BRICK_PRIMARY plus many more columns; they are
   recognised but not modelled column by column.
 
-Units (LS-CAT): RA/DEC deg; RA_IVAR/DEC_IVAR 1/deg²; FLUX_* nanomaggies (AB zero point 22.5);
+Units (the DR10 catalog data model): RA/DEC deg; RA_IVAR/DEC_IVAR 1/deg²; FLUX_* nanomaggies (AB zero point 22.5);
 FLUX_IVAR_* 1/nanomaggy²; MW_TRANSMISSION_* linear in [0, 1]; PSFSIZE_* arcsec (FWHM);
 PSFDEPTH_*/GALDEPTH_* 1/nanomaggy² (5σ flux = 5/√depth); SHAPE_R arcsec (half-light radius);
 SHAPE_E1/E2 dimensionless ((a−b)/(a+b) e^{2iφ}); EBV mag (SFD98); NOBS_* count of images.
