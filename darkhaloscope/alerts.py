@@ -224,6 +224,7 @@ class AlertSender(Protocol):
 
 #: Alerts still owed to a sink that the alert log keeps retrying; beyond it the oldest are given up.
 DEFAULT_MAX_BACKLOG = 100
+DEFAULT_REST_S = 60.0
 #: Seconds a delivery round waits past a sink's deadline for its worker to report before moving on.
 _GRACE_S = 1.0
 LOG_SINK = "alert_log"
@@ -238,13 +239,18 @@ class AlertSinks:
     log: Any = None
     senders: tuple = ()
     max_backlog: int = DEFAULT_MAX_BACKLOG
+    #: Seconds a sender that failed is left alone: later rounds keep its alerts owed without trying,
+    #: so a dead webhook costs one deadline per rest, not one per run of a long materialization.
+    rest_after_failure_s: float = DEFAULT_REST_S
+    resting_until: dict = field(default_factory=dict)  # sender name -> time.monotonic() it may be tried again
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.senders]
         if len(set(names)) != len(names) or LOG_SINK in names:
             raise InputError(f"alert sinks must have distinct names other than {LOG_SINK!r}, got {names}")
-        if self.max_backlog < 1:
-            raise InputError(f"max_backlog must be at least 1 alert, got {self.max_backlog}")
+        if self.max_backlog < 1 or self.rest_after_failure_s < 0:
+            raise InputError(f"max_backlog must be >= 1 alert and rest_after_failure_s >= 0 s, got {self.max_backlog}, "
+                             f"{self.rest_after_failure_s}")
 
 
 @dataclass(frozen=True)
@@ -309,7 +315,7 @@ def deliver(alerts: Iterable[Alert], sinks: AlertSinks, carried: Sequence[Mappin
     work = _plan(batch, logged, carried, sinks)
     if not work:
         return []
-    sent = _send_round([(a, owed) for a, _, owed in work], sinks.senders)
+    sent = _send_round([(a, owed) for a, _, owed in work], sinks)
     outcomes = []
     for alert, previous, owed in work:
         ok = tuple(n for n in owed if sent[n].get(alert.dedup_key) is None)
@@ -347,14 +353,19 @@ def _plan(batch: Mapping[str, Alert], logged: Mapping[str, dict], carried: Seque
     return work
 
 
-def _send_round(work: Sequence[tuple[Alert, Sequence[str]]], senders: Sequence[AlertSender]) -> dict[str, dict[str, str | None]]:
+def _send_round(work: Sequence[tuple[Alert, Sequence[str]]], sinks: AlertSinks) -> dict[str, dict[str, str | None]]:
     """{sender: {dedup_key: None if accepted, else the error}} after one round, every sender in its
-    own thread within its own deadline; alerts a sender did not get to carry an error too."""
-    results: dict[str, dict[str, str | None]] = {s.name: {} for s in senders}
+    own thread within its own deadline; alerts a sender did not get to (it failed earlier in the
+    round, its deadline passed, or it is resting after a failure) carry an error too."""
+    results: dict[str, dict[str, str | None]] = {s.name: {} for s in sinks.senders}
     workers = []
-    for sender in senders:
+    for sender in sinks.senders:
         todo = [a for a, owed in work if sender.name in owed]
-        if todo:
+        rest = sinks.resting_until.get(sender.name, 0.0) - time.monotonic()
+        if todo and rest > 0:
+            results[sender.name] = {a.dedup_key: f"AlertDeliveryError: not tried: {sender.name} failed recently; "
+                                                 f"tried again in {rest:.0f} s" for a in todo}
+        elif todo:
             deadline = time.monotonic() + float(sender.deadline_s)
             t = threading.Thread(target=_send_each, args=(sender, todo, deadline, results[sender.name]),
                                  name=f"alert-{sender.name}", daemon=True)
@@ -368,6 +379,8 @@ def _send_round(work: Sequence[tuple[Alert, Sequence[str]]], senders: Sequence[A
                 done[a.dedup_key] = (f"AlertDeliveryError: not sent in this round: {sender.name} failed on an earlier alert "
                                      f"or its {sender.deadline_s:g} s deadline passed")
         results[sender.name] = done
+        if any(v is not None for v in done.values()):
+            sinks.resting_until[sender.name] = time.monotonic() + sinks.rest_after_failure_s
     return results
 
 

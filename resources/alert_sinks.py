@@ -15,7 +15,7 @@ from dagster_slack import SlackResource
 from pydantic import Field
 
 from darkhaloscope.alert_log import JsonlAlertLog
-from darkhaloscope.alerts import DEFAULT_MAX_BACKLOG, Alert, AlertDeliveryError, AlertSinks
+from darkhaloscope.alerts import DEFAULT_MAX_BACKLOG, DEFAULT_REST_S, Alert, AlertDeliveryError, AlertSinks
 from darkhaloscope.errors import InputError
 from darkhaloscope.lake import Lake
 from darkhaloscope.retry import TRANSIENT_HTTP_STATUSES, RetriesExhausted, RetryPolicy, call_with_retries, seconds_left
@@ -87,6 +87,7 @@ class AlertSinksResource(dg.ConfigurableResource):
     slack_api_url: str | None = Field(default=None, description="Slack API base URL override (tests, proxies)")
     slack_deadline_s: float = Field(default=10.0, description="seconds one delivery round may spend on Slack")
     max_backlog: int = Field(default=DEFAULT_MAX_BACKLOG, description="undelivered alerts kept and retried; beyond it the oldest are given up")
+    rest_after_failure_s: float = Field(default=DEFAULT_REST_S, description="seconds a sink that failed is not tried again by the same deliverer (its alerts stay owed)")
     lake_uri: str | None = Field(default=None, description="lake root holding ops/alert_log and ops/alerts; default env DHS_LAKE")
     s3_endpoint: str | None = Field(default=None, description="S3 endpoint override; default env DHS_S3_ENDPOINT")
 
@@ -121,4 +122,4 @@ class AlertSinksResource(dg.ConfigurableResource):
         except InputError as exc:  # a malformed DHS_LAKE must not silence the webhook and Slack
             dg.get_dagster_logger().error(f"the alert log is off: {exc}")
             alert_log = None
-        return AlertSinks(log=alert_log, senders=tuple(senders), max_backlog=self.max_backlog)
+        return AlertSinks(log=alert_log, senders=tuple(senders), max_backlog=self.max_backlog, rest_after_failure_s=self.rest_after_failure_s)

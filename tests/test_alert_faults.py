@@ -115,6 +115,23 @@ def test_a_refusing_webhook_gets_its_alerts_when_it_recovers_within_a_bounded_ba
 
 
 @pytest.mark.timeout(30)
+def test_a_failed_sink_rests_so_a_long_materialization_pays_its_deadline_once_per_rest(tmp_path):
+    log = JsonlAlertLog(Lake(str(tmp_path / "lake")))
+    with WebhookReceiver(trickle_s=2.0) as rx:
+        sinks = AlertSinks(log, (_webhook(rx.url, deadline_s=0.5),), rest_after_failure_s=1.0)  # one deliverer, many runs
+        rx.script(["trickle"])
+        deliver([_alert(0)], sinks)  # pays the 0.5 s deadline
+        t0 = time.monotonic()
+        [new, owed] = deliver([_alert(1)], sinks)  # the next run, at once: the webhook is resting
+        assert time.monotonic() - t0 < 0.4 and len(rx.received) == 1
+        assert "failed recently" in new.errors["webhook"] and "failed recently" in owed.errors["webhook"]
+        time.sleep(1.1)
+        outcomes = deliver([], sinks)  # rested: both owed alerts go out
+        assert sorted(o.alert.partition for o in outcomes if o.ok) == ["sweep-000", "sweep-001"]
+    assert {e["status"] for e in log.entries()} == {"done"}
+
+
+@pytest.mark.timeout(30)
 def test_a_lake_that_is_a_file_does_not_silence_the_webhook_or_slack(tmp_path):
     lake_file = tmp_path / "lakehouse"
     lake_file.write_text("not a folder")
