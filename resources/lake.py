@@ -1,9 +1,40 @@
-"""Lake storage resource: a local folder or s3://bucket/prefix (DHS_LAKE, DHS_S3_ENDPOINT)."""
+"""Lake storage resource: a local folder or s3://bucket/prefix (DHS_LAKE, DHS_S3_ENDPOINT).
 
+Besides the :class:`~darkhaloscope.lake.Lake` itself, it opens each run's staging area
+(:meth:`LakeResource.stage`): the first step of a run that stages anything first sweeps what dead
+runs and writers left in ``_staging`` (and rejected data past its retention), then records the
+run as the owner of ``_staging/<run id>``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
 
 import dagster as dg
 
 from darkhaloscope.lake import Lake
+from darkhaloscope.staging import Stage, StageOwner, owner_process_alive, sweep_orphans
+
+#: Run states in which a run still owns its staging area.
+LIVE_RUN_STATUSES = (
+    dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING,
+)
+
+
+def run_alive(instance: dg.DagsterInstance):
+    """Liveness of a staging owner: by its run's status when this instance knows the run (a run
+    killed without a chance to report is marked failed by ``lens_assets.runs.reap_dead_runs``),
+    else by its process on this host."""
+
+    def alive(owner: StageOwner) -> bool:
+        run = instance.get_run_by_id(owner.run_id)
+        if run is None:
+            return owner_process_alive(owner)
+        return run.status in LIVE_RUN_STATUSES
+
+    return alive
 
 
 class LakeResource(dg.ConfigurableResource):
@@ -17,3 +48,22 @@ class LakeResource(dg.ConfigurableResource):
 
     def lake(self) -> Lake:
         return Lake(self.uri, s3_endpoint=self.s3_endpoint, s3_region=self.s3_region, s3_max_attempts=self.s3_max_attempts)
+
+    def stage(self, context: dg.AssetExecutionContext) -> Stage:
+        """The run's staging area, opened (and orphans swept) on first use in the run."""
+        lake = self.lake()
+        run_id = context.run.run_id
+        stage = Stage(lake, run_id)
+        if stage.is_open():
+            return stage
+        record = context.instance.get_run_record_by_id(run_id)
+        started = (record.start_time if record and record.start_time else None) or time.time()
+        report = sweep_orphans(lake, before=started, run_alive=run_alive(context.instance))
+        if report.removed:
+            context.log.info(f"swept {len(report.removed)} orphaned staging/rejected entries: {report.removed[:10]}")
+        return stage.open(StageOwner.current(run_id, started_at=started))
+
+
+def lake_from_env() -> LakeResource:
+    """The lake resource named by DHS_LAKE (default ./lakehouse) and DHS_S3_ENDPOINT."""
+    return LakeResource(uri=os.environ.get("DHS_LAKE", "./lakehouse"), s3_endpoint=os.environ.get("DHS_S3_ENDPOINT") or None)
