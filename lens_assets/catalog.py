@@ -18,10 +18,11 @@ from darkhaloscope import audits as au
 from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_with_selection, recorded_selection
 from darkhaloscope.catalog.spark import negatives_dataframe, negatives_on_spark, positives_on_spark, training_catalog_on_spark
 from darkhaloscope.catalog.verify import split_fraction_report, strata_coverage, verify_cuts_with_duckdb, verify_exclusion_with_astropy, verify_split_disjoint
+from darkhaloscope.lake import STAGING_DIR
 from darkhaloscope.contracts import NEGATIVES, POSITIVES, SELECTION_FUNNEL, TRAINING_CATALOG, TRAINING_STRATA
 from darkhaloscope.survey.sweeps import SWEEP_DIM
 from resources import ComputeResource, LakeResource
-from resources.compute import QuietPySparkResource
+from resources.compute import CatalogLaunchResource, QuietPySparkResource
 
 from .common import OWNERS, as_metadata, check_specs, fail_fast_on_bad_input, gate, markdown_table
 from .partitions import sweep_partitions
@@ -61,13 +62,18 @@ class NegativesConfig(dg.Config):
     deps=[sweeps], group_name=GROUP, partitions_def=sweep_partitions, backfill_policy=dg.BackfillPolicy.single_run(), pool="spark",
     check_specs=check_specs(NEG, (au.NEGATIVES_CONTRACT, au.NEGATIVES_EXCLUSION, au.NEGATIVES_PASS_CUTS)) + check_specs(FUNNEL, (au.SELECTION_FUNNEL_CONTRACT,)),
 )
-def negatives(context: dg.AssetExecutionContext, config: NegativesConfig, pyspark: QuietPySparkResource, lake: LakeResource, known_lenses: pa.Table):
+def negatives(context: dg.AssetExecutionContext, config: NegativesConfig, pyspark: QuietPySparkResource, lake: LakeResource,
+              catalog_launch: CatalogLaunchResource, known_lenses: pa.Table):
     """Cuts: footprint, TYPE, nobs, z mag (non-positive flux rejected), maskbits, known-lens
-    exclusion radius. One Spark task per sweep file of the run's partitions."""
+    exclusion radius. One Spark task per sweep file of the run's partitions, on the local Spark
+    session or in a job launched through Dagster Pipes (``catalog_launch``)."""
     store, stage = lake.lake(), lake.stage(context)
     selection, names = config.selection(), list(context.partition_keys)
     with fail_fast_on_bad_input():
-        funnel = negatives_on_spark(pyspark.spark_session, store, known_lenses, selection, names=names, out=stage.area)
+        if catalog_launch.mode == "local":
+            funnel = negatives_on_spark(pyspark.spark_session, store, known_lenses, selection, names=names, out=stage.area)
+        else:
+            funnel = catalog_launch.run_negatives(context, lake.uri, lake.s3_endpoint, f"{STAGING_DIR}/{stage.owner}", names, selection.to_dict())
     neg = [stage.table(*NEG, {SWEEP_DIM: n}) for n in names]
     fun = [stage.table(*FUNNEL, {SWEEP_DIM: n}) for n in names]
     for staged, name in zip(fun, names):

@@ -3,6 +3,7 @@ the catalog stage's Spark session."""
 
 
 import dagster as dg
+from dagster_aws.s3 import S3Resource
 from dagster_pyspark.resources import LazyPySparkResource, spark_session_from_config
 
 
@@ -47,3 +48,36 @@ class QuietPySparkResource(LazyPySparkResource):
         conf = {**self.spark_config, **logging_conf(log)}
         with jvm_output_to(log):
             self._spark_session = spark_session_from_config(conf)
+
+
+class CatalogLaunchResource(dg.ConfigurableResource):
+    """Where the negatives' Spark job runs: ``local`` (in the asset's process, on the ``pyspark``
+    session; the default) or ``pipes-s3``: a separate process launched through Dagster Pipes
+    whose context and messages travel through the S3 bucket ``bucket`` (dagster-aws'
+    ``PipesS3ContextInjector`` / ``PipesS3MessageReader``) — the exchange a remote launcher such as
+    ``PipesEMRClient`` uses; here the process is started by ``PipesSubprocessClient``."""
+
+    mode: str = "local"
+    bucket: str = ""
+    s3: dg.ResourceDependency[S3Resource]
+
+    def run_negatives(self, context, lake_uri: str, s3_endpoint: str | None, staging: str, names: list[str], selection: dict) -> dict:
+        """Launch :mod:`lens_assets.remote.negatives_job`; returns the funnel it reported."""
+        import sys
+
+        from dagster_aws.pipes import PipesS3ContextInjector, PipesS3MessageReader
+
+        from darkhaloscope.catalog.spark import spark_settings
+
+        if self.mode != "pipes-s3" or not self.bucket:
+            raise ValueError(f"catalog launch mode {self.mode!r} with bucket {self.bucket!r}: expected 'pipes-s3' and a bucket")
+        client = self.s3.get_client()
+        pipes = dg.PipesSubprocessClient(context_injector=PipesS3ContextInjector(bucket=self.bucket, client=client, key_prefix="pipes/"),
+                                         message_reader=PipesS3MessageReader(bucket=self.bucket, client=client, interval=1))
+        extras = {"lake_uri": lake_uri, "s3_endpoint": s3_endpoint, "staging": staging, "names": names, "selection": selection,
+                  "spark_master": spark_settings()["spark.master"], "spark_log": spark_log_file()}
+        done = pipes.run(context=context, command=[sys.executable, "-m", "lens_assets.remote.negatives_job"], extras=extras)
+        funnels = [m["funnel"] for m in done.get_custom_messages() if isinstance(m, dict) and "funnel" in m]
+        if len(funnels) != 1:
+            raise RuntimeError(f"the negatives job reported {len(funnels)} funnels (expected one)")
+        return funnels[0]

@@ -47,7 +47,12 @@ class LakeResource(dg.ConfigurableResource):
     s3_max_attempts: int = 5
 
     def lake(self) -> Lake:
-        return Lake(self.uri, s3_endpoint=self.s3_endpoint, s3_region=self.s3_region, s3_max_attempts=self.s3_max_attempts)
+        lake = Lake(self.uri, s3_endpoint=self.s3_endpoint, s3_region=self.s3_region, s3_max_attempts=self.s3_max_attempts)
+        log = os.environ.get("DHS_LAKE_READ_LOG")
+        if log:
+            lake.__class__ = ReadRecordingLake
+            lake.read_log = log
+        return lake
 
     def stage(self, context: dg.AssetExecutionContext) -> Stage:
         """The run's staging area, opened (and orphans swept) on first use in the run."""
@@ -67,3 +72,54 @@ class LakeResource(dg.ConfigurableResource):
 def lake_from_env() -> LakeResource:
     """The lake resource named by DHS_LAKE (default ./lakehouse) and DHS_S3_ENDPOINT."""
     return LakeResource(uri=os.environ.get("DHS_LAKE", "./lakehouse"), s3_endpoint=os.environ.get("DHS_S3_ENDPOINT") or None)
+
+
+class ReadRecordingLake(Lake):
+    """A lake that appends one JSON line per table read inside an asset step to the file named by
+    ``DHS_LAKE_READ_LOG`` ({"reader": [asset keys of the step], "table": "group/table"}): the
+    end-to-end test checks that every table an asset reads is one of its upstream assets."""
+
+    read_log: str
+
+    def _record(self, group: str, asset: str) -> None:
+        import json
+
+        try:
+            context = dg.AssetExecutionContext.get()
+        except Exception:  # not inside an asset step (a sensor, the CLI, a Spark executor): nothing to check
+            return
+        keys = sorted(k.to_user_string() for k in context.assets_def.keys)
+        with open(self.read_log, "a") as f:
+            f.write(json.dumps({"reader": keys, "table": f"{group}/{asset}"}) + "\n")
+
+    def read_table(self, group, asset, *args, **kwargs):
+        self._record(group, asset)
+        return super().read_table(group, asset, *args, **kwargs)
+
+    def dataset(self, group, asset, *args, **kwargs):
+        self._record(group, asset)
+        return super().dataset(group, asset, *args, **kwargs)
+
+    def iter_batches(self, group, asset, *args, **kwargs):
+        self._record(group, asset)
+        return super().iter_batches(group, asset, *args, **kwargs)
+
+    def read_schema(self, group, asset, *args, **kwargs):
+        self._record(group, asset)
+        return super().read_schema(group, asset, *args, **kwargs)
+
+    def read_bytes(self, group, asset, *args, **kwargs):
+        self._record(group, asset)
+        return super().read_bytes(group, asset, *args, **kwargs)
+
+    def partitions(self, group, asset):
+        self._record(group, asset)
+        return super().partitions(group, asset)
+
+    def part_uris(self, group, asset):
+        self._record(group, asset)
+        return super().part_uris(group, asset)
+
+    def exists(self, group, asset, partition=None):
+        self._record(group, asset)
+        return super().exists(group, asset, partition)

@@ -13,10 +13,17 @@ from tests.support.chromium import CHROMIUM, SENTINEL, image_load_results
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_demo_runs_end_to_end(tmp_path):
-    env = dict(os.environ, DHS_LAKE=str(tmp_path / "lakehouse"), DAGSTER_HOME=str(tmp_path / "dagster_home"), DHS_MOCK_DIR=str(tmp_path / "mock"), DHS_PROFILE="demo", PYTHONWARNINGS="ignore")
+    reads = tmp_path / "reads.jsonl"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    env.update(DHS_LAKE=str(tmp_path / "lakehouse"), DAGSTER_HOME=str(tmp_path / "dagster_home"), DHS_MOCK_DIR=str(tmp_path / "mock"),
+               DHS_PROFILE="demo", DHS_LAKE_READ_LOG=str(reads))
     run = subprocess.run([sys.executable, "-m", "lens_assets.cli", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "Selection function C(theta_E, z_l)" in run.stdout and "Evaluation report:" in run.stdout
+    # a quiet console: progress lines and result tables only, no warnings, no Spark chatter
+    assert run.stderr == "", run.stderr[-4000:]
+    assert not [line for line in run.stdout.splitlines() if "WARN" in line or "Warning" in line or "log4j" in line]
+    assert (tmp_path / "dagster_home" / "logs" / "spark.log").stat().st_size > 0
 
     def query(sql):
         out = subprocess.run([sys.executable, "-m", "lens_assets.cli", "query", sql, "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True)
@@ -47,6 +54,38 @@ def test_demo_runs_end_to_end(tmp_path):
         x, y = WCS(hdul[0].header).celestial.world_to_pixel_values(lens["ra"], lens["dec"])
     assert abs(x - 50) < 0.5 and abs(y - 50) < 0.5
 
+    # every table in the lake is an asset, and every table an asset read is one of its upstreams
+    from definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    tables = query_tables(tmp_path, env)
+    assert {t["group"] + "/" + t["table"] for t in tables} <= {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert len(tables) >= 21
+    read_edges = {(tuple(r["reader"]), r["table"]) for r in map(json.loads, reads.read_text().splitlines())}
+    assert read_edges, "no reads were recorded"
+    undeclared = [(reader, table) for reader, table in read_edges if table not in upstream_of(graph, reader)]
+    assert undeclared == [], undeclared
+
     # a failing materialization names the asset and exits non-zero
     bad = subprocess.run([sys.executable, "-m", "lens_assets.cli", "materialize", "no_such_asset"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert bad.returncode == 1 and "unknown asset 'no_such_asset'" in bad.stderr
+
+
+def query_tables(tmp_path, env) -> list[dict]:
+    out = subprocess.run([sys.executable, "-m", "lens_assets.cli", "tables", "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def upstream_of(graph, readers) -> set[str]:
+    """The reader's own tables and every asset upstream of them (a table may read its own
+    published version, e.g. a resumed fetch)."""
+    import dagster as dg
+
+    seen, todo = set(), [dg.AssetKey.from_user_string(r) for r in readers]
+    while todo:
+        key = todo.pop()
+        if key not in seen:
+            seen.add(key)
+            todo.extend(graph.get(key).parent_keys)
+    return {k.to_user_string() for k in seen}
