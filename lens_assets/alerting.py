@@ -204,6 +204,9 @@ def alert_sensor(context: dg.SensorEvaluationContext, alert_sinks: AlertSinksRes
     # The cursor moves only after the log was written: if the lake is unreachable the tick
     # raises, the cursor stays, and the next tick retries the same runs.
     context.update_cursor(cursor)
+    from .ops import report_alerts_table
+
+    report_alerts_table(context.instance, alert_sinks.lake(), len(outcomes))
     failed = [o for o in outcomes if not o.ok]
     for o in failed:
         context.log.error(redact(f"alert {o.alert.dedup_key} not delivered to {sorted(o.errors)}"))

@@ -18,8 +18,8 @@ from darkhaloscope import audits as au
 from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_with_selection, recorded_selection
 from darkhaloscope.catalog.spark import negatives_dataframe, negatives_on_spark, positives_on_spark, training_catalog_on_spark
 from darkhaloscope.catalog.verify import split_fraction_report, strata_coverage, verify_cuts_with_duckdb, verify_exclusion_with_astropy, verify_split_disjoint
-from darkhaloscope.lake import STAGING_DIR
 from darkhaloscope.contracts import NEGATIVES, POSITIVES, SELECTION_FUNNEL, TRAINING_CATALOG, TRAINING_STRATA
+from darkhaloscope.lake import STAGING_DIR
 from darkhaloscope.survey.sweeps import SWEEP_DIM
 from resources import ComputeResource, LakeResource
 from resources.compute import CatalogLaunchResource, QuietPySparkResource

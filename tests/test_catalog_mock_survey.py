@@ -15,7 +15,9 @@ from darkhaloscope.survey.known_lenses import load_known_lenses
 from darkhaloscope.survey.mock_survey import MockSurveyConfig, generate_mock_survey
 from darkhaloscope.survey.sweeps import read_sweep
 from io_managers import LakeIOManager
+from lens_assets.alerting import deliver_run_alerts
 from resources import ComputeResource, LakeResource
+from resources.alert_sinks import AlertSinksResource
 from resources.compute import QuietPySparkResource
 from resources.config import spark_config
 from tests.spark_fixtures import spark  # noqa: F401  (fixture)
@@ -127,3 +129,7 @@ def test_a_negative_failing_a_cut_rejects_every_partition_of_the_run(spark, mock
     assert "negatives_pass_cuts" in failure.message and "_rejected" in failure.message
     kept = rejected(lake)
     assert sorted(k["table"] for k in kept) == ["catalog/negatives"] * 2 + ["catalog/selection_funnel"] * 2
+    sinks = AlertSinksResource(lake_uri=lake.uri).build_sinks()
+    sent = deliver_run_alerts(instance, result.run_id, sinks)
+    assert [(o.alert.kind, o.alert.check) for o in sent] == [("check_failed", "negatives_pass_cuts")]  # one incident, one alert
+    assert deliver_run_alerts(instance, result.run_id, sinks) == []

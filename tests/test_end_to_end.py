@@ -11,7 +11,7 @@ from tests.support.chromium import CHROMIUM, SENTINEL, image_load_results
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(2700)
 def test_demo_runs_end_to_end(tmp_path):
     reads = tmp_path / "reads.jsonl"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
