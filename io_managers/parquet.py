@@ -42,10 +42,9 @@ def _column_schema(schema: pa.Schema) -> dg.MetadataValue:
     return dg.MetadataValue.table_schema(dg.TableSchema(columns=[dg.TableColumn(f.name, str(f.type)) for f in schema]))
 
 
-class LakeIOManager(dg.ConfigurableIOManager):
-    """Publishes staged tables on output; loads published tables (or datasets) on input."""
-
-    lake: dg.ResourceDependency[LakeResource]
+class LakeIOManager(LakeResource, dg.ConfigurableIOManager):
+    """Publishes staged tables on output; loads published tables (or datasets) on input. Its
+    settings are the lake resource's (``uri``, ``s3_endpoint``, ...): give it the same values."""
 
     def handle_output(self, context: dg.OutputContext, obj: list[StagedTable] | None) -> None:
         if obj is None:
@@ -56,7 +55,7 @@ class LakeIOManager(dg.ConfigurableIOManager):
                             f"(a list of StagedTable), got {type(obj).__name__}")
         self._check_targets(context, staged)
         published = [s.publish() for s in staged]
-        lake = self.lake.lake()
+        lake = self.lake()
         schema = lake.read_schema(*table_location(context.asset_key), partition=staged[-1].partition)
         md = {
             "dagster/uri": dg.MetadataValue.path(published[0].uri if len(published) == 1 else lake.full_uri(lake.table_path(*table_location(context.asset_key)))),
@@ -83,7 +82,7 @@ class LakeIOManager(dg.ConfigurableIOManager):
                 raise dg.DagsterInvariantViolationError(f"{context.asset_key.to_user_string()}: staged partitions {got} != the run's {expected}")
 
     def load_input(self, context: dg.InputContext) -> pa.Table | ds.Dataset:
-        lake = self.lake.lake()
+        lake = self.lake()
         group, table = table_location(context.asset_key)
         partitions = None
         if context.has_asset_partitions:

@@ -59,7 +59,13 @@ class CatalogLaunchResource(dg.ConfigurableResource):
 
     mode: str = "local"
     bucket: str = ""
-    s3: dg.ResourceDependency[S3Resource]
+    s3_endpoint: str | None = None
+    s3_region: str = "us-east-1"
+
+    def s3_client(self):
+        """boto3 S3 client from dagster-aws' S3Resource (credentials from the AWS SDK's default
+        chain: environment, profile, instance role)."""
+        return S3Resource(endpoint_url=self.s3_endpoint, region_name=self.s3_region).get_client()
 
     def run_negatives(self, context, lake_uri: str, s3_endpoint: str | None, staging: str, names: list[str], selection: dict) -> dict:
         """Launch :mod:`lens_assets.remote.negatives_job`; returns the funnel it reported."""
@@ -71,7 +77,7 @@ class CatalogLaunchResource(dg.ConfigurableResource):
 
         if self.mode != "pipes-s3" or not self.bucket:
             raise ValueError(f"catalog launch mode {self.mode!r} with bucket {self.bucket!r}: expected 'pipes-s3' and a bucket")
-        client = self.s3.get_client()
+        client = self.s3_client()
         pipes = dg.PipesSubprocessClient(context_injector=PipesS3ContextInjector(bucket=self.bucket, client=client, key_prefix="pipes/"),
                                          message_reader=PipesS3MessageReader(bucket=self.bucket, client=client, interval=1))
         extras = {"lake_uri": lake_uri, "s3_endpoint": s3_endpoint, "staging": staging, "names": names, "selection": selection,

@@ -12,7 +12,6 @@ from .survey import SurveyResource
 def build_resources() -> dict:
     """Resource instances from DHS_* environment variables."""
     import dagster as dg
-    from dagster_aws.s3 import S3Resource
 
     from .compute import CatalogLaunchResource, QuietPySparkResource
 
@@ -31,17 +30,15 @@ def build_resources() -> dict:
         "pyspark": QuietPySparkResource(spark_config=spark_config(os.environ.get("DHS_SPARK_MASTER", "local[*]"))),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
-    # credentials come from the AWS SDK's default chain (environment, profile, instance role)
-    s3 = S3Resource(endpoint_url=s3_endpoint, region_name=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
     resources["catalog_launch"] = CatalogLaunchResource(
-        mode=os.environ.get("DHS_CATALOG_LAUNCH", "local"), bucket=os.environ.get("DHS_PIPES_BUCKET", ""), s3=s3)
+        mode=os.environ.get("DHS_CATALOG_LAUNCH", "local"), bucket=os.environ.get("DHS_PIPES_BUCKET", ""), s3_endpoint=s3_endpoint)
     from io_managers import LakeIOManager
 
     from .alert_sinks import AlertSinksResource
 
     resources["alert_sinks"] = AlertSinksResource()
 
-    resources["io_manager"] = LakeIOManager(lake=resources["lake"])
+    resources["io_manager"] = LakeIOManager(**resources["lake"].model_dump())
     return resources
 
 

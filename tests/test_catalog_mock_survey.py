@@ -60,7 +60,7 @@ def _catalog_lake(source: Lake, lenses: pa.Table, root) -> tuple[Lake, dict, dg.
         lake.write_table("survey", "sweeps", source.read_table("survey", "sweeps", partition=part), partition=part)
     lake.write_table("survey", "known_lenses", lenses)
     resource = LakeResource(uri=lake.uri)
-    resources = {"lake": resource, "io_manager": LakeIOManager(lake=resource), "compute": ComputeResource(profile="demo"),
+    resources = {"lake": resource, "io_manager": LakeIOManager(uri=resource.uri), "compute": ComputeResource(profile="demo"),
                  "pyspark": QuietPySparkResource(spark_config=spark_config("local[2]"))}
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("sweep_file", sorted(p["sweep_file"] for p in lake.partitions("survey", "sweeps")))

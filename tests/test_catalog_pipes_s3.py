@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dagster as dg
 import pytest
-from dagster_aws.s3 import S3Resource
 
 import lens_assets.catalog as catalog
 from darkhaloscope.lake import PART_FILE, Lake
@@ -33,7 +32,7 @@ def _lake(root) -> Lake:
 
 def _negatives(lake: Lake, launch: CatalogLaunchResource):
     resource = LakeResource(uri=lake.uri)
-    resources = {"lake": resource, "io_manager": LakeIOManager(lake=resource), "compute": ComputeResource(profile="demo"),
+    resources = {"lake": resource, "io_manager": LakeIOManager(uri=resource.uri), "compute": ComputeResource(profile="demo"),
                  "pyspark": QuietPySparkResource(spark_config=spark_config("local[2]")), "catalog_launch": launch}
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("sweep_file", NAMES)
@@ -44,10 +43,9 @@ def _negatives(lake: Lake, launch: CatalogLaunchResource):
 def test_negatives_job_launched_through_pipes_on_s3_publishes_what_the_local_path_publishes(tmp_path, s3_server, spark, monkeypatch):  # noqa: F811
     bucket = fresh_bucket(s3_server)
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_server.endpoint_url)  # the job's boto3 client finds the server here
-    s3 = S3Resource(endpoint_url=s3_server.endpoint_url, region_name="us-east-1")
     local, remote = _lake(tmp_path / "local"), _lake(tmp_path / "remote")
-    _negatives(local, CatalogLaunchResource(mode="local", s3=s3))
-    result = _negatives(remote, CatalogLaunchResource(mode="pipes-s3", bucket=bucket, s3=s3))
+    _negatives(local, CatalogLaunchResource(mode="local"))
+    result = _negatives(remote, CatalogLaunchResource(mode="pipes-s3", bucket=bucket, s3_endpoint=s3_server.endpoint_url))
 
     assert {e.check_name: e.passed for e in result.get_asset_check_evaluations()} == {
         "negatives_contract": True, "negatives_exclusion": True, "negatives_pass_cuts": True, "selection_funnel_contract": True}

@@ -39,7 +39,7 @@ def _run(lake: Lake):
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("sweep_file", [SWEEP])
     resource = LakeResource(uri=lake.uri)
-    return run_assets([cutout_validation.key], {"lake": resource, "io_manager": LakeIOManager(lake=resource)}, instance, raise_on_error=False)
+    return run_assets([cutout_validation.key], {"lake": resource, "io_manager": LakeIOManager(uri=resource.uri)}, instance, raise_on_error=False)
 
 
 def _materialize(tmp_path, table: pa.Table):

@@ -38,7 +38,7 @@ def _catalog(lake: Lake, n: int = 4) -> pa.Table:
 def _resources(tmp_path, server) -> dict:
     lake = LakeResource(uri=str(tmp_path / "lake"))
     return {"lake": lake, "survey": SurveyResource(survey=str(tmp_path / "no-mirror")),
-            "imaging": ImagingResource(cutout_source=server.base_url), "io_manager": LakeIOManager(lake=lake)}
+            "imaging": ImagingResource(cutout_source=server.base_url), "io_manager": LakeIOManager(uri=lake.uri)}
 
 
 def test_service_cutouts_are_committed_failures_recorded_and_not_fetched_again(tmp_path):

@@ -46,7 +46,7 @@ def planned(tmp_path):
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("sweep_file", [SWEEP])
     resource = LakeResource(uri=lake.uri)
-    resources = {"lake": resource, "io_manager": LakeIOManager(lake=resource), "compute": ComputeResource(device="cpu", profile="demo")}
+    resources = {"lake": resource, "io_manager": LakeIOManager(uri=resource.uri), "compute": ComputeResource(device="cpu", profile="demo")}
     run_assets([injection.injection_plan.key], resources, instance, run_config={"ops": {"injection__injection_plan": {"config": PLAN}}})
     injection_batch_change(instance, lake).apply(instance)
     return lake, instance, resources

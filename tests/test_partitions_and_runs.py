@@ -82,7 +82,7 @@ def test_injection_batch_sensor_follows_the_published_plan(tmp_path):
 def _survey_defs(tmp_path, lake: Lake) -> dg.Definitions:
     resource = LakeResource(uri=lake.uri)
     return dg.Definitions(assets=[sweep_files, sweeps, known_lenses], resources={
-        "survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": resource, "io_manager": LakeIOManager(lake=resource),
+        "survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": resource, "io_manager": LakeIOManager(uri=resource.uri),
         "alert_sinks": AlertSinksResource(lake_uri=lake.uri)})
 
 

@@ -66,7 +66,7 @@ def _lake(tmp_path) -> Lake:
 def test_failed_injections_and_bad_stamps_are_unscorable_and_thresholds_use_held_out_negatives(tmp_path):
     lake = _lake(tmp_path)
     resource = LakeResource(uri=lake.uri)
-    resources = {"lake": resource, "io_manager": LakeIOManager(lake=resource), "compute": ComputeResource(device="cpu", profile="demo")}
+    resources = {"lake": resource, "io_manager": LakeIOManager(uri=resource.uri), "compute": ComputeResource(device="cpu", profile="demo")}
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(sweep_partitions.name, [SWEEP])
     instance.add_dynamic_partitions(injection_batches.name, ["batch-00000"])

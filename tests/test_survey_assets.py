@@ -37,7 +37,7 @@ def _defs(tmp_path, lake: Lake) -> dg.Definitions:
     return dg.Definitions(
         assets=[survey.sweep_files, survey.sweeps],
         resources={"survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": lake_resource,
-                   "alert_sinks": AlertSinksResource(lake_uri=lake.uri), "io_manager": LakeIOManager(lake=lake_resource)},
+                   "alert_sinks": AlertSinksResource(lake_uri=lake.uri), "io_manager": LakeIOManager(uri=lake_resource.uri)},
     )
 
 
