@@ -163,6 +163,7 @@ SWEEP_FILES_CONTRACT = Audit("sweep_files_contract", "unique sweep file names wi
 SWEEPS_CONTRACT = Audit("sweeps_contract", "schema, types, key uniqueness and coordinate ranges match the sweeps contract")
 SWEEPS_ROW_COUNT = Audit("sweeps_row_count", "row count equals the FITS row count")
 SWEEPS_INSIDE_BOX = Audit("sweeps_inside_box", "every row lies inside the sky box in its file name")
+SWEEPS_UNIQUE_ACROSS_PARTITIONS = Audit("sweeps_unique_across_partitions", "no object of this sweep file is also in another sweep file's partition")
 KNOWN_LENSES_CONTRACT = Audit("known_lenses_contract", "schema, unique names and valid coordinates")
 NEGATIVES_CONTRACT = Audit("negatives_contract", "schema, unique object ids, pools and splits match the contract")
 NEGATIVES_EXCLUSION = Audit("negatives_exclusion", "no negative within the exclusion radius of a known lens (independent astropy cross-match)")

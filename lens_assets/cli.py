@@ -35,6 +35,8 @@ def _lake():
 def cmd_materialize(args) -> int:
     from definitions import defs
 
+    from darkhaloscope.errors import PERMANENT_ERRORS
+
     from .orchestration import MaterializeError, Materializer
 
     try:
@@ -42,18 +44,24 @@ def cmd_materialize(args) -> int:
     except MaterializeError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
+    except (*PERMANENT_ERRORS, OSError) as exc:  # the lake failed outside a run (planning what is missing)
+        print(f"FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_query(args) -> int:
-    from darkhaloscope.query import format_rows, run_query
+    from darkhaloscope.errors import StorageError
+    from darkhaloscope.query import format_rows, query
 
     try:
-        cols, rows = run_query(_lake(), args.sql)
-    except (InputError, CredentialError) as exc:
+        result = query(_lake(), args.sql, timeout_s=args.timeout, max_rows=args.max_rows)
+    except (InputError, CredentialError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(format_rows(cols, rows, args.format))
+    print(format_rows(result.columns, result.rows, args.format))
+    if result.truncated:
+        print(f"note: output cut at {args.max_rows:,} rows (--max-rows); the query has more", file=sys.stderr)
     return 0
 
 
@@ -143,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("query", help="read-only SQL over the lake (every table is a view)")
     q.add_argument("sql")
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    q.add_argument("--timeout", type=float, default=60.0, metavar="S", help="interrupt the query after S seconds (default 60)")
+    q.add_argument("--max-rows", type=int, default=10_000, metavar="N", help="print at most N rows (default 10,000; a note says when cut)")
     q.set_defaults(func=cmd_query)
     t = sub.add_parser("tables", help="tables with row counts, partitions and URIs")
     t.add_argument("--format", choices=["table", "csv", "json"], default="table")

@@ -18,7 +18,7 @@ import dagster as dg
 import pyarrow as pa
 
 from darkhaloscope.audits import Audit, AuditOutcome, blocking_failures
-from darkhaloscope.errors import CredentialError, InputError
+from darkhaloscope.errors import PERMANENT_ERRORS
 from darkhaloscope.staging import StagedTable
 
 OWNERS = ["team:dark-halo-scope"]
@@ -104,14 +104,12 @@ def gate(
 
 @contextmanager
 def fail_fast_on_bad_input() -> Iterator[None]:
-    """Bad input and credential errors fail the step once, without retries.
-
-    Retry policies exist for transient network/S3 faults; retrying a malformed file or an
-    expired key only repeats the error (and could hammer a service with bad credentials).
-    """
+    """Permanent errors (bad input, refused credentials, a lake that is not a writable folder)
+    fail the step once, without retries: retrying only repeats the error (and could hammer a
+    service with bad credentials)."""
     try:
         yield
-    except (InputError, CredentialError) as exc:
+    except PERMANENT_ERRORS as exc:
         raise dg.Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
 
 

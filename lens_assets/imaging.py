@@ -33,7 +33,6 @@ from .survey import sweeps
 
 GROUP = "imaging"
 CUTOUTS_KEY, VALIDATION_KEY = (GROUP, "cutouts"), (GROUP, "cutout_validation")
-NETWORK_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 VALIDATION_AUDITS = (au.CUTOUT_VALIDATION_CONTRACT, au.POSITIVES_ALL_VALID, au.NEGATIVES_MOSTLY_VALID, au.NO_CORE_BRIGHTNESS_SHORTCUT)
 
 
@@ -42,7 +41,7 @@ VALIDATION_AUDITS = (au.CUTOUT_VALIDATION_CONTRACT, au.POSITIVES_ALL_VALID, au.N
     ins={"negatives": dg.AssetIn(list(NEG)), "positives": dg.AssetIn(list(POS)), "training_catalog": dg.AssetIn(list(CAT))},
     # the mock sky is drawn from every sweeps partition (a stamp near a file's edge sees its neighbours)
     deps=[dg.AssetDep(sweeps, partition_mapping=dg.AllPartitionMapping())],
-    retry_policy=NETWORK_RETRY, check_specs=check_specs(CUTOUTS_KEY, (au.CUTOUTS_CONTRACT,)),
+    check_specs=check_specs(CUTOUTS_KEY, (au.CUTOUTS_CONTRACT,)),
 )
 def cutouts(context: dg.AssetExecutionContext, lake: LakeResource, survey: SurveyResource, imaging: ImagingResource,
             negatives: pa.Table, positives: pa.Table, training_catalog: pa.Table):

@@ -198,7 +198,8 @@ def failure_message(result) -> str:
     for ev in result.all_events:
         if ev.event_type_value == "STEP_FAILURE":
             err = ev.event_specific_data.error
-            while err is not None and err.cause is not None and "DagsterExecutionStepExecutionError" in (err.cls_name or ""):
+            # Dagster wraps the user's error (step, input loading, output handling): show the cause
+            while err is not None and err.cause is not None and (err.cls_name or "").startswith("DagsterExecution"):
                 err = err.cause
             msgs.append(f"{ev.step_key}: {err.cls_name}: {err.message.strip()}" if err else ev.message)
     return "; ".join(msgs) or "run failed"

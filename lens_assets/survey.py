@@ -13,43 +13,51 @@ from darkhaloscope import audits as au
 from darkhaloscope.contracts import KNOWN_LENSES, SWEEP_FILES, SWEEPS
 from darkhaloscope.survey.known_lenses import load_known_lenses
 from darkhaloscope.survey.manifest import sweep_manifest
-from darkhaloscope.survey.sweeps import SWEEP_DIM, ingest_sweep, parse_sweep_filename
+from darkhaloscope.survey.sweeps import SWEEP_DIM, check_one_file_per_box, ingest_sweep, objects_in_other_sweeps, parse_sweep_filename, remove_vanished_sweeps
 from resources import LakeResource, SurveyResource
 
 from .common import OWNERS, as_metadata, check_specs, fail_fast_on_bad_input, gate
 from .partitions import sweep_partitions
 
 GROUP = "survey"
-S3_RETRY = dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 SWEEP_FILES_AUDITS = (au.SWEEP_FILES_CONTRACT,)
-SWEEPS_AUDITS = (au.SWEEPS_CONTRACT, au.SWEEPS_ROW_COUNT, au.SWEEPS_INSIDE_BOX)
+SWEEPS_AUDITS = (au.SWEEPS_CONTRACT, au.SWEEPS_ROW_COUNT, au.SWEEPS_INSIDE_BOX, au.SWEEPS_UNIQUE_ACROSS_PARTITIONS)
 KNOWN_LENSES_AUDITS = (au.KNOWN_LENSES_CONTRACT,)
 
 
 @dg.asset(key=[GROUP, "sweep_files"], group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="2",
-          retry_policy=S3_RETRY, check_specs=check_specs([GROUP, "sweep_files"], SWEEP_FILES_AUDITS))
+          check_specs=check_specs([GROUP, "sweep_files"], SWEEP_FILES_AUDITS))
 def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource, lake: LakeResource):
-    """Manifest of the survey's sweep files (name, sky box in degrees, size in bytes). The
-    ``sweep_file`` partitions themselves are registered by ``sweep_file_sensor`` (and by ``dhs``)."""
+    """Manifest of the survey's sweep files (name, sky box in degrees, size in bytes); two files
+    for overlapping sky boxes are refused. The partitions of files that left the survey are
+    removed from every table partitioned by sweep file (logged and in the metadata); the
+    ``sweep_file`` partitions themselves are kept in step by ``sweep_file_sensor`` (and by ``dhs``)."""
     from resources.survey import SWEEP_DIR
 
     with fail_fast_on_bad_input():
         names = survey.sweep_files()
+        check_one_file_per_box(names)
         fs, root = survey.filesystem()
         sizes = [i.size for i in fs.get_file_info([f"{root}/{SWEEP_DIR}/{n}" for n in names])]
         table = sweep_manifest(names, sizes)
     staged = lake.stage(context).table(GROUP, "sweep_files")
     staged.write(table)
     outcomes = [au.contract_audit(au.SWEEP_FILES_CONTRACT, staged.read(), SWEEP_FILES)]
-    yield from gate(context, {(GROUP, "sweep_files"): ([staged], outcomes)})
+    with fail_fast_on_bad_input():
+        removed = remove_vanished_sweeps(lake.lake(), names) if not au.blocking_failures(outcomes) else []
+    for r in removed:
+        context.log.warning(f"removed {r['table']} partition {r['partition']}: its sweep file is no longer in the survey")
+    md = as_metadata({"removed_partitions": removed, "n_removed_partitions": len(removed)})
+    yield from gate(context, {(GROUP, "sweep_files"): ([staged], outcomes)}, {(GROUP, "sweep_files"): md})
 
 
 @dg.asset(key=[GROUP, "sweeps"], group_name=GROUP, partitions_def=sweep_partitions, deps=[sweep_files], kinds={"parquet"},
-          owners=OWNERS, code_version="2", retry_policy=S3_RETRY, check_specs=check_specs([GROUP, "sweeps"], SWEEPS_AUDITS))
+          owners=OWNERS, code_version="2", check_specs=check_specs([GROUP, "sweeps"], SWEEPS_AUDITS))
 def sweeps(context: dg.AssetExecutionContext, survey: SurveyResource, lake: LakeResource):
     """One sweep file read into Arrow (lower-case DR10 columns, HEALPix indices, provenance),
     streamed in record batches into its staged partition, audited (contract, row count against
-    the FITS header, rows inside the file's sky box) and published."""
+    the FITS header, rows inside the file's sky box, no object also in another published
+    partition) and published."""
     name = context.partition_key
     staged = lake.stage(context).table(GROUP, "sweeps", {SWEEP_DIM: name})
     with fail_fast_on_bad_input(), survey.local_sweep(name) as path:
@@ -61,9 +69,15 @@ def sweeps(context: dg.AssetExecutionContext, survey: SurveyResource, lake: Lake
         au.contract_audit(au.SWEEPS_CONTRACT, staged.dataset(), SWEEPS),
         au.equal_counts_audit(au.SWEEPS_ROW_COUNT, n_fits, staged.num_rows(), name),
         au.inside_box_audit(au.SWEEPS_INSIDE_BOX, staged.read(columns=["ra", "dec"]), box.ra_min, box.ra_max, box.dec_min, box.dec_max),
+        _unique_across_partitions(lake.lake(), name, staged.read(columns=["object_id"]).column("object_id").to_numpy()),
     ]
     md = {(GROUP, "sweeps"): {"fits_rows": n_fits, "data_model": info["data_model"]}}
     yield from gate(context, {(GROUP, "sweeps"): ([staged], outcomes)}, md)
+
+
+def _unique_across_partitions(store, name: str, object_ids) -> au.AuditOutcome:
+    found = objects_in_other_sweeps(store, name, object_ids=object_ids)
+    return au.count_audit(au.SWEEPS_UNIQUE_ACROSS_PARTITIONS, found["duplicates"], f"object(s) of {name} also in {sorted(found['with'])}", found)
 
 
 @dg.asset(key=[GROUP, "known_lenses"], group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="2",
