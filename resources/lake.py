@@ -13,6 +13,7 @@ import time
 
 import dagster as dg
 
+from darkhaloscope.errors import PERMANENT_ERRORS
 from darkhaloscope.lake import Lake
 from darkhaloscope.staging import Stage, StageOwner, owner_process_alive, sweep_orphans
 
@@ -55,7 +56,14 @@ class LakeResource(dg.ConfigurableResource):
         return lake
 
     def stage(self, context: dg.AssetExecutionContext) -> Stage:
-        """The run's staging area, opened (and orphans swept) on first use in the run."""
+        """The run's staging area, opened (and orphans swept) on first use in the run; a lake that
+        cannot be used (permanent storage errors) fails the step once, without retries."""
+        try:
+            return self._open_stage(context)
+        except PERMANENT_ERRORS as exc:
+            raise dg.Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
+
+    def _open_stage(self, context: dg.AssetExecutionContext) -> Stage:
         lake = self.lake()
         run_id = context.run.run_id
         stage = Stage(lake, run_id)
