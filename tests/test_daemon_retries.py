@@ -52,7 +52,7 @@ def _retry_decision(instance: dg.DagsterInstance, run_id: str) -> tuple[str | No
 
 
 def _alerts_for(rx: WebhookReceiver, run_id: str) -> list[dict]:
-    return [r.json() for r in rx.received if r.json().get("run_id") == run_id]
+    return [r.json() for r in rx.accepted() if r.json().get("run_id") == run_id]
 
 
 @pytest.mark.timeout(600)

@@ -78,7 +78,7 @@ def test_a_contract_violation_is_rejected_and_the_published_partition_stays_byte
     assert published_files(lake) == before
     run = instance.get_runs(limit=1)[0]
     evaluations = {e.check_name: e.passed for e in _evaluations(instance, run.run_id)}
-    assert evaluations == {"sweeps_contract": False, "sweeps_row_count": False, "sweeps_inside_box": True}
+    assert evaluations == {"sweeps_contract": False, "sweeps_row_count": False, "sweeps_inside_box": True, "sweeps_unique_across_partitions": True}
     assert not [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.event_type_value in ("ASSET_MATERIALIZATION", "STEP_UP_FOR_RETRY")]
     alerts = run_alerts(lake, run.run_id)
     assert [(a["kind"], a["check"]) for a in alerts if a["severity"] == "ERROR"] == [("check_failed", "sweeps_contract"), ("check_failed", "sweeps_row_count")]
