@@ -23,7 +23,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from darkhaloscope.constants import BANDS  # noqa: E402
-from darkhaloscope.imaging.bricks import BrickImageSource, BrickTable, coadd_path  # noqa: E402
+from darkhaloscope.imaging.bricks import BrickTable  # noqa: E402
+from darkhaloscope.imaging.coadd import BrickImageSource, coadd_path  # noqa: E402
 from darkhaloscope.imaging.mock_sky import MockSky  # noqa: E402
 from darkhaloscope.seeding import rng_for  # noqa: E402
 
