@@ -5,13 +5,16 @@ DR10-like distributions) once, stores it as 4 sweeps partitions (4 sweep files) 
 benchmarks/out/, and measures:
 
 - the cuts alone (cuts.cut_masks) and select_negatives on the table in memory, with Arrow and
-  numpy held to one thread, in rows per second per core;
+  numpy held to one thread, in rows per second per core; against them the peer at its best for
+  columnar predicates, DuckDB evaluating the same five cuts in SQL on the same in-memory Arrow
+  table (catalog.verify.verify_cuts_with_duckdb; run under ``taskset -c 0`` so it has one core too);
 - the obvious baseline: one sweep file built in-process by the stage's unit of work
   (sweep_tasks.build_negative_partition: Parquet read, cuts, description, sort, commit);
 - the same through Spark local[2] (negatives_on_spark: one task per sweep file on the executors)
   for lakes holding 1, 2 and 4 of the files, against the in-process loop over the same files.
 
-Run: ``python benchmarks/bench_negatives.py [--rows 3000000]``.
+Run: ``taskset -c 0 python benchmarks/bench_negatives.py [--rows 3000000]`` (one core; Spark's
+local[2] then shares it, so drop ``taskset`` for the Spark figures).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from darkhaloscope.catalog.cuts import KnownLensIndex, NegativeSelectionConfig, cut_masks, select_negatives  # noqa: E402
 from darkhaloscope.catalog.sweep_tasks import build_negative_partition, sweep_file_names  # noqa: E402
+from darkhaloscope.catalog.verify import verify_cuts_with_duckdb  # noqa: E402
 from darkhaloscope.survey.sweeps import SWEEPS_TABLE  # noqa: E402
 from darkhaloscope.lake import PART_FILE, Lake  # noqa: E402
 from tests.spark_fixtures import known_lenses_table, synthetic_sweeps  # noqa: E402
@@ -100,13 +104,15 @@ def best_of(fn, repeats: int = 3) -> float:
 
 
 def measure_in_memory(path: Path, config: NegativeSelectionConfig):
-    """(rows, known lenses, negatives, cuts time, select_negatives time) on the table in memory."""
+    """(rows, known lenses, negatives, cuts time, select_negatives time, DuckDB cuts time) on the
+    table in memory."""
     table = pq.read_table(path)
     lenses = lenses_for(table)
     index = KnownLensIndex.from_table(lenses)
     t_cuts = best_of(lambda: cut_masks(table, config))
     t_select = best_of(lambda: select_negatives(table, index, config))
-    return table.num_rows, lenses, select_negatives(table, index, config)[0], t_cuts, t_select
+    t_duckdb = best_of(lambda: verify_cuts_with_duckdb(table, config))
+    return table.num_rows, lenses, select_negatives(table, index, config)[0], t_cuts, t_select, t_duckdb
 
 
 def main() -> None:
@@ -119,7 +125,7 @@ def main() -> None:
     config = NegativeSelectionConfig()
     lakes = {k: lake_with_files(args.rows, k) for k in (1, 2, 4)}
 
-    n, lenses, neg, t_cuts, t_select = measure_in_memory(make_input(args.rows), config)
+    n, lenses, neg, t_cuts, t_select, t_duckdb = measure_in_memory(make_input(args.rows), config)
     index = KnownLensIndex.from_table(lenses)
 
     def inproc_run(k: int) -> float:
@@ -155,6 +161,9 @@ def main() -> None:
         "known_lenses": lenses.num_rows,
         "inproc_cuts_s": round(t_cuts, 4),
         "inproc_cuts_rows_per_s_per_core": round(n / t_cuts),
+        "duckdb_cuts_s": round(t_duckdb, 4),
+        "duckdb_cuts_rows_per_s": round(n / t_duckdb),
+        "inproc_cuts_over_duckdb_speed": round(t_duckdb / t_cuts, 2),
         "inproc_select_s": round(t_select, 4),
         "inproc_select_rows_per_s_per_core": round(n / t_select),
         "inproc_s_by_files": {str(k): round(v, 3) for k, v in inproc_times.items()},
@@ -165,6 +174,7 @@ def main() -> None:
         "targets": {"cuts_rows_per_s_per_core": 5_000_000, "spark_over_inproc_max_at_1_file": 2.0},
         "cpu_count": os.cpu_count(),
         "load_avg_1m": round(os.getloadavg()[0], 2),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),
     }
     print(json.dumps(result))
 

@@ -30,8 +30,11 @@ class BrickImageSource:
     files are absent is zeros with invvar 0, flagged in ``band_missing``; no target fails.
     """
 
-    #: Use tile-aware section reads when targets × per-target tiles < this fraction of the brick's tiles.
-    SECTION_FRACTION = 0.25
+    #: Use tile-aware section reads when targets × per-target tiles (an upper bound: a stamp touches
+    #: ~4 of 9 when tiles are 100²) < this multiple of the brick's tiles. Measured with
+    #: benchmarks/bench_cutouts.py: at 125 targets per brick sections are ~2x faster than
+    #: decompressing whole files; whole files win from ~300 targets per brick.
+    SECTION_FRACTION = 2.0
     #: Reading is cheap and repeatable: callers need not commit chunks of cutouts as they arrive.
     checkpoint_chunks = False
 
