@@ -1,7 +1,7 @@
 """Single cutouts for ``dhs cutout``: checked requests, and a FITS cube like the Legacy Surveys
 service or a PNG.
 
-FITS layout (shared/reference/science.md §2.6): primary HDU float32 (band, y, x) in nanomaggies
+FITS layout (as the Legacy Surveys viewer's ``fits-cutout`` endpoint writes it): primary HDU float32 (band, y, x) in nanomaggies
 per pixel with IMAGETYP='IMAGE', BANDS='grz', BAND0.., and a TAN WCS centred on the target (North
 up, East left); an optional second HDU of the same shape with IMAGETYP='INVVAR' (1/nmgy²).
 """
