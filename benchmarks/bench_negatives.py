@@ -6,15 +6,15 @@ benchmarks/out/, and measures:
 
 - the cuts alone (cuts.cut_masks) and select_negatives on the table in memory, with Arrow and
   numpy held to one thread, in rows per second per core; against them the peer at its best for
-  columnar predicates, DuckDB evaluating the same five cuts in SQL on the same in-memory Arrow
-  table (catalog.verify.verify_cuts_with_duckdb; run under ``taskset -c 0`` so it has one core too);
+  columnar predicates, DuckDB (one thread) computing the same five pass masks in SQL from the same
+  in-memory Arrow table and returning them as Arrow columns (the same output as cut_masks);
 - the obvious baseline: one sweep file built in-process by the stage's unit of work
   (sweep_tasks.build_negative_partition: Parquet read, cuts, description, sort, commit);
 - the same through Spark local[2] (negatives_on_spark: one task per sweep file on the executors)
   for lakes holding 1, 2 and 4 of the files, against the in-process loop over the same files.
 
-Run: ``taskset -c 0 python benchmarks/bench_negatives.py [--rows 3000000]`` (one core; Spark's
-local[2] then shares it, so drop ``taskset`` for the Spark figures).
+Run: ``python benchmarks/bench_negatives.py [--rows 3000000]`` (the single-core figures hold Arrow,
+numpy and DuckDB to one thread; Spark local[2] gets the machine's two cores).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from darkhaloscope.catalog.cuts import KnownLensIndex, NegativeSelectionConfig, cut_masks, select_negatives  # noqa: E402
 from darkhaloscope.catalog.sweep_tasks import build_negative_partition, sweep_file_names  # noqa: E402
-from darkhaloscope.catalog.verify import verify_cuts_with_duckdb  # noqa: E402
 from darkhaloscope.survey.sweeps import SWEEPS_TABLE  # noqa: E402
 from darkhaloscope.lake import PART_FILE, Lake  # noqa: E402
 from tests.spark_fixtures import known_lenses_table, synthetic_sweeps  # noqa: E402
@@ -94,6 +93,26 @@ def lenses_for(table: pa.Table, n: int = 5000) -> pa.Table:
     return known_lenses_table([{"ra": r, "dec": d + 2.0 / 3600} for r, d in zip(ra, dec)])
 
 
+def duckdb_cut_masks(table: pa.Table, config: NegativeSelectionConfig) -> pa.Table:
+    """The five pass masks of cuts.cut_masks, computed by DuckDB on one thread (nulls fail a cut)."""
+    import duckdb
+
+    types = ", ".join("'" + t.replace("'", "''") + "'" for t in sorted(config.types))
+    nobs = " AND ".join(f"coalesce(nobs_{b} >= {int(config.min_nobs)}, false)" for b in config.nobs_bands)
+    sql = (
+        f"SELECT coalesce(dec > {config.dec_min!r} AND dec < {config.dec_max!r}, false) AS dec_footprint, "
+        f"coalesce(trim(type) IN ({types}), false) AS type, "
+        f"coalesce((maskbits & {int(config.maskbit_mask)}) = 0, false) AS maskbits, {nobs} AS nobs, "
+        f"coalesce(flux_z > {config.zflux_min!r}, false) AS zmag FROM sweeps"
+    )
+    con = duckdb.connect(config={"threads": 1})
+    try:
+        con.register("sweeps", table)
+        return con.sql(sql).to_arrow_table()
+    finally:
+        con.close()
+
+
 def best_of(fn, repeats: int = 3) -> float:
     times = []
     for _ in range(repeats):
@@ -111,7 +130,12 @@ def measure_in_memory(path: Path, config: NegativeSelectionConfig):
     index = KnownLensIndex.from_table(lenses)
     t_cuts = best_of(lambda: cut_masks(table, config))
     t_select = best_of(lambda: select_negatives(table, index, config))
-    t_duckdb = best_of(lambda: verify_cuts_with_duckdb(table, config))
+    ours = cut_masks(table, config)
+    theirs = duckdb_cut_masks(table, config)
+    for name, mask in ours.items():  # same answer before comparing speed
+        if not (theirs.column(name).to_numpy(zero_copy_only=False) == mask).all():
+            raise AssertionError(f"DuckDB and cut_masks disagree on cut {name!r}")
+    t_duckdb = best_of(lambda: duckdb_cut_masks(table, config))
     return table.num_rows, lenses, select_negatives(table, index, config)[0], t_cuts, t_select, t_duckdb
 
 

@@ -7,7 +7,7 @@ Sources: :class:`~darkhaloscope.imaging.coadd.BrickImageSource` (a DR10 coadd mi
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -15,6 +15,7 @@ from ..constants import STAMP_SIZE
 from .batch import CutoutBatch
 
 
+@runtime_checkable
 class ImageSource(Protocol):
     """Anything that cuts g, r, z stamps around sky positions.
 
