@@ -241,11 +241,8 @@ def cmd_cutout(args) -> int:
     except (InputError, CredentialError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except CutoutUnavailable as exc:
+    except (CutoutUnavailable, OSError) as exc:  # OSError: the survey or the output file (its message names the path)
         print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"error: cannot write {args.out}: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {path}")
     return 0

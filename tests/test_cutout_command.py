@@ -115,11 +115,14 @@ def test_the_size_limit_is_configurable(dhs, mirror, tmp_path, monkeypatch):
     assert code == 2 and "DHS_CUTOUT_MAX_SIZE='lots'" in err
 
 
-def test_cutout_service_failures_exit_1_and_fetches_pass(dhs, tmp_path):
+def test_fetch_and_write_failures_exit_1_and_fetches_pass(dhs, tmp_path):
     with CutoutServer(size=15) as srv:
         srv.script(20.0, 5.0, [404])
         code, _, err = dhs(20.0, 5.0, "--size", 15, "--out", tmp_path / "a.fits", source=srv.base_url)
         assert code == 1 and "could not be fetched: http_404" in err
+        (tmp_path / "afile").write_text("not a folder")
+        code, _, err = dhs(21.0, 5.0, "--size", 15, "--out", tmp_path / "afile" / "b.fits", source=srv.base_url)
+        assert code == 1 and err.startswith("error: ") and "afile" in err
         code, _, err = dhs(21.0, 5.0, "--size", 15, "--out", tmp_path / "b.fits", source=srv.base_url)
     assert code == 0, err
     with fits.open(tmp_path / "b.fits") as h:
