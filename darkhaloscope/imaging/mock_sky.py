@@ -40,8 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..constants import BANDS, BRICK_SIZE, PIXEL_SCALE_ARCSEC, STAMP_SIZE
+from ..constants import AB_ZEROPOINT, BANDS, BRICK_SIZE, PIXEL_SCALE_ARCSEC, STAMP_SIZE
 from ..errors import InputError
+from ..lensing.source import flux_from_mag
 from ..profiles import sersic_b_n, sersic_surface_brightness
 from ..psf import GAUSSIAN_FWHM_PER_SIGMA, MOFFAT_BETA, SURVEY_PSF_PROFILE, kernel_radius_pix, psf_kernels
 from ..seeding import rng_for
@@ -57,6 +58,11 @@ from .bricks import (
 
 #: Version key of the mock sky's noise seeds; change it and every noise pixel changes.
 MOCK_SKY_KEY = "dhs-mock-sky-v1"
+#: Sweep columns the mock sky draws its sources from.
+MOCK_SKY_COLUMNS = [
+    "ra", "dec", "type", "flux_g", "flux_r", "flux_z", "shape_r", "shape_e1", "shape_e2", "sersic",
+    "psfsize_g", "psfsize_r", "psfsize_z", "psfdepth_g", "psfdepth_r", "psfdepth_z", "maskbits",
+]
 #: FFT stamp sizes (pixels) a source is rendered on; the largest bounds a galaxy's extent.
 STAMP_CLASSES = (24, 32, 48, 64, 96, 128, 192, 256)
 #: PSF kernels reach 3 FWHM, as the injection engine's (a Moffat β = 3.5 keeps 99.6% of its light there).
@@ -65,9 +71,15 @@ KERNEL_N_FWHM = 3.0
 SUPERSAMPLE_BELOW_PIX = 2.5
 #: Typical DR10 PSF FWHM (arcsec) and PSFDEPTH (1/nmgy², 5σ = 24.7/23.9/23.0 AB) when a catalog gives none.
 DEFAULT_PSFSIZE = {"g": 1.5, "r": 1.35, "z": 1.3}
-DEFAULT_PSFDEPTH = {b: (5.0 / 10 ** ((22.5 - m) / 2.5)) ** 2 for b, m in zip(BANDS, (24.7, 23.9, 23.0))}
+DEFAULT_PSFDEPTH = {b: (5.0 / flux_from_mag(m)) ** 2 for b, m in zip(BANDS, (24.7, 23.9, 23.0))}
 NPRIMARY = 0x1
 _TYPE_N = {"REX": 1.0, "EXP": 1.0, "DEV": 4.0}
+
+
+def mock_sky_noise_key(seed: int) -> str:
+    """Key of the pixel noise of mock seed ``seed``: MOCK_SKY_KEY for seed 0, the default sky, and
+    MOCK_SKY_KEY/seed-<seed> for the others, so each seed has its own noise."""
+    return MOCK_SKY_KEY if int(seed) == 0 else f"{MOCK_SKY_KEY}/seed-{int(seed)}"
 
 
 def gaussian_neff_pix(fwhm_arcsec, pixel_scale: float = PIXEL_SCALE_ARCSEC):
@@ -466,6 +478,17 @@ class MockSky:
         b = self.cutouts([ra_deg], [dec_deg], size)
         return b.image[0], b.invvar[0], b.maskbits[0]
 
+    def pixel_invvar(self, ra_deg, dec_deg, size: int = STAMP_SIZE) -> np.ndarray:
+        """(N, 3) float32 inverse variance (1/nmgy²) of the pixels of a ``size``² cutout at each
+        (ra, dec) in degrees: the value ``cutouts`` puts in the stamp's covered pixels (the noise
+        of the brick it is cut from; 0 off the footprint), without rendering the stamp."""
+        ra, dec = _coords(ra_deg, dec_deg)
+        choice = choose_bricks(self.bricks, ra, dec, int(size))
+        out = np.zeros((len(ra), len(BANDS)), np.float32)
+        for b in np.unique(choice.brick[choice.brick >= 0]):
+            out[choice.brick == b] = (1.0 / self._state(int(b)).sigma ** 2).astype(np.float32)
+        return out
+
     # ------------------------------------------------------------------------------------------
     def brick_arrays(self, brick: str):
         """The whole brick from its tiles: (image (3,3600,3600) f32, invvar (3,) f32, maskbits (3600,3600) i32)."""
@@ -510,7 +533,7 @@ class MockSky:
                 h["FILTER"] = band
             if kind == "image":
                 h["BUNIT"] = "nanomaggy"
-                h["MAGZERO"] = 22.5
+                h["MAGZERO"] = AB_ZEROPOINT
             os.makedirs(os.path.dirname(path), exist_ok=True)
             hdu = fits.CompImageHDU(data, header=h, compression_type=ctype, tile_shape=(100, 100),
                                     quantize_level=q)
