@@ -66,6 +66,11 @@ def test_exact_dr10_data_model(two_runs):
             assert h[1].columns["MASKBITS"].format == "J" and h[1].columns["TYPE"].format == "3A"
         t = read_sweep(path)
         assert t.schema.metadata[b"dhs.data_model"] == b"dr10-sweep"
+        # DCHISQ columns are PSF, REX, DEV, EXP, SER: the fitted type's model fits best
+        d = fits.getdata(path, 1)
+        fitted = d["TYPE"] != "DUP"
+        best = np.array(["PSF", "REX", "DEV", "EXP", "SER"])[d["DCHISQ"][fitted].argmax(axis=1)]
+        assert (best == d["TYPE"][fitted]).all()
 
 
 def test_rows_in_box_keys_and_bricks(two_runs):

@@ -38,6 +38,8 @@ RELEASE_10002_EVERY = 17
 #: Gaia G − r of a source ≈ GAIA_G_OFFSET + GAIA_G_PER_GR · (g − r); Gaia sees stars to G = GAIA_G_LIMIT;
 #: Tycho-2 holds the stars brighter than TYCHO_G_LIMIT.
 GAIA_G_OFFSET, GAIA_G_PER_GR, GAIA_G_LIMIT, TYCHO_G_LIMIT = -0.1, -0.15, 20.8, 11.0
+#: DCHISQ column of each type code: DR10 orders DCHISQ as PSF, REX, DEV, EXP, SER (DR10 catalog page).
+DCHISQ_COLUMN = np.array([0, 1, 3, 2, 4])  # PSF, REX, EXP, DEV, SER
 #: FWHM of a Gaussian per sigma (2 sqrt(2 ln 2)), rounded as the mock's astrometry and fibre flux use it.
 FWHM_PER_SIGMA = 2.355
 #: DESI fibre: 1.5″ diameter (radius 0.75″); FIBERFLUX is the flux inside it for the source's size.
@@ -145,12 +147,13 @@ def _refit_as_points(pop: Population, forced: np.ndarray) -> Population:
 
 
 def _fit_quality(pop: Population, cond: Conditions, flux: dict, ivar: dict) -> dict:
-    """DCHISQ (the fitted type best), S/N, astrometric sigma (deg) and fibre-flux fraction."""
+    """DCHISQ (χ² improvement of each model over no source, the fitted type's the largest), S/N,
+    astrometric sigma (deg) and fibre-flux fraction."""
     n = len(pop.typ)
     snr2 = sum((flux[b] ** 2) * ivar[b] for b in ("G", "R", "Z"))
     ext = np.clip(pop.shape_r / cond.fwhm["R"], 0, 1) * 0.3
     dch = np.stack([snr2 * (1 - ext), snr2 * (1 - ext / 3), snr2 * (1 - 0.02), snr2 * (1 - 0.02), snr2 * (1 - 0.01)], axis=1)
-    best = np.minimum(np.where(pop.typ == DUP, PSF, pop.typ), 4)
+    best = DCHISQ_COLUMN[np.where(pop.typ == DUP, PSF, pop.typ)]
     dch[np.arange(n), best] = snr2 * (1 + 0.002)
     dch = np.where((pop.typ == DUP)[:, None], 0.0, dch)
     snr = np.sqrt(np.maximum(snr2, 1.0))

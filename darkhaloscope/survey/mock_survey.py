@@ -59,7 +59,7 @@ from .mock_rows import BLOCK_DEG, KNOWN_LENS, fill_rows, plan_block
 from .sweeps import SweepBox, read_sweep, sweep_filename
 
 #: Version of the sweep rows (written as MOCKVER in every sweep header); change it when they change.
-GENERATOR_VERSION = "dhs-mock-survey-5"
+GENERATOR_VERSION = "dhs-mock-survey-6"
 #: Version of the truth tables (in the config digest); change it when the truth draws change.
 TRUTH_VERSION = "dhs-mock-truth-2"
 #: Where the files go under a mock survey root.
