@@ -225,6 +225,9 @@ class MockSky:
         self._dec_order = np.argsort(self.src.dec, kind="stable")
         self._dec_sorted = self.src.dec[self._dec_order]
         self._src_brick = bricks.bricks_containing(self.src.ra, self.src.dec) if len(self.src.ra) else np.zeros(0, np.int64)
+        # survey medians of PSFSIZE / PSFDEPTH per band: the noise of a brick without sources of its own
+        self._survey_psf = [(_robust_median(self.src.psfsize[:, j], DEFAULT_PSFSIZE[band]),
+                             _robust_median(self.src.psfdepth[:, j], DEFAULT_PSFDEPTH[band])) for j, band in enumerate(BANDS)]
         self._extras = self._place_extras(extra_stamps)
 
     # ------------------------------------------------------------------------------------------
@@ -256,15 +259,7 @@ class MockSky:
         iy = np.floor(y + 0.5)
         ok = np.isfinite(x) & (ix + h > 0) & (ix - h < BRICK_SIZE) & (iy + h > 0) & (iy - h < BRICK_SIZE)
         rows = cand[ok]
-        # noise level: brick median of the catalog's PSFSIZE/PSFDEPTH, else survey median, else DR10 typical
-        own = np.flatnonzero(self._src_brick == b)
-        sigma = np.zeros(len(BANDS))
-        fwhm = np.zeros(len(BANDS))
-        for j, band in enumerate(BANDS):
-            fw = _robust_median(s.psfsize[own, j], _robust_median(s.psfsize[:, j], DEFAULT_PSFSIZE[band]))
-            dp = _robust_median(s.psfdepth[own, j], _robust_median(s.psfdepth[:, j], DEFAULT_PSFDEPTH[band]))
-            fwhm[j] = fw
-            sigma[j] = float(pixel_sigma(dp, fw))
+        sigma, fwhm = self._brick_noise(b)
         extras = []
         for ra, dec, stamp in self._extras:
             ex, ey = wcs.world_to_pixel(ra, dec)
@@ -283,6 +278,14 @@ class MockSky:
         while len(self._states) > 8:
             self._states.popitem(last=False)
         return st
+
+    def _brick_noise(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Pixel noise σ (3,) [nmgy] and FWHM (3,) [arcsec] of brick ``b``: from the brick median of
+        the catalog's PSFSIZE/PSFDEPTH, else the survey median, else DR10 typical values."""
+        own = np.flatnonzero(self._src_brick == b)
+        fwhm = np.array([_robust_median(self.src.psfsize[own, j], self._survey_psf[j][0]) for j in range(len(BANDS))])
+        depth = np.array([_robust_median(self.src.psfdepth[own, j], self._survey_psf[j][1]) for j in range(len(BANDS))])
+        return pixel_sigma(depth, fwhm), fwhm
 
     # ------------------------------------------------------------------------------------------
     def _render_sources(self, st: _BrickState, local: np.ndarray) -> dict:
@@ -486,7 +489,7 @@ class MockSky:
         choice = choose_bricks(self.bricks, ra, dec, int(size))
         out = np.zeros((len(ra), len(BANDS)), np.float32)
         for b in np.unique(choice.brick[choice.brick >= 0]):
-            out[choice.brick == b] = (1.0 / self._state(int(b)).sigma ** 2).astype(np.float32)
+            out[choice.brick == b] = (1.0 / self._brick_noise(int(b))[0] ** 2).astype(np.float32)
         return out
 
     # ------------------------------------------------------------------------------------------
