@@ -4,6 +4,7 @@
 import os
 
 from darkhaloscope.errors import InputError
+from darkhaloscope.survey.mock_paths import DEFAULT_MOCK_DIR
 
 from .compute import ComputeResource
 from .imaging import ImagingResource
@@ -23,7 +24,7 @@ def build_resources() -> dict:
         "survey": SurveyResource(
             survey=os.environ.get("DHS_SURVEY", "mock"),
             profile=profile,
-            mock_dir=os.environ.get("DHS_MOCK_DIR", ".dhs_mock"),
+            mock_dir=os.environ.get("DHS_MOCK_DIR", DEFAULT_MOCK_DIR),
             mock_seed=mock_seed_from_env(),
             s3_endpoint=s3_endpoint,
         ),

@@ -12,6 +12,7 @@ import pyarrow.fs as pafs
 from darkhaloscope.constants import DR10_SWEEP_DIR as SWEEP_DIR
 from darkhaloscope.errors import InputError
 from darkhaloscope.lake import translate_storage_error, validate_partition_key
+from darkhaloscope.survey.mock_paths import DEFAULT_MOCK_DIR, mock_survey_root
 
 
 class SurveyResource(dg.ConfigurableResource):
@@ -21,7 +22,7 @@ class SurveyResource(dg.ConfigurableResource):
 
     survey: str = "mock"
     profile: str = "demo"
-    mock_dir: str = ".dhs_mock"
+    mock_dir: str = DEFAULT_MOCK_DIR
     mock_seed: int = 0
     s3_endpoint: str | None = None
 
@@ -37,7 +38,7 @@ class SurveyResource(dg.ConfigurableResource):
 
     def mock_manifest(self):
         """The mock survey's manifest (``MockSurveyManifest``), generating the survey on first use."""
-        from darkhaloscope.survey.mock_survey import MockSurveyConfig, generate_mock_survey, mock_survey_root
+        from darkhaloscope.survey.mock_survey import MockSurveyConfig, generate_mock_survey
 
         if not self.is_mock:
             raise InputError(f"DHS_SURVEY={self.survey!r} is not the mock survey")

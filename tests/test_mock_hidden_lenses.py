@@ -19,7 +19,8 @@ from darkhaloscope.lensing.render import arc_snr
 from darkhaloscope.survey.known_lenses import load_known_lenses
 from darkhaloscope.survey.mock_hidden_lenses import HIDDEN_LENS_TRUTH_SCHEMA, flux_scale_for_snr
 from darkhaloscope.survey.mock_lenses import lens_catalog_rows, mock_sky_with_lenses
-from darkhaloscope.survey.mock_survey import HIDDEN_LENS_TRUTH_RELPATH, MockSurveyConfig, generate_mock_survey, mock_survey_root
+from darkhaloscope.survey.mock_paths import HIDDEN_LENS_TRUTH_RELPATH, mock_survey_root
+from darkhaloscope.survey.mock_survey import MockSurveyConfig, generate_mock_survey
 from darkhaloscope.survey.sweeps import read_sweep
 from resources.config import mock_seed_from_env
 

@@ -7,7 +7,7 @@ Layout under an output root (a DR10 mirror, so the real readers run unchanged)::
     <root>/truth/hidden_lens_truth.parquet                           hidden-lens truth (HIDDEN_LENS_TRUTH_SCHEMA)
     <root>/mock_survey_manifest.json                                 config digest + file list
 
-The generated root lives in a cache folder per profile and seed (``mock_survey_root``).
+The generated root lives in a cache folder per profile and seed (``mock_paths.mock_survey_root``).
 
 Footprint. The default blocks are RA 30–40°, Dec −5–0° (``sweep-030m005-035p000`` and
 ``sweep-035m005-040p000``): inside DR10-south DECaLS/DES (−18° < δ < 32°, so the same footprint
@@ -47,7 +47,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..constants import DR10_SWEEP_DIR
 from ..errors import InputError
 from ..ids import object_id
 from .known_lenses import load_known_lenses
@@ -55,6 +54,7 @@ from .mock_fits import atomic_write, write_parquet, write_sweep
 from .mock_hidden_lenses import HOST_COLUMNS, hidden_lens_truth
 from .mock_lenses import draw_known_lenses, known_lens_truth_table, known_lenses_in_footprint
 from .mock_masks import draw_maskers
+from .mock_paths import HIDDEN_LENS_TRUTH_RELPATH, KNOWN_LENS_TRUTH_RELPATH, MANIFEST_NAME, SWEEP_SUBDIR
 from .mock_rows import BLOCK_DEG, KNOWN_LENS, fill_rows, plan_block
 from .sweeps import SweepBox, read_sweep, sweep_filename
 
@@ -62,22 +62,10 @@ from .sweeps import SweepBox, read_sweep, sweep_filename
 GENERATOR_VERSION = "dhs-mock-survey-6"
 #: Version of the truth tables (in the config digest); change it when the truth draws change.
 TRUTH_VERSION = "dhs-mock-truth-2"
-#: Where the files go under a mock survey root.
-SWEEP_SUBDIR = DR10_SWEEP_DIR
-KNOWN_LENS_TRUTH_RELPATH = "truth/known_lens_truth.parquet"
-HIDDEN_LENS_TRUTH_RELPATH = "truth/hidden_lens_truth.parquet"
-MANIFEST_NAME = "mock_survey_manifest.json"
-
 PROFILES = {
     "demo": {"n_rows_per_file": 25_000, "blocks": ((30, -5), (35, -5)), "n_hidden_lenses": 40},
     "full": {"n_rows_per_file": 3_000_000, "blocks": ((35, -5),), "n_hidden_lenses": 400},
 }
-
-
-def mock_survey_root(cache_dir: str | os.PathLike, profile: str, seed: int) -> Path:
-    """The folder (absolute) holding the mock survey of ``profile`` and ``seed`` under ``cache_dir``:
-    one per (profile, seed), so two seeds never share files."""
-    return Path(os.path.abspath(cache_dir)) / profile / f"seed-{int(seed)}"
 
 
 @dataclass(frozen=True)
