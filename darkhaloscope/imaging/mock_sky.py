@@ -19,15 +19,16 @@ Model (per source, from the sweep columns):
 - Noise: per brick and band the median PSFSIZE / PSFDEPTH of the catalog sources in that brick
   define the pixel noise σ = 1/sqrt(PSFDEPTH · N_eff), N_eff = 4π (FWHM / 2.3548 / 0.262)² pixels,
   the effective area of a Gaussian PSF of that FWHM, as DR10 defines PSFDEPTH (psfnorm/σ)² with
-  psfnorm² = 1/N_eff (science.md §2.5). invvar = 1/σ² everywhere on a covered brick.
+  psfnorm² = 1/N_eff (legacypipe coadds.py; DR10 catalog page). invvar = 1/σ² everywhere on a covered brick.
 - Maskbits: NPRIMARY outside the brick's primary region; a source's catalog MASKBITS (other bits)
   are painted on a disk around it (radius max(5 px, 2·SHAPE_R)), an approximation to the DR10 map.
 
 Determinism: each brick's 3600² pixel grid is cut into fixed ``tile_size``² tiles. A tile is the
 sum, in catalog order, of the float32 stamps of every source overlapping it (stamps are computed
 in float64 and rounded, so they do not depend on which other sources share a batch), plus noise
-seeded by (brick, tile, band) via darkhaloscope.seeding. Any two windows therefore agree pixel
-for pixel, and mock coadd files written from the same tiles match the rendered cutouts exactly.
+seeded by (noise key, brick, tile, band) via darkhaloscope.seeding, the noise key being that of the
+mock seed (``mock_sky_noise_key``). Any two windows therefore agree pixel for pixel, and mock coadd
+files written from the same tiles match the rendered cutouts exactly.
 """
 
 from __future__ import annotations
