@@ -61,7 +61,7 @@ from .sweeps import SweepBox, read_sweep, sweep_filename
 #: Version of the sweep rows (written as MOCKVER in every sweep header); change it when they change.
 GENERATOR_VERSION = "dhs-mock-survey-6"
 #: Version of the truth tables (in the config digest); change it when the truth draws change.
-TRUTH_VERSION = "dhs-mock-truth-2"
+TRUTH_VERSION = "dhs-mock-truth-1"
 PROFILES = {
     "demo": {"n_rows_per_file": 25_000, "blocks": ((30, -5), (35, -5)), "n_hidden_lenses": 40},
     "full": {"n_rows_per_file": 3_000_000, "blocks": ((35, -5),), "n_hidden_lenses": 400},
