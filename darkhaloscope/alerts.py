@@ -1,15 +1,21 @@
 """Operational alerts: failed asset checks and failed runs, redacted, de-duplicated, delivered.
 
 This module is plain Python (no Dagster): ``lens_assets/alerting.py`` turns Dagster events into
-:class:`Alert` objects and calls :func:`deliver`; the sinks here post them to a webhook and record
-them in the lake.
+:class:`Alert` objects and calls :func:`deliver`, which sends them to the configured senders
+(``darkhaloscope.webhook.WebhookSink``, the Slack sink of ``resources/alert_sinks.py``) and records
+every outcome in the lake's alert log (``darkhaloscope.alert_log.JsonlAlertLog``).
 
 De-duplication. Every alert has a ``dedup_key``: a stable hash of (kind, asset, check, partition,
 run_id) -- never of a wall-clock time -- so the same failure seen twice (by the sensor under the
 daemon and by ``dhs materialize`` after its run, or by the sensor after a restart) has the same
-key. :class:`JsonlAlertLog` keeps every delivered key in the lake
-(``<lake>/ops/alert_log/alerts.jsonl`` and the queryable Parquet table ``ops/alerts``), and
-:func:`deliver` skips alerts whose key is already there, so a restart never re-sends.
+key, and :func:`deliver` skips alerts whose key the log already holds.
+
+Delivery under faults. Each sender has an overall deadline per delivery round (connect, retries
+and the whole response included), the senders run independently of each other and of the log, and
+no lock is held while sending. An alert a sender did not take stays owed to it in the log and is
+sent again by the next delivery (``dhs materialize`` or the sensor), up to a bounded backlog.
+Delivery is at least once: an alert is never dropped silently, but two deliverers racing in the
+same moment, or a log that could not be written, can make a sender see it twice.
 
 Secrets. Anything that leaves the process (webhook bodies, log entries, the Parquet table) first
 goes through :func:`redact`, which removes the values of the credential environment variables and
@@ -20,7 +26,6 @@ scheme and host are ever logged.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import logging
@@ -29,14 +34,11 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 from urllib.parse import urlsplit
 
-import pyarrow as pa
-
 from .errors import InputError
-from .lake import Lake
 from .seeding import stable_hash64
 
 log = logging.getLogger(__name__)
@@ -67,25 +69,6 @@ _PATTERNS = (
 )
 # Dict keys whose values are secrets whatever they look like.
 _SECRET_KEY_RE = re.compile(r"(?i)(secret|password|passwd|session_token|access_key|api_key|auth_token|slack_token)")
-
-ALERTS_SCHEMA = pa.schema(
-    [
-        ("dedup_key", pa.string()),
-        ("kind", pa.string()),
-        ("asset", pa.string()),
-        ("check", pa.string()),
-        ("partition", pa.string()),
-        ("severity", pa.string()),
-        ("description", pa.string()),
-        ("metadata_json", pa.string()),
-        ("run_id", pa.string()),
-        ("run_url", pa.string()),
-        ("created_at", pa.string()),
-        ("delivered_to", pa.list_(pa.string())),
-        ("delivery_errors_json", pa.string()),
-    ]
-)
-
 
 # --------------------------------------------------------------------------- redaction
 def _secret_values() -> list[str]:
@@ -221,230 +204,212 @@ def iso_utc(timestamp: float) -> str:
     return _dt.datetime.fromtimestamp(timestamp, tz=_dt.timezone.utc).isoformat()
 
 
-# --------------------------------------------------------------------------- sinks
+# --------------------------------------------------------------------------- sinks and delivery
 class AlertDeliveryError(RuntimeError):
-    """A sink could not deliver an alert after its retries."""
+    """A sink did not accept an alert (refused, unreachable, or out of time)."""
 
 
-class AlertSink(Protocol):
-    """Something that sends one alert (raises AlertDeliveryError or another exception on failure)."""
+class AlertSender(Protocol):
+    """Something that sends one alert before a deadline (a ``time.monotonic()`` value), or raises.
+
+    ``deadline_s`` is the most time one delivery round may spend on this sink, over all its alerts
+    and attempts; ``send`` must give up (raise) by ``deadline``.
+    """
 
     name: str
+    deadline_s: float
 
-    def send(self, alert: Alert) -> None: ...
-
-
-class WebhookSink:
-    """POSTs one JSON document per alert to ``url``.
-
-    Retries connection errors, timeouts, HTTP 429 and 5xx with exponential back-off
-    (``backoff_s * 2**attempt``) up to ``max_retries`` extra attempts; any other 4xx fails at once.
-    The body is :meth:`Alert.to_dict` plus ``text`` (so Slack-style incoming webhooks show it).
-    """
-
-    def __init__(self, url: str, timeout_s: float = 5.0, max_retries: int = 3, backoff_s: float = 0.5, name: str = "webhook"):
-        if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
-            raise InputError(f"webhook URL (DHS_ALERT_WEBHOOK) must start with http:// or https://, got {safe_url(str(url))!r}")
-        if not (timeout_s > 0) or max_retries < 0 or backoff_s < 0:
-            raise InputError(f"webhook timeout_s={timeout_s} must be > 0, max_retries={max_retries} and backoff_s={backoff_s} >= 0")
-        self.url = url
-        self.timeout_s = float(timeout_s)
-        self.max_retries = int(max_retries)
-        self.backoff_s = float(backoff_s)
-        self.name = name
-
-    def __repr__(self) -> str:  # the URL path may be a secret (Slack incoming webhooks)
-        return f"WebhookSink({safe_url(self.url)!r}, timeout_s={self.timeout_s}, max_retries={self.max_retries})"
-
-    def send(self, alert: Alert) -> None:
-        import requests  # imported here: the library's science modules must not pay for it
-
-        body = dict(alert.to_dict(), text=alert.summary())
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            try:
-                resp = requests.post(self.url, json=body, timeout=self.timeout_s)
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                last = f"{type(exc).__name__}"
-                log.warning("alert %s: webhook %s attempt %d failed: %s", alert.dedup_key, safe_url(self.url), attempt + 1, last)
-                continue
-            if resp.status_code < 300:
-                return
-            last = f"HTTP {resp.status_code}"
-            if resp.status_code != 429 and resp.status_code < 500:
-                break  # a client error will not go away by retrying
-            log.warning("alert %s: webhook %s attempt %d failed: %s", alert.dedup_key, safe_url(self.url), attempt + 1, last)
-        raise AlertDeliveryError(f"webhook {safe_url(self.url)} did not accept alert {alert.dedup_key}: {last} after {attempt + 1} attempt(s)")
+    def send(self, alert: Alert, deadline: float) -> None: ...
 
 
-_LOCAL_LOCKS: dict[str, threading.Lock] = {}
-_LOCAL_LOCKS_GUARD = threading.Lock()
+#: Alerts still owed to a sink that the alert log keeps retrying; beyond it the oldest are given up.
+DEFAULT_MAX_BACKLOG = 100
+DEFAULT_REST_S = 60.0
+#: Seconds a delivery round waits past a sink's deadline for its worker to report before moving on.
+_GRACE_S = 1.0
+LOG_SINK = "alert_log"
+STATUS_DONE, STATUS_PENDING, STATUS_GIVEN_UP = "done", "pending", "given_up"
 
 
-class JsonlAlertLog:
-    """The de-duplication log and history of alerts, kept in the lake.
+@dataclass(frozen=True)
+class AlertSinks:
+    """Where alerts go: ``log`` (an alert log with ``entries()``, ``record()`` and ``uri``; None = no
+    de-duplication and no backlog) and ``senders`` (webhook, Slack, ...), each independent of the others."""
 
-    ``<lake>/ops/alert_log/alerts.jsonl`` holds one JSON object per alert (its fields, the sinks
-    it reached and each sink's error). The Parquet table ``ops/alerts`` is rebuilt from that file
-    on every append, so it is always a complete, queryable copy (``dhs query "select * from
-    alerts"``). Both are committed atomically through :class:`Lake` (read-modify-write).
+    log: Any = None
+    senders: tuple = ()
+    max_backlog: int = DEFAULT_MAX_BACKLOG
+    #: Seconds a sender that failed is left alone: later rounds keep its alerts owed without trying,
+    #: so a dead webhook costs one deadline per rest, not one per run of a long materialization.
+    rest_after_failure_s: float = DEFAULT_REST_S
+    resting_until: dict = field(default_factory=dict)  # sender name -> time.monotonic() it may be tried again
 
-    Concurrency: within one process a lock serialises appends; for a local lake an ``flock`` on
-    ``<lake>/ops/alert_log/.lock`` serialises processes too (the daemon and ``dhs materialize``).
-    On S3 two processes appending in the same instant can lose one append (S3 through pyarrow has
-    no compare-and-swap); the JSONL file is the source of truth and the next append repairs the table.
-    """
-
-    GROUP, LOG_ASSET, FILE, TABLE = "ops", "alert_log", "alerts.jsonl", "alerts"
-    name = "alert_log"
-
-    def __init__(self, lake: Lake):
-        self.lake = lake
-
-    def __repr__(self) -> str:
-        return f"JsonlAlertLog({self.lake.describe()})"
-
-    def entries(self) -> list[dict]:
-        """Every recorded entry, oldest first (empty when the log does not exist yet)."""
-        if not self._exists():
-            return []
-        raw = self.lake.read_bytes(self.GROUP, self.LOG_ASSET, self.FILE)
-        out = []
-        for n, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise InputError(f"line {n} of {self.uri} is not JSON: {exc}") from exc
-        return out
-
-    @property
-    def uri(self) -> str:
-        return self.lake.full_uri(f"{self.lake.partition_path(self.GROUP, self.LOG_ASSET)}/{self.FILE}")
-
-    def seen_keys(self) -> set[str]:
-        """Dedup keys already recorded."""
-        return {e["dedup_key"] for e in self.entries()}
-
-    def _exists(self) -> bool:
-        import pyarrow.fs as pafs
-
-        path = f"{self.lake.partition_path(self.GROUP, self.LOG_ASSET)}/{self.FILE}"
-        return self.lake.fs.get_file_info(path).type == pafs.FileType.File
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the log's lock (thread lock, plus a file lock for a local lake)."""
-        with _LOCAL_LOCKS_GUARD:
-            lock = _LOCAL_LOCKS.setdefault(self.lake.uri, threading.Lock())
-        with lock:
-            if self.lake.is_s3:
-                yield
-                return
-            import fcntl
-
-            folder = self.lake.partition_path(self.GROUP, self.LOG_ASSET)
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, ".lock"), "a+") as fh:
-                fcntl.flock(fh, fcntl.LOCK_EX)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(fh, fcntl.LOCK_UN)
-
-    def record(self, outcomes: Sequence["DeliveryOutcome"]) -> int:
-        """Append outcomes whose key is not yet recorded; rewrite the table. Returns how many were added.
-
-        Call under :meth:`locked` when the check for new keys and the append must be one step.
-        """
-        existing = self.entries()
-        seen = {e["dedup_key"] for e in existing}
-        new = []
-        for o in outcomes:
-            if o.alert.dedup_key in seen:
-                continue
-            seen.add(o.alert.dedup_key)
-            new.append(dict(o.alert.to_dict(), delivered_to=list(o.delivered_to), delivery_errors=redact(dict(o.errors))))
-        if not new:
-            return 0
-        entries = existing + new
-        payload = "".join(json.dumps(e, sort_keys=True, allow_nan=False) + "\n" for e in entries).encode("utf-8")
-        self.lake.write_bytes(self.GROUP, self.LOG_ASSET, self.FILE, payload)
-        self.lake.write_table(self.GROUP, self.TABLE, _entries_table(entries), schema=ALERTS_SCHEMA)
-        return len(new)
-
-    def send(self, alert: Alert) -> None:
-        """Record one alert with no other sink (so JsonlAlertLog also satisfies AlertSink)."""
-        with self.locked():
-            self.record([DeliveryOutcome(alert, (), {})])
-
-
-def _entries_table(entries: Sequence[dict]) -> pa.Table:
-    cols: dict[str, list] = {f.name: [] for f in ALERTS_SCHEMA}
-    for e in entries:
-        for k in ("dedup_key", "kind", "asset", "check", "partition", "severity", "description", "run_id", "run_url", "created_at"):
-            cols[k].append(e.get(k))
-        cols["metadata_json"].append(json.dumps(e.get("metadata") or {}, sort_keys=True))
-        cols["delivered_to"].append(list(e.get("delivered_to") or []))
-        cols["delivery_errors_json"].append(json.dumps(e.get("delivery_errors") or {}, sort_keys=True))
-    return pa.table(cols, schema=ALERTS_SCHEMA)
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.senders]
+        if len(set(names)) != len(names) or LOG_SINK in names:
+            raise InputError(f"alert sinks must have distinct names other than {LOG_SINK!r}, got {names}")
+        if self.max_backlog < 1 or self.rest_after_failure_s < 0:
+            raise InputError(f"max_backlog must be >= 1 alert and rest_after_failure_s >= 0 s, got {self.max_backlog}, "
+                             f"{self.rest_after_failure_s}")
 
 
 @dataclass(frozen=True)
 class DeliveryOutcome:
-    """What happened to one new alert: the sinks that took it and each failing sink's error text."""
+    """One alert in one delivery round: the sinks that took it now, each failing sink's error, its
+    merged log entry (all rounds so far) and whether that entry reached the alert log."""
 
     alert: Alert
     delivered_to: tuple[str, ...]
     errors: Mapping[str, str]
+    entry: Mapping[str, Any] = field(default_factory=dict)
+    recorded: bool = True
 
     @property
     def ok(self) -> bool:
         return not self.errors
 
 
-def deliver(alerts: Iterable[Alert], sinks: Sequence[Any]) -> list[DeliveryOutcome]:
-    """Send each alert not already in a :class:`JsonlAlertLog` among ``sinks`` to every other sink.
+def owed_sinks(entry: Mapping[str, Any]) -> list[str]:
+    """Sinks an entry's alert has not reached yet (they failed and have not succeeded since)."""
+    delivered = set(entry.get("delivered_to") or ())
+    return sorted(k for k in (entry.get("delivery_errors") or {}) if k not in delivered and k != LOG_SINK)
 
-    Alerts repeated within ``alerts`` are sent once. A sink that fails is logged (ERROR) and its
-    error is recorded in the log entry; the other sinks still get the alert. The log is written
-    after sending (at-least-once: a crash between the two can repeat an alert, never lose one),
-    under the log's lock so that the daemon and the CLI do not both send the same alert.
-    Returns one outcome per newly handled alert (empty when everything was already delivered).
-    Without a JsonlAlertLog nothing is de-duplicated across calls.
+
+def alert_from_entry(entry: Mapping[str, Any]) -> Alert:
+    """The :class:`Alert` an alert-log entry was made from."""
+    return Alert(**{k: entry.get(k) for k in ("kind", "asset", "severity", "description", "run_id", "run_url",
+                                              "check", "partition", "created_at")}, metadata=entry.get("metadata") or {})
+
+
+def merged_entry(alert: Alert, previous: Mapping[str, Any] | None, delivered: Sequence[str], errors: Mapping[str, str]) -> dict:
+    """The log entry of ``alert`` after one more round: sinks reached so far, the latest error of each
+    sink still owed, rounds tried and status (``done``, or ``pending`` while a sink is owed)."""
+    previous = previous or {}
+    reached = sorted(set(previous.get("delivered_to") or ()) | set(delivered))
+    errs = {k: v for k, v in {**(previous.get("delivery_errors") or {}), **errors}.items() if k not in reached and k != LOG_SINK}
+    entry = dict(alert.to_dict(), delivered_to=reached, delivery_errors=redact(errs),
+                 attempts=int(previous.get("attempts") or 0) + 1, last_attempt_at=iso_utc(time.time()))
+    entry["status"] = STATUS_PENDING if owed_sinks(entry) else STATUS_DONE
+    return entry
+
+
+def deliver(alerts: Iterable[Alert], sinks: AlertSinks, carried: Sequence[Mapping[str, Any]] = ()) -> list[DeliveryOutcome]:
+    """Send new alerts to every sender and retry the backlog; record the outcome in the alert log.
+
+    New alerts are those whose ``dedup_key`` the log does not hold (repeats within ``alerts`` count
+    once). The backlog is every log entry still owed to a configured sender, plus ``carried``
+    entries that could not be written to the log before (the sensor keeps them in its cursor).
+    Nothing is locked while sending: each sender works through its alerts within its own
+    ``deadline_s`` and stops at its first failure (the rest stay owed); the log is then updated
+    under its lock. A log that cannot be read or written (an unreachable S3 lake, a DHS_LAKE that
+    is a file) does not stop the senders: its error is reported as the ``alert_log`` error of each
+    outcome, and ``recorded`` is False. Returns one outcome per alert handled (empty when nothing
+    was new or owed: then the log is only read, never locked).
     """
-    logs = [s for s in sinks if isinstance(s, JsonlAlertLog)]
-    others = [s for s in sinks if not isinstance(s, JsonlAlertLog)]
-    names = [getattr(s, "name", type(s).__name__) for s in others]
-    if len(set(names)) != len(names):
-        raise InputError(f"alert sinks must have distinct names, got {names}")
     batch: dict[str, Alert] = {}
     for a in alerts:
         if not isinstance(a, Alert):
             raise InputError(f"deliver() takes Alert objects, got {type(a).__name__}")
         batch.setdefault(a.dedup_key, a)
-    with contextlib.ExitStack() as stack:
-        for lg in logs:
-            stack.enter_context(lg.locked())
-        seen: set[str] = set()
-        for lg in logs:
-            seen |= lg.seen_keys()
-        outcomes = []
-        for key, alert in batch.items():
-            if key in seen:
-                continue
-            ok, errors = [], {}
-            for sink, name in zip(others, names):
-                try:
-                    sink.send(alert)
-                    ok.append(name)
-                except Exception as exc:  # recorded and logged below, never dropped
-                    errors[name] = redact(f"{type(exc).__name__}: {exc}")
-                    log.error("alert %s (%s) was not delivered to %s: %s", key, alert.summary(), name, errors[name])
-            outcomes.append(DeliveryOutcome(alert, tuple(ok), errors))
-        for lg in logs:
-            lg.record(outcomes)
-    return outcomes
+    logged, log_error = _read_log(sinks.log)
+    work = _plan(batch, logged, carried, sinks)
+    if not work:
+        return []
+    sent = _send_round([(a, owed) for a, _, owed in work], sinks)
+    outcomes = []
+    for alert, previous, owed in work:
+        ok = tuple(n for n in owed if sent[n].get(alert.dedup_key) is None)
+        errors = {n: sent[n][alert.dedup_key] for n in owed if sent[n].get(alert.dedup_key) is not None}
+        outcomes.append(DeliveryOutcome(alert, ok, errors, merged_entry(alert, previous, ok, errors)))
+    return _record(sinks, outcomes, log_error)
+
+
+def _read_log(alert_log: Any) -> tuple[dict[str, dict], str | None]:
+    """({dedup_key: entry}, None), or ({}, the error) when the log cannot be read."""
+    if alert_log is None:
+        return {}, None
+    try:
+        return {e["dedup_key"]: e for e in alert_log.entries()}, None
+    except Exception as exc:  # the senders still run without de-duplication
+        text = redact(f"{type(exc).__name__}: {exc}")
+        log.error("alert log %s could not be read (%s); alerts go to the other sinks without de-duplication", alert_log, text)
+        return {}, text
+
+
+def _plan(batch: Mapping[str, Alert], logged: Mapping[str, dict], carried: Sequence[Mapping[str, Any]],
+          sinks: AlertSinks) -> list[tuple[Alert, Mapping[str, Any] | None, list[str]]]:
+    """(alert, previous entry, senders owed) for this round: new alerts first, then the backlog."""
+    names = [s.name for s in sinks.senders]
+    work = [(a, None, list(names)) for k, a in batch.items() if k not in logged]
+    handled = set(batch) | set(logged)
+    for entry in carried[-sinks.max_backlog:]:
+        if entry["dedup_key"] not in handled:
+            handled.add(entry["dedup_key"])
+            work.append((alert_from_entry(entry), entry, [n for n in owed_sinks(entry) if n in names]))
+    for entry in logged.values():
+        owed = [n for n in owed_sinks(entry) if n in names]
+        if entry.get("status") == STATUS_PENDING and owed:
+            work.append((alert_from_entry(entry), entry, owed))
+    return work
+
+
+def _send_round(work: Sequence[tuple[Alert, Sequence[str]]], sinks: AlertSinks) -> dict[str, dict[str, str | None]]:
+    """{sender: {dedup_key: None if accepted, else the error}} after one round, every sender in its
+    own thread within its own deadline; alerts a sender did not get to (it failed earlier in the
+    round, its deadline passed, or it is resting after a failure) carry an error too."""
+    results: dict[str, dict[str, str | None]] = {s.name: {} for s in sinks.senders}
+    workers = []
+    for sender in sinks.senders:
+        todo = [a for a, owed in work if sender.name in owed]
+        rest = sinks.resting_until.get(sender.name, 0.0) - time.monotonic()
+        if todo and rest > 0:
+            results[sender.name] = {a.dedup_key: f"AlertDeliveryError: not tried: {sender.name} failed recently; "
+                                                 f"tried again in {rest:.0f} s" for a in todo}
+        elif todo:
+            deadline = time.monotonic() + float(sender.deadline_s)
+            t = threading.Thread(target=_send_each, args=(sender, todo, deadline, results[sender.name]),
+                                 name=f"alert-{sender.name}", daemon=True)
+            t.start()
+            workers.append((sender, todo, deadline, t))
+    for sender, todo, deadline, t in workers:
+        t.join(max(0.0, deadline - time.monotonic()) + _GRACE_S)
+        done = dict(results[sender.name])  # a snapshot: a late worker cannot change this round's outcome
+        for a in todo:
+            if a.dedup_key not in done:
+                done[a.dedup_key] = (f"AlertDeliveryError: not sent in this round: {sender.name} failed on an earlier alert "
+                                     f"or its {sender.deadline_s:g} s deadline passed")
+        results[sender.name] = done
+        if any(v is not None for v in done.values()):
+            sinks.resting_until[sender.name] = time.monotonic() + sinks.rest_after_failure_s
+    return results
+
+
+def _send_each(sender: AlertSender, alerts: Sequence[Alert], deadline: float, out: dict[str, str | None]) -> None:
+    """Send alerts in order until the first failure or the deadline (the rest stay owed)."""
+    for alert in alerts:
+        if time.monotonic() >= deadline:
+            return
+        try:
+            sender.send(alert, deadline)
+        except Exception as exc:  # recorded against the alert and logged, never dropped
+            out[alert.dedup_key] = redact(f"{type(exc).__name__}: {exc}")
+            log.error("alert %s (%s) was not delivered to %s: %s", alert.dedup_key, alert.summary(), sender.name, out[alert.dedup_key])
+            return
+        out[alert.dedup_key] = None
+
+
+def _record(sinks: AlertSinks, outcomes: list[DeliveryOutcome], read_error: str | None) -> list[DeliveryOutcome]:
+    """Write the round's entries to the alert log; when it cannot be written (or could not even be
+    read this round: a second wait on an unreachable lake would only delay the caller) mark the
+    outcomes unrecorded with the log's error."""
+    if sinks.log is None:
+        return [replace(o, recorded=False) for o in outcomes]
+    error = read_error
+    if error is None:
+        try:
+            sinks.log.record([o.entry for o in outcomes], sinks.max_backlog)
+            return outcomes
+        except Exception as exc:  # the other sinks already have the alerts; the caller keeps the entries
+            error = redact(f"{type(exc).__name__}: {exc}")
+    log.error("alert log %s not written (%s); %d alert(s) not recorded", sinks.log, error, len(outcomes))
+    return [replace(o, errors={**o.errors, LOG_SINK: error}, recorded=False) for o in outcomes]

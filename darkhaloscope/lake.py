@@ -14,6 +14,7 @@ Binary artifacts (PNG figures, the HTML report, checkpoints) use the same commit
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -27,7 +28,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .errors import CredentialError, InputError
+from .errors import CredentialError, InputError, StorageError
 
 PART_FILE = "part-0.parquet"
 STAGING_PREFIX = "_staging-"
@@ -65,8 +66,28 @@ class CommitInfo:
     partition: dict[str, str] | None
 
 
+#: Local file-system errors that the same call would meet again: a file where a folder should be
+#: (or the reverse), a read-only file system, missing permission, a full disk or quota.
+_PERMANENT_ERRNOS = {
+    errno.ENOTDIR: "a file stands where the lake needs a folder (is DHS_LAKE, or a folder in it, a file?)",
+    errno.EEXIST: "a file stands where the lake needs a folder (is DHS_LAKE, or a folder in it, a file?)",
+    errno.EISDIR: "a folder stands where the lake needs a file",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied for this user",
+    errno.EPERM: "operation not permitted for this user",
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.ENAMETOOLONG: "the path name is too long",
+}
+
+
 def translate_storage_error(exc: BaseException, where: str) -> BaseException:
-    """Map a pyarrow/AWS error to CredentialError or InputError with a clear message, else return it."""
+    """Classify a pyarrow/AWS/OS storage error: CredentialError, InputError or StorageError (all
+    permanent: no layer retries them) with a clear message naming ``where``; anything else (a
+    transient S3 fault the SDK already retried, a lost connection) is returned unchanged."""
+    reason = _PERMANENT_ERRNOS.get(getattr(exc, "errno", None) or -1) if isinstance(exc, OSError) else None
+    if reason is not None:
+        return StorageError(f"cannot use {where}: {reason} ({exc})")
     text = str(exc)
     credential_codes = (
         "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "TokenRefreshRequired",

@@ -4,6 +4,10 @@ Tables are registered as Arrow datasets over the lake's filesystem (local or S3)
 no network extension and touches nothing but the lake. Only SELECT statements run; external
 access (reading or writing other files, ATTACH, COPY) is disabled and the configuration locked
 before the user's SQL is executed.
+
+Limits: a query is interrupted (DuckDB ``interrupt()``) when it has not finished within its
+timeout, fetching included, and its rows are fetched in a stream, at most ``max_rows`` of them, so
+neither a runaway query nor a huge result can hold the caller.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import threading
+from dataclasses import dataclass
 
 import duckdb
 
@@ -18,6 +24,23 @@ from .errors import InputError
 from .lake import Lake
 
 _ALLOWED = {duckdb.StatementType.SELECT}
+#: Seconds a query may run (``dhs query --timeout``) and rows it may return (``--max-rows``).
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_ROWS = 10_000
+_FETCH_ROWS = 2048
+
+
+class QueryTimeout(InputError):
+    """The query was interrupted because it ran past its timeout."""
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """Column names, rows (at most the row cap) and whether the query had more rows than that."""
+
+    columns: list[str]
+    rows: list[tuple]
+    truncated: bool
 
 
 def connect(lake: Lake) -> duckdb.DuckDBPyConnection:
@@ -41,22 +64,62 @@ def check_read_only(sql: str) -> None:
     for st in statements:
         if st.type not in _ALLOWED:
             raise InputError(
-                f"refused: `dhs query` is read-only and only runs SELECT statements; got a {st.type.name} statement "
+                f"refused: `dhs query` is read-only and only runs SELECT statements, not {_statement_name(st)} "
                 "(materialize assets with `dhs materialize` to change the lake)"
             )
 
 
-def run_query(lake: Lake, sql: str) -> tuple[list[str], list[tuple]]:
-    """Run a read-only query; returns (column names, rows)."""
+def _statement_name(statement) -> str:
+    """The statement's own leading keywords (DuckDB files INSTALL under LOAD, so its type name would mislead)."""
+    words = statement.query.split()
+    if statement.type == duckdb.StatementType.LOAD and words:
+        lead = [w.upper() for w in words[:2]]
+        return "FORCE INSTALL" if lead == ["FORCE", "INSTALL"] else lead[0]
+    return statement.type.name
+
+
+def query(lake: Lake, sql: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_rows: int | None = DEFAULT_MAX_ROWS) -> QueryResult:
+    """Run a read-only query within ``timeout_s`` seconds, returning at most ``max_rows`` rows (None: all).
+
+    Raises InputError for refused or failing SQL and :class:`QueryTimeout` when the query was
+    interrupted at its timeout.
+    """
+    if not timeout_s > 0 or (max_rows is not None and max_rows < 1):
+        raise InputError(f"timeout must be > 0 seconds and max rows >= 1, got timeout={timeout_s}, max rows={max_rows}")
     check_read_only(sql)
     con = connect(lake)
+    expired = threading.Event()
+
+    def interrupt() -> None:
+        expired.set()
+        con.interrupt()
+
+    timer = threading.Timer(timeout_s, interrupt)
+    timer.daemon = True
+    timer.start()
     try:
         cur = con.execute(sql)
-        return [d[0] for d in cur.description], cur.fetchall()
+        rows: list[tuple] = []
+        while max_rows is None or len(rows) <= max_rows:
+            chunk = cur.fetchmany(_FETCH_ROWS)
+            if not chunk:
+                break
+            rows += chunk
+        truncated = max_rows is not None and len(rows) > max_rows
+        return QueryResult([d[0] for d in cur.description], rows[:max_rows] if truncated else rows, truncated)
     except duckdb.Error as exc:
+        if expired.is_set():
+            raise QueryTimeout(f"query interrupted after {timeout_s:g} s (the timeout): narrow it, or allow more with --timeout") from exc
         raise InputError(f"query failed: {exc}") from exc
     finally:
+        timer.cancel()
         con.close()
+
+
+def run_query(lake: Lake, sql: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[list[str], list[tuple]]:
+    """Run a read-only query within ``timeout_s`` seconds; returns (column names, every row)."""
+    result = query(lake, sql, timeout_s=timeout_s, max_rows=None)
+    return result.columns, result.rows
 
 
 def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:

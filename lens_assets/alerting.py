@@ -9,19 +9,20 @@ Two delivery paths share one de-duplication log in the lake (``ops/alert_log``):
 * ``dhs materialize`` runs without the daemon and calls :func:`deliver_run_alerts` after each run.
 
 Because an alert's dedup key depends only on (kind, asset, check, partition, run id) and both
-paths consult the same log, neither sends what the other already sent.
+paths consult the same log, neither sends what the other already sent; both also retry the
+alerts a sink has not taken yet (the backlog, see ``darkhaloscope.alerts``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Sequence
+from typing import Any
 
 import dagster as dg
 from dagster import DagsterEventType
 
-from darkhaloscope.alerts import Alert, DeliveryOutcome, deliver, iso_utc, redact
+from darkhaloscope.alerts import Alert, AlertSinks, DeliveryOutcome, deliver, iso_utc, redact
 from darkhaloscope.errors import InputError
 from resources.alert_sinks import AlertSinksResource
 
@@ -134,16 +135,20 @@ def _alerts_for_run(instance: dg.DagsterInstance, run_id: str) -> list[Alert]:
     return alerts
 
 
-def _parse_cursor(cursor: str | None) -> int:
+def _parse_cursor(cursor: str | None) -> tuple[int, list[dict]]:
+    """(after_storage_id, alert-log entries not yet recorded) of a sensor cursor."""
     if not cursor:
-        return 0
+        return 0, []
     try:
-        value = json.loads(cursor)["after_storage_id"]
-    except (ValueError, KeyError, TypeError) as exc:
+        doc = json.loads(cursor)
+        value, unrecorded = doc["after_storage_id"], doc.get("unrecorded", [])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"alert sensor cursor {cursor!r} is not of the form {{\"after_storage_id\": N}}") from exc
     if not isinstance(value, int) or value < 0:
         raise InputError(f"alert sensor cursor {cursor!r}: after_storage_id must be a non-negative integer")
-    return value
+    if not isinstance(unrecorded, list) or not all(isinstance(e, dict) and "dedup_key" in e for e in unrecorded):
+        raise InputError(f"alert sensor cursor {cursor!r}: unrecorded must be a list of alert-log entries")
+    return value, unrecorded
 
 
 def collect_alerts(
@@ -159,7 +164,7 @@ def collect_alerts(
     """
     if run_id is not None:
         return _alerts_for_run(instance, run_id), since_cursor
-    after = _parse_cursor(since_cursor)
+    after, _ = _parse_cursor(since_cursor)
     found: list[tuple[int, str]] = []
     horizon: int | None = None  # with a truncated page, events past its end wait for the next call
     for etype in _TERMINAL:
@@ -182,12 +187,10 @@ def collect_alerts(
     return alerts, json.dumps({"after_storage_id": new_after})
 
 
-def deliver_run_alerts(instance: dg.DagsterInstance, run_id: str, sinks: Sequence[Any]) -> list[DeliveryOutcome]:
-    """Deliver the alerts of one finished run (used by ``dhs materialize``, which has no daemon).
-
-    ``sinks`` is ``AlertSinksResource(...).build_sinks()`` or any list including a JsonlAlertLog
-    for de-duplication. Returns the outcomes of newly delivered alerts (empty if already sent).
-    """
+def deliver_run_alerts(instance: dg.DagsterInstance, run_id: str, sinks: AlertSinks) -> list[DeliveryOutcome]:
+    """Deliver the alerts of one finished run, and retry the backlog (used by ``dhs materialize``,
+    which has no daemon). ``sinks`` is ``AlertSinksResource(...).build_sinks()``. Returns the
+    outcomes of the alerts handled (empty when everything was already delivered)."""
     alerts, _ = collect_alerts(instance, run_id=run_id)
     return deliver(alerts, sinks)
 
@@ -195,19 +198,29 @@ def deliver_run_alerts(instance: dg.DagsterInstance, run_id: str, sinks: Sequenc
 @dg.sensor(
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Sends failed asset checks (ERROR and WARN) and failed runs to the alert sinks, once each.",
+    description="Sends failed asset checks (ERROR and WARN) and failed runs to the alert sinks, and retries undelivered ones.",
 )
 def alert_sensor(context: dg.SensorEvaluationContext, alert_sinks: AlertSinksResource) -> dg.SkipReason:
+    """Each tick: the alerts of runs finished since the cursor, plus the backlog, delivered once each.
+
+    The cursor always moves past the runs it read. Entries the alert log could not take (an
+    unreachable lake) travel in the cursor, at most ``max_backlog`` of them, and are written to
+    the log (and sent to the sinks they still owe) on a later tick, so the webhook and Slack are
+    not sent the same alert again while the lake is down.
+    """
+    _, carried = _parse_cursor(context.cursor)
     alerts, cursor = collect_alerts(context.instance, since_cursor=context.cursor)
-    outcomes = deliver(alerts, alert_sinks.build_sinks())
-    # The cursor moves only after the log was written: if the lake is unreachable the tick
-    # raises, the cursor stays, and the next tick retries the same runs.
-    context.update_cursor(cursor)
+    sinks = alert_sinks.build_sinks()
+    outcomes = deliver(alerts, sinks, carried=carried)
+    # every carried entry is either in the log already or among the outcomes
+    unrecorded = [dict(o.entry) for o in outcomes if not o.recorded and sinks.log is not None][-sinks.max_backlog:]
+    context.update_cursor(json.dumps(dict(json.loads(cursor), unrecorded=unrecorded)))
     failed = [o for o in outcomes if not o.ok]
     for o in failed:
         context.log.error(redact(f"alert {o.alert.dedup_key} not delivered to {sorted(o.errors)}"))
     return dg.SkipReason(
-        f"{len(alerts)} alert(s) seen, {len(outcomes)} new, {len(failed)} with a delivery failure (see ops/alerts)"
+        f"{len(alerts)} alert(s) seen, {len(outcomes)} handled, {len(failed)} with a delivery failure, "
+        f"{len(unrecorded)} waiting for the alert log (see ops/alerts)"
     )
 
 

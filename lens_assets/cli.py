@@ -159,7 +159,8 @@ class Materializer:
         for ev in result.all_events:
             if ev.event_type_value == "STEP_FAILURE":
                 err = ev.event_specific_data.error
-                while err is not None and err.cause is not None and "DagsterExecutionStepExecutionError" in (err.cls_name or ""):
+                # Dagster wraps the user's error (step, input loading, output handling): show the cause
+                while err is not None and err.cause is not None and (err.cls_name or "").startswith("DagsterExecution"):
                     err = err.cause
                 msgs.append(f"{ev.step_key}: {err.cls_name}: {err.message.strip()}" if err else ev.message)
             if ev.event_type_value == "ASSET_CHECK_EVALUATION" and not ev.event_specific_data.passed:
@@ -182,23 +183,31 @@ class Materializer:
 def cmd_materialize(args) -> int:
     from definitions import defs
 
+    from darkhaloscope.errors import PERMANENT_ERRORS
+
     try:
         Materializer(defs, _instance()).run(args.assets)
     except MaterializeError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
+    except (*PERMANENT_ERRORS, OSError) as exc:  # the lake failed outside a run (planning what is missing)
+        print(f"FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_query(args) -> int:
-    from darkhaloscope.query import format_rows, run_query
+    from darkhaloscope.errors import StorageError
+    from darkhaloscope.query import format_rows, query
 
     try:
-        cols, rows = run_query(_lake(), args.sql)
-    except (InputError, CredentialError) as exc:
+        result = query(_lake(), args.sql, timeout_s=args.timeout, max_rows=args.max_rows)
+    except (InputError, CredentialError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(format_rows(cols, rows, args.format))
+    print(format_rows(result.columns, result.rows, args.format))
+    if result.truncated:
+        print(f"note: output cut at {args.max_rows:,} rows (--max-rows); the query has more", file=sys.stderr)
     return 0
 
 
@@ -286,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("query", help="read-only SQL over the lake (every table is a view)")
     q.add_argument("sql")
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    q.add_argument("--timeout", type=float, default=60.0, metavar="S", help="interrupt the query after S seconds (default 60)")
+    q.add_argument("--max-rows", type=int, default=10_000, metavar="N", help="print at most N rows (default 10,000; a note says when cut)")
     q.set_defaults(func=cmd_query)
     t = sub.add_parser("tables", help="tables with row counts, partitions and URIs")
     t.add_argument("--format", choices=["table", "csv", "json"], default="table")

@@ -64,19 +64,18 @@ def as_metadata(values: dict) -> dict:
 
 
 class fail_fast_on_bad_input:
-    """Context manager: bad input and credential errors fail the step once, without retries.
-
-    Retry policies exist for transient network/S3 faults; retrying a malformed file or an
-    expired key only repeats the error (and could hammer a service with bad credentials).
+    """Context manager: permanent errors (bad input, refused credentials, a lake that is not a
+    writable folder) fail the step once, without retries: retrying only repeats the error (and
+    could hammer a service with bad credentials).
     """
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        from darkhaloscope.errors import CredentialError, InputError
+        from darkhaloscope.errors import PERMANENT_ERRORS
 
-        if exc is not None and isinstance(exc, (InputError, CredentialError)):
+        if exc is not None and isinstance(exc, PERMANENT_ERRORS):
             raise dg.Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
         return False
 

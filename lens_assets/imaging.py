@@ -31,7 +31,6 @@ TARGET_COLUMNS = [
 ]
 CHUNK = 256
 STAMP_COLUMNS = ("image", "invvar", "maskbits")
-NETWORK_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
 
 def cutout_targets(store: Lake, sweep_file: str) -> pa.Table:
@@ -85,7 +84,6 @@ def cutout_batches(targets: pa.Table, source, size: int = STAMP_SIZE):
     kinds={"parquet"},
     owners=OWNERS,
     code_version="1",
-    retry_policy=NETWORK_RETRY,
 )
 def cutouts(context: dg.AssetExecutionContext, lake: LakeResource, survey: SurveyResource, imaging: ImagingResource) -> dg.MaterializeResult:
     """101×101 g,r,z cutouts (nanomaggies; invvar; maskbits where the source has them) of every

@@ -8,14 +8,15 @@ from astropy.io import fits
 
 from darkhaloscope.contracts import KNOWN_LENSES, SWEEPS
 from darkhaloscope.survey.known_lenses import load_known_lenses
-from darkhaloscope.survey.sweeps import ingest_sweep, parse_sweep_filename
+from darkhaloscope.survey.sweeps import (
+    check_one_file_per_box, ingest_sweep, objects_in_other_sweeps, parse_sweep_filename, remove_vanished_sweeps,
+)
 from resources import LakeResource, SurveyResource
 
 from .common import OWNERS, contract_result, fail_fast_on_bad_input, table_result
 from .partitions import sweep_partitions, sync_dynamic_partitions
 
 GROUP = "survey"
-S3_RETRY = dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
 
 @dg.asset(
@@ -24,19 +25,23 @@ S3_RETRY = dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL
     kinds={"parquet"},
     owners=OWNERS,
     code_version="1",
-    retry_policy=S3_RETRY,
 )
-def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource) -> pa.Table:
+def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource, lake: LakeResource) -> pa.Table:
     """Manifest of the survey's sweep files (name, sky box in degrees, size in bytes); registers one
-    dynamic partition of ``sweeps`` per file and removes partitions of files that disappeared."""
+    dynamic partition of ``sweeps`` per file; for files that disappeared, removes their Dagster
+    partitions and their lake partitions (of every table partitioned by sweep file)."""
     from resources.survey import SWEEP_DIR
 
     with fail_fast_on_bad_input():
         names = survey.sweep_files()
         fs, root = survey.filesystem()
         infos = fs.get_file_info([f"{root}/{SWEEP_DIR}/{n}" for n in names])
-        boxes = [parse_sweep_filename(n) for n in names]
+        boxes = check_one_file_per_box(names)
+        removed = remove_vanished_sweeps(lake.lake(), names)
     new = sync_dynamic_partitions(context.instance, sweep_partitions, names)
+    for r in removed:
+        context.log.warning(f"removed {r['table']} partition {r['partition']}: its sweep file is no longer in the survey")
+    context.add_output_metadata({"removed_partitions": dg.MetadataValue.json(removed), "n_removed_partitions": len(removed)})
     context.log.info(f"{len(names)} sweep files ({len(new)} new partitions) in {survey.survey} survey")
     return pa.table(
         {
@@ -58,7 +63,6 @@ def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource) -> pa
     kinds={"parquet"},
     owners=OWNERS,
     code_version="1",
-    retry_policy=S3_RETRY,
 )
 def sweeps(context: dg.AssetExecutionContext, survey: SurveyResource, lake: LakeResource) -> dg.MaterializeResult:
     """One sweep file read into Arrow (lower-case DR10 columns, HEALPix indices, provenance) and
@@ -109,6 +113,17 @@ def sweeps_inside_box(context: dg.AssetCheckExecutionContext, lake: LakeResource
     )
 
 
+@dg.asset_check(asset=sweeps, blocking=True, partitions_def=sweep_partitions, description="no object of this sweep file is also in another sweep file's partition")
+def sweeps_unique_across_partitions(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> dg.AssetCheckResult:
+    audit = objects_in_other_sweeps(lake.lake(), context.partition_key)
+    return dg.AssetCheckResult(
+        passed=audit["duplicates"] == 0,
+        metadata={"duplicates": audit["duplicates"], "with": dg.MetadataValue.json(audit["with"]),
+                  "examples": dg.MetadataValue.json(audit["examples"]), "compared_with": dg.MetadataValue.json(audit["compared_with"])},
+        description=None if audit["duplicates"] == 0 else f"{audit['duplicates']} object(s) also in {sorted(audit['with'])}",
+    )
+
+
 @dg.asset(key_prefix=[GROUP], group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="1")
 def known_lenses(context: dg.AssetExecutionContext) -> pa.Table:
     """The lenscat catalog of known strong lenses, normalised: name, ra, dec (deg), z_lens (null when
@@ -130,5 +145,5 @@ def known_lenses_contract(lake: LakeResource) -> dg.AssetCheckResult:
 
 survey_defs = dg.Definitions(
     assets=[sweep_files, sweeps, known_lenses],
-    asset_checks=[sweeps_contract, sweeps_row_count, sweeps_inside_box, known_lenses_contract],
+    asset_checks=[sweeps_contract, sweeps_row_count, sweeps_inside_box, sweeps_unique_across_partitions, known_lenses_contract],
 )

@@ -14,11 +14,13 @@ import logging
 import dagster as dg
 import pytest
 
-from darkhaloscope.alerts import REDACTED, Alert, JsonlAlertLog, WebhookSink, deliver, redact
+from darkhaloscope.alert_log import JsonlAlertLog
+from darkhaloscope.alerts import REDACTED, Alert, AlertSinks, deliver, redact
 from darkhaloscope.errors import InputError
 from darkhaloscope.lake import Lake
 from lens_assets.alerting import alert_sensor, collect_alerts, deliver_run_alerts
 from resources.alert_sinks import AlertSinksResource
+from darkhaloscope.webhook import WebhookSink
 from tests.support.webhook_receiver import WebhookReceiver
 
 
@@ -65,8 +67,8 @@ def receiver():
         yield rx
 
 
-def _sinks(lake_root, url):
-    return [JsonlAlertLog(Lake(str(lake_root))), WebhookSink(url, timeout_s=2, max_retries=2, backoff_s=0.05)]
+def _sinks(lake_root, url, **webhook):
+    return AlertSinks(JsonlAlertLog(Lake(str(lake_root))), (WebhookSink(url, **{"deadline_s": 5, "backoff_s": 0.05, **webhook}),))
 
 
 def _key(body: dict) -> tuple:
@@ -102,7 +104,7 @@ def test_each_failure_alerts_once_across_cli_sensor_and_restart(instance, receiv
     sinks_resource = AlertSinksResource(webhook_url=receiver.url, lake_uri=str(lake_root), webhook_backoff_s=0.05)
     ctx = dg.build_sensor_context(instance=instance, resources={"alert_sinks": sinks_resource})
     tick = alert_sensor(ctx)
-    assert isinstance(tick, dg.SkipReason) and "0 new" in tick.skip_message
+    assert isinstance(tick, dg.SkipReason) and "0 handled" in tick.skip_message
     assert len(receiver.received) == 2
     cursor = ctx.cursor
     assert json.loads(cursor)["after_storage_id"] > 0
@@ -178,25 +180,29 @@ def _alert(check="contract", run_id="run-1", **kw) -> Alert:
 
 @pytest.mark.timeout(30)
 def test_webhook_retries_server_errors_and_records_failures(receiver, tmp_path, caplog):
-    lake = Lake(str(tmp_path / "lake"))
+    lake = tmp_path / "lake"
     receiver.script([500, 503])
-    [outcome] = deliver([_alert()], [JsonlAlertLog(lake), WebhookSink(receiver.url, timeout_s=2, max_retries=3, backoff_s=0.01)])
+    [outcome] = deliver([_alert()], _sinks(lake, receiver.url, max_attempts=4, backoff_s=0.01))
     assert outcome.ok and [r.status for r in receiver.received] == [500, 503, 200]
 
     receiver.script([404])  # a client error is final: no retry
-    [outcome] = deliver([_alert(check="other")], [JsonlAlertLog(lake), WebhookSink(receiver.url, timeout_s=2, max_retries=3, backoff_s=0.01)])
+    [outcome] = deliver([_alert(check="other")], _sinks(lake, receiver.url, max_attempts=4, backoff_s=0.01))
     assert not outcome.ok and "HTTP 404" in outcome.errors["webhook"] and len(receiver.received) == 4
 
-    # A receiver that is down: the failure is logged and recorded, not dropped, and not re-sent.
+    # A receiver that is down: the failure is logged and recorded as owed, not dropped.
     with WebhookReceiver() as gone:
         dead_url = gone.url
     with caplog.at_level(logging.ERROR, logger="darkhaloscope.alerts"):
-        [outcome] = deliver([_alert(run_id="run-2")], [JsonlAlertLog(lake), WebhookSink(dead_url, timeout_s=1, max_retries=1, backoff_s=0.01)])
+        outcomes = deliver([_alert(run_id="run-2")], _sinks(lake, dead_url, deadline_s=2, max_attempts=2, backoff_s=0.01))
+    # the new alert, and the one the 404 left owed (the round stops at the first failure)
+    assert [o.alert.check for o in outcomes] == ["contract", "other"]
+    outcome = outcomes[0]
     assert outcome.errors["webhook"].startswith("AlertDeliveryError")
+    assert "not sent in this round" in outcomes[1].errors["webhook"]
     assert any("not delivered to webhook" in r.getMessage() for r in caplog.records)
-    entry = next(e for e in JsonlAlertLog(lake).entries() if e["run_id"] == "run-2")
+    entry = next(e for e in JsonlAlertLog(Lake(str(lake))).entries() if e["run_id"] == "run-2")
     assert entry["delivered_to"] == [] and "ConnectionError" in entry["delivery_errors"]["webhook"]
-    assert deliver([_alert(run_id="run-2")], [JsonlAlertLog(lake), WebhookSink(receiver.url)]) == []
+    assert entry["status"] == "pending"
 
 
 @pytest.mark.timeout(30)
@@ -250,3 +256,5 @@ def test_alert_validation_and_stable_dedup_key():
         _alert(metadata={"bad": object()})
     with pytest.raises(InputError, match="DHS_ALERT_WEBHOOK"):
         WebhookSink("ftp://example.org/hook")
+    with pytest.raises(InputError, match="distinct names"):
+        AlertSinks(None, (WebhookSink("http://a.example/x"), WebhookSink("http://b.example/y")))

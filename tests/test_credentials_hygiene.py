@@ -16,8 +16,10 @@ import pyarrow as pa
 import pytest
 from dagster._serdes import serialize_value
 
-from darkhaloscope.alerts import JsonlAlertLog, WebhookSink
+from darkhaloscope.alert_log import JsonlAlertLog
+from darkhaloscope.alerts import AlertSinks
 from darkhaloscope.lake import Lake
+from darkhaloscope.webhook import WebhookSink
 from lens_assets.alerting import deliver_run_alerts
 from tests.support.s3_server import fresh_bucket, s3_server  # noqa: F401  (fixture)
 from tests.support.webhook_receiver import WebhookReceiver
@@ -74,7 +76,7 @@ def test_credentials_never_appear_in_logs_metadata_or_alerts(s3_server, monkeypa
         r2 = dg.materialize([missing_bucket_table], instance=instance, run_config=bad, raise_on_error=False)
         assert not r1.success and not r2.success  # the blocking check and the missing bucket fail them
 
-        sinks = [JsonlAlertLog(Lake(str(tmp_path / "alerts"))), WebhookSink(rx.url, timeout_s=2, max_retries=1)]
+        sinks = AlertSinks(JsonlAlertLog(Lake(str(tmp_path / "alerts"))), (WebhookSink(rx.url, deadline_s=5, max_attempts=2),))
         outcomes = deliver_run_alerts(instance, r1.run_id, sinks) + deliver_run_alerts(instance, r2.run_id, sinks)
 
         events = [serialize_value(e) for rid in (r1.run_id, r2.run_id) for e in instance.all_logs(rid)]

@@ -63,8 +63,9 @@ def test_service_cutouts_are_committed_failures_recorded_and_not_fetched_again(t
 
 
 def test_a_run_that_dies_mid_partition_resumes_chunk_by_chunk(tmp_path, monkeypatch):
-    """The first attempt dies after two chunks of a sweep file; the retry fetches only the rest, and
-    the in-flight chunks are dropped once the partition is committed."""
+    """The first run dies after two chunks of a sweep file; the next run of the partition (a run
+    retry, or the user's) fetches only the rest, and the in-flight chunks are dropped once the
+    partition is committed."""
     import lens_assets.imaging as imaging
 
     lake = Lake(str(tmp_path / "lake"))
@@ -89,6 +90,8 @@ def test_a_run_that_dies_mid_partition_resumes_chunk_by_chunk(tmp_path, monkeypa
             "survey": SurveyResource(survey=str(tmp_path / "no-mirror")),
             "imaging": ImagingResource(cutout_source=server.base_url),
         }
+        died = dg.materialize([cutouts], instance=instance, resources=resources, partition_key=SWEEP, raise_on_error=False)
+        assert not died.success  # the step is not retried in place: HTTP faults were retried by the client
         result = dg.materialize([cutouts], instance=instance, resources=resources, partition_key=SWEEP)
         assert result.success
         assert attempts == [8, 4]  # the retry asked only for the targets of the chunks not yet fetched

@@ -83,3 +83,44 @@ def test_cli_query_and_tables(tmp_path, monkeypatch, capsys):
     assert main(["tables", "--format", "json"]) == 0
     tables = {t["table"]: t for t in json.loads(capsys.readouterr().out)}
     assert tables["sweeps"]["rows"] == 4 and tables["sweeps"]["partitions"] == 2
+
+
+RUNAWAY = "SELECT count(*) FROM range(1000000000000)"  # a trillion rows: minutes of CPU if not stopped
+
+
+def test_a_runaway_query_is_interrupted_at_its_timeout(tmp_path, monkeypatch, capsys):
+    import time
+
+    from darkhaloscope.lake import Lake
+
+    monkeypatch.setenv("DHS_LAKE", str(tmp_path / "lake"))
+    _fill(Lake(str(tmp_path / "lake")))
+    t0 = time.monotonic()
+    assert main(["query", RUNAWAY, "--timeout", "0.5"]) == 2
+    assert time.monotonic() - t0 < 10
+    err = capsys.readouterr().err
+    assert err.startswith("error: query interrupted after 0.5 s") and "--timeout" in err and "Traceback" not in err
+    # the same connection settings answer a quick query right after
+    assert main(["query", "SELECT count(*) AS n FROM sweeps", "--format", "csv", "--timeout", "5"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["n", "4"]
+
+
+def test_results_are_capped_with_a_note(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DHS_LAKE", str(tmp_path / "lake"))
+    # a trillion-row result is streamed: only the first rows are ever produced
+    assert main(["query", "SELECT range AS i FROM range(1000000000000)", "--format", "csv", "--max-rows", "5"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["i", "0", "1", "2", "3", "4"]
+    assert "note: output cut at 5 rows (--max-rows)" in captured.err
+    assert main(["query", "SELECT range AS i FROM range(10000)", "--format", "csv"]) == 0  # exactly the default cap
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 10_001 and "note" not in captured.err
+    assert main(["query", "SELECT range AS i FROM range(10001)", "--format", "csv"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 10_001 and "cut at 10,000 rows" in captured.err
+
+
+@pytest.mark.parametrize("sql, name", [("INSTALL httpfs", "INSTALL"), ("FORCE INSTALL httpfs", "FORCE INSTALL"), ("LOAD httpfs", "LOAD")])
+def test_refusals_name_the_statement_as_written(lake, sql, name):
+    with pytest.raises(InputError, match=f"read-only and only runs SELECT statements, not {name} "):
+        run_query(lake, sql)

@@ -31,10 +31,8 @@ from astropy.io import fits
 
 from ..constants import PIXEL_SCALE_ARCSEC, STAMP_SIZE
 from ..errors import InputError
-from ..seeding import rng_for
+from ..retry import TRANSIENT_HTTP_STATUSES, RetriesExhausted, RetryPolicy, call_with_retries
 
-#: HTTP statuses worth retrying: server-side faults, throttling and request timeouts.
-RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 #: FITS files are whole multiples of this many bytes; anything else was cut short in transit.
 FITS_BLOCK = 2880
 #: Bytes of a non-FITS body quoted in error messages.
@@ -155,8 +153,7 @@ class CutoutServiceClient:
         self.max_concurrency = int(max_concurrency)
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
-        self.backoff_base_s = float(backoff_base_s)
-        self.backoff_max_s = float(backoff_max_s)
+        self.retry = RetryPolicy(max_attempts=self.max_retries + 1, backoff_base_s=float(backoff_base_s), backoff_max_s=float(backoff_max_s))
         self._sleep = sleep
         # Bounds requests in flight across all threads and fetch_many calls sharing this client;
         # it is not held during back-off, so a sleeping retry does not block a free slot.
@@ -179,8 +176,7 @@ class CutoutServiceClient:
 
     def backoff_s(self, ra: float, dec: float, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt + 1``: full jitter, U(0, cap), seeded by (ra, dec, attempt)."""
-        cap = min(self.backoff_max_s, self.backoff_base_s * 2.0**attempt)
-        return float(rng_for("cutout-backoff", _fmt_deg(ra), _fmt_deg(dec), attempt).uniform(0.0, cap))
+        return self.retry.backoff_s(attempt, (_fmt_deg(ra), _fmt_deg(dec)))
 
     def _session(self) -> requests.Session:
         # requests.Session is not documented as thread-safe, so each worker thread gets its own.
@@ -229,7 +225,7 @@ class CutoutServiceClient:
             except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as e:
                 raise TransientFetchError(f"{url}: {type(e).__name__}: {e}") from e
             try:
-                if resp.status_code in RETRY_STATUSES:
+                if resp.status_code in TRANSIENT_HTTP_STATUSES:
                     raise TransientFetchError(f"{url} answered HTTP {resp.status_code}")
                 raw = resp.raw
                 chunks = []
@@ -298,19 +294,22 @@ class CutoutServiceClient:
 
     def _fetch_one(self, key: Hashable, ra: float, dec: float) -> CutoutResult | CutoutFailure:
         url = self.url_for(ra, dec)
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            try:
-                body = self._get(url)
-                image, invvar, flags = self.parse_fits(body, url)
-                return CutoutResult(key, float(ra), float(dec), url, image, invvar, self.bands, attempt + 1, flags)
-            except HTTPStatusError as e:
-                return CutoutFailure(key, float(ra), float(dec), url, attempt + 1, f"http_{e.status}", str(e))
-            except TransientFetchError as e:
-                last = str(e)
-                if attempt < self.max_retries:
-                    self._sleep(self.backoff_s(ra, dec, attempt))
-        return CutoutFailure(key, float(ra), float(dec), url, self.max_retries + 1, "retries_exhausted", last)
+        tries = 0
+
+        def attempt() -> tuple[np.ndarray, np.ndarray | None, tuple[str, ...]]:
+            nonlocal tries
+            tries += 1
+            return self.parse_fits(self._get(url), url)
+
+        try:
+            (image, invvar, flags), _ = call_with_retries(
+                attempt, lambda e: isinstance(e, TransientFetchError), self.retry, (_fmt_deg(ra), _fmt_deg(dec)), self._sleep
+            )
+        except HTTPStatusError as e:
+            return CutoutFailure(key, float(ra), float(dec), url, tries, f"http_{e.status}", str(e))
+        except RetriesExhausted as e:
+            return CutoutFailure(key, float(ra), float(dec), url, e.attempts, "retries_exhausted", str(e.last))
+        return CutoutResult(key, float(ra), float(dec), url, image, invvar, self.bands, tries, flags)
 
     def fetch(self, ra: float, dec: float, key: Hashable = None) -> CutoutResult:
         """Fetch one cutout at (ra, dec) degrees, retrying transient faults; raise InputError when it fails."""

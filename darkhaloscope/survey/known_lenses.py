@@ -140,7 +140,7 @@ def validate_known_lenses(table: pa.Table, where: str = "known lenses") -> None:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         names = name_col.to_pylist()
-        raise InputError(f"{where}: lens {names[i]!r} (row {i}) has invalid coordinates ra={ra[i]!r}, dec={dec[i]!r} deg")
+        raise InputError(f"{where}: lens {names[i]!r} (row {i}) has invalid coordinates ra={float(ra[i])!r}, dec={float(dec[i])!r} deg")
     if "z_lens" in table.column_names:
         z = table.column("z_lens").to_numpy(zero_copy_only=False).astype(np.float64)
         badz = ~np.isnan(z) & ((z < 0) | (z >= 10))

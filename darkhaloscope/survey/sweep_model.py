@@ -6,20 +6,21 @@ Every column is a ``(FITS name, TFORM)`` pair in file order; TFORM is the FITS b
 ``arrow_type_for_tform`` the Arrow type the reader produces; both the sweep reader and the mock
 survey writer use them, so the file layout and the lake schema come from one place.
 
-Sources (see shared/reference/science.md §2.3, §2.5):
+Sources: the Legacy Surveys catalog data model (legacysurvey.org/dr10/catalogs, /dr9/catalogs) and
+legacypipe's sweep writer:
 
 - DR10 sweeps (``south/sweep/10.1``): legacypipe's ``SWEEP_DTYPE`` (bin/generate-sweep-files.py)
   restricted to the bands DR10 delivers (g, r, i, z, W1–W4), TYPE ``S3``, MASKBITS ``>i4``,
   FITBITS ``>i2``, Sérsic columns, no BRICK_PRIMARY (sweeps hold primary rows only). The LC_*
   light-curve columns live in the ``-lc`` companion files, not in the sweeps.
 - DR9 sweeps: as DR10 without the i band; MASKBITS is ``>i2``.
-- DR8 sweeps: checked against a real DR8 sweep (shared/data/real/sweep-320m005-330p000.fits):
+- DR8 sweeps: checked against a real DR8 sweep (``sweep-320m005-330p000.fits``, read by the tests):
   TYPE ``S4`` with ``'PSF '``/``'COMP'``, FRACDEV and separate SHAPEDEV_*/SHAPEEXP_* shapes,
   MASKBITS ``>i2``, no PSFSIZE, no SERSIC.
 - Tractor catalogs (``tractor-<brick>.fits``) carry BRICK_PRIMARY plus many more columns; they are
   recognised but not modelled column by column.
 
-Units (LS-CAT): RA/DEC deg; RA_IVAR/DEC_IVAR 1/deg²; FLUX_* nanomaggies (AB zero point 22.5);
+Units (the DR10 catalog data model): RA/DEC deg; RA_IVAR/DEC_IVAR 1/deg²; FLUX_* nanomaggies (AB zero point 22.5);
 FLUX_IVAR_* 1/nanomaggy²; MW_TRANSMISSION_* linear in [0, 1]; PSFSIZE_* arcsec (FWHM);
 PSFDEPTH_*/GALDEPTH_* 1/nanomaggy² (5σ flux = 5/√depth); SHAPE_R arcsec (half-light radius);
 SHAPE_E1/E2 dimensionless ((a−b)/(a+b) e^{2iφ}); EBV mag (SFD98); NOBS_* count of images.
@@ -292,25 +293,53 @@ def _tform_kind(code: str) -> str:
 
 
 def check_column_types(columns: dict[str, str], data_model: str, where: str) -> None:
-    """InputError naming the column when a modelled column's TFORM is of another kind or length.
+    """InputError naming the column when a modelled column's TFORM is not exactly the data model's.
 
     ``columns`` is ``{NAME: TFORM}`` of a file recognised as ``data_model``; each column that the
     data model describes (the sweep layout of the same release, also for Tractor files) must have
-    the same kind (string / logical / integer / float) and, unless a string, the same repeat count.
-    Integer widths and string lengths may differ.
+    the same TFORM: the same code (``E`` float32 is not ``D`` float64, ``I`` int16 is not ``J``
+    int32) and the same repeat count or string length. Real DR8 sweeps and DR9 Tractor files
+    match their models exactly; anything else was written by another tool and would silently
+    change precision (a float32 RA is off by up to ~1 arcsec at RA ~ 300 deg) or meaning.
     """
     reference = dict(SWEEP_COLUMNS_BY_MODEL[data_model.replace("-tractor", "-sweep")])
     for name, tform in columns.items():
         want = reference.get(name)
         if want is None:
             continue
-        got_repeat, got_code = parse_tform(tform, name)
-        want_repeat, want_code = parse_tform(want, name)
-        if _tform_kind(got_code) != _tform_kind(want_code) or (want_code != "A" and got_repeat != want_repeat):
+        if parse_tform(tform, name) != parse_tform(want, name):
             raise InputError(
                 f"{where}: column {name} has TFORM {tform!r}, expected {want!r} "
-                f"({_tform_kind(want_code)}) for a {data_model} file"
+                f"({_tform_kind(parse_tform(want, name)[1])}, {numpy_dtype_for_tform(want, name)[0].lstrip('>')}) "
+                f"for a {data_model} file"
             )
+
+
+#: TYPE values of each release's data model (Tractor morphologies; DUP marks a Gaia source fitted
+#: by another model; DR8's COMP became SER from DR9 on).
+TYPE_VOCABULARY = {
+    "dr8": frozenset({"PSF", "REX", "DEV", "EXP", "COMP", "DUP"}),
+    "dr9": frozenset({"PSF", "REX", "DEV", "EXP", "SER", "DUP"}),
+    "dr10": frozenset({"PSF", "REX", "DEV", "EXP", "SER", "DUP"}),
+}
+
+
+def type_vocabulary(data_model: str) -> frozenset:
+    """The TYPE values a file of ``data_model`` may hold."""
+    return TYPE_VOCABULARY[data_model.split("-")[0]]
+
+
+def is_inverse_variance(column: str) -> bool:
+    """True for inverse-variance columns (``RA_IVAR``, ``FLUX_IVAR_<band>``, ``SHAPE_R_IVAR``, ...):
+    finite and >= 0 in a valid catalog (0 = no measurement)."""
+    upper = column.upper()
+    return upper.endswith("_IVAR") or "_IVAR_" in upper
+
+
+def is_flux(column: str) -> bool:
+    """True for the model fluxes ``FLUX_<band>`` (nanomaggies), not their inverse variances."""
+    upper = column.upper()
+    return upper.startswith("FLUX_") and not upper.startswith("FLUX_IVAR")
 
 
 def required_columns(data_model: str) -> tuple[str, ...]:

@@ -41,7 +41,9 @@ DEFAULT_BATCH_ROWS = 262_144
 _SUB_ROWS = 32_768
 _BLOCK = 2880
 
-_SWEEP_RE = re.compile(r"^sweep-(\d{3})([pm])(\d{3})-(\d{3})([pm])(\d{3})\.fits(\.gz)?$")
+# [0-9], not \d: \d also matches other scripts' digits (Arabic-Indic, fullwidth...), which float() accepts
+_SWEEP_RE = re.compile(r"^sweep-([0-9]{3})([pm])([0-9]{3})-([0-9]{3})([pm])([0-9]{3})\.fits(\.gz)?$")
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,11 @@ def _open_stream(path: str, filesystem: pafs.FileSystem | None) -> tuple[BinaryI
         raise InputError(f"{path}: empty file (0 bytes)")
     if str(path).endswith(".gz"):
         return gzip.GzipFile(fileobj=raw, mode="rb"), None  # type: ignore[return-value]
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic == _GZIP_MAGIC:
+        raw.close()
+        raise InputError(f"{path}: gzip-compressed data under a name without .gz (rename it {os.path.basename(path)}.gz)")
     return raw, size
 
 
@@ -334,15 +341,20 @@ def iter_sweep_batches(
         schema = _schema(table, names)
         buf = bytearray(min(_SUB_ROWS, batch_rows, max(table.nrows, 1)) * table.row_bytes)
         seen_ids: list[np.ndarray] = []
+        finite_flux = {nm: False for nm in names if sm.is_flux(nm)}
         start = 0
         while start < table.nrows:
             n = min(batch_rows, table.nrows - start)
             cols = _gather(f, buf, n, names, table, start)
             batch = _make_batch(cols, names, table, schema, start, fname, box if check_box else None)
             seen_ids.append(batch.column(batch.num_columns - 1).to_numpy())
+            for nm, seen in finite_flux.items():
+                finite_flux[nm] = seen or bool(np.isfinite(cols[nm]).any())
             yield batch
             start += n
         _check_duplicates(seen_ids, path)
+        if table.nrows:
+            _check_some_flux(finite_flux, path)
     finally:
         f.close()
 
@@ -355,7 +367,8 @@ def _make_batch(cols: dict[str, np.ndarray], names, table: _Table, schema: pa.Sc
     bad = ~np.isfinite(ra) | ~np.isfinite(dec) | (dec < -90) | (dec > 90) | (ra < 0) | (ra >= 360)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise InputError(f"{where}: invalid coordinates in row {start + i}: RA={ra[i]!r}, DEC={dec[i]!r} (deg)")
+        raise InputError(f"{where}: invalid coordinates in row {start + i}: RA={float(ra[i])!r}, DEC={float(dec[i])!r} (deg)")
+    _check_values(cols, table, start)
     if box is not None:
         out = ~box.contains(ra, dec)
         if out.any():
@@ -377,6 +390,33 @@ def _make_batch(cols: dict[str, np.ndarray], names, table: _Table, schema: pa.Sc
         pa.array(oid),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _check_values(cols: dict[str, np.ndarray], table: _Table, start: int) -> None:
+    """InputError naming the row, column and value for a TYPE outside the data model's vocabulary
+    or an inverse variance that is negative or not finite."""
+    if "TYPE" in cols:
+        allowed = sm.type_vocabulary(table.data_model)
+        found = {v.decode("ascii", "replace").strip(): v for v in np.unique(cols["TYPE"])}
+        unknown = sorted(set(found) - allowed)
+        if unknown:
+            i = int(np.flatnonzero(cols["TYPE"] == found[unknown[0]])[0])
+            raise InputError(f"{table.where}: row {start + i}: TYPE {unknown[0]!r} is not a {table.data_model} type "
+                             f"({', '.join(sorted(allowed))}); {len(unknown)} unknown value(s) in rows {start}..{start + len(cols['TYPE']) - 1}")
+    for name, values in cols.items():
+        if sm.is_inverse_variance(name):
+            bad = ~np.isfinite(values) | (values < 0)
+            if bad.any():
+                i = np.unravel_index(int(np.flatnonzero(bad)[0]), values.shape)
+                raise InputError(f"{table.where}: row {start + int(i[0])}: {name} = {float(values[i])!r}; an inverse variance must be "
+                                 f"finite and >= 0 (0 = no measurement); {int(bad.sum())} such value(s) in this batch")
+
+
+def _check_some_flux(finite_seen: dict[str, bool], where: str) -> None:
+    """InputError naming the FLUX_<band> columns that hold no finite value in the whole file."""
+    empty = [n for n, seen in finite_seen.items() if not seen]
+    if empty:
+        raise InputError(f"{where}: flux column(s) {', '.join(empty)} hold no finite value in any row (all NaN or infinite)")
 
 
 def _check_duplicates(ids: list[np.ndarray], where: str) -> None:
@@ -444,3 +484,78 @@ def ingest_sweep(
                             partition={SWEEP_DIM: name}, row_group_size=batch_rows)
     model = (first.schema.metadata or {}).get(b"dhs.data_model", b"unknown").decode()
     return {"rows": info.rows, "bytes": info.bytes, "data_model": model, "uri": info.uri}
+
+
+# ----------------------------------------------------------------------------------------------
+# The survey's sweep files as a whole: one file per sky box, one partition per file, unique objects
+
+
+def check_one_file_per_box(names: Sequence[str]) -> list[SweepBox]:
+    """The sky box of each sweep file name, in order; InputError naming both files when two boxes
+    overlap (``X.fits`` beside ``X.fits.gz`` is the commonest case: the same catalog twice).
+
+    Sweep files tile the sky without overlap, so every object belongs to exactly one file.
+    """
+    boxes = [parse_sweep_filename(n) for n in names]
+    if len(boxes) < 2:
+        return boxes
+    b = np.array([(x.ra_min, x.ra_max, x.dec_min, x.dec_max) for x in boxes])
+    overlap = ((b[:, None, 0] < b[None, :, 1]) & (b[None, :, 0] < b[:, None, 1])
+               & (b[:, None, 2] < b[None, :, 3]) & (b[None, :, 2] < b[:, None, 3]))
+    np.fill_diagonal(overlap, False)
+    if overlap.any():
+        i, j = (int(k) for k in np.argwhere(overlap)[0])
+        same = " (the same box: a .fits and a .fits.gz of one catalog?)" if boxes[i] == boxes[j] else ""
+        raise InputError(f"sweep files {names[i]!r} and {names[j]!r} cover overlapping sky boxes {boxes[i]} and {boxes[j]}{same}; "
+                         "keep one of them in the survey")
+    return boxes
+
+
+def remove_vanished_sweeps(lake: Lake, names: Sequence[str]) -> list[dict]:
+    """Delete, from every lake table partitioned by sweep file, the partitions of files not in ``names``.
+
+    A sweep file that left the mirror must not keep feeding readers of the whole table (queries,
+    the catalog stage). Returns ``[{"table": "<group>/<asset>", "partition": {...}}]`` of what was
+    removed (empty, and only one listing of ``survey/sweeps``, when nothing vanished).
+    """
+    keep = set(names)
+    if all(p.get(SWEEP_DIM) in keep for p in lake.partitions(*SWEEPS_TABLE)):
+        return []
+    removed = []
+    for group, asset in lake.tables():
+        for part in lake.partitions(group, asset):
+            if SWEEP_DIM in part and part[SWEEP_DIM] not in keep:
+                lake.delete_partition(group, asset, part)
+                removed.append({"table": f"{group}/{asset}", "partition": part})
+    return removed
+
+
+def objects_in_other_sweeps(lake: Lake, sweep_file: str, limit: int = 5) -> dict:
+    """Audit: object ids of the ``sweep_file`` partition of ``survey/sweeps`` that another partition holds too.
+
+    The reader refuses rows outside their file's box, so an object can be in two partitions only
+    if their boxes overlap; only those partitions are read (none in a survey that tiles the sky).
+    Returns ``{"duplicates": n, "with": {other file: n}, "examples": [object ids], "compared_with": [files]}``.
+    """
+    box = parse_sweep_filename(sweep_file)
+    others = []
+    for part in lake.partitions(*SWEEPS_TABLE):
+        name = part.get(SWEEP_DIM)
+        if name and name != sweep_file:
+            o = parse_sweep_filename(name)
+            if o.ra_min < box.ra_max and box.ra_min < o.ra_max and o.dec_min < box.dec_max and box.dec_min < o.dec_max:
+                others.append(name)
+    found: dict[str, int] = {}
+    examples: list[int] = []
+    if others:
+        mine = _object_ids(lake, sweep_file)
+        for name in others:
+            common = np.intersect1d(mine, _object_ids(lake, name))
+            if common.size:
+                found[name] = int(common.size)
+                examples += common[: max(0, limit - len(examples))].tolist()
+    return {"duplicates": sum(found.values()), "with": found, "examples": examples, "compared_with": others}
+
+
+def _object_ids(lake: Lake, sweep_file: str) -> np.ndarray:
+    return lake.read_table(*SWEEPS_TABLE, partition={SWEEP_DIM: sweep_file}, columns=["object_id"]).column("object_id").to_numpy()
