@@ -4,8 +4,6 @@
 DHS_SURVEY=mock); any other value is the base URL of a cutout service (``.../viewer``).
 """
 
-import numpy as np
-import pyarrow.compute as pc
 import dagster as dg
 
 from darkhaloscope.imaging.coadd import BrickImageSource
@@ -13,24 +11,6 @@ from darkhaloscope.imaging.sources import ImageSource, ServiceSource
 from darkhaloscope.lake import Lake
 
 from .survey import SurveyResource
-
-#: Sweep columns the mock sky draws sources from.
-MOCK_SKY_COLUMNS = [
-    "ra", "dec", "type", "flux_g", "flux_r", "flux_z", "shape_r", "shape_e1", "shape_e2", "sersic",
-    "psfsize_g", "psfsize_r", "psfsize_z", "psfdepth_g", "psfdepth_r", "psfdepth_z", "maskbits",
-]
-#: Mock-survey truth columns -> the lensing engine's names for painting known-lens arcs.
-TRUTH_TO_ENGINE = {
-    "source_mag_r": "src_mag_r",
-    "source_r_sersic_arcsec": "src_r_sersic_arcsec",
-    "source_n_sersic": "src_n_sersic",
-    "source_e1": "src_e1",
-    "source_e2": "src_e2",
-    "source_x_arcsec": "src_x_arcsec",
-    "source_y_arcsec": "src_y_arcsec",
-    "g_minus_r": "src_g_minus_r",
-    "r_minus_z": "src_r_minus_z",
-}
 
 
 class ImagingResource(dg.ConfigurableResource):
@@ -58,23 +38,12 @@ class ImagingResource(dg.ConfigurableResource):
 
 
 def mock_sky_from_lake(survey: SurveyResource, lake: Lake):
-    """The mock sky of the ingested mock survey, with the known lenses' arcs painted in."""
+    """The mock sky of the ingested mock survey, with its known and hidden lenses painted in."""
     import pyarrow.parquet as pq
 
-    from darkhaloscope.imaging.mock_sky import MockSky
-    from darkhaloscope.lensing.bank import paint_known_lens_arcs
+    from darkhaloscope.imaging.mock_sky import MOCK_SKY_COLUMNS
+    from darkhaloscope.survey.mock_lenses import mock_sky_with_lenses
 
-    catalog = lake.read_table("survey", "sweeps", columns=MOCK_SKY_COLUMNS + ["object_id"])
-    truth = pq.read_table(f"{survey.root()}/truth/known_lens_truth.parquet")
-    truth = truth.rename_columns([TRUTH_TO_ENGINE.get(c, c) for c in truth.column_names])
-    # the lens galaxy's own PSF sizes come from its catalog row
-    idx = pc.index_in(truth.column("object_id"), catalog.column("object_id"))
-    found = idx.is_valid()
-    truth = truth.filter(found)
-    rows = catalog.take(idx.filter(found))
-    psf = np.stack([rows.column(f"psfsize_{b}").to_numpy() for b in "grz"], axis=1)
-    arcs = paint_known_lens_arcs(truth, psf) if truth.num_rows else np.zeros((0, 3, 101, 101), np.float32)
-    ra = truth.column("ra").to_numpy()
-    dec = truth.column("dec").to_numpy()
-    extras = [(float(ra[i]), float(dec[i]), arcs[i]) for i in range(truth.num_rows)]
-    return MockSky(catalog.drop_columns(["object_id"]), extra_stamps=extras)
+    manifest = survey.mock_manifest()
+    catalog = lake.read_table("survey", "sweeps", columns=[*MOCK_SKY_COLUMNS, "object_id", "sweep_file"])
+    return mock_sky_with_lenses(catalog, [pq.read_table(p) for p in manifest.lens_truth_paths()], manifest.seed)

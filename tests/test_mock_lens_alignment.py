@@ -17,7 +17,7 @@ from darkhaloscope.imaging.mock_sky import MockSky
 from darkhaloscope.lensing.bank import paint_known_lens_arcs
 from darkhaloscope.lensing.render import pixel_coordinates
 from darkhaloscope.lensing.sie import LensBatch, sie_convergence
-from darkhaloscope.survey.mock_survey import _lens_truth, tractor_to_engine_ellipticity
+from darkhaloscope.survey.mock_lenses import draw_known_lenses, tractor_to_engine_ellipticity
 
 RA0, DEC0 = 150.12, 2.13
 FOOT = BrickTable.generate((RA0 - 0.01, RA0 + 0.01), (DEC0 - 0.01, DEC0 + 0.01))
@@ -108,7 +108,7 @@ def test_painted_einstein_cross_is_perpendicular_to_the_light(e):
 
 def test_mock_truth_mass_follows_light():
     lenses = pa.table({"name": [f"L{i}" for i in range(40)], "z_lens": [0.4] * 40})
-    d = _lens_truth(lenses, seed=7)
+    d = draw_known_lenses(lenses, seed=7)
     le1, le2 = tractor_to_engine_ellipticity(d["shape_e1"], d["shape_e2"])
     ok = np.hypot(d["shape_e1"], d["shape_e2"]) > 0.02
     engine_pa = 0.5 * np.arctan2(d["lens_e2"][ok], d["lens_e1"][ok])

@@ -19,15 +19,16 @@ Model (per source, from the sweep columns):
 - Noise: per brick and band the median PSFSIZE / PSFDEPTH of the catalog sources in that brick
   define the pixel noise σ = 1/sqrt(PSFDEPTH · N_eff), N_eff = 4π (FWHM / 2.3548 / 0.262)² pixels,
   the effective area of a Gaussian PSF of that FWHM, as DR10 defines PSFDEPTH (psfnorm/σ)² with
-  psfnorm² = 1/N_eff (science.md §2.5). invvar = 1/σ² everywhere on a covered brick.
+  psfnorm² = 1/N_eff (legacypipe coadds.py; DR10 catalog page). invvar = 1/σ² everywhere on a covered brick.
 - Maskbits: NPRIMARY outside the brick's primary region; a source's catalog MASKBITS (other bits)
   are painted on a disk around it (radius max(5 px, 2·SHAPE_R)), an approximation to the DR10 map.
 
 Determinism: each brick's 3600² pixel grid is cut into fixed ``tile_size``² tiles. A tile is the
 sum, in catalog order, of the float32 stamps of every source overlapping it (stamps are computed
 in float64 and rounded, so they do not depend on which other sources share a batch), plus noise
-seeded by (brick, tile, band) via darkhaloscope.seeding. Any two windows therefore agree pixel
-for pixel, and mock coadd files written from the same tiles match the rendered cutouts exactly.
+seeded by (noise key, brick, tile, band) via darkhaloscope.seeding, the noise key being that of the
+mock seed (``mock_sky_noise_key``). Any two windows therefore agree pixel for pixel, and mock coadd
+files written from the same tiles match the rendered cutouts exactly.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..constants import BANDS, BRICK_SIZE, PIXEL_SCALE_ARCSEC, STAMP_SIZE
+from ..constants import AB_ZEROPOINT, BANDS, BRICK_SIZE, PIXEL_SCALE_ARCSEC, STAMP_SIZE
 from ..errors import InputError
+from ..lensing.source import flux_from_mag
 from ..profiles import sersic_b_n, sersic_surface_brightness
 from ..psf import GAUSSIAN_FWHM_PER_SIGMA, MOFFAT_BETA, SURVEY_PSF_PROFILE, kernel_radius_pix, psf_kernels
 from ..seeding import rng_for
@@ -53,6 +55,11 @@ from .wcs import TanWCS
 
 #: Version key of the mock sky's noise seeds; change it and every noise pixel changes.
 MOCK_SKY_KEY = "dhs-mock-sky-v1"
+#: Sweep columns the mock sky draws its sources from.
+MOCK_SKY_COLUMNS = [
+    "ra", "dec", "type", "flux_g", "flux_r", "flux_z", "shape_r", "shape_e1", "shape_e2", "sersic",
+    "psfsize_g", "psfsize_r", "psfsize_z", "psfdepth_g", "psfdepth_r", "psfdepth_z", "maskbits",
+]
 #: FFT stamp sizes (pixels) a source is rendered on; the largest bounds a galaxy's extent.
 STAMP_CLASSES = (24, 32, 48, 64, 96, 128, 192, 256)
 #: PSF kernels reach 3 FWHM, as the injection engine's (a Moffat β = 3.5 keeps 99.6% of its light there).
@@ -61,9 +68,15 @@ KERNEL_N_FWHM = 3.0
 SUPERSAMPLE_BELOW_PIX = 2.5
 #: Typical DR10 PSF FWHM (arcsec) and PSFDEPTH (1/nmgy², 5σ = 24.7/23.9/23.0 AB) when a catalog gives none.
 DEFAULT_PSFSIZE = {"g": 1.5, "r": 1.35, "z": 1.3}
-DEFAULT_PSFDEPTH = {b: (5.0 / 10 ** ((22.5 - m) / 2.5)) ** 2 for b, m in zip(BANDS, (24.7, 23.9, 23.0))}
+DEFAULT_PSFDEPTH = {b: (5.0 / flux_from_mag(m)) ** 2 for b, m in zip(BANDS, (24.7, 23.9, 23.0))}
 NPRIMARY = 0x1
 _TYPE_N = {"REX": 1.0, "EXP": 1.0, "DEV": 4.0}
+
+
+def mock_sky_noise_key(seed: int) -> str:
+    """Key of the pixel noise of mock seed ``seed``: MOCK_SKY_KEY for seed 0, the default sky, and
+    MOCK_SKY_KEY/seed-<seed> for the others, so each seed has its own noise."""
+    return MOCK_SKY_KEY if int(seed) == 0 else f"{MOCK_SKY_KEY}/seed-{int(seed)}"
 
 
 def gaussian_neff_pix(fwhm_arcsec, pixel_scale: float = PIXEL_SCALE_ARCSEC):
@@ -212,6 +225,9 @@ class MockSky:
         self._dec_order = np.argsort(self.src.dec, kind="stable")
         self._dec_sorted = self.src.dec[self._dec_order]
         self._src_brick = bricks.bricks_containing(self.src.ra, self.src.dec) if len(self.src.ra) else np.zeros(0, np.int64)
+        # survey medians of PSFSIZE / PSFDEPTH per band: the noise of a brick without sources of its own
+        self._survey_psf = [(_robust_median(self.src.psfsize[:, j], DEFAULT_PSFSIZE[band]),
+                             _robust_median(self.src.psfdepth[:, j], DEFAULT_PSFDEPTH[band])) for j, band in enumerate(BANDS)]
         self._extras = self._place_extras(extra_stamps)
 
     # ------------------------------------------------------------------------------------------
@@ -243,15 +259,7 @@ class MockSky:
         iy = np.floor(y + 0.5)
         ok = np.isfinite(x) & (ix + h > 0) & (ix - h < BRICK_SIZE) & (iy + h > 0) & (iy - h < BRICK_SIZE)
         rows = cand[ok]
-        # noise level: brick median of the catalog's PSFSIZE/PSFDEPTH, else survey median, else DR10 typical
-        own = np.flatnonzero(self._src_brick == b)
-        sigma = np.zeros(len(BANDS))
-        fwhm = np.zeros(len(BANDS))
-        for j, band in enumerate(BANDS):
-            fw = _robust_median(s.psfsize[own, j], _robust_median(s.psfsize[:, j], DEFAULT_PSFSIZE[band]))
-            dp = _robust_median(s.psfdepth[own, j], _robust_median(s.psfdepth[:, j], DEFAULT_PSFDEPTH[band]))
-            fwhm[j] = fw
-            sigma[j] = float(pixel_sigma(dp, fw))
+        sigma, fwhm = self._brick_noise(b)
         extras = []
         for ra, dec, stamp in self._extras:
             ex, ey = wcs.world_to_pixel(ra, dec)
@@ -270,6 +278,14 @@ class MockSky:
         while len(self._states) > 8:
             self._states.popitem(last=False)
         return st
+
+    def _brick_noise(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Pixel noise σ (3,) [nmgy] and FWHM (3,) [arcsec] of brick ``b``: from the brick median of
+        the catalog's PSFSIZE/PSFDEPTH, else the survey median, else DR10 typical values."""
+        own = np.flatnonzero(self._src_brick == b)
+        fwhm = np.array([_robust_median(self.src.psfsize[own, j], self._survey_psf[j][0]) for j in range(len(BANDS))])
+        depth = np.array([_robust_median(self.src.psfdepth[own, j], self._survey_psf[j][1]) for j in range(len(BANDS))])
+        return pixel_sigma(depth, fwhm), fwhm
 
     # ------------------------------------------------------------------------------------------
     def _render_sources(self, st: _BrickState, local: np.ndarray) -> dict:
@@ -460,6 +476,17 @@ class MockSky:
         b, _ = self.cutouts([ra_deg], [dec_deg], size)
         return b.image[0], b.invvar[0], b.maskbits[0]
 
+    def pixel_invvar(self, ra_deg, dec_deg, size: int = STAMP_SIZE) -> np.ndarray:
+        """(N, 3) float32 inverse variance (1/nmgy²) of the pixels of a ``size``² cutout at each
+        (ra, dec) in degrees: the value ``cutouts`` puts in the stamp's covered pixels (the noise
+        of the brick it is cut from; 0 off the footprint), without rendering the stamp."""
+        ra, dec = check_coords(ra_deg, dec_deg)
+        choice = choose_bricks(self.bricks, ra, dec, int(size))
+        out = np.zeros((len(ra), len(BANDS)), np.float32)
+        for b in np.unique(choice.brick[choice.brick >= 0]):
+            out[choice.brick == b] = (1.0 / self._brick_noise(int(b))[0] ** 2).astype(np.float32)
+        return out
+
     # ------------------------------------------------------------------------------------------
     def brick_arrays(self, brick: str):
         """The whole brick from its tiles: (image (3,3600,3600) f32, invvar (3,) f32, maskbits (3600,3600) i32)."""
@@ -504,7 +531,7 @@ class MockSky:
                 h["FILTER"] = band
             if kind == "image":
                 h["BUNIT"] = "nanomaggy"
-                h["MAGZERO"] = 22.5
+                h["MAGZERO"] = AB_ZEROPOINT
             os.makedirs(os.path.dirname(path), exist_ok=True)
             hdu = fits.CompImageHDU(data, header=h, compression_type=ctype, tile_shape=(100, 100),
                                     quantize_level=q)
