@@ -16,7 +16,7 @@ from darkhaloscope.imaging.shortcuts import core_shortcut_failed, feature_aucs, 
 from darkhaloscope.lake import Lake
 from darkhaloscope.stamps import from_tensor_column, to_tensor_array
 from resources import LakeResource, SurveyResource
-from resources.imaging import ImagingResource, ServiceSource
+from resources.imaging import ImagingResource
 
 from .catalog import negatives, positives, training_catalog
 from .common import OWNERS, contract_result, fail_fast_on_bad_input, table_result
@@ -55,8 +55,7 @@ def cutout_batches(targets: pa.Table, source, size: int = STAMP_SIZE):
     """Record batches of cutouts + quality metrics for ``targets``, CHUNK targets at a time."""
     for start in range(0, targets.num_rows, CHUNK):
         t = targets.slice(start, CHUNK)
-        got = source.cutouts(t.column("ra").to_numpy(), t.column("dec").to_numpy(), size)
-        batch, failed = got if isinstance(got, tuple) else (got, np.full(t.num_rows, "", dtype=object))
+        batch, failed = source.cutouts(t.column("ra").to_numpy(), t.column("dec").to_numpy(), size)
         q = quality_metrics(batch.image, batch.invvar, batch.maskbits)
         cols = {name: t.column(name).combine_chunks() for name in t.column_names}
         cols["image"] = to_tensor_array(batch.image)
@@ -96,7 +95,7 @@ def cutouts(context: dg.AssetExecutionContext, lake: LakeResource, survey: Surve
         if targets.num_rows == 0:
             raise InputError(f"sweep file {name} has no catalog targets to cut")
         source = imaging.source(survey, store)
-        service = isinstance(source, ServiceSource)
+        service = source.checkpoint_chunks
         reused = committed_cutouts(store, name, targets) if service else None
         if reused is not None:
             targets = targets.filter(pc.invert(pc.is_in(targets.column("object_id"), reused.column("object_id"))))
@@ -248,24 +247,6 @@ def no_core_brightness_shortcut(lake: LakeResource) -> dg.AssetCheckResult:
         passed=not core_shortcut_failed(aucs),
         metadata={"worst_core_feature": dg.MetadataValue.json(worst), "red_threshold": 0.70},
     )
-
-
-def cutout_to_file(ra: float, dec: float, size: int, out: str) -> str:
-    """``dhs cutout``: one g,r,z cutout from the configured source as FITS (band, y, x) + WCS + invvar, or PNG."""
-    from darkhaloscope.imaging.cutout_io import write_cutout_fits, write_cutout_png
-    from resources.config import build_resources
-
-    res = build_resources()
-    source = res["imaging"].source(res["survey"], res["lake"].lake())
-    got = source.cutouts(np.array([ra]), np.array([dec]), size)
-    batch, failed = got if isinstance(got, tuple) else (got, np.array([""]))
-    if failed[0]:
-        raise RuntimeError(f"cutout at ({ra}, {dec}) could not be fetched: {failed[0]}")
-    if out.lower().endswith(".png"):
-        write_cutout_png(out, batch.image[0])
-    else:
-        write_cutout_fits(out, batch.image[0], batch.invvar[0], ra, dec, offset_pix=(float(batch.dx[0]), float(batch.dy[0])))
-    return out
 
 
 imaging_defs = dg.Definitions(

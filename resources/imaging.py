@@ -4,43 +4,13 @@
 DHS_SURVEY=mock); any other value is the base URL of a cutout service (``.../viewer``).
 """
 
-import numpy as np
 import dagster as dg
 
-from darkhaloscope.imaging.bricks import BrickImageSource, CutoutBatch
+from darkhaloscope.imaging.coadd import BrickImageSource
+from darkhaloscope.imaging.sources import ImageSource, ServiceSource
 from darkhaloscope.lake import Lake
 
 from .survey import SurveyResource
-
-class ServiceSource:
-    """Adapts the cutout-service client to the ``cutouts(ra, dec, size) -> CutoutBatch`` interface.
-
-    ``client_options``: keyword arguments of :class:`CutoutServiceClient` (layer, max_concurrency,
-    timeout_s, max_retries, ...). Each call opens a client for the requested stamp size and closes
-    it (worker threads and HTTP sessions) when the batch is done."""
-
-    def __init__(self, base_url: str, **client_options):
-        self.base_url = base_url
-        self.client_options = client_options
-
-    def cutouts(self, ra, dec, size: int = 101) -> tuple[CutoutBatch, np.ndarray]:
-        """Cutouts and a per-target failure message array ('' = fetched)."""
-        from darkhaloscope.imaging.service import CutoutServiceClient
-
-        ra = np.asarray(ra, float)
-        dec = np.asarray(dec, float)
-        out = CutoutBatch.empty(len(ra), size, with_maskbits=False)
-        failed = np.full(len(ra), "", dtype=object)
-        with CutoutServiceClient(self.base_url, size=size, **self.client_options) as client:
-            outcome = client.fetch_many([(str(i), r, d) for i, (r, d) in enumerate(zip(ra, dec))])
-        for res in outcome.results:
-            i = int(res.key)
-            out.image[i] = res.image
-            if res.invvar is not None:
-                out.invvar[i] = res.invvar
-        for f in outcome.failures:
-            failed[int(f.key)] = f"{f.kind}: {f.message}"
-        return out, failed
 
 
 class ImagingResource(dg.ConfigurableResource):
@@ -54,8 +24,8 @@ class ImagingResource(dg.ConfigurableResource):
     timeout_s: float = 30.0
     max_retries: int = 4
 
-    def source(self, survey: SurveyResource, lake: Lake):
-        """An object with ``cutouts(ra, dec, size)`` returning a CutoutBatch (or (batch, failures))."""
+    def source(self, survey: SurveyResource, lake: Lake) -> ImageSource:
+        """The configured image source (``cutouts(ra, dec, size) -> (CutoutBatch, failures)``)."""
         if self.cutout_source != "auto":
             return ServiceSource(
                 self.cutout_source, layer=self.layer, max_concurrency=self.max_concurrency,

@@ -87,8 +87,8 @@ def test_hidden_lenses_are_unknown_catalog_galaxies_spanning_snr_and_theta_e(sur
 def test_hidden_arcs_are_in_the_sky_with_their_truth_flux_and_snr(surveys):
     _, cat, hidden = surveys["a"]
     ra, dec = hidden.column("ra").to_numpy(), hidden.column("dec").to_numpy()
-    with_arcs = mock_sky_with_lenses(cat, [hidden], seed=0, noise=False).cutouts(ra, dec, 101)
-    without = mock_sky_with_lenses(cat, [], seed=0, noise=False).cutouts(ra, dec, 101)
+    with_arcs, _ = mock_sky_with_lenses(cat, [hidden], seed=0, noise=False).cutouts(ra, dec, 101)
+    without, _ = mock_sky_with_lenses(cat, [], seed=0, noise=False).cutouts(ra, dec, 101)
     arc = (with_arcs.image.astype(np.float64) - without.image)
     for j, band in enumerate("grz"):
         np.testing.assert_allclose(arc[:, j].sum(axis=(1, 2)), hidden.column(f"arc_flux_{band}").to_numpy(), rtol=2e-3)

@@ -57,7 +57,7 @@ def _centre():
 
 def _light_angle(e) -> float:
     ra, dec = _centre()
-    img = MockSky(_galaxy(ra, dec, e), bricks=FOOT, noise=False).cutouts([ra], [dec], N).image[0, 1]
+    img = MockSky(_galaxy(ra, dec, e), bricks=FOOT, noise=False).cutouts([ra], [dec], N)[0].image[0, 1]
     return _pixel_angle(img.astype(np.float64))
 
 
@@ -102,7 +102,7 @@ def test_painted_einstein_cross_is_perpendicular_to_the_light(e):
                       "src_g_minus_r": [0.0], "src_r_minus_z": [0.0]})
     arc = paint_known_lens_arcs(truth, np.array([[0.8, 0.8, 0.8]]), stamp_size=N)[0]
     sky = MockSky(_galaxy(ra, dec, e, flux_r=1e-9), bricks=FOOT, noise=False, extra_stamps=[(ra, dec, arc)])
-    painted = sky.cutouts([ra], [dec], N).image[0, 1].astype(np.float64)
+    painted = sky.cutouts([ra], [dec], N)[0].image[0, 1].astype(np.float64)
     assert _axis_diff(_pixel_angle(painted), _light_angle(e) + 90.0) < 3.0
 
 

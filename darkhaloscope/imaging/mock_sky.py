@@ -47,15 +47,11 @@ from ..lensing.source import flux_from_mag
 from ..profiles import sersic_b_n, sersic_surface_brightness
 from ..psf import GAUSSIAN_FWHM_PER_SIGMA, MOFFAT_BETA, SURVEY_PSF_PROFILE, kernel_radius_pix, psf_kernels
 from ..seeding import rng_for
-from .bricks import (
-    BrickTable,
-    CutoutBatch,
-    TanWCS,
-    _coords,
-    choose_bricks,
-    coadd_path,
-    paste_window,
-)
+from .batch import CutoutBatch, choose_bricks, paste_window
+from .bricks import BrickTable, check_coords
+from .coadd import coadd_path
+from .sources import no_failures
+from .wcs import TanWCS
 
 #: Version key of the mock sky's noise seeds; change it and every noise pixel changes.
 MOCK_SKY_KEY = "dhs-mock-sky-v1"
@@ -130,7 +126,7 @@ class _Sources:
 
     @classmethod
     def from_catalog(cls, cat) -> "_Sources":
-        ra, dec = _coords(_column(cat, "ra"), _column(cat, "dec"))
+        ra, dec = check_coords(_column(cat, "ra"), _column(cat, "dec"))
         types = np.array([str(t).strip().upper() for t in _column(cat, "type")], dtype=object)
         unknown = sorted(set(types) - {"PSF", "REX", "EXP", "DEV", "SER", "DUP"})
         if unknown:
@@ -206,6 +202,9 @@ class MockSky:
     tile_size: tile side (pixels, divides 3600). cache_tiles: LRU bound on rendered tiles
     (~0.6 MB each). noise: False renders the noiseless sky (invvar is unchanged).
     """
+
+    #: Rendering is deterministic and local: callers need not commit chunks as they arrive.
+    checkpoint_chunks = False
 
     def __init__(self, catalog, bricks: BrickTable | None = None, extra_stamps=None, tile_size: int = 200,
                  cache_tiles: int = 256, key: str = MOCK_SKY_KEY, noise: bool = True):
@@ -439,21 +438,16 @@ class MockSky:
                 for tx in range(max(x0, 0) // T, min(x0 + size - 1, BRICK_SIZE - 1) // T + 1)]
 
     # ------------------------------------------------------------------------------------------
-    def cutouts(self, ra_deg, dec_deg, size: int = STAMP_SIZE) -> CutoutBatch:
+    def cutouts(self, ra_deg, dec_deg, size: int = STAMP_SIZE) -> tuple[CutoutBatch, np.ndarray]:
         """``size``² g, r, z cutouts around each (ra, dec) in degrees, the same way as
-        BrickImageSource cuts DR10 bricks (same brick choice, centring and padding flags)."""
+        BrickImageSource cuts DR10 bricks (same brick choice, centring and padding flags), and
+        the per-target failure messages (all '': the mock sky renders every target)."""
         if int(size) <= 0:
             raise InputError(f"cutout size must be positive, got {size!r}")
         size = int(size)
-        ra, dec = _coords(ra_deg, dec_deg)
-        n = len(ra)
-        batch = CutoutBatch.empty(n, size, True)
+        ra, dec = check_coords(ra_deg, dec_deg)
         choice = choose_bricks(self.bricks, ra, dec, size)
-        batch.x[:], batch.y[:] = choice.x, choice.y
-        batch.dx[:] = np.where(np.isfinite(choice.x), choice.x - choice.ix, 0).astype(np.float32)
-        batch.dy[:] = np.where(np.isfinite(choice.y), choice.y - choice.iy, 0).astype(np.float32)
-        batch.edge_padded[:] = choice.padded
-        batch.band_missing[choice.brick < 0] = (1 << len(BANDS)) - 1
+        batch = CutoutBatch.for_choice(choice, size, True)
         chunk_tiles = max(self.cache_tiles // 2, 4)
         for b in np.unique(choice.brick[choice.brick >= 0]):
             rows = np.flatnonzero(choice.brick == b)
@@ -475,18 +469,18 @@ class MockSky:
                     self._cut(int(b), int(choice.ix[r]), int(choice.iy[r]), size,
                               batch.image[r], batch.invvar[r], batch.maskbits[r])
                 i = j
-        return batch
+        return batch, no_failures(len(ra))
 
     def render_window(self, ra_deg: float, dec_deg: float, size: int = STAMP_SIZE):
         """One window: (image (3,S,S) float32 nmgy, invvar (3,S,S) float32, maskbits (S,S) int32)."""
-        b = self.cutouts([ra_deg], [dec_deg], size)
+        b, _ = self.cutouts([ra_deg], [dec_deg], size)
         return b.image[0], b.invvar[0], b.maskbits[0]
 
     def pixel_invvar(self, ra_deg, dec_deg, size: int = STAMP_SIZE) -> np.ndarray:
         """(N, 3) float32 inverse variance (1/nmgy²) of the pixels of a ``size``² cutout at each
         (ra, dec) in degrees: the value ``cutouts`` puts in the stamp's covered pixels (the noise
         of the brick it is cut from; 0 off the footprint), without rendering the stamp."""
-        ra, dec = _coords(ra_deg, dec_deg)
+        ra, dec = check_coords(ra_deg, dec_deg)
         choice = choose_bricks(self.bricks, ra, dec, int(size))
         out = np.zeros((len(ra), len(BANDS)), np.float32)
         for b in np.unique(choice.brick[choice.brick >= 0]):
