@@ -18,6 +18,9 @@ def mag_to_flux(mag) -> np.ndarray:
 BANDS = ("g", "r", "z")
 #: Side of a cutout stamp in pixels (Paper IV: 101 x 101 = 26.5 arcsec).
 STAMP_SIZE = 101
+#: Sweep catalogs of a DR10 mirror, relative to its root (the Legacy Surveys release layout; 10.1
+#: holds the sub-blob-fixed DR10.1 sweeps).
+DR10_SWEEP_DIR = "south/sweep/10.1"
 #: Coadd brick side in pixels.
 BRICK_SIZE = 3600
 #: HEALPix resolution of the spatial train/val/test split (NESTED ordering).

@@ -78,10 +78,35 @@ def cmd_tables(args) -> int:
     return 0
 
 
-def cmd_cutout(args) -> int:
-    from lens_assets.imaging import cutout_to_file
+def _cutout_max_size() -> int:
+    """The largest ``dhs cutout --size``: DHS_CUTOUT_MAX_SIZE, else the library's default."""
+    from darkhaloscope.imaging.cutout_io import MAX_CUTOUT_SIZE
 
-    path = cutout_to_file(args.ra, args.dec, args.size, args.out)
+    raw = os.environ.get("DHS_CUTOUT_MAX_SIZE", "")
+    if not raw:
+        return MAX_CUTOUT_SIZE
+    if not raw.isdigit() or int(raw) < 1:
+        raise InputError(f"DHS_CUTOUT_MAX_SIZE={raw!r} is not a positive whole number of pixels")
+    return int(raw)
+
+
+def cmd_cutout(args) -> int:
+    from darkhaloscope.imaging.cutout_io import CutoutUnavailable, check_cutout_request, cutout_format, cutout_to_file
+    from resources.config import build_resources
+
+    try:
+        max_size = _cutout_max_size()
+        check_cutout_request(args.ra, args.dec, args.size, max_size)
+        cutout_format(args.out)
+        res = build_resources()
+        source = res["imaging"].source(res["survey"], res["lake"].lake())
+        path = cutout_to_file(source, args.ra, args.dec, args.size, args.out, max_size)
+    except (InputError, CredentialError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (CutoutUnavailable, OSError) as exc:  # OSError: the survey or the output file (its message names the path)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"wrote {path}")
     return 0
 
@@ -158,10 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--format", choices=["table", "csv", "json"], default="table")
     t.set_defaults(func=cmd_tables)
     c = sub.add_parser("cutout", help="one g,r,z cutout as FITS cube (band, y, x) or PNG")
-    c.add_argument("ra", type=float)
-    c.add_argument("dec", type=float)
-    c.add_argument("--size", type=int, default=101)
-    c.add_argument("--out", required=True)
+    c.add_argument("ra", type=float, help="degrees, [0, 360)")
+    c.add_argument("dec", type=float, help="degrees, [-90, 90]")
+    c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
+    c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
     c.set_defaults(func=cmd_cutout)
     d = sub.add_parser("demo", help="run the whole graph on the embedded mock survey and print the headline numbers")
     d.set_defaults(func=cmd_demo)

@@ -24,7 +24,7 @@ from darkhaloscope.imaging.shortcuts import RED_BOUND, core_shortcut_failed
 from darkhaloscope.imaging.validation import NEGATIVES_VALID_MIN, quality_fractions, shortcut_scan, worst_core_feature
 from darkhaloscope.survey.sweeps import SWEEP_DIM
 from resources import LakeResource, SurveyResource
-from resources.imaging import ImagingResource, ServiceSource
+from resources.imaging import ImagingResource
 
 from .catalog import CAT, NEG, POS
 from .common import OWNERS, as_metadata, check_specs, fail_fast_on_bad_input, gate
@@ -57,7 +57,7 @@ def cutouts(context: dg.AssetExecutionContext, lake: LakeResource, survey: Surve
         if targets.num_rows == 0:
             raise InputError(f"sweep file {name} has no catalog targets to cut")
         source = imaging.source(survey, store)
-        inflight = InflightFetches(store, name) if isinstance(source, ServiceSource) else None
+        inflight = InflightFetches(store, name) if source.checkpoint_chunks else None
         schema = _stage_cutouts(staged, targets, source, inflight, store)
     q = staged.read(columns=[c for c in schema.names if c not in ("image", "invvar", "maskbits")])
     outcomes = [au.contract_audit(au.CUTOUTS_CONTRACT, staged.dataset(), CUTOUTS)]

@@ -3,6 +3,9 @@
 
 import os
 
+from darkhaloscope.errors import InputError
+from darkhaloscope.survey.mock_paths import DEFAULT_MOCK_DIR
+
 from .compute import ComputeResource
 from .imaging import ImagingResource
 from .lake import LakeResource
@@ -22,7 +25,8 @@ def build_resources() -> dict:
         "survey": SurveyResource(
             survey=os.environ.get("DHS_SURVEY", "mock"),
             profile=profile,
-            mock_dir=os.environ.get("DHS_MOCK_DIR", ".dhs_mock"),
+            mock_dir=os.environ.get("DHS_MOCK_DIR", DEFAULT_MOCK_DIR),
+            mock_seed=mock_seed_from_env(),
             s3_endpoint=s3_endpoint,
         ),
         "imaging": ImagingResource(cutout_source=os.environ.get("DHS_CUTOUT_SOURCE", "auto")),
@@ -40,6 +44,14 @@ def build_resources() -> dict:
 
     resources["io_manager"] = LakeIOManager(**resources["lake"].model_dump())
     return resources
+
+
+def mock_seed_from_env() -> int:
+    """DHS_MOCK_SEED (default 0): the mock survey's seed, an integer >= 0."""
+    raw = os.environ.get("DHS_MOCK_SEED", "0").strip() or "0"
+    if not raw.isdigit():
+        raise InputError(f"DHS_MOCK_SEED must be an integer >= 0, got {raw!r}")
+    return int(raw)
 
 
 def spark_config(master: str) -> dict:

@@ -52,7 +52,7 @@ def _lake(tmp_path) -> Lake:
     m = 6
     inj = {name: pa.array(np.full(m, 1.0)) for name in INJECTION_META}
     inj.update(
-        injection_id=pa.array([f"inj-{i}" for i in range(m)]),
+        injection_id=pa.array(np.arange(1000, 1000 + m), pa.int64()),  # int64, as the injection bank writes it
         host_object_id=pa.array(np.arange(m), pa.int64()),
         success=pa.array([True, True, False, True, False, True]),
         failure_reason=pa.array(["", "", "host_invvar_r_empty", "", "unphysical", ""]),

@@ -57,13 +57,11 @@ def cutout_targets(negatives: pa.Table, positives: pa.Table, training_ids: pa.Ar
 def cutout_batches(targets: pa.Table, source, size: int = STAMP_SIZE) -> Iterator[pa.RecordBatch]:
     """Record batches of cutouts + quality metrics for ``targets``, CHUNK targets at a time.
 
-    ``source.cutouts(ra, dec, size)`` returns a CutoutBatch, or (CutoutBatch, per-target failure
-    messages) for a source that can fail per target (a cutout service): failed rows are kept
-    with ``fetch_error`` and ``quality_ok`` false."""
+    ``source`` is an :class:`~darkhaloscope.imaging.sources.ImageSource`; targets it failed to cut
+    (a cutout service's per-target errors) are kept with ``fetch_error`` and ``quality_ok`` false."""
     for start in range(0, targets.num_rows, CHUNK):
         t = targets.slice(start, CHUNK)
-        got = source.cutouts(t.column("ra").to_numpy(), t.column("dec").to_numpy(), size)
-        batch, failed = got if isinstance(got, tuple) else (got, np.full(t.num_rows, "", dtype=object))
+        batch, failed = source.cutouts(t.column("ra").to_numpy(), t.column("dec").to_numpy(), size)
         q = quality_metrics(batch.image, batch.invvar, batch.maskbits)
         cols = {name: t.column(name).combine_chunks() for name in t.column_names}
         cols["image"] = to_tensor_array(batch.image)
