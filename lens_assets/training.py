@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import dagster as dg
 
 from darkhaloscope.errors import InputError
+from darkhaloscope.imaging.cutout_table import load_stamps
 from darkhaloscope.lensing.bank import render_injection_batch, training_profile_tasks
 from darkhaloscope.stamps import STAMP_SHAPE, tensor_type, to_tensor_array
 from darkhaloscope.training.data import negatives_per_positive_mask
@@ -20,7 +21,7 @@ from darkhaloscope.training.preprocess import PreprocessSpec
 from resources import ComputeResource, LakeResource
 
 from .common import OWNERS, fail_fast_on_bad_input, table_result
-from .imaging import GROUP as IMAGING, cutout_validation, cutouts, load_stamps
+from .imaging import GROUP as IMAGING, cutout_validation, cutouts
 from .injection import HOST_COLUMNS, injection_config
 
 GROUP = "training"
@@ -73,7 +74,7 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
     cat = store.read_table(IMAGING, "cutouts", columns=base_cols)
     keep = pc.and_(pc.and_(cat.column("quality_ok"), cat.column("in_training_catalog")), pc.is_in(cat.column("split"), pa.array(["train", "val"])))
     cat = cat.filter(keep)
-    (images,), _ = load_stamps(store, cat.column("object_id").to_numpy())
+    (images,), _ = load_stamps(store.dataset(IMAGING, "cutouts"), cat.column("object_id").to_numpy())
     label = cat.column("label").to_numpy().astype(np.int8)
     tiers = np.asarray(cat.column("tier").to_pylist(), dtype=object)
     weight = np.where(label == 1, [{"A": config.weight_tier_a, "B": config.weight_tier_b}.get(t, 0.5) for t in tiers], 1.0).astype(np.float32)
@@ -102,7 +103,7 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
                 raise InputError("no quality-checked train/val negative cutouts to host training injections")
             cfg = injection_config(compute.profile, host_splits=("train", "val"))
             tasks = training_profile_tasks(hosts, n_inj, cfg)
-        (host_img, host_iv), _ = load_stamps(store, tasks.column("host_object_id").to_numpy(), ("image", "invvar"))
+        (host_img, host_iv), _ = load_stamps(store.dataset(IMAGING, "cutouts"), tasks.column("host_object_id").to_numpy(), ("image", "invvar"))
         inj_images, _, params = render_injection_batch(tasks, host_img, host_iv, device=compute.torch_device(), config=cfg)
         ok = params.column("success").to_numpy(zero_copy_only=False)
         inj_images, inj_controls, tasks = inj_images[ok], host_img[ok], tasks.filter(pa.array(ok))

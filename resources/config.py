@@ -15,7 +15,8 @@ from .survey import SurveyResource
 def build_resources() -> dict:
     """Resource instances from DHS_* environment variables."""
     import dagster as dg
-    from dagster_pyspark import LazyPySparkResource
+
+    from .compute import CatalogLaunchResource, QuietPySparkResource
 
     s3_endpoint = os.environ.get("DHS_S3_ENDPOINT") or None
     profile = os.environ.get("DHS_PROFILE", "demo")
@@ -30,16 +31,18 @@ def build_resources() -> dict:
         ),
         "imaging": ImagingResource(cutout_source=os.environ.get("DHS_CUTOUT_SOURCE", "auto")),
         "compute": ComputeResource(device=os.environ.get("DHS_DEVICE", "auto"), profile=profile),
-        "pyspark": LazyPySparkResource(spark_config=spark_config(os.environ.get("DHS_SPARK_MASTER", "local[*]"))),
+        "pyspark": QuietPySparkResource(spark_config=spark_config(os.environ.get("DHS_SPARK_MASTER", "local[*]"))),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
-    from io_managers import ParquetIOManager
+    resources["catalog_launch"] = CatalogLaunchResource(
+        mode=os.environ.get("DHS_CATALOG_LAUNCH", "local"), bucket=os.environ.get("DHS_PIPES_BUCKET", ""), s3_endpoint=s3_endpoint)
+    from io_managers import LakeIOManager
 
     from .alert_sinks import AlertSinksResource
 
     resources["alert_sinks"] = AlertSinksResource()
 
-    resources["io_manager"] = ParquetIOManager(lake=resources["lake"])
+    resources["io_manager"] = LakeIOManager(**resources["lake"].model_dump())
     return resources
 
 

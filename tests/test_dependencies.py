@@ -11,9 +11,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 #: Where each kind of import must be declared: the library and pipeline need the main
-#: dependencies; tests may also use the ``test`` extra, benchmarks the ``bench`` extra.
+#: dependencies (and the ``java`` extra, the packaged JDK that spark_env imports only when it is
+#: installed); tests may also use the ``test`` extra, benchmarks the ``bench`` extra.
 SCOPES = {
-    ("darkhaloscope", "lens_assets", "resources", "io_managers", "definitions.py"): (),
+    ("darkhaloscope", "lens_assets", "resources", "io_managers", "definitions.py"): ("java",),
     ("tests",): ("test",),
     ("benchmarks",): ("test", "bench"),
 }
