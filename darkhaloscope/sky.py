@@ -1,4 +1,7 @@
-"""Sky geometry: HEALPix indices and the spatial train/val/test split.
+"""Sky geometry: HEALPix indices, the spatial train/val/test split, separations and unit vectors.
+
+HEALPix indices come from astropy-healpix and separations from astropy.coordinates; unit vectors
+and chord lengths serve the KD-tree matches (scipy cKDTree on the unit sphere).
 
 One implementation of the split, used for negatives, positives and injections alike:
 every object inherits the split of its HEALPix pixel (NESTED, nside 128 by default), and a
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 from astropy import units as u
+from astropy.coordinates import angular_separation
 from astropy_healpix import HEALPix
 
 from .constants import SPLIT_NSIDE
@@ -59,12 +63,10 @@ def split_for_coords(ra_deg, dec_deg, nside: int = SPLIT_NSIDE, fractions=DEFAUL
 
 
 def angular_separation_arcsec(ra1, dec1, ra2, dec2) -> np.ndarray:
-    """Great-circle separation in arcsec between (ra1, dec1) and (ra2, dec2), all in degrees (Vincenty)."""
-    r1, d1, r2, d2 = (np.radians(np.asarray(a, dtype=np.float64)) for a in (ra1, dec1, ra2, dec2))
-    dra = r2 - r1
-    num = np.hypot(np.cos(d2) * np.sin(dra), np.cos(d1) * np.sin(d2) - np.sin(d1) * np.cos(d2) * np.cos(dra))
-    den = np.sin(d1) * np.sin(d2) + np.cos(d1) * np.cos(d2) * np.cos(dra)
-    return np.degrees(np.arctan2(num, den)) * 3600.0
+    """Great-circle separation in arcsec between (ra1, dec1) and (ra2, dec2), all in degrees
+    (``astropy.coordinates.angular_separation``, the Vincenty formula, exact at every separation)."""
+    sep = angular_separation(*(np.asarray(a, dtype=np.float64) * u.deg for a in (ra1, dec1, ra2, dec2)))
+    return sep.to_value(u.arcsec)
 
 
 def unit_vectors(ra_deg, dec_deg) -> np.ndarray:

@@ -1,5 +1,5 @@
 """IO managers of the lakehouse."""
 
-from .parquet import ParquetIOManager, partition_for_key
+from .parquet import LakeIOManager, partition_for_key
 
-__all__ = ["ParquetIOManager", "partition_for_key"]
+__all__ = ["LakeIOManager", "partition_for_key"]

@@ -1,16 +1,23 @@
-"""Parquet IO manager over the lake (local folder or S3 through pyarrow.fs), partition-aware.
+"""The lake's IO manager: publishes staged tables, loads published ones (local folder or S3).
 
-Asset keys are ``[group, table]``; a table lands at ``<lake>/<group>/<table>/`` and a partition at
-``.../<dim>=<key>/part-0.parquet``, committed atomically by ``darkhaloscope.lake.Lake``. Outputs are
-``pyarrow.Table``s (small and medium tables); heavy stages write through the lake resource
-themselves and return ``MaterializeResult`` without a value.
+Asset keys are ``[group, table]``; a table lives at ``<lake>/<group>/<table>/`` and a partition at
+``.../<dim>=<key>/part-0.parquet``.
+
+* **Output** — the publish step of write–audit–publish. An asset hands over the tables it staged
+  and audited (:class:`~darkhaloscope.staging.StagedTable`, one per partition it wrote); this
+  moves them onto their published paths (:meth:`StagedTable.publish`) and records URI, row count
+  and schema. Anything else is refused: an unaudited table is never published.
+* **Input** — a ``pyarrow.Table`` (tables that fit in memory) or, for an input annotated
+  ``pyarrow.dataset.Dataset``, a lazy dataset over the requested partitions (large tensor tables:
+  cutouts, injection bank, scores), each with the hive partition column when the files lack it.
 """
 
 
 import dagster as dg
 import pyarrow as pa
+import pyarrow.dataset as ds
 
-from darkhaloscope.lake import Lake
+from darkhaloscope.staging import StagedTable
 from resources.lake import LakeResource
 
 
@@ -31,43 +38,57 @@ def table_location(asset_key: dg.AssetKey) -> tuple[str, str]:
     return path[0], path[1]
 
 
-def table_metadata(lake: Lake, table: pa.Table, uri: str) -> dict:
-    """Standard materialization metadata: URI, row count, column schema."""
-    return {
-        "dagster/uri": dg.MetadataValue.path(uri),
-        "dagster/row_count": dg.MetadataValue.int(table.num_rows),
-        "dagster/column_schema": dg.MetadataValue.table_schema(
-            dg.TableSchema(columns=[dg.TableColumn(f.name, str(f.type)) for f in table.schema])
-        ),
-    }
+def _column_schema(schema: pa.Schema) -> dg.MetadataValue:
+    return dg.MetadataValue.table_schema(dg.TableSchema(columns=[dg.TableColumn(f.name, str(f.type)) for f in schema]))
 
 
-class ParquetIOManager(dg.ConfigurableIOManager):
-    """Stores ``pyarrow.Table`` outputs as Parquet in the lake and loads them back."""
+class LakeIOManager(LakeResource, dg.ConfigurableIOManager):
+    """Publishes staged tables on output; loads published tables (or datasets) on input. Its
+    settings are the lake resource's (``uri``, ``s3_endpoint``, ...): give it the same values."""
 
-    lake: dg.ResourceDependency[LakeResource]
-
-    def handle_output(self, context: dg.OutputContext, obj: pa.Table | None) -> None:
+    def handle_output(self, context: dg.OutputContext, obj: list[StagedTable] | None) -> None:
         if obj is None:
             return
-        if not isinstance(obj, pa.Table):
-            raise TypeError(f"{context.asset_key.to_user_string()}: ParquetIOManager stores pyarrow.Table, got {type(obj).__name__}")
-        lake = self.lake.lake()
-        group, table = table_location(context.asset_key)
-        partition = None
-        if context.has_asset_partitions:
-            keys = context.asset_partition_keys
-            if len(keys) != 1:
-                raise dg.DagsterInvariantViolationError("ParquetIOManager writes one partition per run")
-            partition = partition_for_key(context.asset_partitions_def, keys[0])
-        info = lake.write_table(group, table, obj, partition=partition)
-        context.add_output_metadata(table_metadata(lake, obj, info.uri))
+        staged = obj if isinstance(obj, list) else [obj]
+        if not staged or not all(isinstance(s, StagedTable) for s in staged):
+            raise TypeError(f"{context.asset_key.to_user_string()}: the lake IO manager publishes staged, audited tables "
+                            f"(a list of StagedTable), got {type(obj).__name__}")
+        self._check_targets(context, staged)
+        published = [s.publish() for s in staged]
+        lake = self.lake()
+        schema = lake.read_schema(*table_location(context.asset_key), partition=staged[-1].partition)
+        md = {
+            "dagster/uri": dg.MetadataValue.path(published[0].uri if len(published) == 1 else lake.full_uri(lake.table_path(*table_location(context.asset_key)))),
+            "dagster/row_count": dg.MetadataValue.int(sum(p.rows for p in published)),
+            "dagster/column_schema": _column_schema(schema),
+        }
+        if len(published) == 1 and published[0].partition:
+            md["dagster/partition_row_count"] = dg.MetadataValue.int(published[0].rows)
+        elif len(published) > 1:  # a single-run backfill: one output, many partitions
+            md["partition_rows"] = dg.MetadataValue.json({"/".join(p.partition.values()): p.rows for p in published})
+        context.add_output_metadata(md)
 
-    def load_input(self, context: dg.InputContext) -> pa.Table:
-        lake = self.lake.lake()
+    def _check_targets(self, context: dg.OutputContext, staged: list[StagedTable]) -> None:
+        """The staged tables are exactly this output's table and partitions."""
         group, table = table_location(context.asset_key)
+        wrong = [s.label for s in staged if (s.group, s.table) != (group, table)]
+        if wrong:
+            raise dg.DagsterInvariantViolationError(f"{context.asset_key.to_user_string()}: staged tables {wrong} belong to another asset")
         if context.has_asset_partitions:
             pdef = context.asset_partitions_def
-            parts = [lake.read_table(group, table, partition=partition_for_key(pdef, k)) for k in context.asset_partition_keys]
-            return pa.concat_tables(parts) if parts else lake.read_table(group, table)
-        return lake.read_table(group, table)
+            expected = sorted(str(partition_for_key(pdef, k)) for k in context.asset_partition_keys)
+            got = sorted(str(s.partition) for s in staged)
+            if expected != got:
+                raise dg.DagsterInvariantViolationError(f"{context.asset_key.to_user_string()}: staged partitions {got} != the run's {expected}")
+
+    def load_input(self, context: dg.InputContext) -> pa.Table | ds.Dataset:
+        lake = self.lake()
+        group, table = table_location(context.asset_key)
+        partitions = None
+        if context.has_asset_partitions:
+            pdef = context.asset_partitions_def
+            partitions = [partition_for_key(pdef, k) for k in context.asset_partition_keys]
+        dataset = lake.dataset(group, table, partitions=partitions)
+        if context.dagster_type.typing_type is ds.Dataset:
+            return dataset
+        return dataset.to_table()

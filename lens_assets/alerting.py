@@ -109,7 +109,8 @@ def _alerts_for_run(instance: dg.DagsterInstance, run_id: str) -> list[Alert]:
         elif etype == DagsterEventType.RUN_FAILURE:
             failure_entry = entry
     # A run that failed only because blocking checks failed is one incident: the check alerts say it.
-    only_blocking_checks = bool(step_classes) and all(c == "DagsterAssetCheckFailedError" for c in step_classes.values())
+    # (BlockingAuditFailed: a blocking audit failed on staged data; see lens_assets.common.gate)
+    only_blocking_checks = bool(step_classes) and all(c in ("DagsterAssetCheckFailedError", "BlockingAuditFailed") for c in step_classes.values())
     if failure_entry is not None and not (only_blocking_checks and any(a.kind == "check_failed" and a.severity == "ERROR" for a in alerts)):
         failed_assets = sorted({a for s in step_errors for a in step_assets.get(s, {s})})
         err = getattr(failure_entry.dagster_event.event_specific_data, "error", None)
@@ -215,6 +216,9 @@ def alert_sensor(context: dg.SensorEvaluationContext, alert_sinks: AlertSinksRes
     # every carried entry is either in the log already or among the outcomes
     unrecorded = [dict(o.entry) for o in outcomes if not o.recorded and sinks.log is not None][-sinks.max_backlog:]
     context.update_cursor(json.dumps(dict(json.loads(cursor), unrecorded=unrecorded)))
+    from .ops import report_alerts_table
+
+    report_alerts_table(context.instance, alert_sinks.lake(), sum(1 for o in outcomes if o.recorded))
     failed = [o for o in outcomes if not o.ok]
     for o in failed:
         context.log.error(redact(f"alert {o.alert.dedup_key} not delivered to {sorted(o.errors)}"))

@@ -32,158 +32,12 @@ def _lake():
     return Lake.from_env()
 
 
-class MaterializeError(RuntimeError):
-    """An asset partition failed; the message names the asset, the partition and the error."""
-
-
-class Materializer:
-    """Materializes assets in-process, upstream first where their lake tables are missing."""
-
-    def __init__(self, defs, instance, out=sys.stdout):
-        import dagster as dg
-
-        self.dg = dg
-        self.defs = defs
-        self.instance = instance
-        self.out = out
-        self.graph = defs.resolve_asset_graph()
-        self.assets_by_key = {}
-        for ad in defs.assets or []:
-            for key in ad.keys:
-                self.assets_by_key[key] = ad
-        self.checks_by_asset: dict = {}
-        for chk in defs.asset_checks or []:
-            for ck in chk.check_keys:
-                self.checks_by_asset.setdefault(ck.asset_key, []).append(chk)
-        self.resources = defs.resources
-        self.lake = defs.resources["lake"].lake()
-        self.sinks = None
-
-    def key_for(self, name: str):
-        matches = [k for k in self.assets_by_key if k.path[-1] == name or k.to_user_string() == name]
-        if not matches:
-            names = sorted(k.path[-1] for k in self.assets_by_key)
-            raise MaterializeError(f"unknown asset {name!r}; known assets: {', '.join(names)}")
-        return matches[0]
-
-    def _toposorted_ancestors(self, targets) -> list:
-        order, seen = [], set()
-
-        def visit(key):
-            if key in seen:
-                return
-            seen.add(key)
-            for parent in sorted(self.graph.get(key).parent_keys, key=lambda k: k.to_user_string()):
-                if parent in self.assets_by_key:
-                    visit(parent)
-            order.append(key)
-
-        for t in targets:
-            visit(t)
-        return order
-
-    def _partition_keys(self, key) -> list[str] | None:
-        pdef = self.graph.get(key).partitions_def
-        if pdef is None:
-            return None
-        return list(pdef.get_partition_keys(dynamic_partitions_store=self.instance))
-
-    def _missing_partitions(self, key, keys: list[str] | None) -> list[str | None]:
-        from io_managers.parquet import partition_for_key
-
-        group, table = key.path[0], key.path[-1]
-        if keys is None:
-            # An asset that registers its children's dynamic partitions (sweep_files, injection_plan)
-            # runs again when this instance has none of them (a fresh DAGSTER_HOME on an existing lake).
-            unregistered = any(
-                isinstance(self.graph.get(child).partitions_def, self.dg.DynamicPartitionsDefinition)
-                and not self._partition_keys(child)
-                for child in self.graph.get(key).child_keys
-            )
-            return [None] if unregistered or not self.lake.exists(group, table) else []
-        pdef = self.graph.get(key).partitions_def
-        return [k for k in keys if not self.lake.exists(group, table, partition_for_key(pdef, k))]
-
-    def run(self, names: list[str]) -> None:
-        targets = [self.key_for(n) for n in names]
-        plan = self._toposorted_ancestors(targets)
-        total = len(plan)
-        for i, key in enumerate(plan, start=1):
-            keys = self._partition_keys(key)
-            todo = ([None] if keys is None else keys) if key in targets else self._missing_partitions(key, keys)
-            label = key.path[-1]
-            if not todo:
-                print(f"[{i}/{total}] {label}: up to date, skipped", file=self.out, flush=True)
-                continue
-            for pk in todo:
-                self._materialize_one(key, pk, f"[{i}/{total}] {label}" + (f" [{pk}]" if pk else ""))
-
-    def _materialize_one(self, key, partition_key, label: str) -> None:
-        dg = self.dg
-        t0 = time.monotonic()
-        print(f"{label} ...", file=self.out, flush=True)
-        ad = self.assets_by_key[key]
-        checks = self.checks_by_asset.get(key, [])
-        try:
-            result = dg.materialize(
-                [ad, *checks],
-                instance=self.instance,
-                resources=self.resources,
-                partition_key=partition_key,
-                raise_on_error=False,
-                selection=[key],
-                run_config={"loggers": {"console": {"config": {"log_level": os.environ.get("DHS_LOG_LEVEL", "WARNING")}}}},
-            )
-        except Exception as exc:  # definition-time errors (bad partition key, resources)
-            raise MaterializeError(f"asset {key.path[-1]} partition {partition_key or '-'} failed: {exc}") from exc
-        self._deliver_alerts(result.run_id)
-        if not result.success:
-            raise MaterializeError(
-                f"asset {key.path[-1]} partition {partition_key or '-'} failed: {self._failure_message(result)}"
-            )
-        rows = ""
-        for ev in result.get_asset_materialization_events():
-            md = ev.materialization.metadata
-            if "dagster/row_count" in md:
-                rows = f" rows={md['dagster/row_count'].value}"
-        failed_warn = [
-            e.event_specific_data.check_name
-            for e in result.all_events
-            if e.event_type_value == "ASSET_CHECK_EVALUATION" and not e.event_specific_data.passed
-        ]
-        warn = f" (WARN checks failed: {', '.join(failed_warn)})" if failed_warn else ""
-        print(f"{label} ok in {time.monotonic() - t0:.1f}s{rows}{warn}", file=self.out, flush=True)
-
-    def _failure_message(self, result) -> str:
-        msgs = []
-        for ev in result.all_events:
-            if ev.event_type_value == "STEP_FAILURE":
-                err = ev.event_specific_data.error
-                # Dagster wraps the user's error (step, input loading, output handling): show the cause
-                while err is not None and err.cause is not None and (err.cls_name or "").startswith("DagsterExecution"):
-                    err = err.cause
-                msgs.append(f"{ev.step_key}: {err.cls_name}: {err.message.strip()}" if err else ev.message)
-            if ev.event_type_value == "ASSET_CHECK_EVALUATION" and not ev.event_specific_data.passed:
-                d = ev.event_specific_data
-                msgs.append(f"check {d.check_name} failed: {d.description or ''} {dict((k, v.value) for k, v in d.metadata.items())}")
-        return "; ".join(msgs) or "run failed"
-
-    def _deliver_alerts(self, run_id: str) -> None:
-        """Turn the run's failed checks / failure into alerts (no daemon runs under the CLI)."""
-        from lens_assets.alerting import deliver_run_alerts
-
-        if self.sinks is None:
-            self.sinks = self.resources["alert_sinks"].build_sinks()
-        for outcome in deliver_run_alerts(self.instance, run_id, self.sinks):
-            where = ", ".join(outcome.delivered_to) or "the alert log"
-            errors = f" (delivery errors: {'; '.join(f'{k}: {v}' for k, v in outcome.errors.items())})" if outcome.errors else ""
-            print(f"ALERT {outcome.alert.summary()} -> {where}{errors}", file=self.out, flush=True)
-
-
 def cmd_materialize(args) -> int:
     from definitions import defs
 
     from darkhaloscope.errors import PERMANENT_ERRORS
+
+    from .orchestration import MaterializeError, Materializer
 
     try:
         Materializer(defs, _instance()).run(args.assets)
@@ -224,10 +78,35 @@ def cmd_tables(args) -> int:
     return 0
 
 
-def cmd_cutout(args) -> int:
-    from lens_assets.imaging import cutout_to_file
+def _cutout_max_size() -> int:
+    """The largest ``dhs cutout --size``: DHS_CUTOUT_MAX_SIZE, else the library's default."""
+    from darkhaloscope.imaging.cutout_io import MAX_CUTOUT_SIZE
 
-    path = cutout_to_file(args.ra, args.dec, args.size, args.out)
+    raw = os.environ.get("DHS_CUTOUT_MAX_SIZE", "")
+    if not raw:
+        return MAX_CUTOUT_SIZE
+    if not raw.isdigit() or int(raw) < 1:
+        raise InputError(f"DHS_CUTOUT_MAX_SIZE={raw!r} is not a positive whole number of pixels")
+    return int(raw)
+
+
+def cmd_cutout(args) -> int:
+    from darkhaloscope.imaging.cutout_io import CutoutUnavailable, check_cutout_request, cutout_format, cutout_to_file
+    from resources.config import build_resources
+
+    try:
+        max_size = _cutout_max_size()
+        check_cutout_request(args.ra, args.dec, args.size, max_size)
+        cutout_format(args.out)
+        res = build_resources()
+        source = res["imaging"].source(res["survey"], res["lake"].lake())
+        path = cutout_to_file(source, args.ra, args.dec, args.size, args.out, max_size)
+    except (InputError, CredentialError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (CutoutUnavailable, OSError) as exc:  # OSError: the survey or the output file (its message names the path)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"wrote {path}")
     return 0
 
@@ -236,6 +115,8 @@ def cmd_demo(args) -> int:
     from definitions import defs
 
     from darkhaloscope.query import format_rows, run_query
+
+    from .orchestration import MaterializeError, Materializer
 
     t0 = time.monotonic()
     try:
@@ -289,8 +170,8 @@ FROM real_lens_recall ORDER BY threshold_name, tier
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dhs", description="Dark Halo Scope: lens finding and its selection function on DR10.")
     sub = p.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("materialize", help="materialize assets (all partitions; upstream first when missing)")
-    m.add_argument("assets", nargs="+")
+    m = sub.add_parser("materialize", help="materialize assets (all partitions; stale or missing upstream assets first)")
+    m.add_argument("assets", nargs="+", help="asset names (negatives), keys (catalog/negatives) or Dagster selections (group:catalog)")
     m.set_defaults(func=cmd_materialize)
     q = sub.add_parser("query", help="read-only SQL over the lake (every table is a view)")
     q.add_argument("sql")
@@ -302,10 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--format", choices=["table", "csv", "json"], default="table")
     t.set_defaults(func=cmd_tables)
     c = sub.add_parser("cutout", help="one g,r,z cutout as FITS cube (band, y, x) or PNG")
-    c.add_argument("ra", type=float)
-    c.add_argument("dec", type=float)
-    c.add_argument("--size", type=int, default=101)
-    c.add_argument("--out", required=True)
+    c.add_argument("ra", type=float, help="degrees, [0, 360)")
+    c.add_argument("dec", type=float, help="degrees, [-90, 90]")
+    c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
+    c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
     c.set_defaults(func=cmd_cutout)
     d = sub.add_parser("demo", help="run the whole graph on the embedded mock survey and print the headline numbers")
     d.set_defaults(func=cmd_demo)

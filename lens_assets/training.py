@@ -12,6 +12,7 @@ from dataclasses import replace
 import pyarrow as pa
 import dagster as dg
 
+from darkhaloscope.imaging.cutout_table import load_stamps
 from darkhaloscope.training.gates import BLOCKING_GATES, GATES
 from darkhaloscope.training.profiles import training_profile
 from darkhaloscope.training.runs import publish_run
@@ -19,7 +20,7 @@ from darkhaloscope.training.training_set import CUTOUT_COLUMNS, assemble_trainin
 from resources import ComputeResource, LakeResource
 
 from .common import OWNERS, fail_fast_on_bad_input, table_result
-from .imaging import GROUP as IMAGING, cutout_validation, cutouts, load_stamps
+from .imaging import GROUP as IMAGING, cutout_validation, cutouts
 
 GROUP = "training"
 
@@ -46,7 +47,7 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
     profile = training_profile(compute.profile)
     with fail_fast_on_bad_input():
         rows = training_rows(store.read_table(IMAGING, "cutouts", columns=list(CUTOUT_COLUMNS)))
-        (images, invvar), _ = load_stamps(store, rows.column("object_id").to_numpy(), ("image", "invvar"))
+        (images, invvar), _ = load_stamps(store.dataset(IMAGING, "cutouts"), rows.column("object_id").to_numpy(), ("image", "invvar"))
         table = assemble_training_set(
             rows, images, invvar, preprocess=profile.preprocess, stream=profile.stream if config.injections else None,
             tier_weights={"A": config.weight_tier_a, "B": config.weight_tier_b},

@@ -1,7 +1,10 @@
-"""Compute device for simulation, training and scoring (DHS_DEVICE: auto | cpu | cuda)."""
+"""Compute: the device for simulation, training and scoring (DHS_DEVICE: auto | cpu | cuda) and
+the catalog stage's Spark session."""
 
 
 import dagster as dg
+from dagster_aws.s3 import S3Resource
+from dagster_pyspark.resources import LazyPySparkResource, spark_session_from_config
 
 
 class ComputeResource(dg.ConfigurableResource):
@@ -20,3 +23,67 @@ class ComputeResource(dg.ConfigurableResource):
         if self.device == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("DHS_DEVICE=cuda but torch sees no CUDA device")
         return self.device
+
+
+def spark_log_file() -> str:
+    """Where the catalog stage's Spark logs go: $DHS_SPARK_LOG, else <DAGSTER_HOME>/logs/spark.log
+    (DAGSTER_HOME defaults to ./.dagster_home)."""
+    import os
+
+    home = os.environ.get("DAGSTER_HOME") or os.path.abspath(".dagster_home")
+    return os.environ.get("DHS_SPARK_LOG") or os.path.join(home, "logs", "spark.log")
+
+
+class QuietPySparkResource(LazyPySparkResource):
+    """The lazily started Spark session of the catalog stage, on a Java it finds (a system JDK
+    17+, else the packaged one), logging at WARN to :func:`spark_log_file` instead of the terminal."""
+
+    def _init_session(self) -> None:
+        if self._spark_session is not None:
+            return
+        from darkhaloscope.catalog.spark_env import ensure_java, jvm_output_to, logging_conf
+
+        ensure_java()
+        log = spark_log_file()
+        conf = {**self.spark_config, **logging_conf(log)}
+        with jvm_output_to(log):
+            self._spark_session = spark_session_from_config(conf)
+
+
+class CatalogLaunchResource(dg.ConfigurableResource):
+    """Where the negatives' Spark job runs: ``local`` (in the asset's process, on the ``pyspark``
+    session; the default) or ``pipes-s3``: a separate process launched through Dagster Pipes
+    whose context and messages travel through the S3 bucket ``bucket`` (dagster-aws'
+    ``PipesS3ContextInjector`` / ``PipesS3MessageReader``) — the exchange a remote launcher such as
+    ``PipesEMRClient`` uses; here the process is started by ``PipesSubprocessClient``."""
+
+    mode: str = "local"
+    bucket: str = ""
+    s3_endpoint: str | None = None
+    s3_region: str = "us-east-1"
+
+    def s3_client(self):
+        """boto3 S3 client from dagster-aws' S3Resource (credentials from the AWS SDK's default
+        chain: environment, profile, instance role)."""
+        return S3Resource(endpoint_url=self.s3_endpoint, region_name=self.s3_region).get_client()
+
+    def run_negatives(self, context, lake_uri: str, s3_endpoint: str | None, staging: str, names: list[str], selection: dict) -> dict:
+        """Launch :mod:`lens_assets.remote.negatives_job`; returns the funnel it reported."""
+        import sys
+
+        from dagster_aws.pipes import PipesS3ContextInjector, PipesS3MessageReader
+
+        from darkhaloscope.catalog.spark import spark_settings
+
+        if self.mode != "pipes-s3" or not self.bucket:
+            raise ValueError(f"catalog launch mode {self.mode!r} with bucket {self.bucket!r}: expected 'pipes-s3' and a bucket")
+        client = self.s3_client()
+        pipes = dg.PipesSubprocessClient(context_injector=PipesS3ContextInjector(bucket=self.bucket, client=client, key_prefix="pipes/"),
+                                         message_reader=PipesS3MessageReader(bucket=self.bucket, client=client, interval=1))
+        extras = {"lake_uri": lake_uri, "s3_endpoint": s3_endpoint, "staging": staging, "names": names, "selection": selection,
+                  "spark_master": spark_settings()["spark.master"], "spark_log": spark_log_file()}
+        done = pipes.run(context=context, command=[sys.executable, "-m", "lens_assets.remote.negatives_job"], extras=extras)
+        funnels = [m["funnel"] for m in done.get_custom_messages() if isinstance(m, dict) and "funnel" in m]
+        if len(funnels) != 1:
+            raise RuntimeError(f"the negatives job reported {len(funnels)} funnels (expected one)")
+        return funnels[0]

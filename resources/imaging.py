@@ -4,63 +4,13 @@
 DHS_SURVEY=mock); any other value is the base URL of a cutout service (``.../viewer``).
 """
 
-import numpy as np
-import pyarrow.compute as pc
 import dagster as dg
 
-from darkhaloscope.imaging.bricks import BrickImageSource, CutoutBatch
+from darkhaloscope.imaging.coadd import BrickImageSource
+from darkhaloscope.imaging.sources import ImageSource, ServiceSource
 from darkhaloscope.lake import Lake
 
 from .survey import SurveyResource
-
-#: Sweep columns the mock sky draws sources from.
-MOCK_SKY_COLUMNS = [
-    "ra", "dec", "type", "flux_g", "flux_r", "flux_z", "shape_r", "shape_e1", "shape_e2", "sersic",
-    "psfsize_g", "psfsize_r", "psfsize_z", "psfdepth_g", "psfdepth_r", "psfdepth_z", "maskbits",
-]
-#: Mock-survey truth columns -> the lensing engine's names for painting known-lens arcs.
-TRUTH_TO_ENGINE = {
-    "source_mag_r": "src_mag_r",
-    "source_r_sersic_arcsec": "src_r_sersic_arcsec",
-    "source_n_sersic": "src_n_sersic",
-    "source_e1": "src_e1",
-    "source_e2": "src_e2",
-    "source_x_arcsec": "src_x_arcsec",
-    "source_y_arcsec": "src_y_arcsec",
-    "g_minus_r": "src_g_minus_r",
-    "r_minus_z": "src_r_minus_z",
-}
-
-
-class ServiceSource:
-    """Adapts the cutout-service client to the ``cutouts(ra, dec, size) -> CutoutBatch`` interface.
-
-    ``client_options``: keyword arguments of :class:`CutoutServiceClient` (layer, max_concurrency,
-    timeout_s, max_retries, ...). Each call opens a client for the requested stamp size and closes
-    it (worker threads and HTTP sessions) when the batch is done."""
-
-    def __init__(self, base_url: str, **client_options):
-        self.base_url = base_url
-        self.client_options = client_options
-
-    def cutouts(self, ra, dec, size: int = 101) -> tuple[CutoutBatch, np.ndarray]:
-        """Cutouts and a per-target failure message array ('' = fetched)."""
-        from darkhaloscope.imaging.service import CutoutServiceClient
-
-        ra = np.asarray(ra, float)
-        dec = np.asarray(dec, float)
-        out = CutoutBatch.empty(len(ra), size, with_maskbits=False)
-        failed = np.full(len(ra), "", dtype=object)
-        with CutoutServiceClient(self.base_url, size=size, **self.client_options) as client:
-            outcome = client.fetch_many([(str(i), r, d) for i, (r, d) in enumerate(zip(ra, dec))])
-        for res in outcome.results:
-            i = int(res.key)
-            out.image[i] = res.image
-            if res.invvar is not None:
-                out.invvar[i] = res.invvar
-        for f in outcome.failures:
-            failed[int(f.key)] = f"{f.kind}: {f.message}"
-        return out, failed
 
 
 class ImagingResource(dg.ConfigurableResource):
@@ -74,8 +24,8 @@ class ImagingResource(dg.ConfigurableResource):
     timeout_s: float = 30.0
     max_retries: int = 4
 
-    def source(self, survey: SurveyResource, lake: Lake):
-        """An object with ``cutouts(ra, dec, size)`` returning a CutoutBatch (or (batch, failures))."""
+    def source(self, survey: SurveyResource, lake: Lake) -> ImageSource:
+        """The configured image source (``cutouts(ra, dec, size) -> (CutoutBatch, failures)``)."""
         if self.cutout_source != "auto":
             return ServiceSource(
                 self.cutout_source, layer=self.layer, max_concurrency=self.max_concurrency,
@@ -88,23 +38,12 @@ class ImagingResource(dg.ConfigurableResource):
 
 
 def mock_sky_from_lake(survey: SurveyResource, lake: Lake):
-    """The mock sky of the ingested mock survey, with the known lenses' arcs painted in."""
+    """The mock sky of the ingested mock survey, with its known and hidden lenses painted in."""
     import pyarrow.parquet as pq
 
-    from darkhaloscope.imaging.mock_sky import MockSky
-    from darkhaloscope.lensing.bank import paint_known_lens_arcs
+    from darkhaloscope.imaging.mock_sky import MOCK_SKY_COLUMNS
+    from darkhaloscope.survey.mock_lenses import mock_sky_with_lenses
 
-    catalog = lake.read_table("survey", "sweeps", columns=MOCK_SKY_COLUMNS + ["object_id"])
-    truth = pq.read_table(f"{survey.root()}/truth/known_lens_truth.parquet")
-    truth = truth.rename_columns([TRUTH_TO_ENGINE.get(c, c) for c in truth.column_names])
-    # the lens galaxy's own PSF sizes come from its catalog row
-    idx = pc.index_in(truth.column("object_id"), catalog.column("object_id"))
-    found = idx.is_valid()
-    truth = truth.filter(found)
-    rows = catalog.take(idx.filter(found))
-    psf = np.stack([rows.column(f"psfsize_{b}").to_numpy() for b in "grz"], axis=1)
-    arcs = paint_known_lens_arcs(truth, psf) if truth.num_rows else np.zeros((0, 3, 101, 101), np.float32)
-    ra = truth.column("ra").to_numpy()
-    dec = truth.column("dec").to_numpy()
-    extras = [(float(ra[i]), float(dec[i]), arcs[i]) for i in range(truth.num_rows)]
-    return MockSky(catalog.drop_columns(["object_id"]), extra_stamps=extras)
+    manifest = survey.mock_manifest()
+    catalog = lake.read_table("survey", "sweeps", columns=[*MOCK_SKY_COLUMNS, "object_id", "sweep_file"])
+    return mock_sky_with_lenses(catalog, [pq.read_table(p) for p in manifest.lens_truth_paths()], manifest.seed)

@@ -9,20 +9,21 @@ from typing import Iterator
 import dagster as dg
 import pyarrow.fs as pafs
 
+from darkhaloscope.constants import DR10_SWEEP_DIR as SWEEP_DIR
 from darkhaloscope.errors import InputError
 from darkhaloscope.lake import translate_storage_error, validate_partition_key
-
-SWEEP_DIR = "south/sweep/10.1"
+from darkhaloscope.survey.mock_paths import DEFAULT_MOCK_DIR, mock_survey_root
 
 
 class SurveyResource(dg.ConfigurableResource):
     """``survey`` is ``mock`` or the root of a DR10 mirror laid out like the release
     (``south/sweep/10.1/sweep-*.fits``, ``south/coadd/...``); ``profile`` sizes the mock survey;
-    ``mock_dir`` caches the generated mock survey files."""
+    ``mock_dir`` caches the generated mock survey files; ``mock_seed`` picks the mock realisation."""
 
     survey: str = "mock"
     profile: str = "demo"
-    mock_dir: str = ".dhs_mock"
+    mock_dir: str = DEFAULT_MOCK_DIR
+    mock_seed: int = 0
     s3_endpoint: str | None = None
 
     @property
@@ -33,11 +34,16 @@ class SurveyResource(dg.ConfigurableResource):
         """Root of the DR10-like mirror; the mock survey is generated there on first use."""
         if not self.is_mock:
             return self.survey.rstrip("/")
+        return str(self.mock_manifest().root)
+
+    def mock_manifest(self):
+        """The mock survey's manifest (``MockSurveyManifest``), generating the survey on first use."""
         from darkhaloscope.survey.mock_survey import MockSurveyConfig, generate_mock_survey
 
-        root = os.path.abspath(os.path.join(self.mock_dir, self.profile))
-        generate_mock_survey(root, MockSurveyConfig(profile=self.profile))
-        return root
+        if not self.is_mock:
+            raise InputError(f"DHS_SURVEY={self.survey!r} is not the mock survey")
+        root = mock_survey_root(self.mock_dir, self.profile, self.mock_seed)
+        return generate_mock_survey(root, MockSurveyConfig(profile=self.profile, seed=self.mock_seed))
 
     def filesystem(self) -> tuple[pafs.FileSystem, str]:
         """(pyarrow filesystem, path without scheme) of the mirror root."""

@@ -1,4 +1,10 @@
-"""Shared fixtures: real-data location, the loopback S3 server, lakes on local disk and on S3."""
+"""Shared fixtures: real-data location, the loopback S3 server, lakes on local disk and on S3.
+
+Tests that need something outside the repository (the real survey files, Chromium) skip on a
+user's machine with the reason, and fail in CI (``CI`` set to a true value, as CI services do):
+a suite that skipped them there would pass without having checked anything. Every other skip is
+a failure in CI too (``pytest_runtest_makereport`` below).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,26 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.chromium import CHROMIUM
 from tests.support.s3_server import fresh_bucket, s3_server  # noqa: F401  (fixture re-export)
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+#: Values of the CI variable that mean "running in CI" (GitHub Actions, GitLab and most services set CI=true).
+CI_TRUE = ("1", "true", "yes", "on")
+
+
+def in_ci() -> bool:
+    """True when the CI environment variable is set to a true value."""
+    return os.environ.get("CI", "").strip().lower() in CI_TRUE
+
+
+def skip_or_fail(reason: str):
+    """Skip with ``reason`` on a user's machine; fail in CI, where a skip would pass unseen."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI={os.environ.get('CI')!r}: CI must run this test, not skip it)", pytrace=False)
+    pytest.skip(reason)
 
 
 def real_data_dir() -> Path:
@@ -17,12 +40,30 @@ def real_data_dir() -> Path:
     return Path(os.environ.get("DHS_REAL_DATA", REPO.parent / "shared" / "data" / "real"))
 
 
-@pytest.fixture
-def real_data() -> Path:
-    d = real_data_dir()
-    if not d.is_dir():
-        pytest.skip(f"real survey files not found at {d} (set DHS_REAL_DATA to the shared/data/real folder)")
-    return d
+def require_real_file(name: str) -> Path:
+    """Path of the real survey file ``name``; skips (fails in CI) when it is absent."""
+    path = real_data_dir() / name
+    if not path.is_file():
+        skip_or_fail(f"real survey file {path} not found (set DHS_REAL_DATA to the shared/data/real folder)")
+    return path
+
+
+def require_chromium() -> Path:
+    """Path of headless Chromium; skips (fails in CI) when it is absent."""
+    if not CHROMIUM.exists():
+        skip_or_fail(f"{CHROMIUM} is absent, so the browser check did not run (install it: make chromium, as root)")
+    return CHROMIUM
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI, a test that skipped for any reason (importorskip, skipif) is reported as failed."""
+    outcome = yield
+    report = outcome.get_result()
+    if in_ci() and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI (CI={os.environ.get('CI')!r}), which must run every test: {reason}"
 
 
 @pytest.fixture(params=["local", "s3"])

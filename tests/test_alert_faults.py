@@ -200,8 +200,8 @@ def test_the_sensor_alerts_while_the_s3_lake_is_unreachable_and_records_once_it_
 def test_materialize_on_a_lake_that_is_a_file_fails_once_naming_it_and_still_alerts(tmp_path):
     """The step fails without retries (the lake's path is a file: a permanent error), `dhs
     materialize` ends with its FAILED: summary rather than a traceback, and the webhook hears it."""
-    from io_managers import ParquetIOManager
-    from lens_assets.cli import MaterializeError, Materializer
+    from io_managers import LakeIOManager
+    from lens_assets.orchestration import MaterializeError, Materializer
     from lens_assets.survey import sweep_files
     from resources import LakeResource, SurveyResource
     from resources.survey import SWEEP_DIR
@@ -214,7 +214,7 @@ def test_materialize_on_a_lake_that_is_a_file_fails_once_naming_it_and_still_ale
     lake_res = LakeResource(uri=str(lake_file))
     with WebhookReceiver() as rx, dg.instance_for_test() as instance:
         defs = dg.Definitions(assets=[sweep_files], resources={
-            "survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": lake_res, "io_manager": ParquetIOManager(lake=lake_res),
+            "survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": lake_res, "io_manager": LakeIOManager(uri=str(lake_file)),
             "alert_sinks": AlertSinksResource(webhook_url=rx.url, lake_uri=str(lake_file), webhook_deadline_s=DEADLINE_S)})
         out = io.StringIO()
         with pytest.raises(MaterializeError, match="StorageError") as err:

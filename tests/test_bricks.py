@@ -10,16 +10,11 @@ from astropy.io import fits
 from astropy.wcs import WCS
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.imaging.bricks import (
-    BAND_MISSING_BIT,
-    BrickImageSource,
-    BrickTable,
-    TanWCS,
-    brick_name,
-    choose_bricks,
-    coadd_path,
-    full_sky_bricks,
-)
+from darkhaloscope.imaging.batch import BAND_MISSING_BIT, choose_bricks
+from darkhaloscope.imaging.bricks import BrickTable, brick_name, full_sky_bricks
+from darkhaloscope.imaging.coadd import BrickImageSource, coadd_path
+from darkhaloscope.imaging.wcs import TanWCS
+from tests.conftest import require_real_file
 
 BRICK = "0959p805"
 
@@ -91,12 +86,7 @@ def test_tan_wcs_against_astropy():
 
 @pytest.fixture(scope="module")
 def real_brick_dir():
-    from tests.conftest import real_data_dir
-
-    d = real_data_dir()
-    if not (d / f"legacysurvey-{BRICK}-image-g.fits.fz").exists():
-        pytest.skip(f"real brick {BRICK} not found in {d} (set DHS_REAL_DATA to shared/data/real)")
-    return d
+    return require_real_file(f"legacysurvey-{BRICK}-image-g.fits.fz").parent
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +142,7 @@ def test_real_brick_cutouts(real_mirror, real_arrays, section_fraction, monkeypa
     cx, cy = _covered_pixel(iv)
     ux, uy = 200, 3400  # uncovered corner of this edge brick
     ra, dec = w.pixel_to_world(np.array([cx + 0.3, ux, 1799.5]), np.array([cy - 0.2, uy, 1799.5]))
-    b = src.cutouts(ra, dec, size=101)
+    b, _ = src.cutouts(ra, dec, size=101)
     assert b.image.shape == (3, 3, 101, 101) and b.image.dtype == np.float32
     assert b.invvar.dtype == np.float32 and b.maskbits.dtype == np.int32
     assert list(b.brickname) == [BRICK] * 3
@@ -172,13 +162,13 @@ def test_edge_targets_use_neighbour_or_pad(real_mirror, real_arrays):
     w = TanWCS.from_header(hdr)
     ra, dec = w.pixel_to_world(np.array([10.0]), np.array([1800.0]))
     # with the whole grid, the neighbour to the East holds the stamp whole (its files are absent here)
-    b = BrickImageSource(str(real_mirror)).cutouts(ra, dec, 101)
+    b, _ = BrickImageSource(str(real_mirror)).cutouts(ra, dec, 101)
     assert b.brickname[0] != BRICK and not b.edge_padded[0]
     assert b.band_missing[0] == 0b111 and not b.invvar.any()
     # with only this brick available, the stamp is padded with invvar 0 and flagged
     only = BrickTable.generate((95.3, 95.4), (80.45, 80.55))
     assert list(only.brickname) == [BRICK]
-    b = BrickImageSource(str(real_mirror), bricks=only).cutouts(ra, dec, 101)
+    b, _ = BrickImageSource(str(real_mirror), bricks=only).cutouts(ra, dec, 101)
     assert b.brickname[0] == BRICK and b.edge_padded[0]
     np.testing.assert_array_equal(b.image[0, 0, :, 40:], img[1750:1851, 0:61])
     assert not b.invvar[0, 0, :, :40].any()
@@ -188,7 +178,7 @@ def test_edge_targets_use_neighbour_or_pad(real_mirror, real_arrays):
 
 def test_missing_mirror_and_bad_input(tmp_path):
     src = BrickImageSource(str(tmp_path))
-    b = src.cutouts([150.1], [2.2], 33)
+    b, _ = src.cutouts([150.1], [2.2], 33)
     assert b.band_missing[0] == 0b111 and not b.image.any() and not b.invvar.any()
     assert b.maskbits is not None and not b.maskbits.any()
     with pytest.raises(InputError):

@@ -28,6 +28,7 @@ from darkhaloscope.catalog.verify import (
     verify_split_disjoint,
 )
 from darkhaloscope.errors import InputError
+from tests.conftest import require_real_file
 from tests.spark_fixtures import known_lenses_table, synthetic_sweeps
 
 NO_LENSES = known_lenses_table([])
@@ -287,10 +288,8 @@ def _read_raw_sweep(path: Path) -> pa.Table:
     return pa.table(cols)
 
 
-def test_real_dr8_sweep_runs_through_cuts(real_data):
-    path = real_data / "sweep-320m005-330p000.fits"
-    if not path.exists():
-        pytest.skip(f"{path} not found (set DHS_REAL_DATA to the shared/data/real folder)")
+def test_real_dr8_sweep_runs_through_cuts():
+    path = require_real_file("sweep-320m005-330p000.fits")
     t = _read_raw_sweep(path)
     assert t.column("maskbits").type == pa.int16()
     neg, funnel = select_negatives(t, NO_LENSES, NegativeSelectionConfig(min_nobs=1, zmag_max=30.0))

@@ -3,20 +3,25 @@
 import dagster as dg
 import pyarrow as pa
 import pytest
-from dagster_pyspark import LazyPySparkResource
 
 import lens_assets.catalog as catalog
 
 from darkhaloscope.catalog.crossmatch import crossmatch_positives
-from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA, KnownLensIndex, select_negatives
+from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA, KnownLensIndex, recorded_selection, select_negatives
 from darkhaloscope.catalog.spark import negatives_on_spark, positives_on_spark
 from darkhaloscope.lake import Lake
+from darkhaloscope.staging import rejected
 from darkhaloscope.survey.known_lenses import load_known_lenses
 from darkhaloscope.survey.mock_survey import MockSurveyConfig, generate_mock_survey
 from darkhaloscope.survey.sweeps import read_sweep
+from io_managers import LakeIOManager
+from lens_assets.alerting import deliver_run_alerts
 from resources import ComputeResource, LakeResource
+from resources.alert_sinks import AlertSinksResource
+from resources.compute import QuietPySparkResource
 from resources.config import spark_config
 from tests.spark_fixtures import spark  # noqa: F401  (fixture)
+from tests.support.wap import events, published_files, run_assets
 
 pytest.importorskip("pyspark")
 
@@ -47,34 +52,84 @@ def test_negatives_and_positives_agree_on_the_mock_survey(spark, mock_lake):  # 
     assert pos_spark.sort_by("object_id").equals(pos_local.sort_by("object_id"))
 
 
-def test_catalog_assets_materialize_with_their_checks(spark, mock_lake, tmp_path):  # noqa: F811
-    """negatives, positives and training_catalog through dg.materialize on the mock survey, with a
-    non-default selection: every check passes, and a negatives partition of a sweep file no longer
-    in sweeps is removed."""
-    source, _, lenses = mock_lake
-    lake = Lake(str(tmp_path / "lake"))
+def _catalog_lake(source: Lake, lenses: pa.Table, root) -> tuple[Lake, dict, dg.DagsterInstance]:
+    """A lake with the mock survey's sweeps and the known lenses published, and an instance with
+    their partitions registered."""
+    lake = Lake(str(root / "lake"))
     for part in source.partitions("survey", "sweeps"):
         lake.write_table("survey", "sweeps", source.read_table("survey", "sweeps", partition=part), partition=part)
     lake.write_table("survey", "known_lenses", lenses)
-    stale = {"sweep_file": "sweep-000p000-005p005.fits"}
-    lake.write_table("catalog", "negatives", NEGATIVE_SCHEMA.empty_table(), partition=stale)
-    resources = {
-        "lake": LakeResource(uri=lake.uri),
-        "pyspark": LazyPySparkResource(spark_config=spark_config("local[2]")),
-        "compute": ComputeResource(profile="demo"),
-    }
+    resource = LakeResource(uri=lake.uri)
+    resources = {"lake": resource, "io_manager": LakeIOManager(uri=resource.uri), "compute": ComputeResource(profile="demo"),
+                 "pyspark": QuietPySparkResource(spark_config=spark_config("local[2]"))}
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("sweep_file", sorted(p["sweep_file"] for p in lake.partitions("survey", "sweeps")))
+    return lake, resources, instance
+
+
+def _all_sweeps(instance) -> tuple[str, str]:
+    names = instance.get_dynamic_partitions("sweep_file")
+    return names[0], names[-1]
+
+
+def test_catalog_assets_materialize_with_their_checks(spark, mock_lake, tmp_path):  # noqa: F811
+    """negatives (every partition in one run), positives and training_catalog on the mock survey,
+    with a non-default selection: every audit passes in the asset's own step."""
+    source, _, lenses = mock_lake
+    lake, resources, instance = _catalog_lake(source, lenses, tmp_path)
     # a non-default selection: the checks must re-verify the selection that was run, not the defaults
-    run_config = {"ops": {"catalog__negatives": {"config": {"exclusion_radius_arcsec": 5.0, "zmag_max": 19.5}}}}
-    result = dg.materialize([*catalog.catalog_defs.assets, *catalog.catalog_defs.asset_checks], resources=resources, run_config=run_config)
-    assert result.success
-    assert catalog.selection_as_run(lake).exclusion_radius_arcsec == 5.0
+    run_config = {"ops": {"negatives": {"config": {"exclusion_radius_arcsec": 5.0, "zmag_max": 19.5}}}}
+    neg = run_assets([catalog.NEG, catalog.FUNNEL], resources, instance, run_config=run_config, partition_range=_all_sweeps(instance))
+    rest = run_assets([catalog.POS, catalog.CAT, catalog.STRATA], resources, instance)
+    assert recorded_selection(lake.read_table("catalog", "selection_funnel")).exclusion_radius_arcsec == 5.0
     assert max(lake.read_table("catalog", "negatives").column("mag_z").to_pylist()) < 19.5
-    evaluations = result.get_asset_check_evaluations()
-    assert len(evaluations) == len(catalog.catalog_defs.asset_checks)
+    evaluations = neg.get_asset_check_evaluations() + rest.get_asset_check_evaluations()
+    assert {e.check_name for e in evaluations} == {
+        "negatives_contract", "negatives_exclusion", "negatives_pass_cuts", "selection_funnel_contract", "positives_contract",
+        "training_catalog_contract", "splits_disjoint", "split_fractions", "strata_have_negatives", "training_strata_contract"}
     failed = {e.check_name: e.metadata for e in evaluations if not e.passed and e.check_name != "split_fractions"}
     assert not failed
     names = sorted(p["sweep_file"] for p in lake.partitions("survey", "sweeps"))
     assert sorted(p["sweep_file"] for p in lake.partitions("catalog", "negatives")) == names
-    assert sorted(set(lake.read_table("catalog", "selection_funnel").column("sweep_file").to_pylist())) == names
+    assert sorted(p["sweep_file"] for p in lake.partitions("catalog", "selection_funnel")) == names
+    assert len(neg.get_asset_materialization_events()) == 2 * len(names)  # each table, each partition
     labels = lake.read_table("catalog", "training_catalog", columns=["label"]).column("label").to_pylist()
     assert labels.count(1) > 10 and labels.count(0) > 10
+
+
+def test_a_negative_failing_a_cut_rejects_every_partition_of_the_run(spark, mock_lake, tmp_path, monkeypatch):  # noqa: F811
+    """A bug that lets a negative with nobs_z = 1 through: negatives_pass_cuts fails on the staged
+    partition; none of the run's partitions is published (the old ones stay byte for byte), the
+    run fails once without retry and says where the rejected data is."""
+    source, _, lenses = mock_lake
+    lake, resources, instance = _catalog_lake(source, lenses, tmp_path)
+    run_assets([catalog.NEG, catalog.FUNNEL], resources, instance, partition_range=_all_sweeps(instance))
+    before = published_files(lake)
+    real = catalog.negatives_on_spark
+
+    def leaky(spark, store, known, selection, *, names, out):
+        funnel = real(spark, store, known, selection, names=names, out=out)
+        part = {"sweep_file": names[0]}
+        staged = out.read_table("catalog", "negatives", partition=part)
+        bad = staged.slice(0, 1)
+        bad = bad.set_column(bad.schema.get_field_index("nobs_z"), "nobs_z", pa.array([1], bad.schema.field("nobs_z").type))
+        bad = bad.set_column(bad.schema.get_field_index("object_id"), "object_id", pa.array([-1], pa.int64()))
+        out.write_table("catalog", "negatives", pa.concat_tables([staged, bad.cast(staged.schema)]), partition=part)
+        return funnel
+
+    monkeypatch.setattr(catalog, "negatives_on_spark", leaky)
+    result = run_assets([catalog.NEG, catalog.FUNNEL], resources, instance, partition_range=_all_sweeps(instance), raise_on_error=False)
+    assert not result.success
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert not checks["negatives_pass_cuts"].passed and checks["negatives_contract"].passed
+    assert "nobs" in str(checks["negatives_pass_cuts"].metadata["by_partition"].value)
+    assert not events(result, "ASSET_MATERIALIZATION") and not events(result, "STEP_UP_FOR_RETRY")
+    assert published_files(lake) == before
+    failure = events(result, "STEP_FAILURE")[0].event_specific_data.error
+    assert "negatives_pass_cuts" in failure.message and "_rejected" in failure.message
+    kept = rejected(lake)
+    assert sorted(k["table"] for k in kept) == ["catalog/negatives"] * 2 + ["catalog/selection_funnel"] * 2
+    sinks = AlertSinksResource(lake_uri=lake.uri).build_sinks()
+    sent = deliver_run_alerts(instance, result.run_id, sinks)
+    assert [(o.alert.kind, o.alert.check) for o in sent] == [("check_failed", "negatives_pass_cuts")]  # one incident, one alert
+    assert deliver_run_alerts(instance, result.run_id, sinks) == []

@@ -11,6 +11,7 @@ from darkhaloscope.catalog.crossmatch import POSITIVE_SCHEMA, crossmatch_positiv
 from darkhaloscope.catalog.cuts import CUT_STEPS, NEGATIVE_SCHEMA, merge_funnels, select_negatives
 from darkhaloscope.catalog.sampling import build_training_catalog
 from darkhaloscope.lake import Lake
+from tests.conftest import require_real_file
 from tests.spark_fixtures import known_lenses_table, spark, synthetic_sweeps  # noqa: F401  (fixture)
 
 pytest.importorskip("pyspark")
@@ -105,15 +106,13 @@ def test_training_catalog_spark_equals_in_process(spark, survey):  # noqa: F811
 
 
 @pytest.mark.parametrize("lake", ["local"], indirect=True)
-def test_real_dr8_sweep_runs_through_the_spark_stage(spark, real_data, lake):  # noqa: F811
+def test_real_dr8_sweep_runs_through_the_spark_stage(spark, lake):  # noqa: F811
     """The real DR8 sweep, ingested by the sweep reader (padded TYPE, int16 MASKBITS, no SERSIC),
     through negatives_on_spark and positives_on_spark; a lens is planted 0.3" from a real galaxy."""
     from darkhaloscope.catalog.spark import negatives_on_spark, positives_on_spark
     from darkhaloscope.survey.sweeps import read_sweep
 
-    path = real_data / "sweep-320m005-330p000.fits"
-    if not path.exists():
-        pytest.skip(f"{path} not found (set DHS_REAL_DATA to the shared/data/real folder)")
+    path = require_real_file("sweep-320m005-330p000.fits")
     t = read_sweep(path)
     lake.write_table("survey", "sweeps", t, partition={"sweep_file": path.name})
     galaxy = next(i for i, s in enumerate(t.column("type").to_pylist()) if s.strip() in {"SER", "DEV", "REX", "EXP"})

@@ -5,6 +5,7 @@ import pytest
 
 from darkhaloscope.contracts import NEGATIVES, SWEEPS, schema_problems, value_problems
 from darkhaloscope.survey.sweeps import read_sweep
+from tests.conftest import require_real_file
 from tests.support.sweep_rows import dr10_rows
 
 
@@ -38,10 +39,8 @@ def test_dr10_sweeps_conform_and_each_violation_is_named(tmp_path):
     assert any("1 rows with dec outside [-90.0, 90.0]" in p for p in value_problems(bad, SWEEPS))
 
 
-def test_real_dr8_sweep_meets_the_sweeps_contract(real_data):
-    path = real_data / "sweep-320m005-330p000.fits"
-    if not path.exists():
-        pytest.skip(f"{path} not found (set DHS_REAL_DATA to the shared/data/real folder)")
+def test_real_dr8_sweep_meets_the_sweeps_contract():
+    path = require_real_file("sweep-320m005-330p000.fits")
     t = read_sweep(path)
     assert "sersic" not in t.column_names  # DR8 has no SERSIC: optional in the contract, not invented
     assert schema_problems(t.schema, SWEEPS) == [] and value_problems(t, SWEEPS) == []

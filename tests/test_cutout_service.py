@@ -169,7 +169,7 @@ def test_bad_configuration_and_targets():
 
 def test_service_source_fetches_the_requested_stamp_size():
     """`dhs cutout --size 64` through a cutout service: the client asks for, and decodes, 64 px."""
-    from resources.imaging import ServiceSource
+    from darkhaloscope.imaging.sources import ServiceSource
 
     with CutoutServer(size=64) as srv:
         batch, failed = ServiceSource(srv.base_url, max_retries=0).cutouts([200.0, 201.0], [-2.0, -2.0], size=64)

@@ -7,8 +7,10 @@ import pyarrow as pa
 from darkhaloscope.imaging.quality import SATUR_BITS
 from darkhaloscope.lake import Lake
 from darkhaloscope.stamps import to_tensor_array
-from lens_assets.imaging import cutout_validation, negatives_mostly_valid, no_core_brightness_shortcut, positives_all_valid
+from io_managers import LakeIOManager
+from lens_assets.imaging import cutout_validation
 from resources import LakeResource
+from tests.support.wap import run_assets
 
 SWEEP = "sweep-030m005-035p000.fits"
 
@@ -33,13 +35,17 @@ def _cutouts(n: int, saturated_positives: bool) -> pa.Table:
     })
 
 
+def _run(lake: Lake):
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("sweep_file", [SWEEP])
+    resource = LakeResource(uri=lake.uri)
+    return run_assets([cutout_validation.key], {"lake": resource, "io_manager": LakeIOManager(uri=resource.uri)}, instance, raise_on_error=False)
+
+
 def _materialize(tmp_path, table: pa.Table):
     lake = Lake(str(tmp_path / "lake"))
     lake.write_table("imaging", "cutouts", table, partition={"sweep_file": SWEEP})
-    result = dg.materialize(
-        [cutout_validation, positives_all_valid, negatives_mostly_valid, no_core_brightness_shortcut],
-        resources={"lake": LakeResource(uri=lake.uri)}, raise_on_error=False,
-    )
+    result = _run(lake)
     aucs = {r["feature"]: r for r in lake.read_table("imaging", "cutout_validation").to_pylist()}
     return result, aucs
 
@@ -49,7 +55,7 @@ def test_saturation_shortcut_in_maskbits_is_measured_and_flagged(tmp_path):
     assert result.success
     assert aucs["saturation_frac"]["auc"] > 0.99 and aucs["saturation_frac"]["flag"] == "red"
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks == {"positives_all_valid": True, "negatives_mostly_valid": True, "no_core_brightness_shortcut": True}
+    assert checks == {"cutout_validation_contract": True, "positives_all_valid": True, "negatives_mostly_valid": True, "no_core_brightness_shortcut": True}
 
 
 def test_identical_populations_raise_no_flag(tmp_path):
@@ -63,7 +69,7 @@ def test_no_training_catalog_cutouts_is_a_clear_failure(tmp_path):
     t = t.set_column(t.schema.get_field_index("in_training_catalog"), "in_training_catalog", pa.array([False] * t.num_rows))
     lake = Lake(str(tmp_path / "lake"))
     lake.write_table("imaging", "cutouts", t, partition={"sweep_file": SWEEP})
-    result = dg.materialize([cutout_validation], resources={"lake": LakeResource(uri=lake.uri)}, raise_on_error=False)
+    result = _run(lake)
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "no training-catalog cutouts" in str(failure.event_specific_data.error)

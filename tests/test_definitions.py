@@ -1,56 +1,94 @@
-"""The code location loads, and every stage's assets and checks are in it."""
+"""The code location: every table an asset, checks inside their asset's step, pools, sensors, a
+quiet load, and the instance settings the UI and the daemon use."""
+
+import os
+import pathlib
+import subprocess
+import sys
 
 import dagster as dg
+import yaml
 
+REPO = pathlib.Path(__file__).resolve().parent.parent
 EXPECTED_ASSETS = {
     "survey/sweep_files", "survey/sweeps", "survey/known_lenses",
-    "catalog/negatives", "catalog/positives", "catalog/training_catalog",
+    "catalog/negatives", "catalog/selection_funnel", "catalog/positives", "catalog/training_catalog", "catalog/training_strata",
     "imaging/cutouts", "imaging/cutout_validation",
     "injection/injection_plan", "injection/injection_bank",
     "training/training_set", "training/lens_finder",
     "evaluation/cutout_scores", "evaluation/injection_scores", "evaluation/thresholds", "evaluation/selection_function",
-    "evaluation/real_lens_recall", "evaluation/evaluation_report",
+    "evaluation/selection_marginals", "evaluation/real_lens_recall", "evaluation/fpr_by_confuser", "evaluation/evaluation_report",
+    "ops/alerts",
 }
+#: Assets that put tensors on the compute device (CUDA when present): one at a time (pool "gpu").
+GPU_ASSETS = {"injection/injection_bank", "training/lens_finder", "evaluation/cutout_scores", "evaluation/injection_scores"}
 
 
-def test_definitions_load_with_every_asset_and_check():
+def test_every_table_is_an_asset_with_its_checks_in_its_own_step():
     from definitions import defs
 
     dg.Definitions.validate_loadable(defs)
-    keys = {k.to_user_string() for k in defs.resolve_all_asset_keys()}
-    assert EXPECTED_ASSETS <= keys
     graph = defs.resolve_asset_graph()
-    checked = {ck.asset_key.to_user_string() for ck in graph.asset_check_keys}
-    for asset in ("survey/sweeps", "survey/known_lenses", "catalog/negatives", "catalog/positives", "catalog/training_catalog",
-                  "imaging/cutouts", "imaging/cutout_validation", "injection/injection_bank", "training/lens_finder"):
-        assert asset in checked, f"{asset} has no asset check"
-    assert "alert_sensor" in {s.name for s in defs.sensors}
+    assert {k.to_user_string() for k in defs.resolve_all_asset_keys()} == EXPECTED_ASSETS
+    # standalone checks would each cost a step (a subprocess in the UI): only the external alerts table has one
+    standalone = {ck.asset_key.to_user_string() for c in defs.asset_checks or [] for ck in c.check_keys}
+    assert standalone == {"ops/alerts"}
+    for key in graph.materializable_asset_keys:
+        if key.path[0] == "training":
+            continue  # the training stage wires its gates itself
+        ad = graph.assets_def_for_key(key)
+        checks = {ck.name for ck in ad.check_keys if ck.asset_key == key}
+        assert checks, f"{key.to_user_string()} has no check in its step"
+        assert any(c.endswith("_contract") for c in checks) or key.path[-1] == "injection_bank", (key, checks)
+    negatives = graph.get(dg.AssetKey(["catalog", "negatives"]))
+    assert negatives.partitions_def == graph.get(dg.AssetKey(["survey", "sweeps"])).partitions_def
+
+
+def test_gpu_pool_and_spark_pool():
+    from definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    pools = {k.to_user_string(): graph.get(k).pools for k in graph.materializable_asset_keys}
+    for name in GPU_ASSETS:
+        assert pools[name] == {"gpu"}, name
+    for name in ("catalog/negatives", "catalog/positives", "catalog/training_catalog"):
+        assert pools[name] == {"spark"}, name
+
+
+def test_sensors_register_partitions_alert_and_reap_dead_runs():
+    from definitions import defs
+
+    assert {s.name for s in defs.sensors} >= {"alert_sensor", "sweep_file_sensor", "injection_batch_sensor", "dead_run_sensor"}
+
+
+def test_the_code_location_loads_without_warnings():
+    """No preview, beta or deprecation warnings when the definitions load (the UI's and every
+    step process's import)."""
+    out = subprocess.run([sys.executable, "-W", "always", "-c", "import definitions"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Warning" not in out.stderr, out.stderr[-3000:]
 
 
 def test_library_never_imports_dagster():
-    import pathlib
-
-    root = pathlib.Path(__file__).resolve().parent.parent / "darkhaloscope"
+    root = REPO / "darkhaloscope"
     offenders = [str(p) for p in root.rglob("*.py") if "import dagster" in p.read_text() or "from dagster" in p.read_text()]
     assert offenders == []
 
 
-def test_workspace_points_at_definitions_and_ui_binds_loopback():
-    import pathlib
+def test_instance_settings_retry_only_crashed_runs_and_open_the_ui_without_dialogs():
+    cfg = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    assert cfg["run_retries"]["retry_on_asset_or_op_failure"] is False
+    assert cfg["telemetry"]["enabled"] is False and cfg["nux"]["enabled"] is False
 
-    repo = pathlib.Path(__file__).resolve().parent.parent
-    assert "module_name: definitions" in (repo / "workspace.yaml").read_text()
-    assert "-h 127.0.0.1" in (repo / "Makefile").read_text()
+
+def test_workspace_points_at_definitions_and_ui_binds_loopback():
+    assert "module_name: definitions" in (REPO / "workspace.yaml").read_text()
+    assert "-h 127.0.0.1" in (REPO / "Makefile").read_text()
 
 
 def test_code_location_loads_from_the_workspace_like_dagster_dev(tmp_path):
-    import os
-    import pathlib
-    import subprocess
-    import sys
-
-    repo = pathlib.Path(__file__).resolve().parent.parent
     dagster = pathlib.Path(sys.executable).with_name("dagster")
     env = dict(os.environ, DAGSTER_HOME=str(tmp_path))
-    out = subprocess.run([str(dagster), "definitions", "validate", "-w", str(repo / "workspace.yaml")], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([str(dagster), "definitions", "validate", "-w", str(REPO / "workspace.yaml")], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

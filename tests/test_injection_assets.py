@@ -1,13 +1,22 @@
-"""injection_plan and injection_bank through dg.materialize, with the bank's checks passing and failing."""
+"""injection_plan and injection_bank through Dagster: the bank's audits pass on real renders; a
+batch failing the stamp-flux audit is rejected and the published batch stays byte for byte."""
 
 import dagster as dg
 import numpy as np
 import pyarrow as pa
+import pytest
 
+import darkhaloscope.lensing.verify as verify
 import lens_assets.injection as injection
 from darkhaloscope.lake import Lake
+from darkhaloscope.lensing.bank import plan_grid
+from darkhaloscope.staging import rejected
 from darkhaloscope.stamps import to_tensor_array
+from io_managers import LakeIOManager
+from lens_assets.alerting import deliver_run_alerts
 from resources import ComputeResource, LakeResource
+from resources.alert_sinks import AlertSinksResource
+from tests.support.wap import events, published_files, run_alerts, run_assets
 
 SWEEP = "sweep-030m005-035p000.fits"
 PLAN = {"theta_e_grid": [1.0, 1.5, 0.5], "z_l_grid": [0.3, 0.5, 0.2], "per_cell": 3, "batch_size": 6}
@@ -27,25 +36,53 @@ def _hosts(lake: Lake, n: int = 8) -> None:
     }), partition={"sweep_file": SWEEP})
 
 
-def test_bank_checks_pass_on_real_renders_and_fail_on_a_tightened_bound(tmp_path, monkeypatch):
+@pytest.fixture
+def planned(tmp_path):
+    """A lake with host cutouts and a published injection plan; its batches registered."""
+    from lens_assets.partitions import injection_batch_change
+
     lake = Lake(str(tmp_path / "lake"))
     _hosts(lake)
     instance = dg.DagsterInstance.ephemeral()
-    resources = {"lake": LakeResource(uri=lake.uri), "compute": ComputeResource(device="cpu", profile="demo")}
-    plan = dg.materialize([injection.injection_plan], instance=instance, resources=resources,
-                          run_config={"ops": {"injection__injection_plan": {"config": PLAN}}})
-    assert plan.success
+    instance.add_dynamic_partitions("sweep_file", [SWEEP])
+    resource = LakeResource(uri=lake.uri)
+    resources = {"lake": resource, "io_manager": LakeIOManager(uri=resource.uri), "compute": ComputeResource(device="cpu", profile="demo")}
+    run_assets([injection.injection_plan.key], resources, instance, run_config={"ops": {"injection__injection_plan": {"config": PLAN}}})
+    injection_batch_change(instance, lake).apply(instance)
+    return lake, instance, resources
+
+
+def test_plan_records_its_grid_and_bank_audits_pass_on_real_renders(planned):
+    lake, instance, resources = planned
     tasks = lake.read_table("injection", "injection_plan")
     assert set(tasks.column("host_split").to_pylist()) == {"test"}  # selection-function hosts are unseen
+    assert plan_grid(tasks) == ([1.0, 1.5], [0.3, 0.5])
     key = instance.get_dynamic_partitions("injection_batch")[0]
-    checks = [injection.injection_matches_lenstronomy, injection.injection_physics_valid]
-    bank = dg.materialize([injection.injection_bank, *checks], instance=instance, resources=resources, partition_key=key)
-    assert bank.success
+    bank = run_assets([injection.injection_bank.key], resources, instance, partition_key=key)
     assert {e.check_name: e.passed for e in bank.get_asset_check_evaluations()} == {
         "injection_matches_lenstronomy": True, "injection_physics_valid": True}
+    assert lake.exists("injection", "injection_bank", {"injection_batch": key})
 
-    monkeypatch.setattr(injection, "FLUX_TOL_MAX", 1e-9)  # no render meets this: the check must say so
-    strict = dg.materialize([injection.injection_bank, *checks], instance=instance, resources=resources, partition_key=key, raise_on_error=False)
+
+def test_a_batch_failing_the_flux_audit_is_rejected_once_and_the_published_batch_is_kept(planned, monkeypatch):
+    lake, instance, resources = planned
+    key = instance.get_dynamic_partitions("injection_batch")[0]
+    run_assets([injection.injection_bank.key], resources, instance, partition_key=key)
+    before = published_files(lake)
+
+    monkeypatch.setattr(verify, "FLUX_TOL_MAX", 1e-9)  # no render meets this: the audit must block publication
+    strict = run_assets([injection.injection_bank.key], resources, instance, partition_key=key, raise_on_error=False)
+    assert not strict.success
     failed = {e.check_name: e for e in strict.get_asset_check_evaluations() if not e.passed}
     assert set(failed) == {"injection_physics_valid"}
-    assert "stamp arc flux vs source flux × μ" in str(failed["injection_physics_valid"].metadata["problems"].value)
+    assert "stamp arc flux vs source flux × μ" in failed["injection_physics_valid"].description
+    assert not events(strict, "ASSET_MATERIALIZATION") and not events(strict, "STEP_UP_FOR_RETRY")
+    assert published_files(lake) == before
+
+    sinks = AlertSinksResource(lake_uri=lake.uri).build_sinks()
+    assert len(deliver_run_alerts(instance, strict.run_id, sinks)) == 1
+    assert deliver_run_alerts(instance, strict.run_id, sinks) == []  # delivered once, never again
+    [alert] = run_alerts(lake, strict.run_id)
+    assert (alert["kind"], alert["check"], alert["severity"]) == ("check_failed", "injection_physics_valid", "ERROR")
+    [kept] = rejected(lake)
+    assert kept["partition"] == {"injection_batch": key} and kept["failed_checks"][0]["check"] == "injection_physics_valid"

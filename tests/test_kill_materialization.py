@@ -1,9 +1,10 @@
 """`dhs materialize` killed with SIGKILL while it commits a partition to an S3 lake.
 
-The lake is on the loopback S3 server behind the fault proxy, which holds the upload of the
-``sweeps`` partition's staging object silent: the materialization is then provably mid-write when
-the whole process group gets SIGKILL (no Python cleanup runs). The committed partition from the
-previous run must still be there, byte for byte and readable, and a re-run must commit the same bytes.
+The lake is on the loopback S3 server behind the fault proxy, which holds the upload of the run's
+staged ``sweeps`` partition silent: the materialization is then provably mid-write when the whole
+process group gets SIGKILL (no Python cleanup runs). The published partition from the previous run
+must still be there, byte for byte and readable; the next ``dhs`` marks the killed run failed and
+its run sweeps the killed run's staging area; and a re-run publishes the same bytes.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def test_sigkill_mid_commit_keeps_the_partition_and_a_rerun_is_identical(tmp_pat
         committed = s3.get_object(Bucket=bucket, Key=PART_KEY)["Body"].read()
 
         # Hold every upload into the sweeps partition silent, run again, and kill once it hangs there.
-        proxy.fail("stall", path_re=r"/lake/survey/sweeps/sweep_file(=|%3D)[^/]+/_staging-")
+        proxy.fail("stall", path_re=r"/lake/_staging/[0-9a-f-]+/_staging/w-")
         proxy.reset_counters()
         second = _materialize(tmp_path, bucket, proxy)
         deadline = time.monotonic() + 90
@@ -69,8 +70,27 @@ def test_sigkill_mid_commit_keeps_the_partition_and_a_rerun_is_identical(tmp_pat
 
         assert s3.get_object(Bucket=bucket, Key=PART_KEY)["Body"].read() == committed
         assert pq.read_table(io.BytesIO(committed)).num_rows == 3000
+        killed_staging = _staging_owners(s3, bucket)
+        assert killed_staging, "the killed run left no staging area"
         proxy.clear()
         third = _materialize(tmp_path, bucket, proxy)
         out, _ = third.communicate(timeout=120)
         assert third.returncode == 0, out
+        assert "was killed: marked failed" in out
     assert s3.get_object(Bucket=bucket, Key=PART_KEY)["Body"].read() == committed
+    killed = [r for r in _runs(tmp_path) if r.status.value == "FAILURE"]
+    assert len(killed) == 1 and killed[0].run_id in killed_staging
+    assert not _staging_owners(s3, bucket) & killed_staging  # swept by the re-run
+
+
+def _staging_owners(s3, bucket: str) -> set[str]:
+    """Run ids owning a staging area in the lake."""
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="lake/_staging/").get("Contents", [])]
+    return {k.split("/")[2] for k in keys if k.count("/") > 2 and not k.split("/")[2].startswith("w-")}
+
+
+def _runs(tmp_path: Path):
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(tmp_path / "dagster_home")) as instance:
+        return list(instance.get_runs())

@@ -2,9 +2,10 @@
 
 A child process streams a ~40 MB table (100 record batches of random doubles, which zstd cannot
 shrink) through ``Lake.write_table`` into a local lake. The test waits until the hidden
-``_staging-*`` file exists and is growing, SIGKILLs the child (no Python cleanup runs), and then
-checks that readers still see the old partition byte for byte, that the orphaned staging file is
-ignored, and that re-running the write produces the same bytes as an uninterrupted write.
+temporary object in ``<lake>/_staging/`` exists and is growing, SIGKILLs the child (no Python
+cleanup runs), and then checks that readers still see the old partition byte for byte, that the
+orphaned temporary object is ignored, that re-running the write produces the same bytes as an
+uninterrupted write, and that the next run's sweep removes the orphan.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def test_sigkill_mid_write_keeps_previous_version_and_rerun_is_identical(tmp_pat
     old_bytes = _part_file(root).read_bytes()
 
     proc = _run_writer(tmp_path, root, pause=0.05)
-    staging_glob = str(_part_file(root).parent / "_staging-*")
+    staging_glob = str(root / "_staging" / "w-*")
     sizes: list[int] = []
     deadline = time.monotonic() + 40
     try:
@@ -121,7 +122,12 @@ def test_sigkill_mid_write_keeps_previous_version_and_rerun_is_identical(tmp_pat
         assert b"committed" in out
     assert _part_file(root).read_bytes() == _part_file(clean_root).read_bytes()
     assert lake.count_rows("imaging", "stamps") == N_BATCHES * ROWS
-    # The orphan from the killed run is still there and still ignored.
+    # The orphan from the killed run is still there and still ignored ...
     assert glob.glob(staging_glob) == leftovers
     assert lake.partitions("imaging", "stamps") == [PART]
     assert os.path.getsize(_part_file(root)) > 30e6  # really "tens of MB"
+    # ... until the next run sweeps it: older than the sweeping run and its writer is gone
+    from darkhaloscope.staging import sweep_orphans
+
+    assert sweep_orphans(lake, before=time.time()).removed == leftovers
+    assert glob.glob(staging_glob) == []

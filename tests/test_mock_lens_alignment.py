@@ -17,7 +17,7 @@ from darkhaloscope.imaging.mock_sky import MockSky
 from darkhaloscope.lensing.bank import paint_known_lens_arcs
 from darkhaloscope.lensing.render import pixel_coordinates
 from darkhaloscope.lensing.sie import LensBatch, sie_convergence
-from darkhaloscope.survey.mock_survey import _lens_truth, tractor_to_engine_ellipticity
+from darkhaloscope.survey.mock_lenses import draw_known_lenses, tractor_to_engine_ellipticity
 
 RA0, DEC0 = 150.12, 2.13
 FOOT = BrickTable.generate((RA0 - 0.01, RA0 + 0.01), (DEC0 - 0.01, DEC0 + 0.01))
@@ -57,7 +57,7 @@ def _centre():
 
 def _light_angle(e) -> float:
     ra, dec = _centre()
-    img = MockSky(_galaxy(ra, dec, e), bricks=FOOT, noise=False).cutouts([ra], [dec], N).image[0, 1]
+    img = MockSky(_galaxy(ra, dec, e), bricks=FOOT, noise=False).cutouts([ra], [dec], N)[0].image[0, 1]
     return _pixel_angle(img.astype(np.float64))
 
 
@@ -102,13 +102,13 @@ def test_painted_einstein_cross_is_perpendicular_to_the_light(e):
                       "src_g_minus_r": [0.0], "src_r_minus_z": [0.0]})
     arc = paint_known_lens_arcs(truth, np.array([[0.8, 0.8, 0.8]]), stamp_size=N)[0]
     sky = MockSky(_galaxy(ra, dec, e, flux_r=1e-9), bricks=FOOT, noise=False, extra_stamps=[(ra, dec, arc)])
-    painted = sky.cutouts([ra], [dec], N).image[0, 1].astype(np.float64)
+    painted = sky.cutouts([ra], [dec], N)[0].image[0, 1].astype(np.float64)
     assert _axis_diff(_pixel_angle(painted), _light_angle(e) + 90.0) < 3.0
 
 
 def test_mock_truth_mass_follows_light():
     lenses = pa.table({"name": [f"L{i}" for i in range(40)], "z_lens": [0.4] * 40})
-    d = _lens_truth(lenses, seed=7)
+    d = draw_known_lenses(lenses, seed=7)
     le1, le2 = tractor_to_engine_ellipticity(d["shape_e1"], d["shape_e2"])
     ok = np.hypot(d["shape_e1"], d["shape_e2"]) > 0.02
     engine_pa = 0.5 * np.arctan2(d["lens_e2"][ok], d["lens_e1"][ok])

@@ -7,7 +7,9 @@ import pyarrow as pa
 import pytest
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.imaging.bricks import BAND_MISSING_BIT, BrickImageSource, BrickTable
+from darkhaloscope.imaging.batch import BAND_MISSING_BIT
+from darkhaloscope.imaging.bricks import BrickTable
+from darkhaloscope.imaging.coadd import BrickImageSource
 from darkhaloscope.imaging.mock_sky import MockSky, gaussian_neff_pix, pixel_sigma
 
 RA0, DEC0 = 150.12, 2.13
@@ -45,9 +47,9 @@ def test_determinism_and_tile_consistency():
     w = FOOT.wcs(0)
     x, y = 1900.0, 1700.0
     ra, dec = w.pixel_to_world(np.array([x, x + 37, x - 120]), np.array([y, y - 23, y + 90]))
-    b1 = a.cutouts(ra, dec, 101)
+    b1, _ = a.cutouts(ra, dec, 101)
     # a fresh sky (cold cache), targets in another order and one at a time
-    b2 = MockSky(pa.table(cat), bricks=FOOT, cache_tiles=4).cutouts(ra[::-1], dec[::-1], 101)
+    b2, _ = MockSky(pa.table(cat), bricks=FOOT, cache_tiles=4).cutouts(ra[::-1], dec[::-1], 101)
     assert b1.image.tobytes() == b2.image[::-1].tobytes()
     assert b1.invvar.tobytes() == b2.invvar[::-1].tobytes()
     assert b1.maskbits.tobytes() == b2.maskbits[::-1].tobytes()
@@ -58,7 +60,7 @@ def test_determinism_and_tile_consistency():
     assert img.dtype == np.float32 and iv.dtype == np.float32 and mb.dtype == np.int32
     assert np.all(b1.brickname == FOOT.brickname[0]) and not b1.edge_padded.any() and not b1.band_missing.any()
     # a different noise key changes the noise, not the sources' positions
-    c = MockSky(cat, bricks=FOOT, key="other").cutouts(ra[:1], dec[:1], 101)
+    c, _ = MockSky(cat, bricks=FOOT, key="other").cutouts(ra[:1], dec[:1], 101)
     assert not np.array_equal(c.image, b1.image[:1])
 
 
@@ -66,7 +68,7 @@ def test_noise_follows_psfdepth():
     sky = MockSky(single("PSF", RA0, DEC0), bricks=FOOT)
     w = FOOT.wcs(0)
     ra, dec = w.pixel_to_world(np.array([600.0]), np.array([3000.0]))  # far from the source
-    b = sky.cutouts(ra, dec, 151)
+    b, _ = sky.cutouts(ra, dec, 151)
     sig = pixel_sigma([2500.0, 900.0, 180.0], [1.5, 1.35, 1.25])
     np.testing.assert_allclose(b.image[0].std(axis=(1, 2)), sig, rtol=0.03)
     np.testing.assert_allclose(b.invvar[0, :, 0, 0], 1 / sig**2, rtol=1e-6)
@@ -82,7 +84,7 @@ def test_centring_and_flux(type_, shape_r, sersic):
     ra, dec = w.pixel_to_world(x, y)
     flux = (20.0, 40.0, 60.0)
     sky = MockSky(single(type_, ra, dec, flux, shape_r, (0.2, -0.1), sersic), bricks=FOOT, noise=False)
-    b = sky.cutouts([ra], [dec], 101)
+    b, _ = sky.cutouts([ra], [dec], 101)
     assert abs(b.dx[0] - 0.37) < 1e-6 and abs(b.dy[0] - (-0.19)) < 1e-6
     img = b.image[0].astype(np.float64)
     np.testing.assert_allclose(img.sum(axis=(1, 2)), flux, rtol=0.01)
@@ -112,7 +114,7 @@ def test_ellipse_orientation():
     w = FOOT.wcs(0)
     ra, dec = w.pixel_to_world(1800.0, 1800.0)
     sky = MockSky(single("EXP", ra, dec, (50, 50, 50), 2.0, (0.5, 0.0)), bricks=FOOT, noise=False)
-    img = sky.cutouts([ra], [dec], 101).image[0, 1].astype(np.float64)
+    img = sky.cutouts([ra], [dec], 101)[0].image[0, 1].astype(np.float64)
     yy, xx = np.mgrid[:101, :101] - 50
     assert (img * yy**2).sum() > 2 * (img * xx**2).sum()
 
@@ -125,8 +127,8 @@ def test_extra_stamps_are_added_at_their_position():
     yy, xx = np.mgrid[:41, :41] - 20
     ring = np.exp(-0.5 * ((np.hypot(xx, yy) - 8) / 1.5) ** 2)
     stamp[:] = ring / ring.sum() * np.array([5.0, 7.0, 9.0])[:, None, None]
-    base = MockSky(catalog(), bricks=FOOT, noise=False).cutouts([ra], [dec], 101).image[0]
-    with_arc = MockSky(catalog(), bricks=FOOT, noise=False, extra_stamps=[(ra, dec, stamp)]).cutouts([ra], [dec], 101).image[0]
+    base = MockSky(catalog(), bricks=FOOT, noise=False).cutouts([ra], [dec], 101)[0].image[0]
+    with_arc = MockSky(catalog(), bricks=FOOT, noise=False, extra_stamps=[(ra, dec, stamp)]).cutouts([ra], [dec], 101)[0].image[0]
     diff = (with_arc - base).astype(np.float64)
     np.testing.assert_allclose(diff.sum(axis=(1, 2)), [5.0, 7.0, 9.0], rtol=1e-3)
     gy, gx = np.mgrid[:101, :101]
@@ -145,7 +147,7 @@ def test_bad_catalog_and_outside_footprint():
     cat["type"][0] = "XYZ"
     with pytest.raises(InputError, match="XYZ"):
         MockSky(cat, bricks=FOOT)
-    b = MockSky(catalog(), bricks=FOOT).cutouts([10.0], [-40.0], 51)
+    b, _ = MockSky(catalog(), bricks=FOOT).cutouts([10.0], [-40.0], 51)
     assert b.band_missing[0] == 0b111 and not b.invvar.any() and b.brickname[0] == ""
 
 
@@ -173,8 +175,8 @@ def test_mock_brick_files_equal_mock_sky(mock_mirror):
     ra, dec = w.pixel_to_world(xs, ys)
     src = BrickImageSource(str(root))
     assert len(src.bricks) == len(FOOT)
-    got = src.cutouts(ra, dec, 101)
-    want = sky.cutouts(ra, dec, 101)
+    got, _ = src.cutouts(ra, dec, 101)
+    want, _ = sky.cutouts(ra, dec, 101)
     np.testing.assert_array_equal(got.image[:, 0], want.image[:, 0])
     np.testing.assert_array_equal(got.invvar[:, 0], want.invvar[:, 0])
     np.testing.assert_array_equal(got.maskbits, want.maskbits)
@@ -203,8 +205,8 @@ def test_brick_mirror_on_s3_gives_the_mock_sky_in_every_band(tmp_path, s3_server
     pafs.copy_files(str(local), f"{bucket}/dr10", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=s3)
     w = FOOT.wcs(0)
     ra, dec = w.pixel_to_world(np.array([1800.2, 900.7, 2500.5]), np.array([1799.6, 2999.4, 600.3]))
-    got = BrickImageSource(f"{bucket}/dr10", filesystem=s3).cutouts(ra, dec, 101)
-    want = sky.cutouts(ra, dec, 101)
+    got, _ = BrickImageSource(f"{bucket}/dr10", filesystem=s3).cutouts(ra, dec, 101)
+    want, _ = sky.cutouts(ra, dec, 101)
     np.testing.assert_array_equal(got.image, want.image)
     np.testing.assert_array_equal(got.invvar, want.invvar)
     np.testing.assert_array_equal(got.maskbits, want.maskbits)

@@ -14,17 +14,12 @@ from astropy.io import fits
 from darkhaloscope.errors import InputError
 from darkhaloscope.lake import Lake
 from darkhaloscope.survey import sweep_model as sm
-from darkhaloscope.survey.mock_survey import (
-    EXTINCTION,
-    TRUTH_SCHEMA,
-    MockSurveyConfig,
-    block_box,
-    generate_mock_survey,
-    known_lenses_in_footprint,
-)
+from darkhaloscope.survey.mock_conditions import EXTINCTION
+from darkhaloscope.survey.mock_lenses import KNOWN_LENS_TRUTH_SCHEMA, known_lenses_in_footprint
+from darkhaloscope.survey.mock_survey import MockSurveyConfig, block_box, generate_mock_survey
 from darkhaloscope.survey.sweeps import ingest_sweep, parse_sweep_filename, read_sweep
 
-SMALL = MockSurveyConfig(profile="demo", n_rows_per_file=3000, chunk_rows=1000)
+SMALL = MockSurveyConfig(profile="demo", n_rows_per_file=3000, chunk_rows=1000, n_hidden_lenses=8)
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +66,11 @@ def test_exact_dr10_data_model(two_runs):
             assert h[1].columns["MASKBITS"].format == "J" and h[1].columns["TYPE"].format == "3A"
         t = read_sweep(path)
         assert t.schema.metadata[b"dhs.data_model"] == b"dr10-sweep"
+        # DCHISQ columns are PSF, REX, DEV, EXP, SER: the fitted type's model fits best
+        d = fits.getdata(path, 1)
+        fitted = d["TYPE"] != "DUP"
+        best = np.array(["PSF", "REX", "DEV", "EXP", "SER"])[d["DCHISQ"][fitted].argmax(axis=1)]
+        assert (best == d["TYPE"][fitted]).all()
 
 
 def test_rows_in_box_keys_and_bricks(two_runs):
@@ -127,7 +127,7 @@ def test_population_realism(two_runs):
 def test_known_lenses_in_catalog_and_truth(two_runs):
     ma, _ = two_runs
     truth = pq.read_table(ma.truth_path)
-    assert truth.schema.equals(TRUTH_SCHEMA)
+    assert truth.schema.equals(KNOWN_LENS_TRUTH_SCHEMA)
     expected = known_lenses_in_footprint(ma.footprint)
     assert truth.num_rows == expected.num_rows == ma.n_known_lenses > 100
     assert sorted(truth.column("name").to_pylist()) == sorted(expected.column("name").to_pylist())

@@ -26,7 +26,8 @@ from darkhaloscope.evaluation import (
     thresholds_from_negatives,
 )
 from darkhaloscope.seeding import rng_for
-from tests.support.chromium import CHROMIUM, SENTINEL, SKIP_REASON, image_load_results
+from tests.conftest import require_chromium
+from tests.support.chromium import SENTINEL, image_load_results
 
 
 
@@ -160,8 +161,8 @@ def test_missing_sections_are_visible_and_bad_gates_refused():
         build_report(roc=b"not a png")
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason=SKIP_REASON)
 def test_every_figure_loads_in_headless_chromium(report, tmp_path):
+    require_chromium()
     page, figs = report
     result = image_load_results(page, tmp_path)
     # the sentinel proves the check can fail: a broken image has naturalWidth 0

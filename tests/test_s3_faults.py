@@ -27,7 +27,7 @@ pytestmark = pytest.mark.s3
 PART = {"sweep": "s1"}
 PART_KEY = "lake/catalog/rows/sweep=s1/part-0.parquet"
 _users = itertools.count()
-STAGING_PART = r"_staging-[0-9a-f]+\.parquet\?partNumber="  # the multipart upload of the staging object
+STAGING_PART = r"_staging/w-[^/?]+\.parquet\?partNumber="  # the multipart upload of the temporary object
 
 
 def _table(version: int, n: int = 2000) -> pa.Table:
@@ -54,7 +54,7 @@ def _seed_v1(lake: Lake) -> bytes:
 def _assert_v1_intact(s3_server, bucket: str, lake: Lake, v1_bytes: bytes) -> None:
     keys = list_keys(s3_server, bucket)
     # No staging object or half-written part left behind, and the committed object is v1 byte for byte.
-    assert not [k for k in keys if "_staging-" in k], keys
+    assert not [k for k in keys if "_staging/w-" in k], keys
     assert keys[PART_KEY] == len(v1_bytes)
     body = s3_server.client().get_object(Bucket=bucket, Key=PART_KEY)["Body"].read()
     assert body == v1_bytes
@@ -81,7 +81,7 @@ def test_transient_faults_are_retried_and_the_write_completes(s3_server, proxy, 
     assert proxy.actions[action] == (2 if action == "error500" else 1)  # the faults really happened
     assert info.rows == 2000
     assert lake.read_table("catalog", "rows", partition=PART).equals(_table(2))
-    assert not [k for k in list_keys(s3_server, bucket) if "_staging-" in k]
+    assert not [k for k in list_keys(s3_server, bucket) if "_staging/w-" in k]
 
 
 @pytest.mark.timeout(30)

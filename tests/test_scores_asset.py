@@ -12,9 +12,12 @@ from darkhaloscope.stamps import to_tensor_array
 from darkhaloscope.training.checkpoint import save_checkpoint
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.preprocess import PreprocessSpec
-from lens_assets.evaluation import CUTOUT_META, INJECTION_META, cutout_scores, injection_scores, thresholds
+from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META
+from io_managers import LakeIOManager
+from lens_assets.evaluation import cutout_scores, injection_scores, thresholds
 from lens_assets.partitions import injection_batches, sweep_partitions
 from resources import ComputeResource, LakeResource
+from tests.support.wap import run_assets
 
 SWEEP = "sweep-030m005-035p000.fits"
 # (split, in_training_catalog) of the negatives; held out = test split or never in the catalog
@@ -49,7 +52,7 @@ def _lake(tmp_path) -> Lake:
     m = 6
     inj = {name: pa.array(np.full(m, 1.0)) for name in INJECTION_META}
     inj.update(
-        injection_id=pa.array([f"inj-{i}" for i in range(m)]),
+        injection_id=pa.array(np.arange(1000, 1000 + m), pa.int64()),  # int64, as the injection bank writes it
         host_object_id=pa.array(np.arange(m), pa.int64()),
         success=pa.array([True, True, False, True, False, True]),
         failure_reason=pa.array(["", "", "host_invvar_r_empty", "", "unphysical", ""]),
@@ -62,13 +65,15 @@ def _lake(tmp_path) -> Lake:
 
 def test_failed_injections_and_bad_stamps_are_unscorable_and_thresholds_use_held_out_negatives(tmp_path):
     lake = _lake(tmp_path)
-    resources = {"lake": LakeResource(uri=lake.uri), "compute": ComputeResource(device="cpu", profile="demo")}
+    resource = LakeResource(uri=lake.uri)
+    resources = {"lake": resource, "io_manager": LakeIOManager(uri=resource.uri), "compute": ComputeResource(device="cpu", profile="demo")}
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(sweep_partitions.name, [SWEEP])
     instance.add_dynamic_partitions(injection_batches.name, ["batch-00000"])
-    assert dg.materialize([cutout_scores], instance=instance, resources=resources, partition_key=SWEEP).success
-    assert dg.materialize([injection_scores], instance=instance, resources=resources, partition_key="batch-00000").success
-    assert dg.materialize([thresholds], instance=instance, resources=resources).success
+    scored = run_assets([cutout_scores.key], resources, instance, partition_key=SWEEP)
+    assert {e.check_name: e.passed for e in scored.get_asset_check_evaluations()} == {"cutout_scores_contract": True}
+    assert run_assets([injection_scores.key], resources, instance, partition_key="batch-00000").success
+    assert run_assets([thresholds.key], resources, instance).success
 
     both = lake.read_table("evaluation", "injection_scores", partition={"injection_batch": "batch-00000"})
     inj = both.filter(pc.equal(both.column("kind"), "injection")).sort_by("injection_id")

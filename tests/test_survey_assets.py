@@ -1,86 +1,136 @@
-"""sweep_files and sweeps through dg.materialize on a DR10-layout mirror: ingest, checks, bad input."""
+"""sweep_files and sweeps through Dagster on a DR10-layout mirror: ingest, audits in the asset's
+step, write–audit–publish on a contract violation, bad input, and `dhs materialize`."""
+
+import io
 
 import dagster as dg
+import pyarrow as pa
 import pytest
 from astropy.io import fits
 
+import lens_assets.survey as survey
 from darkhaloscope.lake import PART_FILE, Lake
+from darkhaloscope.staging import rejected
 from darkhaloscope.survey import sweep_model as sm
-from lens_assets.survey import sweep_files, sweeps, sweeps_contract, sweeps_inside_box, sweeps_row_count
+from io_managers import LakeIOManager
+from lens_assets.orchestration import MaterializeError, Materializer
 from resources import LakeResource, SurveyResource
+from resources.alert_sinks import AlertSinksResource
 from resources.survey import SWEEP_DIR
 from tests.support.sweep_rows import dr10_rows
+from tests.support.wap import events, published_files, run_alerts
 
 NAME = "sweep-030m005-035p000.fits"
 
 
 def _mirror(tmp_path, n_rows: int = 25):
     path = tmp_path / "mirror" / SWEEP_DIR / NAME
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     rows = dr10_rows(n_rows)
     cols = [fits.Column(name=n, format=t, array=rows[n]) for n, t in sm.DR10_SWEEP_COLUMNS if t != "L"]
-    fits.HDUList([fits.PrimaryHDU(), fits.BinTableHDU.from_columns(cols)]).writeto(path)
+    fits.HDUList([fits.PrimaryHDU(), fits.BinTableHDU.from_columns(cols)]).writeto(path, overwrite=True)
     return path
 
 
-def test_sweeps_ingested_with_checks_then_an_empty_file_fails_once_and_keeps_the_partition(tmp_path):
-    path = _mirror(tmp_path)
-    lake = Lake(str(tmp_path / "lake"))
-    instance = dg.DagsterInstance.ephemeral()
-    resources = {"survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": LakeResource(uri=lake.uri)}
-    assert dg.materialize([sweep_files], instance=instance, resources=resources).success
-    assert instance.get_dynamic_partitions("sweep_file") == [NAME]
-    run = dg.materialize([sweeps, sweeps_contract, sweeps_row_count, sweeps_inside_box], instance=instance, resources=resources, partition_key=NAME)
-    assert run.success
-    assert {e.check_name: e.passed for e in run.get_asset_check_evaluations()} == {
-        "sweeps_contract": True, "sweeps_row_count": True, "sweeps_inside_box": True}
-    part = f"{lake.partition_path('survey', 'sweeps', {'sweep_file': NAME})}/{PART_FILE}"
-    before = open(part, "rb").read()
-
-    path.write_bytes(b"")  # the mirror's file is now empty
-    bad = dg.materialize([sweeps], instance=instance, resources=resources, partition_key=NAME, raise_on_error=False)
-    assert not bad.success
-    failure = next(e for e in bad.all_events if e.event_type_value == "STEP_FAILURE")
-    message = str(failure.event_specific_data.error.cause or failure.event_specific_data.error)
-    assert NAME in failure.message or NAME in message
-    assert "empty file" in (failure.message + message)
-    assert not [e for e in bad.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]  # bad input is not retried
-    assert open(part, "rb").read() == before
-
-
-def _survey_defs(tmp_path, lake: Lake) -> dg.Definitions:
-    from io_managers import ParquetIOManager
-    from resources.alert_sinks import AlertSinksResource
-
+def _defs(tmp_path, lake: Lake) -> dg.Definitions:
     lake_resource = LakeResource(uri=lake.uri)
     return dg.Definitions(
-        assets=[sweep_files, sweeps],
-        asset_checks=[sweeps_contract, sweeps_row_count, sweeps_inside_box],
+        assets=[survey.sweep_files, survey.sweeps],
         resources={"survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": lake_resource,
-                   "alert_sinks": AlertSinksResource(lake_uri=lake.uri), "io_manager": ParquetIOManager(lake=lake_resource)},
+                   "alert_sinks": AlertSinksResource(lake_uri=lake.uri), "io_manager": LakeIOManager(uri=lake_resource.uri)},
     )
 
 
-def test_dhs_materialize_registers_partitions_on_a_fresh_instance_and_names_a_failure(tmp_path):
-    """`dhs materialize sweeps`: upstream first with progress lines; a fresh DAGSTER_HOME on an
-    existing lake registers the sweep partitions again; a bad file fails naming asset, partition, error."""
-    import io
+def test_sweeps_published_after_their_audits_pass_in_the_same_step(tmp_path):
+    _mirror(tmp_path)
+    lake = Lake(str(tmp_path / "lake"))
+    out = io.StringIO()
+    Materializer(_defs(tmp_path, lake), dg.DagsterInstance.ephemeral(), out=out).run(["sweeps"])
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[1/2] sweep_files ..." and lines[-1].startswith(f"[2/2] sweeps [{NAME}] ok in ") and "rows=25" in lines[-1]
+    assert lake.read_table("survey", "sweeps", partition={"sweep_file": NAME}).num_rows == 25
+    assert lake.tables() == [("survey", "sweep_files"), ("survey", "sweeps")]  # nothing staged is listed
 
-    from lens_assets.cli import MaterializeError, Materializer
 
+def test_a_contract_violation_is_rejected_and_the_published_partition_stays_byte_for_byte(tmp_path, monkeypatch):
+    """A reader bug that duplicates rows: the staged partition fails sweeps_contract (duplicate
+    key) and sweeps_row_count; nothing is published, one alert, no retry, the data is kept."""
+    _mirror(tmp_path)
+    lake = Lake(str(tmp_path / "lake"))
+    defs = _defs(tmp_path, lake)
+    instance = dg.DagsterInstance.ephemeral()
+    Materializer(defs, instance, out=io.StringIO()).run(["sweeps"])
+    before = published_files(lake)
+
+    real_ingest = survey.ingest_sweep
+
+    def duplicating_ingest(path, out_lake, sweep_file):
+        info = real_ingest(path, out_lake, sweep_file=sweep_file)
+        part = {"sweep_file": sweep_file}
+        table = out_lake.read_table("survey", "sweeps", partition=part)
+        out_lake.write_table("survey", "sweeps", pa.concat_tables([table, table.slice(0, 3)]), partition=part)
+        return info
+
+    monkeypatch.setattr(survey, "ingest_sweep", duplicating_ingest)
+    with pytest.raises(MaterializeError, match=rf"asset sweeps partition {NAME} failed: .*BlockingAuditFailed.*sweeps_contract.*duplicate key"):
+        Materializer(defs, instance, out=io.StringIO()).run(["sweeps"])
+
+    assert published_files(lake) == before
+    run = instance.get_runs(limit=1)[0]
+    evaluations = {e.check_name: e.passed for e in _evaluations(instance, run.run_id)}
+    assert evaluations == {"sweeps_contract": False, "sweeps_row_count": False, "sweeps_inside_box": True, "sweeps_unique_across_partitions": True}
+    assert not [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.event_type_value in ("ASSET_MATERIALIZATION", "STEP_UP_FOR_RETRY")]
+    alerts = run_alerts(lake, run.run_id)
+    assert [(a["kind"], a["check"]) for a in alerts if a["severity"] == "ERROR"] == [("check_failed", "sweeps_contract"), ("check_failed", "sweeps_row_count")]
+    assert not [a for a in alerts if a["kind"] == "run_failed"]  # one incident, said by its checks
+    [kept] = rejected(lake)
+    assert kept["table"] == "survey/sweeps" and kept["partition"] == {"sweep_file": NAME} and kept["owner"] == run.run_id
+    assert Lake(kept["uri"]).fs.get_file_info(f"{kept['uri']}/{PART_FILE}").size > 0
+
+
+def _evaluations(instance, run_id):
+    return [e.dagster_event.event_specific_data for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"]
+
+
+def test_an_empty_file_fails_once_without_retry_naming_asset_partition_and_error(tmp_path):
     path = _mirror(tmp_path)
     lake = Lake(str(tmp_path / "lake"))
-    defs = _survey_defs(tmp_path, lake)
-    out = io.StringIO()
-    Materializer(defs, dg.DagsterInstance.ephemeral(), out=out).run(["sweeps"])
-    lines = out.getvalue().splitlines()
-    assert lines[0] == "[1/2] sweep_files ..." and lines[-1].startswith(f"[2/2] sweeps [{NAME}] ok in ")
-    assert lake.exists("survey", "sweeps", {"sweep_file": NAME}) and lake.exists("survey", "sweep_files")
-
-    fresh = io.StringIO()
-    Materializer(defs, dg.DagsterInstance.ephemeral(), out=fresh).run(["sweeps"])
-    assert f"[2/2] sweeps [{NAME}] ok" in fresh.getvalue()  # not "up to date" with no partitions at all
-
+    defs = _defs(tmp_path, lake)
+    instance = dg.DagsterInstance.ephemeral()
+    Materializer(defs, instance, out=io.StringIO()).run(["sweeps"])
+    before = published_files(lake)
     path.write_bytes(b"")
     with pytest.raises(MaterializeError, match=rf"asset sweeps partition {NAME} failed: .*InputError.*{NAME}.*empty file"):
-        Materializer(defs, dg.DagsterInstance.ephemeral(), out=io.StringIO()).run(["sweeps"])
+        Materializer(defs, instance, out=io.StringIO()).run(["sweeps"])
+    run = instance.get_runs(limit=1)[0]
+    assert not [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert published_files(lake) == before
+
+
+def test_a_fresh_instance_registers_the_sweep_partitions_and_reruns_what_it_has_no_record_of(tmp_path):
+    _mirror(tmp_path)
+    lake = Lake(str(tmp_path / "lake"))
+    defs = _defs(tmp_path, lake)
+    Materializer(defs, dg.DagsterInstance.ephemeral(), out=io.StringIO()).run(["sweeps"])
+    fresh = io.StringIO()
+    instance = dg.DagsterInstance.ephemeral()
+    Materializer(defs, instance, out=fresh).run(["sweeps"])
+    assert instance.get_dynamic_partitions("sweep_file") == [NAME]
+    assert "[1/2] sweep_files ok" in fresh.getvalue() and f"[2/2] sweeps [{NAME}] ok" in fresh.getvalue()
+    again = io.StringIO()
+    Materializer(defs, instance, out=again).run(["sweeps"])
+    assert "[1/2] sweep_files: up to date, skipped" in again.getvalue()  # Dagster's record says so
+
+
+def test_asset_events_are_recorded_with_content_data_versions(tmp_path):
+    _mirror(tmp_path)
+    lake = Lake(str(tmp_path / "lake"))
+    defs = _defs(tmp_path, lake)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("sweep_file", [NAME])
+    job = defs.resolve_implicit_global_asset_job_def()
+    first = job.execute_in_process(instance=instance, asset_selection=[survey.sweeps.key], partition_key=NAME)
+    second = job.execute_in_process(instance=instance, asset_selection=[survey.sweeps.key], partition_key=NAME)
+    versions = [ev.materialization.tags["dagster/data_version"] for r in (first, second) for ev in r.get_asset_materialization_events()]
+    assert len(versions) == 2 and versions[0] == versions[1]  # same file, same bytes, same version
+    assert events(first, "ASSET_CHECK_EVALUATION") and all(e.step_key == "survey__sweeps" for e in events(first, "ASSET_CHECK_EVALUATION"))

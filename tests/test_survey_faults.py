@@ -1,9 +1,11 @@
 """The survey's sweep files as a whole, through dg.materialize on a DR10-layout mirror:
 
 - ``X.fits`` beside ``X.fits.gz`` (one sky box twice) is refused, naming both files;
-- an object in two sweeps partitions fails the blocking cross-partition check;
-- a sweep file that left the mirror loses its lake partitions (every table partitioned by sweep
-  file), so queries and whole-table readers no longer see it, and the run says so.
+- an object in two sweeps partitions fails the blocking cross-partition audit of the staged
+  partition, which is then not published;
+- a sweep file that left the mirror loses its Dagster partition (the registration the sensor and
+  ``dhs`` run) and its lake partitions (every table partitioned by sweep file), so queries and
+  whole-table readers no longer see it, and the run says so.
 """
 
 import gzip
@@ -18,7 +20,8 @@ from darkhaloscope.lake import Lake
 from darkhaloscope.query import run_query
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import SweepBox, check_one_file_per_box, ingest_sweep, objects_in_other_sweeps
-from lens_assets.survey import sweep_files, sweeps, sweeps_unique_across_partitions
+from lens_assets.partitions import sweep_file_change
+from lens_assets.survey import sweep_files, sweeps
 from resources import LakeResource, SurveyResource
 from resources.survey import SWEEP_DIR
 from tests.support.sweep_rows import dr10_rows
@@ -37,10 +40,9 @@ def _write(folder, name: str, box: SweepBox, n: int = 12):
 
 
 def _resources(tmp_path, lake: Lake) -> dict:
-    from io_managers import ParquetIOManager
+    from io_managers import LakeIOManager
 
-    res = LakeResource(uri=lake.uri)
-    return {"survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": res, "io_manager": ParquetIOManager(lake=res)}
+    return {"survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": LakeResource(uri=lake.uri), "io_manager": LakeIOManager(uri=lake.uri)}
 
 
 def test_one_box_twice_is_refused_naming_both_files(tmp_path):
@@ -73,10 +75,10 @@ def test_an_object_in_two_partitions_fails_the_cross_partition_check(tmp_path):
     instance.add_dynamic_partitions("sweep_file", [A, B])
     resources = _resources(tmp_path, lake)
     for name, expect in ((B, True), (A, False)):
-        run = dg.materialize([sweeps, sweeps_unique_across_partitions], instance=instance, resources=resources,
-                             partition_key=name, raise_on_error=False)
-        [evaluation] = run.get_asset_check_evaluations()
+        run = dg.materialize([sweeps], instance=instance, resources=resources, partition_key=name, raise_on_error=False)
+        [evaluation] = [e for e in run.get_asset_check_evaluations() if e.check_name == "sweeps_unique_across_partitions"]
         assert evaluation.passed is expect, evaluation.description
+        assert run.success is expect and lake.exists("survey", "sweeps", {"sweep_file": name}) is expect
     assert evaluation.metadata["duplicates"].value == 12 and evaluation.metadata["with"].value == {A + ".gz": 12}
     assert objects_in_other_sweeps(lake, B) == {"duplicates": 0, "with": {}, "examples": [], "compared_with": []}
 
@@ -89,6 +91,7 @@ def test_a_sweep_file_that_left_the_mirror_leaves_the_lake(tmp_path):
     instance = dg.DagsterInstance.ephemeral()
     resources = _resources(tmp_path, lake)
     assert dg.materialize([sweep_files], instance=instance, resources=resources).success
+    sweep_file_change(instance, resources["survey"]).apply(instance)
     for name in (A, B):
         assert dg.materialize([sweeps], instance=instance, resources=resources, partition_key=name).success
         # a downstream table partitioned by sweep file, as the catalog stage writes it
@@ -97,6 +100,7 @@ def test_a_sweep_file_that_left_the_mirror_leaves_the_lake(tmp_path):
 
     gone.unlink()
     result = dg.materialize([sweep_files], instance=instance, resources=resources)
+    sweep_file_change(instance, resources["survey"]).apply(instance)
     assert instance.get_dynamic_partitions("sweep_file") == [A]
     assert run_query(lake, "SELECT DISTINCT sweep_file FROM sweeps ORDER BY 1")[1] == [(A,)]
     assert run_query(lake, "SELECT DISTINCT sweep_file FROM negatives")[1] == [(A,)]

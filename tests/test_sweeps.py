@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import os
 from pathlib import Path
 
 import numpy as np
@@ -24,20 +23,9 @@ from darkhaloscope.survey.sweeps import (
     read_sweep,
     sweep_filename,
 )
+from tests.conftest import require_real_file
 from tests.support.sweep_rows import dr10_rows
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _real_dir() -> Path | None:
-    for cand in (os.environ.get("DHS_REAL_DATA"), REPO.parent / "shared" / "data" / "real"):
-        if cand and Path(cand).is_dir():
-            return Path(cand)
-    return None
-
-
-REAL = _real_dir()
-needs_real = pytest.mark.skipif(REAL is None, reason="real survey files not found (set DHS_REAL_DATA or provide ../shared/data/real)")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -74,9 +62,8 @@ def test_parse_and_format_sweep_filename():
 # --------------------------------------------------------------------------- real files
 
 
-@needs_real
 def test_real_dr8_sweep():
-    path = REAL / "sweep-320m005-330p000.fits"
+    path = require_real_file("sweep-320m005-330p000.fits")
     raw = fits.getdata(path, 1)
     t = read_sweep(path)
     assert t.num_rows == 6
@@ -99,9 +86,8 @@ def test_real_dr8_sweep():
     assert [b.decode() for b in bname] == list(raw["BRICKNAME"])
 
 
-@needs_real
 def test_real_dr9_tractor():
-    path = REAL / "tractor-1054p567.fits"
+    path = require_real_file("tractor-1054p567.fits")
     raw = fits.getdata(path, 1)
     t = read_sweep(path)
     assert t.schema.metadata[b"dhs.data_model"] == b"dr9-tractor"

@@ -20,6 +20,7 @@ serve the positives cross-match, so positives and negatives are described and cu
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -507,6 +508,28 @@ def funnel_table(funnel: dict[str, dict[str, int]]) -> pa.Table:
             for k, v in zip(rows, (name, i, step, d[step], left)):
                 rows[k].append(v)
     return pa.Table.from_pydict(rows, schema=FUNNEL_SCHEMA)
+
+
+#: Column of the published funnel holding the selection (JSON of ``NegativeSelectionConfig.to_dict``)
+#: the negatives of that sweep file were built with: checks and the positives' flags re-use it.
+SELECTION_COLUMN = "selection"
+
+
+def funnel_with_selection(funnel: dict[str, dict[str, int]], config: NegativeSelectionConfig) -> pa.Table:
+    """:func:`funnel_table` plus the selection as run, on every row."""
+    table = funnel_table(funnel)
+    return table.append_column(SELECTION_COLUMN, pa.array([json.dumps(config.to_dict(), sort_keys=True)] * table.num_rows, pa.string()))
+
+
+def recorded_selection(funnel: pa.Table) -> NegativeSelectionConfig:
+    """The one selection every partition of a published funnel was built with; InputError when
+    partitions were built with different selections (or none is recorded)."""
+    if SELECTION_COLUMN not in funnel.column_names or funnel.num_rows == 0:
+        raise InputError("selection_funnel records no selection: materialize negatives again")
+    found = pc.unique(funnel.column(SELECTION_COLUMN)).to_pylist()
+    if len(found) != 1:
+        raise InputError(f"negatives partitions were built with {len(found)} different selections: materialize negatives (every partition) again")
+    return NegativeSelectionConfig.from_dict(json.loads(found[0]))
 
 
 def funnel_from_table(table: pa.Table) -> dict[str, dict[str, int]]:

@@ -107,38 +107,40 @@ def _over_sweep_files(spark, names: list[str], task: Callable[[str], pa.Table], 
     return files.mapInArrow(run, _spark_schema(out_schema))
 
 
-def map_sweep_files(spark, lake: Lake, task: Callable[[str], pa.Table], out_schema: pa.Schema) -> pa.Table:
+def map_sweep_files(spark, lake: Lake, task: Callable[[str], pa.Table], out_schema: pa.Schema, names: list[str] | None = None) -> pa.Table:
     """Run ``task(sweep_file) -> Arrow table`` on the executors, one Spark task per sweeps
-    partition, and collect the (small) results on the driver as one table of ``out_schema``."""
-    names = sweep_file_names(lake)
+    partition (or per sweep file in ``names``), and collect the (small) results on the driver as
+    one table of ``out_schema``."""
+    names = sweep_file_names(lake) if names is None else list(names)
     if not names:
         raise InputError(f"the lake at {lake.uri} has no sweeps partitions: materialize sweeps first")
     out = _over_sweep_files(spark, names, task, out_schema).toArrow()
     return out.cast(out_schema) if out.num_rows else out_schema.empty_table()
 
 
-def negatives_dataframe(spark, lake: Lake):
-    """The ``negatives`` table as a Spark DataFrame, each partition read by pyarrow on an executor
-    (so an S3 lake needs no Hadoop S3 connector)."""
-    names = sorted(p[SWEEP_DIM] for p in lake.partitions(*NEGATIVES_TABLE))
+def negatives_dataframe(spark, lake: Lake, names: list[str] | None = None):
+    """The ``negatives`` table (or its partitions of sweep files ``names``) as a Spark DataFrame,
+    each partition read by pyarrow on an executor (so an S3 lake needs no Hadoop S3 connector)."""
+    names = sorted(p[SWEEP_DIM] for p in lake.partitions(*NEGATIVES_TABLE)) if names is None else sorted(names)
     if not names:
         raise InputError(f"the lake at {lake.uri} has no negatives partitions: materialize negatives first")
     return _over_sweep_files(spark, names, lambda n: lake.read_table(*NEGATIVES_TABLE, partition={SWEEP_DIM: n}), NEGATIVE_SCHEMA)
 
 
 def negatives_on_spark(
-    spark, lake: Lake, known_lenses: pa.Table, config: NegativeSelectionConfig = NegativeSelectionConfig()
+    spark, lake: Lake, known_lenses: pa.Table, config: NegativeSelectionConfig = NegativeSelectionConfig(),
+    *, names: list[str] | None = None, out: Lake | None = None,
 ) -> dict[str, dict[str, int]]:
-    """Build the ``negatives`` partition of every sweep file on the executors
-    (:func:`sweep_tasks.build_negative_partition`, one task per file) and return the funnel of
-    all files (see :func:`cuts.select_negatives`). Partitions of sweep files no longer in
-    ``sweeps`` are left to the caller."""
+    """Build the ``negatives`` partition of every sweep file (or of the files ``names``) on the
+    executors (:func:`sweep_tasks.build_negative_partition`, one task per file), each committed to
+    ``out`` (default ``lake``: a run's staging area when it is audited before publication), and
+    return the funnel of those files (see :func:`cuts.select_negatives`)."""
     index = spark.sparkContext.broadcast(KnownLensIndex.from_table(known_lenses))
 
     def task(name: str) -> pa.Table:
-        return funnel_table(build_negative_partition(lake, name, index.value, config))
+        return funnel_table(build_negative_partition(lake, name, index.value, config, out=out))
 
-    return funnel_from_table(map_sweep_files(spark, lake, task, FUNNEL_SCHEMA))
+    return funnel_from_table(map_sweep_files(spark, lake, task, FUNNEL_SCHEMA, names=names))
 
 
 def positives_on_spark(

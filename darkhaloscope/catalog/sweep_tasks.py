@@ -75,8 +75,10 @@ def build_negative_partition(
     known_lenses: KnownLensIndex,
     config: NegativeSelectionConfig = NegativeSelectionConfig(),
     batch_rows: int = BATCH_ROWS,
+    out: Lake | None = None,
 ) -> dict[str, dict[str, int]]:
-    """Select the negatives of one sweep file and commit them as its ``negatives`` partition.
+    """Select the negatives of one sweep file and commit them as its ``negatives`` partition of
+    ``out`` (default ``lake``; a run's staging area when the partition is audited before publication).
 
     Returns the funnel of that file (see :func:`cuts.select_negatives`).
     """
@@ -88,6 +90,6 @@ def build_negative_partition(
     table = pa.concat_tables(parts) if parts else NEGATIVE_SCHEMA.empty_table()
     if table.num_rows:
         table = table.take(pa.array(np.argsort(table.column("object_id").to_numpy(), kind="stable")))
-    lake.write_table(*NEGATIVES_TABLE, table, partition={SWEEP_DIM: sweep_file})
+    (out or lake).write_table(*NEGATIVES_TABLE, table, partition={SWEEP_DIM: sweep_file})
     # an empty sweep file still has its funnel row: zero input, zero selected
     return merge_funnels({sweep_file: {}}, *funnels)

@@ -1,34 +1,36 @@
-"""Coadd imaging: the DR10 brick grid and coadd reader, the mock sky, and cutout files.
+"""Coadd imaging: image sources behind one protocol, the brick grid, and single-cutout files.
 
-- ``bricks``: brick names and grid, ``BrickTable``, ``TanWCS``, ``CutoutBatch``, ``BrickImageSource``.
+- ``sources``: the ``ImageSource`` protocol (``cutouts(ra, dec, size) -> (CutoutBatch, failures)``)
+  and ``ServiceSource`` (a Legacy Surveys cutout service; its HTTP client is ``service``).
+- ``coadd``: ``BrickImageSource``, cutouts from a DR10 coadd mirror (local or ``s3://``).
 - ``mock_sky``: ``MockSky``, the deterministic mock coadd renderer (DHS_SURVEY=mock).
-- ``cutout_io``: FITS cube and PNG writers for single cutouts.
+- ``bricks``: brick names, the brick grid and ``BrickTable``; ``wcs``: the brick/cutout TAN WCS
+  (astropy.wcs); ``batch``: ``CutoutBatch`` and the choice of brick for each stamp; ``files``:
+  reading local or pyarrow-filesystem files.
+- ``cutout_io``: ``dhs cutout`` (checked request, FITS cube or PNG).
 """
 
-from .bricks import (
-    BAND_MISSING_BIT,
-    BrickImageSource,
-    BrickTable,
-    CutoutBatch,
-    TanWCS,
-    brick_name,
-    choose_bricks,
-    coadd_path,
-    full_sky_bricks,
-)
-from .cutout_io import rgb_image, write_cutout_fits, write_cutout_png
+from .batch import BAND_MISSING_BIT, CutoutBatch, choose_bricks
+from .bricks import BrickTable, brick_name, full_sky_bricks
+from .coadd import BrickImageSource, coadd_path
+from .cutout_io import cutout_to_file, rgb_image, write_cutout_fits, write_cutout_png
 from .mock_sky import MockSky, pixel_sigma
+from .sources import ImageSource, ServiceSource
+from .wcs import TanWCS
 
 __all__ = [
     "BAND_MISSING_BIT",
     "BrickImageSource",
     "BrickTable",
     "CutoutBatch",
+    "ImageSource",
     "MockSky",
+    "ServiceSource",
     "TanWCS",
     "brick_name",
     "choose_bricks",
     "coadd_path",
+    "cutout_to_file",
     "full_sky_bricks",
     "pixel_sigma",
     "rgb_image",

@@ -1,6 +1,7 @@
-"""Writing single cutouts for ``dhs cutout``: a FITS cube like the Legacy Surveys service, or a PNG.
+"""Single cutouts for ``dhs cutout``: checked requests, and a FITS cube like the Legacy Surveys
+service or a PNG.
 
-FITS layout (shared/reference/science.md §2.6): primary HDU float32 (band, y, x) in nanomaggies
+FITS layout (as the Legacy Surveys viewer's ``fits-cutout`` endpoint writes it): primary HDU float32 (band, y, x) in nanomaggies
 per pixel with IMAGETYP='IMAGE', BANDS='grz', BAND0.., and a TAN WCS centred on the target (North
 up, East left); an optional second HDU of the same shape with IMAGETYP='INVVAR' (1/nmgy²).
 """
@@ -13,13 +14,65 @@ import numpy as np
 
 from ..constants import BANDS, PIXEL_SCALE_ARCSEC
 from ..errors import InputError
-from .bricks import TanWCS
+from .sources import ImageSource
+from .wcs import TanWCS
 
 #: Per-band (RGB plane, scale) of the Legacy Surveys / legacypipe grz colour mapping (z red, r green, g blue).
 RGB_SCALES = {"g": (2, 6.0), "r": (1, 3.4), "z": (0, 2.2)}
 #: asinh softening (nanomaggies after scaling) and stretch of the colour image.
 RGB_STRETCH_Q = 20.0
 RGB_OFFSET = 0.03
+#: Largest cutout side (pixels) ``dhs cutout`` cuts by default: 3 bands x image + invvar of 1024²
+#: float32 is 25 MB; the limit keeps a mistyped size from allocating the machine's memory.
+MAX_CUTOUT_SIZE = 1024
+#: Output file endings and the format written for each.
+CUTOUT_FORMATS = {".fits": "fits", ".fit": "fits", ".fits.gz": "fits", ".png": "png"}
+
+
+class CutoutUnavailable(RuntimeError):
+    """The source has no usable cutout for a valid request (no data in any band, or the fetch failed)."""
+
+
+def cutout_format(out: str) -> str:
+    """'fits' or 'png' from the output file's ending; InputError naming the file otherwise."""
+    name = os.path.basename(str(out)).lower()
+    for ending, fmt in sorted(CUTOUT_FORMATS.items(), key=lambda kv: -len(kv[0])):
+        if name.endswith(ending) and len(name) > len(ending):
+            return fmt
+    raise InputError(f"output file {out!r} has an unknown extension: use one of {', '.join(CUTOUT_FORMATS)}")
+
+
+def check_cutout_request(ra: float, dec: float, size: int, max_size: int = MAX_CUTOUT_SIZE) -> None:
+    """InputError naming the value unless 0 <= ra < 360, -90 <= dec <= 90 (deg) and 1 <= size <= max_size (pixels)."""
+    if not (np.isfinite(ra) and 0.0 <= ra < 360.0):
+        raise InputError(f"RA {ra} deg is outside [0, 360)")
+    if not (np.isfinite(dec) and -90.0 <= dec <= 90.0):
+        raise InputError(f"DEC {dec} deg is outside [-90, 90]")
+    if not 1 <= size <= max_size:
+        raise InputError(f"size {size} pixels is outside [1, {max_size}] (the limit is DHS_CUTOUT_MAX_SIZE)")
+
+
+def cutout_to_file(source: ImageSource, ra: float, dec: float, size: int, out: str,
+                   max_size: int = MAX_CUTOUT_SIZE) -> str:
+    """Cut one g, r, z stamp of ``size``² pixels at (ra, dec) deg from ``source`` and write ``out``:
+    FITS (cube (band, y, x) in nmgy + TAN WCS + INVVAR HDU) or PNG (asinh colour), by extension.
+
+    Raises InputError for a bad request (checked before anything is read or allocated) and
+    CutoutUnavailable when the source failed or has no data in any band there.
+    """
+    check_cutout_request(ra, dec, size, max_size)
+    fmt = cutout_format(out)
+    batch, failed = source.cutouts(np.array([ra]), np.array([dec]), size)
+    if failed[0]:
+        raise CutoutUnavailable(f"cutout at RA={ra}, DEC={dec} could not be fetched: {failed[0]}")
+    if not batch.has_data()[0]:
+        raise CutoutUnavailable(f"no imaging data at RA={ra}, DEC={dec} in any band ({', '.join(BANDS)}): "
+                                "the position is outside the survey's coverage")
+    if fmt == "png":
+        write_cutout_png(out, batch.image[0])
+    else:
+        write_cutout_fits(out, batch.image[0], batch.invvar[0], ra, dec, offset_pix=(float(batch.dx[0]), float(batch.dy[0])))
+    return out
 
 
 def _check_cube(image, name: str) -> np.ndarray:
@@ -27,15 +80,6 @@ def _check_cube(image, name: str) -> np.ndarray:
     if arr.ndim != 3 or arr.shape[0] != len(BANDS) or arr.shape[1] != arr.shape[2]:
         raise InputError(f"{name} must have shape (3, S, S) for bands {''.join(BANDS)}, got {arr.shape}")
     return arr.astype(np.float32, copy=False)
-
-
-def cutout_wcs(ra_deg: float, dec_deg: float, size: int, pixel_scale: float = PIXEL_SCALE_ARCSEC,
-               offset_pix: tuple[float, float] = (0.0, 0.0)) -> TanWCS:
-    """TAN WCS of a ``size``² cutout with (ra, dec) at 0-based pixel (size//2 + dx, size//2 + dy)."""
-    s = pixel_scale / 3600.0
-    return TanWCS((float(ra_deg), float(dec_deg)),
-                  (size // 2 + 1.0 + float(offset_pix[0]), size // 2 + 1.0 + float(offset_pix[1])),
-                  ((-s, 0.0), (0.0, s)), (size, size))
 
 
 def write_cutout_fits(path: str, image, invvar=None, ra: float = 0.0, dec: float = 0.0,
@@ -50,8 +94,10 @@ def write_cutout_fits(path: str, image, invvar=None, ra: float = 0.0, dec: float
 
     img = _check_cube(image, "image")
     size = img.shape[-1]
-    hdr = cutout_wcs(ra, dec, size, pixel_scale, offset_pix).to_header()
-    hdr.insert(0, ("WCSAXES", 2, "celestial axes; axis 3 of the cube is the band"))
+    hdr = TanWCS.for_cutout(ra, dec, size, pixel_scale, offset_pix).to_header()
+    # axis 3 is the band index (0, 1, 2 = BAND0..BAND2), so readers see a complete 3-axis WCS
+    hdr.insert(0, ("WCSAXES", 3, "RA, Dec, band index"))
+    hdr["CTYPE3"], hdr["CRPIX3"], hdr["CRVAL3"], hdr["CD3_3"] = "BAND", 1.0, 0.0, 1.0
     hdr["BANDS"] = "".join(BANDS)
     for i, b in enumerate(BANDS):
         hdr[f"BAND{i}"] = b

@@ -19,15 +19,16 @@ Model (per source, from the sweep columns):
 - Noise: per brick and band the median PSFSIZE / PSFDEPTH of the catalog sources in that brick
   define the pixel noise σ = 1/sqrt(PSFDEPTH · N_eff), N_eff = 4π (FWHM / 2.3548 / 0.262)² pixels,
   the effective area of a Gaussian PSF of that FWHM, as DR10 defines PSFDEPTH (psfnorm/σ)² with
-  psfnorm² = 1/N_eff (science.md §2.5). invvar = 1/σ² everywhere on a covered brick.
+  psfnorm² = 1/N_eff (legacypipe coadds.py; DR10 catalog page). invvar = 1/σ² everywhere on a covered brick.
 - Maskbits: NPRIMARY outside the brick's primary region; a source's catalog MASKBITS (other bits)
   are painted on a disk around it (radius max(5 px, 2·SHAPE_R)), an approximation to the DR10 map.
 
 Determinism: each brick's 3600² pixel grid is cut into fixed ``tile_size``² tiles. A tile is the
 sum, in catalog order, of the float32 stamps of every source overlapping it (stamps are computed
 in float64 and rounded, so they do not depend on which other sources share a batch), plus noise
-seeded by (brick, tile, band) via darkhaloscope.seeding. Any two windows therefore agree pixel
-for pixel, and mock coadd files written from the same tiles match the rendered cutouts exactly.
+seeded by (noise key, brick, tile, band) via darkhaloscope.seeding, the noise key being that of the
+mock seed (``mock_sky_noise_key``). Any two windows therefore agree pixel for pixel, and mock coadd
+files written from the same tiles match the rendered cutouts exactly.
 """
 
 from __future__ import annotations
@@ -40,23 +41,25 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..constants import BANDS, BRICK_SIZE, PIXEL_SCALE_ARCSEC, STAMP_SIZE
+from ..constants import AB_ZEROPOINT, BANDS, BRICK_SIZE, PIXEL_SCALE_ARCSEC, STAMP_SIZE
 from ..errors import InputError
+from ..lensing.source import flux_from_mag
 from ..profiles import sersic_b_n, sersic_surface_brightness
 from ..psf import GAUSSIAN_FWHM_PER_SIGMA, MOFFAT_BETA, SURVEY_PSF_PROFILE, kernel_radius_pix, psf_kernels
 from ..seeding import rng_for
-from .bricks import (
-    BrickTable,
-    CutoutBatch,
-    TanWCS,
-    _coords,
-    choose_bricks,
-    coadd_path,
-    paste_window,
-)
+from .batch import CutoutBatch, choose_bricks, paste_window
+from .bricks import BrickTable, check_coords
+from .coadd import coadd_path
+from .sources import no_failures
+from .wcs import TanWCS
 
 #: Version key of the mock sky's noise seeds; change it and every noise pixel changes.
 MOCK_SKY_KEY = "dhs-mock-sky-v1"
+#: Sweep columns the mock sky draws its sources from.
+MOCK_SKY_COLUMNS = [
+    "ra", "dec", "type", "flux_g", "flux_r", "flux_z", "shape_r", "shape_e1", "shape_e2", "sersic",
+    "psfsize_g", "psfsize_r", "psfsize_z", "psfdepth_g", "psfdepth_r", "psfdepth_z", "maskbits",
+]
 #: FFT stamp sizes (pixels) a source is rendered on; the largest bounds a galaxy's extent.
 STAMP_CLASSES = (24, 32, 48, 64, 96, 128, 192, 256)
 #: PSF kernels reach 3 FWHM, as the injection engine's (a Moffat β = 3.5 keeps 99.6% of its light there).
@@ -65,9 +68,15 @@ KERNEL_N_FWHM = 3.0
 SUPERSAMPLE_BELOW_PIX = 2.5
 #: Typical DR10 PSF FWHM (arcsec) and PSFDEPTH (1/nmgy², 5σ = 24.7/23.9/23.0 AB) when a catalog gives none.
 DEFAULT_PSFSIZE = {"g": 1.5, "r": 1.35, "z": 1.3}
-DEFAULT_PSFDEPTH = {b: (5.0 / 10 ** ((22.5 - m) / 2.5)) ** 2 for b, m in zip(BANDS, (24.7, 23.9, 23.0))}
+DEFAULT_PSFDEPTH = {b: (5.0 / flux_from_mag(m)) ** 2 for b, m in zip(BANDS, (24.7, 23.9, 23.0))}
 NPRIMARY = 0x1
 _TYPE_N = {"REX": 1.0, "EXP": 1.0, "DEV": 4.0}
+
+
+def mock_sky_noise_key(seed: int) -> str:
+    """Key of the pixel noise of mock seed ``seed``: MOCK_SKY_KEY for seed 0, the default sky, and
+    MOCK_SKY_KEY/seed-<seed> for the others, so each seed has its own noise."""
+    return MOCK_SKY_KEY if int(seed) == 0 else f"{MOCK_SKY_KEY}/seed-{int(seed)}"
 
 
 def gaussian_neff_pix(fwhm_arcsec, pixel_scale: float = PIXEL_SCALE_ARCSEC):
@@ -117,7 +126,7 @@ class _Sources:
 
     @classmethod
     def from_catalog(cls, cat) -> "_Sources":
-        ra, dec = _coords(_column(cat, "ra"), _column(cat, "dec"))
+        ra, dec = check_coords(_column(cat, "ra"), _column(cat, "dec"))
         types = np.array([str(t).strip().upper() for t in _column(cat, "type")], dtype=object)
         unknown = sorted(set(types) - {"PSF", "REX", "EXP", "DEV", "SER", "DUP"})
         if unknown:
@@ -194,6 +203,9 @@ class MockSky:
     (~0.6 MB each). noise: False renders the noiseless sky (invvar is unchanged).
     """
 
+    #: Rendering is deterministic and local: callers need not commit chunks as they arrive.
+    checkpoint_chunks = False
+
     def __init__(self, catalog, bricks: BrickTable | None = None, extra_stamps=None, tile_size: int = 200,
                  cache_tiles: int = 256, key: str = MOCK_SKY_KEY, noise: bool = True):
         if BRICK_SIZE % tile_size:
@@ -213,6 +225,9 @@ class MockSky:
         self._dec_order = np.argsort(self.src.dec, kind="stable")
         self._dec_sorted = self.src.dec[self._dec_order]
         self._src_brick = bricks.bricks_containing(self.src.ra, self.src.dec) if len(self.src.ra) else np.zeros(0, np.int64)
+        # survey medians of PSFSIZE / PSFDEPTH per band: the noise of a brick without sources of its own
+        self._survey_psf = [(_robust_median(self.src.psfsize[:, j], DEFAULT_PSFSIZE[band]),
+                             _robust_median(self.src.psfdepth[:, j], DEFAULT_PSFDEPTH[band])) for j, band in enumerate(BANDS)]
         self._extras = self._place_extras(extra_stamps)
 
     # ------------------------------------------------------------------------------------------
@@ -244,15 +259,7 @@ class MockSky:
         iy = np.floor(y + 0.5)
         ok = np.isfinite(x) & (ix + h > 0) & (ix - h < BRICK_SIZE) & (iy + h > 0) & (iy - h < BRICK_SIZE)
         rows = cand[ok]
-        # noise level: brick median of the catalog's PSFSIZE/PSFDEPTH, else survey median, else DR10 typical
-        own = np.flatnonzero(self._src_brick == b)
-        sigma = np.zeros(len(BANDS))
-        fwhm = np.zeros(len(BANDS))
-        for j, band in enumerate(BANDS):
-            fw = _robust_median(s.psfsize[own, j], _robust_median(s.psfsize[:, j], DEFAULT_PSFSIZE[band]))
-            dp = _robust_median(s.psfdepth[own, j], _robust_median(s.psfdepth[:, j], DEFAULT_PSFDEPTH[band]))
-            fwhm[j] = fw
-            sigma[j] = float(pixel_sigma(dp, fw))
+        sigma, fwhm = self._brick_noise(b)
         extras = []
         for ra, dec, stamp in self._extras:
             ex, ey = wcs.world_to_pixel(ra, dec)
@@ -271,6 +278,14 @@ class MockSky:
         while len(self._states) > 8:
             self._states.popitem(last=False)
         return st
+
+    def _brick_noise(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Pixel noise σ (3,) [nmgy] and FWHM (3,) [arcsec] of brick ``b``: from the brick median of
+        the catalog's PSFSIZE/PSFDEPTH, else the survey median, else DR10 typical values."""
+        own = np.flatnonzero(self._src_brick == b)
+        fwhm = np.array([_robust_median(self.src.psfsize[own, j], self._survey_psf[j][0]) for j in range(len(BANDS))])
+        depth = np.array([_robust_median(self.src.psfdepth[own, j], self._survey_psf[j][1]) for j in range(len(BANDS))])
+        return pixel_sigma(depth, fwhm), fwhm
 
     # ------------------------------------------------------------------------------------------
     def _render_sources(self, st: _BrickState, local: np.ndarray) -> dict:
@@ -423,21 +438,16 @@ class MockSky:
                 for tx in range(max(x0, 0) // T, min(x0 + size - 1, BRICK_SIZE - 1) // T + 1)]
 
     # ------------------------------------------------------------------------------------------
-    def cutouts(self, ra_deg, dec_deg, size: int = STAMP_SIZE) -> CutoutBatch:
+    def cutouts(self, ra_deg, dec_deg, size: int = STAMP_SIZE) -> tuple[CutoutBatch, np.ndarray]:
         """``size``² g, r, z cutouts around each (ra, dec) in degrees, the same way as
-        BrickImageSource cuts DR10 bricks (same brick choice, centring and padding flags)."""
+        BrickImageSource cuts DR10 bricks (same brick choice, centring and padding flags), and
+        the per-target failure messages (all '': the mock sky renders every target)."""
         if int(size) <= 0:
             raise InputError(f"cutout size must be positive, got {size!r}")
         size = int(size)
-        ra, dec = _coords(ra_deg, dec_deg)
-        n = len(ra)
-        batch = CutoutBatch.empty(n, size, True)
+        ra, dec = check_coords(ra_deg, dec_deg)
         choice = choose_bricks(self.bricks, ra, dec, size)
-        batch.x[:], batch.y[:] = choice.x, choice.y
-        batch.dx[:] = np.where(np.isfinite(choice.x), choice.x - choice.ix, 0).astype(np.float32)
-        batch.dy[:] = np.where(np.isfinite(choice.y), choice.y - choice.iy, 0).astype(np.float32)
-        batch.edge_padded[:] = choice.padded
-        batch.band_missing[choice.brick < 0] = (1 << len(BANDS)) - 1
+        batch = CutoutBatch.for_choice(choice, size, True)
         chunk_tiles = max(self.cache_tiles // 2, 4)
         for b in np.unique(choice.brick[choice.brick >= 0]):
             rows = np.flatnonzero(choice.brick == b)
@@ -459,12 +469,23 @@ class MockSky:
                     self._cut(int(b), int(choice.ix[r]), int(choice.iy[r]), size,
                               batch.image[r], batch.invvar[r], batch.maskbits[r])
                 i = j
-        return batch
+        return batch, no_failures(len(ra))
 
     def render_window(self, ra_deg: float, dec_deg: float, size: int = STAMP_SIZE):
         """One window: (image (3,S,S) float32 nmgy, invvar (3,S,S) float32, maskbits (S,S) int32)."""
-        b = self.cutouts([ra_deg], [dec_deg], size)
+        b, _ = self.cutouts([ra_deg], [dec_deg], size)
         return b.image[0], b.invvar[0], b.maskbits[0]
+
+    def pixel_invvar(self, ra_deg, dec_deg, size: int = STAMP_SIZE) -> np.ndarray:
+        """(N, 3) float32 inverse variance (1/nmgy²) of the pixels of a ``size``² cutout at each
+        (ra, dec) in degrees: the value ``cutouts`` puts in the stamp's covered pixels (the noise
+        of the brick it is cut from; 0 off the footprint), without rendering the stamp."""
+        ra, dec = check_coords(ra_deg, dec_deg)
+        choice = choose_bricks(self.bricks, ra, dec, int(size))
+        out = np.zeros((len(ra), len(BANDS)), np.float32)
+        for b in np.unique(choice.brick[choice.brick >= 0]):
+            out[choice.brick == b] = (1.0 / self._brick_noise(int(b))[0] ** 2).astype(np.float32)
+        return out
 
     # ------------------------------------------------------------------------------------------
     def brick_arrays(self, brick: str):
@@ -510,7 +531,7 @@ class MockSky:
                 h["FILTER"] = band
             if kind == "image":
                 h["BUNIT"] = "nanomaggy"
-                h["MAGZERO"] = 22.5
+                h["MAGZERO"] = AB_ZEROPOINT
             os.makedirs(os.path.dirname(path), exist_ok=True)
             hdu = fits.CompImageHDU(data, header=h, compression_type=ctype, tile_shape=(100, 100),
                                     quantize_level=q)

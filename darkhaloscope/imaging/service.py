@@ -1,4 +1,4 @@
-"""Client for the Legacy Surveys viewer's ``fits-cutout`` endpoint (science.md Â§2.6, F-CUT-1).
+"""Client for the Legacy Surveys viewer's ``fits-cutout`` endpoint (legacysurvey.org/viewer).
 
 One HTTP GET per target returns a FITS file whose primary HDU is a float32 cube
 ``(n_bands, size, size)`` in nanomaggies per pixel, with header ``BANDS='grz'``; with ``&invvar``
@@ -6,11 +6,10 @@ an extension with ``IMAGETYP='INVVAR'`` holds the inverse variance (1/nanomaggyÂ
 shape. Stamps come back as ``[band, y, x]``, North up, East left, target at pixel
 ``(size // 2, size // 2)``.
 
-Reliability rules learned from the original system (lessons 24, 72): a target that cannot be
-fetched is reported as a failure and never replaced by zeros; transient faults (5xx, 429,
-connection errors, timeouts, stalls, truncated bodies) are retried with exponential back-off and
-full jitter; client errors (other 4xx) are not retried; a body that is not FITS (an HTML page from
-a proxy or the wrong base URL) raises :class:`InputError` naming the URL, because it means the
+Reliability rules: a target that cannot be fetched is reported as a failure and never replaced by
+zeros; transient faults (5xx, 429, connection errors, timeouts, stalls, truncated bodies) are
+retried with exponential back-off and full jitter; client errors (other 4xx) are not retried; a
+body that is not FITS (an HTML page from a proxy or the wrong base URL) raises :class:`InputError` naming the URL, because it means the
 service is misconfigured rather than that one target is unlucky.
 """
 

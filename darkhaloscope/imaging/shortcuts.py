@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..seeding import rng_for
-from ..stats import bootstrap_interval, roc_auc
+from ..stats import auc_bootstrap_interval, roc_auc
 from .quality import MAD_TO_SIGMA, SATUR_BITS, row_nanmedian
 
 CORE_RADII_PX = (4, 8, 12)
@@ -237,8 +237,7 @@ def feature_aucs(
         n_pos, n_neg = int(yy.sum()), int(yy.size - yy.sum())
         if n_pos and n_neg:
             auc = roc_auc(s, yy)
-            lo, hi = bootstrap_interval(lambda idx: roc_auc(s[idx], yy[idx]), s.size,
-                                        rng_for(seed_key, "feature-auc", name), n_boot=n_boot, level=level)
+            lo, hi = auc_bootstrap_interval(s, yy, rng_for(seed_key, "feature-auc", name), n_boot=n_boot, level=level)
         else:
             auc = lo = hi = float("nan")
         bound = separation_lower_bound(lo, hi)

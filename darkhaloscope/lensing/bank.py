@@ -82,6 +82,49 @@ class InjectionConfig:
         return _grid(*self.z_l_grid)
 
 
+#: Injections per (θ_E, z_l) cell and tasks per batch, by profile: ``demo`` renders in seconds
+#: on 2 CPU cores, ``full`` is sized for survey-scale selection functions on a GPU.
+PROFILE_SIZES = {"demo": {"per_cell": 12, "batch_size": 600}, "full": {"per_cell": 500, "batch_size": 4096}}
+
+
+def injection_config(profile: str, per_cell: int = 0, batch_size: int = 0, theta_e_grid=None, z_l_grid=None,
+                     host_splits=("test",)) -> InjectionConfig:
+    """The injection settings of a profile (``demo`` or ``full``); 0 / None keep the profile's
+    size and :class:`InjectionConfig`'s grids."""
+    sizes = PROFILE_SIZES.get(profile, PROFILE_SIZES["demo"])
+    base = InjectionConfig()
+    return InjectionConfig(
+        theta_e_grid=tuple(theta_e_grid) if theta_e_grid else base.theta_e_grid,
+        z_l_grid=tuple(z_l_grid) if z_l_grid else base.z_l_grid,
+        per_cell=per_cell or sizes["per_cell"],
+        batch_size=batch_size or sizes["batch_size"],
+        host_splits=tuple(host_splits),
+    )
+
+
+def selection_hosts(cutouts, host_types) -> pa.Table:
+    """Injection hosts from the cutouts table (a dataset or table): negatives passing the quality
+    gate whose TYPE is in ``host_types``, with :data:`HOST_COLUMNS`."""
+    import pyarrow.compute as pc
+
+    cols = list(HOST_COLUMNS) + ["label", "quality_ok"]
+    hosts = cutouts.to_table(columns=cols) if hasattr(cutouts, "to_table") else cutouts.select(cols)
+    mask = pc.and_(pc.and_(pc.equal(hosts.column("label"), 0), hosts.column("quality_ok")), pc.is_in(hosts.column("type"), pa.array(list(host_types))))
+    return hosts.filter(mask).select(list(HOST_COLUMNS))
+
+
+def bank_table(tasks: pa.Table, params: pa.Table, injected: np.ndarray, controls: np.ndarray) -> pa.Table:
+    """The injection bank rows of one batch: every task column, the rendering's parameters not
+    already in the task, the injected stamp (``image``) and its paired control (the bare host)."""
+    from ..stamps import to_tensor_array
+
+    out = tasks
+    for name in params.column_names:
+        if name not in out.column_names:
+            out = out.append_column(name, params.column(name))
+    return out.append_column("image", to_tensor_array(injected)).append_column("control", to_tensor_array(controls))
+
+
 def host_psf_fwhm(psfsize: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-band PSF FWHM [arcsec] (N, 3) from host psfsize_g/r/z (N, 3), with missing (<= 0 or
     non-finite) g or z replaced by r x (1.05, 0.94). Returns (fwhm, ok) where ok is False when r
@@ -247,8 +290,36 @@ def plan_injection_grid(hosts: pa.Table, config: InjectionConfig = InjectionConf
              for c in np.flatnonzero(filled == 0)]
     summary = {"profile": "selection", "n_cells": int(len(te) * len(zl)), "n_candidates": int(len(ti)),
                "n_tasks": int(keep.sum()), "skipped_tasks": skipped, "n_skipped_cells": len(empty),
-               "skipped_cells": empty, "n_batches": int(len(np.unique(batch[keep]))) if keep.any() else 0}
+               "skipped_cells": empty, "n_batches": int(len(np.unique(batch[keep]))) if keep.any() else 0,
+               "theta_e_values": [float(v) for v in te], "z_l_values": [float(v) for v in zl]}
     return _with_summary(table, summary)
+
+
+def plan_grid(tasks: pa.Table) -> tuple[list[float], list[float]]:
+    """(θ_E values [arcsec], z_l values) of the grid a plan was built on (cells left empty
+    included), from its planning summary: what the selection function is measured on."""
+    summary = plan_summary(tasks)
+    if "theta_e_values" not in summary or "z_l_values" not in summary:
+        raise InputError("the injection plan records no grid (planned before grids were recorded): materialize injection_plan again")
+    return list(summary["theta_e_values"]), list(summary["z_l_values"])
+
+
+def batch_key(batch: int) -> str:
+    """Partition key of an injection batch: ``batch-00012``."""
+    return f"batch-{int(batch):05d}"
+
+
+def batch_of_key(key: str) -> int:
+    """Inverse of :func:`batch_key`; InputError for anything else."""
+    prefix, _, number = key.partition("-")
+    if prefix != "batch" or not number.isdigit():
+        raise InputError(f"injection batch key {key!r} is not of the form batch-NNNNN")
+    return int(number)
+
+
+def batch_keys(tasks: pa.Table) -> list[str]:
+    """Sorted partition keys of the batches in a task table (its ``batch`` column)."""
+    return sorted({batch_key(b) for b in tasks.column("batch").to_pylist()})
 
 
 def _clump_arrays(seeds: np.ndarray, r_sersic: np.ndarray, registry: PriorRegistry):

@@ -530,8 +530,11 @@ def remove_vanished_sweeps(lake: Lake, names: Sequence[str]) -> list[dict]:
     return removed
 
 
-def objects_in_other_sweeps(lake: Lake, sweep_file: str, limit: int = 5) -> dict:
+def objects_in_other_sweeps(lake: Lake, sweep_file: str, limit: int = 5, object_ids: np.ndarray | None = None) -> dict:
     """Audit: object ids of the ``sweep_file`` partition of ``survey/sweeps`` that another partition holds too.
+
+    ``object_ids``: the partition's ids when they are not (yet) in ``lake`` (a staged partition,
+    compared with the published others).
 
     The reader refuses rows outside their file's box, so an object can be in two partitions only
     if their boxes overlap; only those partitions are read (none in a survey that tiles the sky).
@@ -548,7 +551,7 @@ def objects_in_other_sweeps(lake: Lake, sweep_file: str, limit: int = 5) -> dict
     found: dict[str, int] = {}
     examples: list[int] = []
     if others:
-        mine = _object_ids(lake, sweep_file)
+        mine = _object_ids(lake, sweep_file) if object_ids is None else np.asarray(object_ids)
         for name in others:
             common = np.intersect1d(mine, _object_ids(lake, name))
             if common.size:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..seeding import rng_for
-from ..stats import average_precision, bootstrap_interval, roc_auc, tpr_at_fpr
+from ..stats import auc_bootstrap_interval, average_precision, roc_auc, tpr_at_fpr
 
 FPR_TARGETS = (1e-2, 1e-3, 1e-4)
 
@@ -69,7 +69,7 @@ def evaluate_scores(
     out: dict = {"n": int(y.size), "n_pos": n_pos, "n_neg": n_neg}
     out["auroc"] = roc_auc(p, y)
     if n_pos and n_neg and n_boot:
-        lo, hi = bootstrap_interval(lambda i: roc_auc(p[i], y[i]), y.size, rng_for(seed, "auroc_bootstrap"), n_boot=n_boot)
+        lo, hi = auc_bootstrap_interval(p, y, rng_for(seed, "auroc_bootstrap"), n_boot=n_boot)
         out["auroc_lo68"], out["auroc_hi68"] = lo, hi
     out["average_precision"] = average_precision(p, y) if n_pos else float("nan")
     for f in FPR_TARGETS:

@@ -13,7 +13,6 @@ import subprocess
 from pathlib import Path
 
 CHROMIUM = Path("/usr/bin/chromium")
-SKIP_REASON = "/usr/bin/chromium is absent (install it with apt-get install -y chromium)"
 SENTINEL = "sentinel-broken"
 
 _CHECK_SCRIPT = """

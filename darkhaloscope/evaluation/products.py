@@ -1,0 +1,95 @@
+"""The evaluation's products: the selection function with its marginals and figures, and the
+inputs of the HTML report, assembled from score tables (no lake or orchestration here).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .comparison import model_comparison
+from .plots import marginal_png, mosaic_png, reliability_png, roc_inputs, roc_png, selection_heatmap_png
+from .report import build_report, example_ids
+from .selection import marginal_completeness, selection_function
+from .thresholds import usable_thresholds
+
+#: Marginal completeness: column -> (axis label, bin edges).
+MARGINALS = {
+    "psf_fwhm_r": ("PSF FWHM r [arcsec]", [0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.2]),
+    "depth_mag_r": ("5σ depth r [AB]", [22.5, 23.0, 23.5, 24.0, 24.5, 25.0]),
+    "source_mag_r": ("source r (unlensed) [AB]", [22.0, 23.0, 24.0, 25.0, 26.0]),
+    "lensed_mag_r": ("lensed r [AB]", [18.0, 20.0, 21.0, 22.0, 23.0, 24.0, 26.0]),
+    "arc_snr": ("arc S/N (r)", [0.0, 2.0, 5.0, 10.0, 20.0, 50.0, 1e6]),
+}
+#: Sub-folder of the selection function's table holding its figures.
+FIGURES = {"artifact": "figures"}
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+
+
+def heatmap_file(threshold_name: str) -> str:
+    return f"heatmap_{_safe(threshold_name)}.png"
+
+
+def marginal_file(by: str) -> str:
+    return f"marginal_{by}.png"
+
+
+def selection_products(injections: pa.Table, thresholds: pa.Table, theta_e_values, z_l_values) -> tuple[pa.Table, pa.Table, dict[str, bytes]]:
+    """(C(θ_E, z_l) on the plan's grid with ``theta_e_arcsec``/``z_l`` columns, the marginal
+    completeness table, {figure file name: PNG}) for every usable threshold."""
+    sel = selection_function(injections, thresholds, theta_e_centres=list(theta_e_values), z_l_centres=list(z_l_values))
+    sel = sel.append_column("theta_e_arcsec", sel.column("theta_e_centre")).append_column("z_l", sel.column("z_l_centre"))
+    figures = {heatmap_file(name): selection_heatmap_png(sel, name) for name, _ in usable_thresholds(thresholds)}
+    marginals = []
+    for by, (label, edges) in MARGINALS.items():
+        m = marginal_completeness(injections, thresholds, by, edges)
+        figures[marginal_file(by)] = marginal_png(m, label)
+        marginals.append(m)
+    return sel, pa.concat_tables(marginals, promote_options="permissive"), figures
+
+
+def report_gates(lens_finder_row: Mapping) -> list[dict]:
+    """The lens finder's gates (name, value, threshold, passed) from its registry row's metrics."""
+    metrics = json.loads(lens_finder_row["metrics"])
+    gates = metrics.get("gates", [])
+    gates = json.loads(gates) if isinstance(gates, str) else gates
+    return [{k: g[k] for k in ("name", "value", "threshold", "passed")} for g in gates if isinstance(g, dict) and g.get("value") is not None]
+
+
+def report_html(*, thresholds: pa.Table, selection: pa.Table, marginals: pa.Table, figure: Callable[[str], bytes], recall: pa.Table,
+                fpr: pa.Table, injections: pa.Table, controls: pa.Table, held_out: pa.Table, real_test: pa.Table,
+                cutout_stamps: Callable[[list], np.ndarray], injection_stamps: Callable[[list], dict], lens_finder_row: Mapping,
+                lake_uri: str) -> str:
+    """The evaluation report page. ``figure(name)`` returns a stored figure; ``cutout_stamps(ids)``
+    the cutouts' images (N, 3, 101, 101); ``injection_stamps(ids)`` {injection id: image}."""
+    usable = usable_thresholds(thresholds)
+    curves = {"injections vs paired controls": roc_inputs(injections, controls),
+              "held-out negatives vs test-split known lenses": roc_inputs(real_test, held_out)}
+    marg = {label: (figure(marginal_file(by)), marginals.filter(pc.equal(marginals.column("by"), by))) for by, (label, _) in MARGINALS.items()}
+    mosaics = {}
+    if usable:
+        name, value = usable[0]
+        ex = example_ids(injections, held_out, value)
+        bank = injection_stamps(ex.get("true positives", []) + ex.get("missed injections", []))
+        for caption, ids in ex.items():
+            if ids:
+                stamps = cutout_stamps(ids) if caption == "highest-scoring negatives" else np.stack([bank[i] for i in ids])
+                mosaics[f"{caption} ({name})"] = mosaic_png(stamps, [str(i) for i in ids])
+    metrics = json.loads(lens_finder_row["metrics"])
+    calibration = metrics.get("calibration") or None
+    return build_report(
+        roc=roc_png(curves), thresholds=thresholds, selection=selection,
+        selection_heatmaps={name: figure(heatmap_file(name)) for name, _ in usable}, marginals=marg,
+        recall=recall, fpr_by_confuser=fpr, gates=report_gates(lens_finder_row),
+        calibration=calibration, reliability=reliability_png(calibration) if calibration else None,
+        model_choice=metrics.get("ensemble") or None, comparison=model_comparison(injections, controls, real_test, held_out),
+        mosaics=mosaics,
+        provenance={"checkpoint": lens_finder_row["checkpoint_uri"], "checkpoint version": lens_finder_row["data_version"], "lake": lake_uri},
+    )

@@ -1,0 +1,102 @@
+"""Scoring tables with the published lens finder, and the evaluation's inputs derived from them.
+
+:func:`score_batches` streams stamps from a table (a dataset: cutouts or an injection bank
+partition) through the lens finder and yields score rows with the metadata columns carried over;
+stamps that cannot be scored are kept with ``valid = false`` and a reason, never scored as zero.
+:func:`published_lens_finder` opens the checkpoint the score assets read.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from contextlib import contextmanager
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+
+from ..lake import Lake
+from ..stamps import from_tensor_column
+
+CUTOUT_META = ["object_id", "label", "split", "pool", "confuser_category", "tier", "name", "in_training_catalog", "psfsize_r", "psfdepth_r"]
+INJECTION_META = [
+    "injection_id", "theta_e_arcsec", "z_l", "z_s", "sigma_v_kms", "success", "failure_reason", "psf_fwhm_r",
+    "psfdepth_r", "src_mag_r", "lensed_mag_r", "arc_snr", "magnification", "host_object_id",
+]
+#: Scoring batch per device: on a CPU large batches of 101-px activations are memory-bound (see
+#: benchmarks/bench_scoring.py); a GPU wants large batches.
+SCORE_BATCH = {"cpu": 16, "cuda": 512}
+#: Where the published lens finder's checkpoint lives in the lake.
+CHECKPOINT = ("training", "lens_finder", {"artifact": "checkpoint"})
+
+
+@contextmanager
+def published_lens_finder(lake: Lake, device: str):
+    """(model, checkpoint spec) of the published lens finder on ``device``; a checkpoint on S3 is
+    downloaded to a temporary folder, removed afterwards."""
+    from ..training.checkpoint import load_checkpoint
+
+    group, table, part = CHECKPOINT
+    path = lake.partition_path(group, table, part)
+    if not lake.is_s3:
+        yield load_checkpoint(path, "best", device=device)
+        return
+    local = tempfile.mkdtemp(prefix="dhs_ckpt_")
+    try:
+        pafs.copy_files(path, local, source_filesystem=lake.fs, destination_filesystem=pafs.LocalFileSystem())
+        yield load_checkpoint(local, "best", device=device)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def score_batches(stamps: ds.Dataset, meta: list[str], image_column: str, kind: str, model, spec, device: str) -> Iterator[pa.RecordBatch]:
+    """Score rows of every stamp in ``stamps`` (256 at a time): ``meta`` columns, ``kind``,
+    ``score`` (float64 calibrated probability, null when unscorable), for a stacked ensemble one
+    ``score_<member>`` column per member, ``valid`` and ``invalid_reason``. ``spec`` is the
+    checkpoint's spec (preprocessing and calibration temperature). For injections
+    (``kind = 'injection'``) a failed render holds the bare host: it is no lens, so it is never
+    scored as one."""
+    from ..training.inference import score_with_members
+    from .comparison import MEMBER_SCORE_PREFIX
+
+    batch_size = SCORE_BATCH.get(device, 16)
+    for batch in stamps.to_batches(columns=meta + [image_column], batch_size=256):
+        if batch.num_rows == 0:
+            continue
+        images = from_tensor_column(batch.column(image_column), name=image_column)
+        scores, valid, reason, members = score_with_members(model, spec, images, device=device, batch_size=batch_size)
+        if kind == "injection":
+            failed = ~batch.column("success").to_numpy(zero_copy_only=False).astype(bool)
+            valid = valid & ~failed
+            reason = np.where(failed, "injection_failed", np.asarray(reason, dtype=object))
+        cols = {name: batch.column(name) for name in meta}
+        cols["kind"] = pa.array([kind] * batch.num_rows)
+        cols["score"] = pa.array(np.where(valid, scores, np.nan), pa.float64(), mask=~valid)
+        for name, member in members.items():
+            cols[MEMBER_SCORE_PREFIX + name] = pa.array(np.where(valid, member, np.nan), pa.float64(), mask=~valid)
+        cols["valid"] = pa.array(valid)
+        cols["invalid_reason"] = pa.array(np.asarray(reason, dtype=object).astype(str))
+        yield pa.RecordBatch.from_pydict(cols)
+
+
+def held_out_negatives(cutout_scores: pa.Table) -> pa.Table:
+    """Scores of negatives the lens finder never saw: the test split, and every pool negative that
+    is not in the training catalog. Val negatives of the catalog chose the best epoch and ran the
+    gates, so they are not held out."""
+    s = cutout_scores
+    unseen = pc.or_(pc.equal(s.column("split"), "test"), pc.invert(pc.fill_null(s.column("in_training_catalog"), False)))
+    return s.filter(pc.and_(pc.equal(s.column("label"), 0), unseen))
+
+
+def injection_rows(injection_scores: ds.Dataset | pa.Table, kind: str) -> pa.Table:
+    """Injection scores of one kind ('injection' or 'control'); injections get ``source_mag_r``
+    (the unlensed source magnitude the marginals are measured against)."""
+    if isinstance(injection_scores, ds.Dataset):
+        rows = injection_scores.to_table(filter=pc.field("kind") == kind)
+    else:
+        rows = injection_scores.filter(pc.equal(injection_scores.column("kind"), kind))
+    return rows.append_column("source_mag_r", rows.column("src_mag_r")) if kind == "injection" else rows

@@ -1,0 +1,1 @@
+"""Jobs that run outside the Dagster process, launched through Dagster Pipes."""

@@ -1,0 +1,153 @@
+"""Mock seeds and hidden lenses: independent realisations, byte-identical reruns, hidden lenses that no
+catalog lists, painted into the sky with the flux and S/N their truth records, and never read by an asset."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from darkhaloscope.catalog.cuts import KnownLensIndex
+from darkhaloscope.errors import InputError
+from darkhaloscope.imaging.mock_sky import MOCK_SKY_COLUMNS, mock_sky_noise_key
+from darkhaloscope.lensing.render import arc_snr
+from darkhaloscope.survey.known_lenses import load_known_lenses
+from darkhaloscope.survey.mock_hidden_lenses import HIDDEN_LENS_TRUTH_SCHEMA, flux_scale_for_snr
+from darkhaloscope.survey.mock_lenses import lens_catalog_rows, mock_sky_with_lenses
+from darkhaloscope.survey.mock_paths import HIDDEN_LENS_TRUTH_RELPATH, mock_survey_root
+from darkhaloscope.survey.mock_survey import MockSurveyConfig, generate_mock_survey
+from darkhaloscope.survey.sweeps import read_sweep
+from resources.config import mock_seed_from_env
+
+REPO = Path(__file__).resolve().parent.parent
+N_HIDDEN = 8
+
+
+def config(seed: int) -> MockSurveyConfig:
+    return MockSurveyConfig(n_rows_per_file=3000, chunk_rows=1000, seed=seed, blocks=((30, -5),), n_hidden_lenses=N_HIDDEN)
+
+
+@pytest.fixture(scope="module")
+def surveys(tmp_path_factory):
+    """Seed 0 twice (in two folders) and seed 1, each with its catalog as the real reader returns it."""
+    out = {}
+    for name, seed in (("a", 0), ("b", 0), ("one", 1)):
+        m = generate_mock_survey(tmp_path_factory.mktemp(f"mock_{name}"), config(seed))
+        cat = pa.concat_tables([read_sweep(p, columns=MOCK_SKY_COLUMNS) for p in m.sweep_files])
+        out[name] = (m, cat, pq.read_table(m.hidden_truth_path))
+    return out
+
+
+def test_same_seed_same_bytes_other_seed_other_survey(surveys):
+    (a, cat_a, hid_a), (b, _, _), (one, cat_one, hid_one) = surveys["a"], surveys["b"], surveys["one"]
+    assert a.hidden_truth_path == a.root / HIDDEN_LENS_TRUTH_RELPATH
+    assert [p.relative_to(a.root) for p in a.files()] == [p.relative_to(b.root) for p in b.files()]
+    for pa_, pb_ in zip(a.files(), b.files()):
+        assert pa_.read_bytes() == pb_.read_bytes(), pa_.name
+    assert a.seed == 0 and one.seed == 1 and a.digest != one.digest
+    for pa_, p1 in zip(a.files(), one.files()):
+        assert pa_.read_bytes() != p1.read_bytes(), pa_.name
+    # known lenses stay at their lenscat positions; their truth (and everything else) changes
+    known_a, known_one = pq.read_table(a.truth_path), pq.read_table(one.truth_path)
+    assert known_a.column("name").equals(known_one.column("name")) and known_a.column("ra").equals(known_one.column("ra"))
+    assert not np.allclose(known_a.column("theta_e_arcsec").to_numpy(), known_one.column("theta_e_arcsec").to_numpy())
+    assert not np.isin(hid_a.column("object_id").to_numpy(), hid_one.column("object_id").to_numpy()).all()
+    assert cat_a.num_rows == cat_one.num_rows and not np.array_equal(cat_a.column("ra").to_numpy(), cat_one.column("ra").to_numpy())
+
+
+def test_skies_of_two_seeds_differ(surveys):
+    (_, cat_a, hid_a), (_, cat_one, hid_one) = surveys["a"], surveys["one"]
+    assert mock_sky_noise_key(0) != mock_sky_noise_key(1)
+    ra, dec = [32.5], [-2.5]  # the same window of both skies
+    img_a = mock_sky_with_lenses(cat_a, [hid_a], seed=0).render_window(ra[0], dec[0], 51)[0]
+    img_one = mock_sky_with_lenses(cat_one, [hid_one], seed=1).render_window(ra[0], dec[0], 51)[0]
+    again = mock_sky_with_lenses(cat_a, [hid_a], seed=0).render_window(ra[0], dec[0], 51)[0]
+    assert img_a.tobytes() == again.tobytes() and not np.array_equal(img_a, img_one)
+
+
+def test_hidden_lenses_are_unknown_catalog_galaxies_spanning_snr_and_theta_e(surveys):
+    m, cat, hidden = surveys["a"]
+    assert hidden.schema.equals(HIDDEN_LENS_TRUTH_SCHEMA) and hidden.num_rows == m.n_hidden_lenses == N_HIDDEN
+    known = load_known_lenses()
+    ra, dec = hidden.column("ra").to_numpy(), hidden.column("dec").to_numpy()
+    # no lenscat entry (known_lenses is lenscat) within the negatives' exclusion radius of 11"
+    assert not KnownLensIndex.from_table(known).within(ra, dec, 11.0).any()
+    rows = lens_catalog_rows(hidden, cat)  # each hidden lens is a catalog galaxy, at its position
+    assert set(rows.column("type").to_pylist()) <= {"DEV", "SER"}
+    snr, te = hidden.column("arc_snr").to_numpy(), hidden.column("theta_e_arcsec").to_numpy()
+    assert snr.min() < 3 and snr.max() > 60 and te.min() < 1.2 and te.max() > 2.2
+    assert np.all((te >= 0.6) & (te <= 3.0)) and np.all(hidden.column("arc_flux_r").to_numpy() > 0)
+
+
+def test_hidden_arcs_are_in_the_sky_with_their_truth_flux_and_snr(surveys):
+    _, cat, hidden = surveys["a"]
+    ra, dec = hidden.column("ra").to_numpy(), hidden.column("dec").to_numpy()
+    with_arcs, _ = mock_sky_with_lenses(cat, [hidden], seed=0, noise=False).cutouts(ra, dec, 101)
+    without, _ = mock_sky_with_lenses(cat, [], seed=0, noise=False).cutouts(ra, dec, 101)
+    arc = (with_arcs.image.astype(np.float64) - without.image)
+    for j, band in enumerate("grz"):
+        np.testing.assert_allclose(arc[:, j].sum(axis=(1, 2)), hidden.column(f"arc_flux_{band}").to_numpy(), rtol=2e-3)
+    # the S/N of the painted arc, measured in its cutout the way the injection engine measures it (the
+    # sub-pixel position moves pixels across the 1-sigma mask threshold: a few per cent, more near S/N 1.5)
+    measured = arc_snr(torch.as_tensor(arc), torch.as_tensor(with_arcs.invvar, dtype=torch.float64))[:, 1].numpy()
+    np.testing.assert_allclose(measured, hidden.column("arc_snr").to_numpy(), rtol=0.05, atol=0.4)
+
+
+def test_flux_scale_reaches_the_target_snr():
+    yy, xx = np.mgrid[:41, :41] - 20
+    ring = np.exp(-0.5 * ((np.hypot(xx, yy) - 6) / 1.2) ** 2) * (1 + 0.1 * np.cos(np.arctan2(yy, xx)))
+    arcs = np.stack([ring, ring * 0.3, ring])
+    invvar = np.array([400.0, 100.0, 1e-9])  # the last one can never reach its target
+    target = np.array([30.0, 5.0, 10.0])
+    k = flux_scale_for_snr(arcs, invvar, target)
+
+    def snr(scale):
+        a = torch.as_tensor(arcs * scale[:, None, None])[:, None]
+        return arc_snr(a, torch.as_tensor(invvar)[:, None, None, None].expand_as(a).contiguous())[:, 0].numpy()
+
+    # k is where the S/N crosses the target (it jumps where pixels cross the 1-sigma mask threshold)
+    assert np.all(snr(k)[:2] >= target[:2]) and np.all(snr(k * 0.9999)[:2] < target[:2])
+    np.testing.assert_allclose(snr(k)[:2], target[:2], rtol=0.05)
+    assert k[2] == pytest.approx(1e3)
+
+
+def test_sky_refuses_a_catalog_of_another_seed(surveys):
+    (_, _, hid_a), (_, cat_one, _) = surveys["a"], surveys["one"]
+    with pytest.raises(InputError, match="DHS_MOCK_SEED"):
+        mock_sky_with_lenses(cat_one, [hid_a], seed=1)
+
+
+def test_hidden_truth_is_read_by_no_asset():
+    """Only the mock survey library and the resource that builds the mock sky may name the hidden-lens
+    truth; no asset (training or otherwise), IO manager or Definitions module does."""
+    names = re.compile(r"hidden_lens_truth|hidden_truth|HIDDEN_LENS_TRUTH|lens_truth_paths|hidden_lens_recovery")
+    allowed = {"resources/imaging.py"}  # paints the sky the cutouts are cut from
+    readers = []
+    for folder in ("lens_assets", "io_managers", "resources"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if names.search(path.read_text()) and str(path.relative_to(REPO)) not in allowed:
+                readers.append(str(path.relative_to(REPO)))
+    for path in (REPO / "definitions.py",):
+        if names.search(path.read_text()):
+            readers.append(path.name)
+    assert readers == []
+    training = [p for p in (REPO / "darkhaloscope").rglob("*.py") if p.parts[-2] in ("training", "catalog", "lensing")]
+    assert training and not [p.name for p in training if names.search(p.read_text())]
+
+
+def test_seed_configuration(monkeypatch, tmp_path):
+    monkeypatch.setenv("DHS_MOCK_SEED", "3")
+    assert mock_seed_from_env() == 3
+    for bad in ("-1", "one", "1.5"):
+        monkeypatch.setenv("DHS_MOCK_SEED", bad)
+        with pytest.raises(InputError, match="DHS_MOCK_SEED"):
+            mock_seed_from_env()
+    assert mock_survey_root(tmp_path, "demo", 0) != mock_survey_root(tmp_path, "demo", 1)
+    assert MockSurveyConfig(seed=0).digest() != MockSurveyConfig(seed=1).digest()
+    with pytest.raises(InputError, match="seed"):
+        MockSurveyConfig(seed=-2).resolved()

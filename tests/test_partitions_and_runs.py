@@ -1,0 +1,147 @@
+"""Partitions registered outside the assets (sensors and the functions `dhs` shares with them),
+`dhs materialize`'s selection and staleness, and killed runs marked failed."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import time
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+from astropy.io import fits
+
+from darkhaloscope.lake import Lake
+from darkhaloscope.lensing.bank import PLAN_SUMMARY_KEY
+from darkhaloscope.survey import sweep_model as sm
+from darkhaloscope.survey.sweeps import SweepBox
+from io_managers import LakeIOManager
+from lens_assets.orchestration import MaterializeError, Materializer
+from lens_assets.partitions import injection_batch_sensor, sweep_file_sensor
+from lens_assets.runs import HOST_TAG, reap_dead_runs
+from lens_assets.survey import known_lenses, sweep_files, sweeps
+from resources import LakeResource, SurveyResource
+from resources.alert_sinks import AlertSinksResource
+from resources.survey import SWEEP_DIR
+from tests.support.sweep_rows import dr10_rows
+
+A, B = "sweep-030m005-035p000.fits", "sweep-035m005-040p000.fits"
+
+
+def _write_sweep(root, name: str, box: SweepBox) -> None:
+    path = root / SWEEP_DIR / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = dr10_rows(20, box)
+    fits.HDUList([fits.PrimaryHDU(), fits.BinTableHDU.from_columns(
+        [fits.Column(name=n, format=t, array=rows[n]) for n, t in sm.DR10_SWEEP_COLUMNS if t != "L"])]).writeto(path)
+
+
+def _apply(instance: dg.DagsterInstance, result: dg.SensorResult) -> None:
+    for req in result.dynamic_partitions_requests or []:
+        if isinstance(req, dg.AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+        else:
+            for key in req.partition_keys:
+                instance.delete_dynamic_partition(req.partitions_def_name, key)
+
+
+def test_sweep_file_sensor_adds_new_files_and_removes_vanished_ones(tmp_path):
+    mirror = tmp_path / "mirror"
+    _write_sweep(mirror, A, SweepBox(30, 35, -5, 0))
+    instance = dg.DagsterInstance.ephemeral()
+    survey = SurveyResource(survey=str(mirror))
+    with dg.build_sensor_context(instance=instance, resources={"survey": survey}) as context:
+        _apply(instance, sweep_file_sensor(context))
+    assert instance.get_dynamic_partitions("sweep_file") == [A]
+    _write_sweep(mirror, B, SweepBox(35, 40, -5, 0))
+    (mirror / SWEEP_DIR / A).unlink()
+    with dg.build_sensor_context(instance=instance, resources={"survey": survey}) as context:
+        result = sweep_file_sensor(context)
+    _apply(instance, result)
+    assert instance.get_dynamic_partitions("sweep_file") == [B]
+    with dg.build_sensor_context(instance=instance, resources={"survey": survey}) as context:
+        assert sweep_file_sensor(context).dynamic_partitions_requests == []  # nothing changed
+
+
+def test_injection_batch_sensor_follows_the_published_plan(tmp_path):
+    lake = Lake(str(tmp_path / "lake"))
+    instance = dg.DagsterInstance.ephemeral()
+    resources = {"lake": LakeResource(uri=lake.uri)}
+    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+        assert injection_batch_sensor(context).dynamic_partitions_requests == []  # no plan published yet
+    plan = pa.table({"batch": pa.array([0, 0, 1, 2], pa.int32())}).replace_schema_metadata({PLAN_SUMMARY_KEY: b"{}"})
+    lake.write_table("injection", "injection_plan", plan)
+    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+        _apply(instance, injection_batch_sensor(context))
+    assert instance.get_dynamic_partitions("injection_batch") == ["batch-00000", "batch-00001", "batch-00002"]
+
+
+def _survey_defs(tmp_path, lake: Lake) -> dg.Definitions:
+    resource = LakeResource(uri=lake.uri)
+    return dg.Definitions(assets=[sweep_files, sweeps, known_lenses], resources={
+        "survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": resource, "io_manager": LakeIOManager(uri=resource.uri),
+        "alert_sinks": AlertSinksResource(lake_uri=lake.uri)})
+
+
+def test_materialize_takes_dagster_selections_and_reruns_only_what_dagster_calls_stale(tmp_path):
+    _write_sweep(tmp_path / "mirror", A, SweepBox(30, 35, -5, 0))
+    lake = Lake(str(tmp_path / "lake"))
+    defs = _survey_defs(tmp_path, lake)
+    instance = dg.DagsterInstance.ephemeral()
+    out = io.StringIO()
+    Materializer(defs, instance, out=out).run(["group:survey"])
+    assert [line.split(" ok")[0] for line in out.getvalue().splitlines() if " ok in " in line] == [
+        "[1/3] known_lenses", "[2/3] sweep_files", f"[3/3] sweeps [{A}]"]
+    again = io.StringIO()
+    Materializer(defs, instance, out=again).run(["survey/sweeps"])  # upstream fresh: only the target runs
+    assert "[1/2] sweep_files: up to date, skipped" in again.getvalue() and f"[2/2] sweeps [{A}] ok" in again.getvalue()
+    # a new code version of sweep_files makes it stale in Dagster's eyes: it runs again
+    changed = sweep_files.map_asset_specs(lambda spec: spec.replace_attributes(code_version="changed"))
+    stale = dg.Definitions(assets=[changed, sweeps, known_lenses], resources=defs.resources)
+    rerun = io.StringIO()
+    Materializer(stale, instance, out=rerun).run(["sweeps"])
+    assert "[1/2] sweep_files ok" in rerun.getvalue()
+    with pytest.raises(MaterializeError, match="unknown asset 'nope'"):
+        Materializer(stale, instance, out=io.StringIO()).run(["nope"])
+    with pytest.raises(MaterializeError, match="invalid asset selection"):
+        Materializer(stale, instance, out=io.StringIO()).run(["key:(("])
+
+
+def test_a_killed_run_is_marked_failed_by_the_next_command(tmp_path):
+    """A process that starts a run and dies with SIGKILL leaves it STARTED; reap_dead_runs (run by
+    every `dhs materialize` and by dead_run_sensor) marks it failed; a live one is left alone."""
+    home = tmp_path / "home"
+    home.mkdir()
+    script = (
+        "import os, sys, time, dagster as dg\n"
+        "@dg.asset\n"
+        "def slow():\n"
+        "    print('running', flush=True); time.sleep(120)\n"
+        "with dg.DagsterInstance.from_config(sys.argv[1]) as instance:\n"
+        "    dg.materialize([slow], instance=instance, tags={'dhs/host': sys.argv[2]})\n"
+    )
+    from darkhaloscope.lake import host_tag
+
+    proc = subprocess.Popen([sys.executable, "-c", script, str(home), host_tag()], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    try:
+        assert proc.stdout.readline().strip() == "running"
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            [run] = instance.get_runs()
+            assert run.status == dg.DagsterRunStatus.STARTED and run.tags[HOST_TAG] == host_tag()
+            assert reap_dead_runs(instance) == []  # its process is alive
+            proc.kill()
+            proc.wait(timeout=30)
+            deadline = time.monotonic() + 10
+            reaped = []
+            while not reaped and time.monotonic() < deadline:
+                reaped = reap_dead_runs(instance)
+            assert reaped == [run.run_id]
+            assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
+            assert reap_dead_runs(instance) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
