@@ -7,7 +7,7 @@ from torch import nn
 
 from darkhaloscope.training.data import synthetic_arrays
 from darkhaloscope.training.gates import (
-    core_lr_gate, core_masked_drop_gate, cross_validated_lr_auc, hard_negative_gate, radial_profile_lr_gate, run_gates,
+    arcs_outside_core, core_lr_gate, core_masked_drop_gate, cross_validated_lr_auc, hard_negative_gate, radial_profile_lr_gate, run_gates,
 )
 from darkhaloscope.training.preprocess import PreprocessSpec, core_mask, radius_grid
 
@@ -116,3 +116,16 @@ def test_core_gates_read_the_training_distribution_and_the_catalog_rows(core, ar
     gates = {g["name"]: g for g in run_gates(CoherentArc(), SPEC, mixed, device="cpu")}
     assert gates["core_lr_auc"]["n"] == len(mixed) and gates["core_lr_auc_catalog"]["n"] == len(core)
     assert not gates["core_lr_auc_catalog"]["passed"] and not gates["core_lr_auc_catalog"]["blocking"]  # the planted shortcut
+
+
+def test_masked_core_gate_is_measured_where_the_core_holds_no_arc():
+    from darkhaloscope.training.data import make_arrays
+
+    n = 6
+    arrays = make_arrays(np.zeros((n, 3, 101, 101), np.float32), np.array([0, 0, 1, 1, 1, 1], np.int8),
+                         kind=np.array(["negative", "negative", "real_positive", "injected_positive", "injected_positive", "injected_positive"], object))
+    # 5 px = 1.31 arcsec: an arc at theta_E = 1.0'' lies inside the masked core, one at 2.6'' outside
+    # it with a 1.2'' PSF, one at 2.0'' is blurred into it
+    arrays.theta_e_arcsec = np.array([np.nan, np.nan, np.nan, 1.0, 2.6, 2.0], np.float32)
+    arrays.psfsize_r = np.full(n, 1.2, np.float32)
+    assert arcs_outside_core(arrays, radius=5.0).tolist() == [True, True, False, False, True, False]
