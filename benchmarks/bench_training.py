@@ -1,52 +1,89 @@
-"""Benchmark: lens-finder training throughput vs data-loader throughput on CPU (101x101x3, batch 64).
+"""Benchmark: is the on-the-fly injection renderer the bottleneck of training on a CPU?
 
-For each model (bottleneck_resnet, resnet18) it times full optimizer steps (forward, weighted BCE,
-backward, clipping, AdamW) on preprocessed batches, and separately the data path alone (augmented,
-preprocessed batches from AugmentedStampDataset with hard negatives and core dropout switched on).
-Baseline in the same run: the loader fetching sample by sample (``__getitem__``) instead of one
-vectorised ``__getitems__`` call per batch. Target: loader >= 5x what the model consumes.
+Measured in one run, with the demo profile's settings (``darkhaloscope.training.profiles``):
 
-    python benchmarks/bench_training.py [--threads 1] [--loader-batches 8] [--steps-bottleneck 4] [--steps-resnet18 2]
+* the stream: accepted injections per second (``lensing.stream.draw_injections``: arcs in the
+  central window, no μ render, S/N acceptance with re-draws) into 101 px hosts, and the render of
+  the same systems the injection bank's way (whole 101 px stamp, with μ) as the baseline;
+* the data path: augmented, preprocessed batches per second from the epoch dataset (catalog rows
+  and injections, the profile's preprocessing);
+* the model: optimizer steps per second (forward, weighted BCE, backward, clipping, AdamW) of the
+  demo's strided ResNet on the profile's input, and of the full profile's bottleneck ResNet on
+  101 px.
 
-Prints one JSON line.
+The renderer is not the bottleneck when the render time an epoch needs (its injections) is small
+next to the time its training steps take: ``render_share_of_epoch`` = render time / (render time +
+step time) for the demo's epoch (one injection per host, hosts ~ 80 % of the rows).
+
+    python benchmarks/bench_training.py [--threads 2] [--hosts 128] [--steps 6]
+
+Prints one JSON line (with the load average: compare ratios, not absolute rates, on a shared machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from darkhaloscope.training.data import AugmentedStampDataset, batches_for_plan, synthetic_arrays  # noqa: E402
+from darkhaloscope.lensing.bank import _build_tasks, _col, task_batches  # noqa: E402
+from darkhaloscope.lensing.priors import draw_system_parameters  # noqa: E402
+from darkhaloscope.lensing.render import RenderConfig, render_lensed_sources  # noqa: E402
+from darkhaloscope.lensing.stream import draw_injections  # noqa: E402
+from darkhaloscope.training.data import make_arrays, with_hosts  # noqa: E402
+from darkhaloscope.training.dataset import AugmentedStampDataset, batches_for_plan  # noqa: E402
 from darkhaloscope.training.models import build_model, count_parameters  # noqa: E402
-from darkhaloscope.training.preprocess import PreprocessSpec  # noqa: E402
+from darkhaloscope.training.profiles import training_profile  # noqa: E402
 
-BATCH = 64
 SIZE = 101
+#: r-band noise of a DR10 coadd pixel [nmgy] (psfdepth_r ~ 1000 / nmgy^2 at 1.2" seeing)
+SIGMA = 0.0045
 
 
-def loader_rate(ds: AugmentedStampDataset, n_batches: int, per_sample: bool) -> float:
-    batches = batches_for_plan(ds.epoch_plan(0), 0, BATCH)[:n_batches]
+def synthetic_hosts(n: int, seed: int = 0):
+    """(host columns, images, invvar) of n lens-like hosts: de Vaucouleurs-ish cores plus noise."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[:SIZE, :SIZE] - (SIZE - 1) / 2
+    r = np.hypot(xx, yy)
+    amp = rng.uniform(0.5, 5.0, n)
+    img = amp[:, None, None, None] * np.exp(-7.67 * ((r + 0.5) / 6.0) ** 0.25)[None, None] * np.array([0.3, 0.6, 1.0])[None, :, None, None]
+    images = (img + rng.normal(0, SIGMA, (n, 3, SIZE, SIZE))).astype(np.float32)
+    cols = pa.table({
+        "object_id": np.arange(n, dtype=np.int64), "ra": np.zeros(n), "dec": np.zeros(n), "split": ["train"] * n,
+        "type": ["DEV"] * n, "psfsize_g": rng.uniform(1.1, 1.8, n), "psfsize_r": rng.uniform(1.0, 1.6, n),
+        "psfsize_z": rng.uniform(0.9, 1.5, n), "psfdepth_g": np.full(n, 2e3), "psfdepth_r": np.full(n, 1e3),
+        "psfdepth_z": np.full(n, 2e2), "dx_pix": rng.uniform(-0.5, 0.5, n).astype(np.float32),
+        "dy_pix": rng.uniform(-0.5, 0.5, n).astype(np.float32)})
+    return cols, images, np.full_like(images, 1.0 / SIGMA**2)
+
+
+def bank_style_rate(cols: pa.Table, draw, spec) -> float:
+    """Systems/s of the same systems rendered the injection bank's way: 101 px stamp, with μ."""
+    cfg = spec.config
+    params = draw_system_parameters(draw.seed, cfg.priors, extra=("theta_e_arcsec", "z_l"))
+    n = len(draw)
+    tasks, _ = _build_tasks(cols, params["theta_e_arcsec"], params["z_l"], draw.seed, np.zeros(n, np.int64), draw.candidate,
+                            np.full(n, -1), "training", cfg, params, host_row=draw.host_row)
+    lens, src = task_batches(tasks, "cpu", torch.float32, cfg.priors)
+    psf = torch.as_tensor(np.stack([_col(tasks, f"psf_fwhm_{b}") for b in "grz"], axis=1), dtype=torch.float32)
     t = time.perf_counter()
-    n = 0
-    for keys in batches:
-        if per_sample:
-            items = [ds[k] for k in keys]
-            x = torch.stack([i[0] for i in items])
-        else:
-            x = ds.__getitems__(keys)[0]
-        n += x.shape[0]
+    for s in range(0, n, spec.render_chunk):
+        idx = torch.arange(s, min(n, s + spec.render_chunk))
+        render_lensed_sources(lens.index(idx), src.index(idx), psf[idx], RenderConfig(n_pix=SIZE))
     return n / (time.perf_counter() - t)
 
 
-def train_rate(arch: str, x: torch.Tensor, y: torch.Tensor, steps: int) -> tuple[float, int]:
+def step_rate(arch: str, x: torch.Tensor, y: torch.Tensor, steps: int) -> tuple[float, int]:
     torch.manual_seed(0)
     model = build_model(arch, x.shape[1]).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
@@ -67,38 +104,51 @@ def train_rate(arch: str, x: torch.Tensor, y: torch.Tensor, steps: int) -> tuple
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--loader-batches", type=int, default=8)
-    ap.add_argument("--steps-bottleneck", type=int, default=4)
-    ap.add_argument("--steps-resnet18", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--hosts", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=6)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    demo, full = training_profile("demo"), training_profile("full")
+    member = demo.members[0]
+    cols, images, invvar = synthetic_hosts(args.hosts)
 
-    arrays = synthetic_arrays(BATCH * args.loader_batches + BATCH, SIZE, seed="bench")
-    spec = PreprocessSpec()
-    ds = AugmentedStampDataset(arrays, spec, seed=0, core_dropout_prob=0.5, hard_negative_prob=0.3)
-    loader_rate(ds, 1, per_sample=False)  # warm caches (radial index tables)
-    batched = loader_rate(ds, args.loader_batches, per_sample=False)
-    per_sample = loader_rate(ds, max(args.loader_batches // 3, 1), per_sample=True)
-    ds_res = AugmentedStampDataset(arrays, PreprocessSpec(residual="append"), seed=0, core_dropout_prob=0.5, hard_negative_prob=0.3)
-    batched_residual = loader_rate(ds_res, max(args.loader_batches // 3, 1), per_sample=False)
+    draw_injections(cols.slice(0, 8), invvar[:8], demo.stream, ("warm-up",), 1)
+    t = time.perf_counter()
+    draw = draw_injections(cols, invvar, demo.stream, ("train", 0, 0), 1)
+    stream_rate = len(draw) / (time.perf_counter() - t)
+    tries = float(draw.candidate.mean() + 1)
+    bank_rate = bank_style_rate(cols, draw, demo.stream)
 
-    x, y, _ = ds.__getitems__([(0, i) for i in range(BATCH)])
-    out = {
-        "bench": "training", "device": "cpu", "threads": args.threads, "batch": BATCH, "stamp": [3, SIZE, SIZE],
-        "loader_images_per_s": round(batched, 1),
-        "loader_per_sample_baseline_images_per_s": round(per_sample, 1),
-        "loader_batched_vs_per_sample": round(batched / per_sample, 2),
-        "loader_residual_append_images_per_s": round(batched_residual, 1),
-    }
-    for arch, steps in (("bottleneck_resnet", args.steps_bottleneck), ("resnet18", args.steps_resnet18)):
-        rate, n_params = train_rate(arch, x, y, steps)
-        out[f"{arch}_params"] = n_params
-        out[f"{arch}_train_images_per_s"] = round(rate, 2)
-        out[f"{arch}_steps"] = steps
-        out[f"{arch}_loader_over_model"] = round(batched / rate, 1)
-        out[f"{arch}_target_5x_met"] = bool(batched / rate >= 5.0)
-    print(json.dumps(out))
+    # the demo's epoch: 20 % real positives, 80 % negatives that host one injection each
+    n_pos = args.hosts // 4
+    arrays = make_arrays(np.concatenate([images[:n_pos], images]), np.r_[np.ones(n_pos), np.zeros(args.hosts)].astype(np.int8))
+    arrays = with_hosts(arrays, np.arange(n_pos, n_pos + args.hosts), invvar, cols, demo.stream)
+    ds = AugmentedStampDataset(arrays, demo.preprocess, seed=0)
+    ds._draw = (0, draw)  # the epoch's injections, rendered above
+    batches = batches_for_plan(ds.epoch_plan(0), 0, member.batch_size)
+    t = time.perf_counter()
+    xs = [ds.__getitems__(b) for b in batches[:4]]
+    loader_rate = sum(x[0].shape[0] for x in xs) / (time.perf_counter() - t)
+    x, y, _ = xs[0]
+    demo_rate, demo_params = step_rate(member.arch, x, y, args.steps)
+    xf = torch.randn(member.batch_size, full.preprocess.out_channels(3), SIZE, SIZE)
+    full_rate, full_params = step_rate(full.members[0].arch, xf, y, max(args.steps // 3, 1))
+
+    per_sample_injections = ds.m / len(ds.epoch_plan(0))
+    render_s, step_s = per_sample_injections / stream_rate, 1.0 / demo_rate + 1.0 / loader_rate
+    print(json.dumps({
+        "bench": "training", "device": "cpu", "threads": args.threads, "load_average_1min": os.getloadavg()[0],
+        "stream_accepted_injections_per_s": round(stream_rate, 1), "stream_tries_per_injection": round(tries, 2),
+        "bank_style_render_systems_per_s": round(bank_rate, 1),
+        "stream_vs_bank_style_render": round(stream_rate * tries / bank_rate, 2),
+        "loader_images_per_s": round(loader_rate, 1),
+        f"{member.arch}_params": demo_params, f"{member.arch}_train_images_per_s": round(demo_rate, 1),
+        f"{full.members[0].arch}_params": full_params, f"{full.members[0].arch}_101px_train_images_per_s": round(full_rate, 2),
+        "injections_per_training_sample": round(per_sample_injections, 3),
+        "render_share_of_epoch": round(render_s / (render_s + step_s), 3),
+        "renderer_is_bottleneck": bool(render_s > step_s),
+    }))
 
 
 if __name__ == "__main__":

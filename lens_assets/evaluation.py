@@ -51,7 +51,7 @@ def cutout_scores(context: dg.AssetExecutionContext, lake: LakeResource, compute
     device = compute.torch_device()
     with fail_fast_on_bad_input(), published_lens_finder(lake.lake(), device) as (model, spec):
         staged = lake.stage(context).table(*CUT_SCORES, {"sweep_file": context.partition_key})
-        _write_scores(staged, score_batches(cutouts, CUTOUT_META, "image", "cutout", model, spec.preprocess, device))
+        _write_scores(staged, score_batches(cutouts, CUTOUT_META, "image", "cutout", model, spec, device))
     yield from gate(context, {CUT_SCORES: ([staged], _score_audits(au.CUTOUT_SCORES_CONTRACT, staged))}, {CUT_SCORES: _score_metadata(staged, spec, device)})
 
 
@@ -63,7 +63,7 @@ def injection_scores(context: dg.AssetExecutionContext, lake: LakeResource, comp
     device = compute.torch_device()
     with fail_fast_on_bad_input(), published_lens_finder(lake.lake(), device) as (model, spec):
         staged = lake.stage(context).table(*INJ_SCORES, {"injection_batch": context.partition_key})
-        _write_scores(staged, itertools.chain(*(score_batches(injection_bank, INJECTION_META, column, kind, model, spec.preprocess, device)
+        _write_scores(staged, itertools.chain(*(score_batches(injection_bank, INJECTION_META, column, kind, model, spec, device)
                                                 for column, kind in (("image", "injection"), ("control", "control")))))
     yield from gate(context, {INJ_SCORES: ([staged], _score_audits(au.INJECTION_SCORES_CONTRACT, staged))}, {INJ_SCORES: _score_metadata(staged, spec, device)})
 

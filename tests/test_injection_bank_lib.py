@@ -6,7 +6,7 @@ import pytest
 
 from darkhaloscope.errors import InputError
 from darkhaloscope.lensing.bank import (InjectionConfig, host_psf_fwhm, paint_known_lens_arcs, plan_injection_grid,
-                                        plan_summary, render_injection_batch, training_profile_tasks)
+                                        plan_summary, render_injection_batch)
 from darkhaloscope.lensing.cosmology import sigma_v_from_theta_e
 from darkhaloscope.lensing.priors import DEFAULT_PRIORS, Prior, PriorRegistry, draw_clumps
 from darkhaloscope.lensing.render import RenderConfig
@@ -100,15 +100,6 @@ def test_psf_fallback_for_missing_bands():
     fwhm, ok = host_psf_fwhm(np.array([[0.0, 1.2, np.nan], [1.3, 0.0, 1.0]]))
     np.testing.assert_allclose(fwhm[0], [1.26, 1.2, 1.128])
     assert ok.tolist() == [True, False] and np.all(np.isnan(fwhm[1]))
-
-
-def test_training_profile_draws_theta_e_and_is_prefix_stable():
-    t10 = training_profile_tasks(_hosts(), 10)
-    t4 = training_profile_tasks(_hosts(), 4)
-    assert t10.num_rows == 10 and t10.slice(0, 4).equals(t4)
-    te = np.array(t10.column("theta_e_arcsec").to_pylist())
-    assert np.all((te >= 0.5) & (te <= 3.0)) and len(np.unique(te)) == 10
-    assert set(t10.column("profile").to_pylist()) == {"training"}
 
 
 def test_render_injection_batch_bytes_failures_and_params():

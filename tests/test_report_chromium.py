@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from darkhaloscope.errors import InputError
+from darkhaloscope.evaluation.plots import reliability_png
 from darkhaloscope.evaluation import (
     build_report,
     example_ids,
@@ -26,6 +27,7 @@ from darkhaloscope.evaluation import (
     thresholds_from_negatives,
 )
 from darkhaloscope.seeding import rng_for
+from darkhaloscope.training.calibration import calibration_summary, fit_temperature
 from tests.conftest import require_chromium
 from tests.support.chromium import SENTINEL, image_load_results
 
@@ -82,6 +84,11 @@ def _report() -> tuple[str, dict[str, bytes]]:
         "roc": roc_png({"injections vs controls": roc_inputs(inj, ctrl),
                         "real lenses vs negatives": roc_inputs(real, neg)}, fpr_marks=(1e-2, 1e-3)),
     }
+    # an over-confident validation set: temperature scaling must soften it
+    labels = np.arange(400) % 2
+    logits = 4.0 * (labels - 0.5) + rng_for("test", "report", "logits").normal(0.0, 3.0, 400)
+    calibration = calibration_summary(logits, labels, fit_temperature(logits, labels))
+    figs["reliability"] = reliability_png(calibration)
     stamps = rng_for("test", "report", "stamps").normal(0.0, 0.02, (18, 3, 31, 31)).astype(np.float32)
     stamps[:, :, 13:18, 13:18] += 0.5
     ex = example_ids(inj, neg, threshold=thr.column("threshold")[0].as_py(), n=6)
@@ -96,6 +103,7 @@ def _report() -> tuple[str, dict[str, bytes]]:
         fpr_by_confuser=fpr_by_confuser(neg, thr),
         gates=[{"name": "tier-A recall at fpr=1e-3", "value": 0.8, "threshold": 0.75, "passed": True},
                {"name": "AUC injections vs controls", "value": 0.97, "threshold": 0.98, "passed": False}],
+        calibration=calibration, reliability=figs["reliability"],
         mosaics={k: figs[k] for k in ex},
         provenance={"model": "test-model", "code_version": "0"},
     )
@@ -130,14 +138,14 @@ def test_report_structure(report):
     page, figs = report
     parser = _Imgs()
     parser.feed(page)
-    assert len(parser.imgs) == 1 + 1 + 1 + 3  # roc, heatmap, marginal, three mosaics
+    assert len(parser.imgs) == 1 + 1 + 1 + 1 + 3  # reliability, roc, heatmap, marginal, three mosaics
     for img in parser.imgs:
         assert img.get("id") and img.get("alt"), img.get("id")
         assert img["src"].startswith("data:image/png;base64,")
     assert len(parser.ids) == len(set(parser.ids))
     assert not re.search(r"(src|href)=\"(https?:)?//", page)  # self-contained
     for el in ("table-thresholds", "table-recall", "table-selection", "table-gates",
-               "table-fpr-by-confuser", "fig-roc", "fig-selection-fpr-1e-2"):
+               "table-fpr-by-confuser", "fig-roc", "fig-selection-fpr-1e-2", "table-calibration", "fig-reliability"):
         assert f'id="{el}"' in page
     assert "1 of 2 gates passed" in page and "FAIL" in page
     assert "Not provided" not in page
@@ -167,7 +175,7 @@ def test_every_figure_loads_in_headless_chromium(report, tmp_path):
     result = image_load_results(page, tmp_path)
     # the sentinel proves the check can fail: a broken image has naturalWidth 0
     assert result.pop(SENTINEL)["w"] == 0
-    expected = {"fig-roc": figs["roc"], "fig-selection-fpr-1e-2": figs["heatmap"],
+    expected = {"fig-roc": figs["roc"], "fig-selection-fpr-1e-2": figs["heatmap"], "fig-reliability": figs["reliability"],
                 "fig-marginal-psf-fwhm-r": figs["marginal"],
                 "fig-mosaic-true-positives": figs["true positives"],
                 "fig-mosaic-missed-injections": figs["missed injections"],

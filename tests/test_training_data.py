@@ -8,9 +8,9 @@ import torch
 
 from darkhaloscope.errors import InputError
 from darkhaloscope.stamps import to_tensor_array
-from darkhaloscope.training.data import (
+from darkhaloscope.training.data import load_training_set, synthetic_arrays
+from darkhaloscope.training.dataset import (
     AugmentedStampDataset, azimuthal_shuffle, batches_for_plan, collate_prebatched, dihedral, hard_negative,
-    load_training_set, synthetic_arrays,
 )
 from darkhaloscope.training.preprocess import PreprocessSpec, core_mask, radial_bins
 

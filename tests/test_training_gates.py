@@ -7,7 +7,7 @@ from torch import nn
 
 from darkhaloscope.training.data import synthetic_arrays
 from darkhaloscope.training.gates import (
-    core_lr_gate, core_masked_drop_gate, cross_validated_lr_auc, hard_negative_gate, radial_profile_lr_gate, run_gates,
+    arcs_outside_core, core_lr_gate, core_masked_drop_gate, cross_validated_lr_auc, hard_negative_gate, radial_profile_lr_gate, run_gates,
 )
 from darkhaloscope.training.preprocess import PreprocessSpec, core_mask, radius_grid
 
@@ -87,7 +87,45 @@ def test_hard_negative_gate_separates_shape_from_radial_flux(arc, core):
     assert "skipped" in skipped and not skipped["passed"] and not skipped["blocking"]
 
 
-def test_run_gates_returns_all_four(arc):
+def test_run_gates_returns_all_five(arc):
     gates = run_gates(CoherentArc(), SPEC, arc, device="cpu")
-    assert [g["name"] for g in gates] == ["core_lr_auc", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]
+    assert [g["name"] for g in gates] == ["core_lr_auc", "core_lr_auc_catalog", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]
     assert all({"name", "value", "threshold", "passed", "blocking"} <= g.keys() for g in gates)
+
+
+def test_gate_registry_owns_thresholds_and_blocking_flags(arc):
+    from darkhaloscope.errors import InputError
+    from darkhaloscope.training.gates import BLOCKING_GATES, GATES
+
+    assert list(GATES) == ["core_lr_auc", "core_lr_auc_catalog", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]
+    assert BLOCKING_GATES == {"core_lr_auc", "core_masked_drop"}
+    gates = run_gates(CoherentArc(), SPEC, arc, thresholds={"hard_negative_auroc": 0.999}, device="cpu")
+    by = {g["name"]: g for g in gates}
+    assert by["hard_negative_auroc"]["threshold"] == 0.999 and by["core_lr_auc"]["threshold"] == GATES["core_lr_auc"].threshold
+    assert all(g["blocking"] == GATES[g["name"]].blocking for g in gates)
+    with pytest.raises(InputError, match="unknown gate"):
+        run_gates(CoherentArc(), SPEC, arc, thresholds={"core_lr": 0.5}, device="cpu")
+
+
+def test_core_gates_read_the_training_distribution_and_the_catalog_rows(core, arc):
+    """The blocking gate reads what the network learns from (catalog rows and injections); the
+    catalog gate reads the real positives and negatives alone, where the hosts can differ."""
+    from darkhaloscope.training.data import concat_arrays
+
+    mixed = concat_arrays([core, arc.subset(arc.kind == "injected_positive")])
+    gates = {g["name"]: g for g in run_gates(CoherentArc(), SPEC, mixed, device="cpu")}
+    assert gates["core_lr_auc"]["n"] == len(mixed) and gates["core_lr_auc_catalog"]["n"] == len(core)
+    assert not gates["core_lr_auc_catalog"]["passed"] and not gates["core_lr_auc_catalog"]["blocking"]  # the planted shortcut
+
+
+def test_masked_core_gate_is_measured_where_the_core_holds_no_arc():
+    from darkhaloscope.training.data import make_arrays
+
+    n = 6
+    arrays = make_arrays(np.zeros((n, 3, 101, 101), np.float32), np.array([0, 0, 1, 1, 1, 1], np.int8),
+                         kind=np.array(["negative", "negative", "real_positive", "injected_positive", "injected_positive", "injected_positive"], object))
+    # 5 px = 1.31 arcsec: an arc at theta_E = 1.0'' lies inside the masked core, one at 2.6'' outside
+    # it with a 1.2'' PSF, one at 2.0'' is blurred into it
+    arrays.theta_e_arcsec = np.array([np.nan, np.nan, np.nan, 1.0, 2.6, 2.0], np.float32)
+    arrays.psfsize_r = np.full(n, 1.2, np.float32)
+    assert arcs_outside_core(arrays, radius=5.0).tolist() == [True, True, False, False, True, False]

@@ -248,3 +248,36 @@ def mosaic_png(stamps: np.ndarray, captions: Sequence[str] | None = None, ncols:
         if title:
             fig.suptitle(title, fontsize=8)
         return _png(fig)
+
+
+def reliability_png(calibration: Mapping) -> bytes:
+    """Reliability diagram of the lens finder's validation scores before and after temperature
+    scaling: observed fraction of positives against mean predicted probability per bin (marker
+    area ~ rows), with the diagonal of perfect calibration.
+
+    ``calibration``: the summary of :func:`darkhaloscope.training.calibration.calibration_summary`
+    (``reliability_before``/``reliability_after`` bins, ``ece_before``/``ece_after``, ``temperature``).
+    """
+    missing = [k for k in ("reliability_before", "reliability_after", "ece_before", "ece_after", "temperature") if k not in calibration]
+    if missing:
+        raise InputError(f"reliability_png: calibration summary lacks {missing}")
+    with matplotlib.style.context(_STYLE):
+        fig = Figure(figsize=(3.8, 3.4), layout="constrained")
+        ax = fig.subplots()
+        ax.plot([0, 1], [0, 1], color="0.5", ls="--", lw=0.8)
+        for i, (key, ece, label) in enumerate((("reliability_before", "ece_before", "uncalibrated (T = 1)"),
+                                               ("reliability_after", "ece_after", f"T = {calibration['temperature']:.3g}"))):
+            bins = calibration[key]
+            x = [b["mean_probability"] for b in bins]
+            y = [b["fraction_positive"] for b in bins]
+            n = np.asarray([b["n"] for b in bins], dtype=np.float64)
+            ax.plot(x, y, "-", color=f"C{i}", lw=1.0)
+            ax.scatter(x, y, s=8 + 60 * n / max(n.max(), 1.0), color=f"C{i}",
+                       label=f"{label}: ECE {calibration[ece]:.3f}")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("mean predicted probability")
+        ax.set_ylabel("fraction of positives")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="upper left")
+        return _png(fig)

@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .plots import marginal_png, mosaic_png, roc_inputs, roc_png, selection_heatmap_png
+from .comparison import model_comparison
+from .plots import marginal_png, mosaic_png, reliability_png, roc_inputs, roc_png, selection_heatmap_png
 from .report import build_report, example_ids
 from .selection import marginal_completeness, selection_function
 from .thresholds import usable_thresholds
@@ -81,9 +82,14 @@ def report_html(*, thresholds: pa.Table, selection: pa.Table, marginals: pa.Tabl
             if ids:
                 stamps = cutout_stamps(ids) if caption == "highest-scoring negatives" else np.stack([bank[i] for i in ids])
                 mosaics[f"{caption} ({name})"] = mosaic_png(stamps, [str(i) for i in ids])
+    metrics = json.loads(lens_finder_row["metrics"])
+    calibration = metrics.get("calibration") or None
     return build_report(
         roc=roc_png(curves), thresholds=thresholds, selection=selection,
         selection_heatmaps={name: figure(heatmap_file(name)) for name, _ in usable}, marginals=marg,
-        recall=recall, fpr_by_confuser=fpr, gates=report_gates(lens_finder_row), mosaics=mosaics,
+        recall=recall, fpr_by_confuser=fpr, gates=report_gates(lens_finder_row),
+        calibration=calibration, reliability=reliability_png(calibration) if calibration else None,
+        model_choice=metrics.get("ensemble") or None, comparison=model_comparison(injections, controls, real_test, held_out),
+        mosaics=mosaics,
         provenance={"checkpoint": lens_finder_row["checkpoint_uri"], "checkpoint version": lens_finder_row["data_version"], "lake": lake_uri},
     )

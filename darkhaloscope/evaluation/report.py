@@ -126,6 +126,27 @@ def gates_html(gates: Sequence[Mapping], el_id: str = "table-gates") -> str:
             f"<th>threshold</th><th>result</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
+def calibration_html(calibration: Mapping | None, model_choice: Mapping | None = None) -> str:
+    """The published model (and, for an ensemble, why) and its calibration as HTML."""
+    rows = []
+    if model_choice:
+        rows.append(("published model", model_choice.get("published"), model_choice.get("reason")))
+        for name, auc in (model_choice.get("member_val_auroc") or {}).items():
+            rows.append((f"member {name}", f"val AUROC {auc:.4f}", "single network"))
+        if model_choice.get("ensemble_val_auroc_cross_fitted") is not None:
+            rows.append(("stacked ensemble", f"val AUROC {model_choice['ensemble_val_auroc_cross_fitted']:.4f}",
+                         "meta-learner scored on validation rows it was not fitted on"))
+    if calibration:
+        rows.append(("temperature T", f"{calibration.get('temperature', float('nan')):.4g}",
+                     "scores are sigmoid(logit / T), fitted on the validation split (never test)"))
+        rows.append(("expected calibration error", f"{calibration.get('ece_before', float('nan')):.4f} → "
+                     f"{calibration.get('ece_after', float('nan')):.4f}",
+                     f"15 equal-mass bins, {calibration.get('n', '?')} validation rows, before → after"))
+    body = "".join(f'<tr><th>{html.escape(str(a))}</th><td class="s">{html.escape(str(b))}</td>'
+                   f'<td class="s">{html.escape(str(c))}</td></tr>' for a, b, c in rows)
+    return f'<table id="table-calibration"><tbody>{body}</tbody></table>'
+
+
 def example_ids(injection_scores: pa.Table, neg_scores: pa.Table, threshold: float,
                 n: int = 12) -> dict[str, list]:
     """Ids of example stamps for the report mosaics at one threshold (score units).
@@ -173,6 +194,10 @@ def build_report(
     recall: pa.Table | None = None,
     fpr_by_confuser: pa.Table | None = None,
     gates: Sequence[Mapping] | None = None,
+    calibration: Mapping | None = None,
+    reliability: bytes | None = None,
+    model_choice: Mapping | None = None,
+    comparison: pa.Table | None = None,
     mosaics: Mapping[str, bytes] | None = None,
     provenance: Mapping[str, object] | None = None,
     max_table_rows: int = 200,
@@ -188,6 +213,12 @@ def build_report(
     marginals : maps a label (e.g. 'PSF FWHM r') to (PNG of :func:`plots.marginal_png`, its table).
     recall : table of :func:`real_lens_recall`; ``fpr_by_confuser`` the table of that function.
     gates : dicts with ``name``, ``value``, ``threshold``, ``passed`` (bool).
+    calibration : the lens finder's calibration summary (temperature, ECE before and after, fitted
+        on the validation split); ``reliability`` the PNG of :func:`plots.reliability_png`.
+    model_choice : which model is published and why (``published``, ``reason``, each member's
+        validation AUROC and the ensemble's cross-fitted one), when the profile trains an ensemble;
+        ``comparison`` the table of :func:`comparison.model_comparison` (the ensemble against each
+        member on the same test rows).
     mosaics : maps a caption ('true positives', 'missed injections', 'highest-scoring negatives')
         to the PNG of :func:`plots.mosaic_png`.
     provenance : key/value pairs printed at the top (model, code version, data versions).
@@ -204,6 +235,16 @@ def build_report(
 
     parts.append("<h2>Gates</h2>")
     parts.append(gates_html(gates) if gates else missing)
+
+    parts.append("<h2>Published model and calibration</h2>")
+    parts.append(calibration_html(calibration, model_choice) if calibration or model_choice else missing)
+    if reliability is not None:
+        parts.append(_img(reliability, "Reliability diagram of validation scores before and after temperature scaling",
+                          ids("fig", "reliability")))
+    if comparison is not None and comparison.num_rows:
+        parts.append('<p class="note">The stacked ensemble and each member on the same test rows, each at its own '
+                     "threshold from the same held-out negatives.</p>")
+        parts.append(table_html(comparison, max_rows=max_table_rows, el_id=ids("table", "model-comparison")))
 
     parts.append("<h2>ROC curves</h2>")
     parts.append(_img(roc, "ROC curves: injections vs paired controls and real lenses vs "

@@ -53,19 +53,22 @@ def published_lens_finder(lake: Lake, device: str):
         shutil.rmtree(local, ignore_errors=True)
 
 
-def score_batches(stamps: ds.Dataset, meta: list[str], image_column: str, kind: str, model, preprocess, device: str) -> Iterator[pa.RecordBatch]:
+def score_batches(stamps: ds.Dataset, meta: list[str], image_column: str, kind: str, model, spec, device: str) -> Iterator[pa.RecordBatch]:
     """Score rows of every stamp in ``stamps`` (256 at a time): ``meta`` columns, ``kind``,
-    ``score`` (float64 probability, null when unscorable), ``valid`` and ``invalid_reason``. For
-    injections (``kind = 'injection'``) a failed render holds the bare host: it is no lens, so it
-    is never scored as one."""
-    from ..training.inference import score_stamps
+    ``score`` (float64 calibrated probability, null when unscorable), for a stacked ensemble one
+    ``score_<member>`` column per member, ``valid`` and ``invalid_reason``. ``spec`` is the
+    checkpoint's spec (preprocessing and calibration temperature). For injections
+    (``kind = 'injection'``) a failed render holds the bare host: it is no lens, so it is never
+    scored as one."""
+    from ..training.inference import score_with_members
+    from .comparison import MEMBER_SCORE_PREFIX
 
     batch_size = SCORE_BATCH.get(device, 16)
     for batch in stamps.to_batches(columns=meta + [image_column], batch_size=256):
         if batch.num_rows == 0:
             continue
         images = from_tensor_column(batch.column(image_column), name=image_column)
-        scores, valid, reason = score_stamps(model, preprocess, images, device=device, batch_size=batch_size)
+        scores, valid, reason, members = score_with_members(model, spec, images, device=device, batch_size=batch_size)
         if kind == "injection":
             failed = ~batch.column("success").to_numpy(zero_copy_only=False).astype(bool)
             valid = valid & ~failed
@@ -73,6 +76,8 @@ def score_batches(stamps: ds.Dataset, meta: list[str], image_column: str, kind: 
         cols = {name: batch.column(name) for name in meta}
         cols["kind"] = pa.array([kind] * batch.num_rows)
         cols["score"] = pa.array(np.where(valid, scores, np.nan), pa.float64(), mask=~valid)
+        for name, member in members.items():
+            cols[MEMBER_SCORE_PREFIX + name] = pa.array(np.where(valid, member, np.nan), pa.float64(), mask=~valid)
         cols["valid"] = pa.array(valid)
         cols["invalid_reason"] = pa.array(np.asarray(reason, dtype=object).astype(str))
         yield pa.RecordBatch.from_pydict(cols)

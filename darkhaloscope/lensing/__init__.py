@@ -3,11 +3,11 @@
 Modules: ``cosmology`` (theta_E <-> sigma_v), ``sie`` (ray shooting, Hessian, magnification),
 ``source`` (Sérsic + clumps, band fluxes), ``render`` (supersampled, PSF-convolved arcs, mu, arc S/N),
 ``randomize`` (domain randomisation), ``priors`` (prior registry), ``bank`` (injection-bank tasks,
-rendering into hosts, known-lens arcs for the mock sky).
+rendering into hosts, known-lens arcs for the mock sky), ``stream`` (injections rendered on the fly
+for training).
 """
 
-from .bank import (InjectionConfig, paint_known_lens_arcs, plan_injection_grid, plan_summary,
-                   render_injection_batch, training_profile_tasks)
+from .bank import InjectionConfig, paint_known_lens_arcs, plan_injection_grid, plan_summary, render_injection_batch
 from .cosmology import get_cosmology, sigma_v_from_theta_e, theta_e_from_sigma_v
 from .priors import DEFAULT_PRIORS, Prior, PriorRegistry
 from .render import RenderConfig, arc_snr, convolve_psf, render_lensed_sources
@@ -16,7 +16,7 @@ from .source import SourceBatch, band_fluxes
 
 __all__ = [
     "InjectionConfig", "paint_known_lens_arcs", "plan_injection_grid", "plan_summary", "render_injection_batch",
-    "training_profile_tasks", "get_cosmology", "sigma_v_from_theta_e", "theta_e_from_sigma_v", "DEFAULT_PRIORS",
+    "get_cosmology", "sigma_v_from_theta_e", "theta_e_from_sigma_v", "DEFAULT_PRIORS",
     "Prior", "PriorRegistry", "RenderConfig", "arc_snr", "convolve_psf", "render_lensed_sources", "LensBatch",
     "hessian", "magnification", "ray_shoot", "SourceBatch", "band_fluxes",
 ]

@@ -153,8 +153,11 @@ def _col(t: pa.Table, name: str, dtype=np.float64) -> np.ndarray:
 
 def _build_tasks(hosts: pa.Table, theta_e: np.ndarray, z_l: np.ndarray, seeds: np.ndarray, batch: np.ndarray,
                  index: np.ndarray, cell: np.ndarray, profile: str, cfg: InjectionConfig,
-                 params: dict[str, np.ndarray]):
-    """Rows for candidate tasks that pass the physical cuts, and each candidate's skip reason ('' = kept)."""
+                 params: dict[str, np.ndarray], host_row: np.ndarray | None = None):
+    """Rows for candidate tasks that pass the physical cuts, and each candidate's skip reason ('' = kept).
+
+    host_row: the row of ``hosts`` (after the ``host_splits`` filter) of each candidate; by default
+    the hosts in a hashed order (independent of the input row order) are dealt round-robin."""
     _validate_hosts(hosts)
     if cfg.host_splits is not None:
         keep = np.isin(_col(hosts, "split", object), np.asarray(cfg.host_splits, dtype=object))
@@ -162,9 +165,9 @@ def _build_tasks(hosts: pa.Table, theta_e: np.ndarray, z_l: np.ndarray, seeds: n
         if hosts.num_rows == 0:
             raise InputError(f"no host has split in {cfg.host_splits}")
     oid = _col(hosts, "object_id", np.int64)
-    # Hosts in a hashed order (independent of the input row order), dealt round-robin to tasks.
-    order = np.lexsort((oid, unit_hash_array(oid, salt=(cfg.salt, "hosts"))))
-    host_row = order[np.arange(len(theta_e)) % len(order)]
+    if host_row is None:
+        order = np.lexsort((oid, unit_hash_array(oid, salt=(cfg.salt, "hosts"))))
+        host_row = order[np.arange(len(theta_e)) % len(order)]
     z_s = params["z_s"]
     reason = np.full(len(theta_e), "", dtype=object)
     reason[z_s <= z_l] = "z_s_le_z_l"
@@ -319,31 +322,6 @@ def batch_keys(tasks: pa.Table) -> list[str]:
     return sorted({batch_key(b) for b in tasks.column("batch").to_pylist()})
 
 
-def training_profile_tasks(hosts: pa.Table, n: int, config: InjectionConfig = InjectionConfig()) -> pa.Table:
-    """``n`` training injections with theta_E and z_l drawn from the prior registry (not a grid).
-
-    Candidates j = 0, 1, 2, ... are drawn as in ``plan_injection_grid`` (profile 'training') and
-    unphysical ones skipped until ``n`` tasks are kept, so the first k tasks do not depend on n.
-    """
-    if n < 1:
-        raise InputError(f"number of training tasks must be >= 1, got {n}")
-    m = n
-    while True:
-        batch, index, seeds = _seeds(config, "training", m)
-        params = draw_system_parameters(seeds, config.priors, extra=("theta_e_arcsec", "z_l"))
-        table, reason = _build_tasks(hosts, params["theta_e_arcsec"], params["z_l"], seeds, batch, index,
-                                     np.full(m, -1), "training", config, params)
-        if table.num_rows >= n:
-            break
-        if m > 64 * n:
-            raise InputError(f"priors accept too few training candidates ({table.num_rows} of {m}); check sigma_v_range")
-        m *= 2
-    table = table.slice(0, n)
-    last = int(np.flatnonzero(reason == "")[n - 1]) + 1
-    summary = {"profile": "training", "n_candidates": last, "n_tasks": n, "skipped_tasks": _skip_counts(reason[:last])}
-    return _with_summary(table, summary)
-
-
 def _clump_arrays(seeds: np.ndarray, r_sersic: np.ndarray, registry: PriorRegistry):
     draws = [draw_clumps(int(s), float(r), registry) for s, r in zip(seeds, r_sersic)]
     k = max((len(d[1]) for d in draws), default=0)
@@ -357,7 +335,8 @@ def _clump_arrays(seeds: np.ndarray, r_sersic: np.ndarray, registry: PriorRegist
     return frac, x, y, sig, w
 
 
-def _task_batches(tasks: pa.Table, device, dtype, registry: PriorRegistry):
+def task_batches(tasks: pa.Table, device, dtype, registry: PriorRegistry) -> tuple[LensBatch, SourceBatch]:
+    """The lens and source batches of task rows (on ``device`` in ``dtype``), clumps drawn from each seed."""
     c = {name: _col(tasks, name) for name in (
         "theta_e_arcsec", "lens_e1", "lens_e2", "lens_center_x_arcsec", "lens_center_y_arcsec", "shear_g1",
         "shear_g2", "src_mag_r", "src_g_minus_r", "src_r_minus_z", "src_r_sersic_arcsec", "src_n_sersic",
@@ -406,7 +385,7 @@ def render_injection_batch(tasks: pa.Table, host_images: np.ndarray, host_invvar
     for start in range(0, len(rows), config.render_chunk):
         sel = rows[start : start + config.render_chunk]
         sub = tasks.take(pa.array(sel))
-        lens, src = _task_batches(sub, device, torch.float32, config.priors)
+        lens, src = task_batches(sub, device, torch.float32, config.priors)
         res = render_lensed_sources(lens, src, torch.as_tensor(psf[sel], dtype=torch.float32, device=device),
                                     config.render)
         a = res.arc

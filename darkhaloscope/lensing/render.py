@@ -222,11 +222,13 @@ def convolve_psf(images: torch.Tensor, fwhm: torch.Tensor, cfg: RenderConfig, e1
 
 
 def render_lensed_sources(lens: LensBatch, src: SourceBatch, psf_fwhm, cfg: RenderConfig = RenderConfig(),
-                          psf_e1=None, psf_e2=None) -> RenderResult:
+                          psf_e1=None, psf_e2=None, with_magnification: bool = True) -> RenderResult:
     """Render B lensed sources in g, r, z: PSF-convolved arcs [nmgy/pixel], mu and fluxes.
 
     lens, src: batches on the render device and dtype (float32 default; float64 for reference
     work). psf_fwhm: (B, 3) per-band FWHM [arcsec]. psf_e1/psf_e2: optional (B, 3) PSF ellipticity.
+    with_magnification: False skips the unlensed render that mu needs (half the cost; training
+    injections need only the arc), leaving magnification and unlensed_flux NaN.
     """
     cfg.validate()
     if len(lens) != len(src):
@@ -236,9 +238,11 @@ def render_lensed_sources(lens: LensBatch, src: SourceBatch, psf_fwhm, cfg: Rend
     if fwhm.shape[1] != src.flux.shape[1]:
         raise InputError(f"psf_fwhm has {fwhm.shape[1]} bands, expected {src.flux.shape[1]}")
     lensed, n_ref = pixel_flux_fraction(lens, src, cfg)
-    unlensed, _ = pixel_flux_fraction(None, src, cfg)
     lens_sum = lensed.sum(dim=(1, 2))
-    unl_sum = unlensed.sum(dim=(1, 2))
+    if with_magnification:
+        unl_sum = pixel_flux_fraction(None, src, cfg)[0].sum(dim=(1, 2))
+    else:
+        unl_sum = torch.full_like(lens_sum, float("nan"))
     flux = src.flux[:, :, None, None]
     unconv = lensed[:, None] * flux
     # The morphology is the same in every band, so convolve it once per kernel and scale by flux.

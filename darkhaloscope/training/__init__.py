@@ -4,7 +4,8 @@ Plain torch and numpy; never imports dagster (the Pipes entry script is lens_ass
 """
 
 from .checkpoint import CheckpointSpec, load_checkpoint, read_spec, save_checkpoint
-from .data import AugmentedStampDataset, TrainingArrays, load_training_set, make_arrays, synthetic_arrays
+from .data import TrainingArrays, load_training_set, make_arrays, synthetic_arrays
+from .dataset import AugmentedStampDataset
 from .gates import core_lr_gate, core_masked_drop_gate, hard_negative_gate, radial_profile_lr_gate, run_gates
 from .inference import resolve_device, score_stamps, validate_stamps
 from .loop import TrainConfig, TrainResult, train

@@ -39,7 +39,7 @@ FORMAT = "dhs-checkpoint/1"
 
 @dataclass(frozen=True)
 class CheckpointSpec:
-    """The JSON side of a checkpoint. ``preprocess`` is the only thing scoring needs besides the model."""
+    """The JSON side of a checkpoint. ``preprocess`` and ``temperature`` are all scoring needs besides the model."""
 
     name: str
     architecture: str
@@ -58,6 +58,10 @@ class CheckpointSpec:
     optimizer_file: str | None = None
     optimizer_sha256: str | None = None
     optimizer_meta: dict | None = None
+    #: calibration temperature T: scores are sigmoid(logit / T) (see training.calibration)
+    temperature: float = 1.0
+    #: the architecture's own arguments (a stacked ensemble's members and hidden width)
+    arch_args: dict = field(default_factory=dict)
     format: str = FORMAT
 
     def to_dict(self) -> dict:
@@ -171,6 +175,8 @@ def save_checkpoint(
     global_step: int = 0,
     training_state: dict | None = None,
     optimizer: torch.optim.Optimizer | None = None,
+    arch_args: dict | None = None,
+    temperature: float = 1.0,
 ) -> CheckpointSpec:
     """Write checkpoint ``name`` into ``folder`` atomically (spec last) and return its spec."""
     if not re.fullmatch(r"[A-Za-z0-9_]+", name):
@@ -201,6 +207,8 @@ def save_checkpoint(
         optimizer_file=ofile,
         optimizer_sha256=osha,
         optimizer_meta=ometa,
+        temperature=float(temperature),
+        arch_args=dict(arch_args or {}),
     )
     return write_spec(folder, spec)
 
@@ -325,7 +333,7 @@ def load_checkpoint(folder: str | os.PathLike, name: str = "best", device: str |
     if spec.in_channels != expected_in:
         raise InputError(f"{where}: in_channels {spec.in_channels} does not match the preprocessing spec ({expected_in} channels)")
     state = _load_verified(folder, spec.weights_file, spec.weights_sha256, "weights")
-    model = build_model(spec.architecture, spec.in_channels)
+    model = build_model(spec.architecture, spec.in_channels, **spec.arch_args)
     _check_and_load_state(model, state, spec, where)
     return model.to(device).eval(), spec
 

@@ -1,49 +1,51 @@
-"""Training data: the training_set table as in-memory arrays, and the augmented, epoch-aware dataset.
+"""Training data: the training_set table as in-memory arrays (real positives, catalog negatives and
+the injection hosts with their inverse variance), synthetic data for tests and benchmarks.
 
-Determinism without process state: every random choice for a sample (flip, rotation, core dropout,
-whether its hard negative is emitted, the shuffle permutation) is a stable hash of
-``(seed, epoch, virtual index, purpose)``. The same sample therefore gets a different augmentation
-each epoch (a fixed per-sample seed made the seed system memorise one augmented set, lesson 50) and
-the result does not depend on which DataLoader worker fetched it, so worker sharding cannot duplicate
-or reorder randomness (lesson 48).
-
-Labelled hard negatives (seed_system §5 item 4): for an injected positive with a paired control,
-``control + azimuthal_shuffle(image - control)`` keeps the arc's flux at the same radii but destroys
-its tangential shape; it is emitted as an EXTRA sample with label 0, never as a relabelled positive.
+The training set stores no rendered injections: its negatives marked ``host`` carry their inverse
+variance and the host columns the injection engine reads, and its schema metadata carries the
+injection stream's spec (``darkhaloscope.lensing.stream.StreamSpec``), from which training draws
+fresh arcs every epoch (see ``dataset``) and a fixed validation set (``validation_arrays``).
 """
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import torch
 
 from ..errors import InputError
-from ..seeding import rng_for, stable_hash64, unit_hash_array
+from ..lensing.bank import HOST_COLUMNS
+from ..lensing.stream import StreamDraw, StreamSpec, add_window, draw_injections
+from ..seeding import rng_for, unit_hash_array
 from ..stamps import STAMP_SHAPE, from_tensor_column
 from .inference import validate_stamps
-from .preprocess import PreprocessSpec, core_mask, preprocess, radial_bins
 
 SPLITS = ("train", "val", "test")
+#: Row kinds: catalog rows (real positives, negatives) and, in validation arrays, the stream's
+#: injections (whose paired controls, their hosts, are negatives of the same set).
 KINDS = ("real_positive", "injected_positive", "negative")
 REQUIRED_COLUMNS = ("object_id", "label", "weight", "split", "kind", "image")
-#: Radial bin width (px) of the azimuthal shuffle used for hard negatives and the hard-negative gate.
-SHUFFLE_BIN_PX = 2.0
+#: Schema-metadata keys of the injection stream's and the preprocessing specs in the training_set table.
+STREAM_SPEC_KEY = b"dhs.injection_stream"
+PREPROCESS_SPEC_KEY = b"dhs.preprocess_spec"
 
 
 @dataclass
 class TrainingArrays:
-    """Rows of the training_set table as numpy arrays (row i of every field is the same object).
+    """Rows of the training_set table as numpy arrays (row i of every per-row field is the same object).
 
     image: (N, 3, H, W) float32 nanomaggies. label: (N,) int8 0/1. weight: (N,) float32 loss weight.
     control: (M, 3, H, W) float32 paired hosts without the arc; control_index: (N,) int64 row of
     ``control`` for row i, or -1. kind/tier/pool/split: (N,) str ('' where null).
-    theta_e_arcsec, psfsize_r: (N,) float32 arcsec (NaN where null).
+    theta_e_arcsec, arc_snr, psfsize_r: (N,) float32 (arcsec, r-band S/N; NaN where not an injection).
+    Injection hosts: host_index (N,) int64 row of ``invvar`` and ``host_columns`` for a host, else
+    -1; invvar (K, 3, H, W) float32 [1/nmgy^2]; host_columns: pa.Table of HOST_COLUMNS (K rows).
+    stream: the spec of the injection stream these hosts feed (None: no injections).
     """
 
     object_id: np.ndarray
@@ -58,34 +60,44 @@ class TrainingArrays:
     psfsize_r: np.ndarray
     control: np.ndarray
     control_index: np.ndarray
+    arc_snr: np.ndarray | None = None
+    host_index: np.ndarray | None = None
+    invvar: np.ndarray | None = None
+    host_columns: pa.Table | None = None
+    stream: StreamSpec | None = None
     source: str = "<arrays>"
     meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self)
+        if self.arc_snr is None:
+            self.arc_snr = np.full(n, np.nan, np.float32)
+        if self.host_index is None:
+            self.host_index = np.full(n, -1, np.int64)
+            self.invvar = np.zeros((0, *self.image.shape[1:]), np.float32)
+            self.host_columns = None
 
     def __len__(self) -> int:
         return int(self.label.shape[0])
 
+    @property
+    def n_hosts(self) -> int:
+        return int((self.host_index >= 0).sum())
+
     def subset(self, rows: np.ndarray) -> "TrainingArrays":
-        """The rows ``rows`` (int indices or bool mask), with controls re-indexed compactly."""
+        """The rows ``rows`` (int indices or bool mask), with controls and hosts re-indexed compactly."""
         rows = np.flatnonzero(rows) if np.asarray(rows).dtype == bool else np.asarray(rows, dtype=np.int64)
-        ci = self.control_index[rows]
-        has = ci >= 0
-        new_ci = np.full(rows.shape, -1, dtype=np.int64)
-        new_ci[has] = np.arange(int(has.sum()))
+        per_row = {f.name: getattr(self, f.name)[rows] for f in fields(self)
+                   if isinstance(getattr(self, f.name), np.ndarray) and f.name not in ("control", "invvar")
+                   and getattr(self, f.name).shape[:1] == (len(self),)}
+        ci, hi = self.control_index[rows], self.host_index[rows]
+        per_row["control_index"] = _compact(ci)
+        per_row["host_index"] = _compact(hi)
+        hosts = hi[hi >= 0]
         return TrainingArrays(
-            object_id=self.object_id[rows],
-            image=self.image[rows],
-            label=self.label[rows],
-            weight=self.weight[rows],
-            kind=self.kind[rows],
-            split=self.split[rows],
-            tier=self.tier[rows],
-            pool=self.pool[rows],
-            theta_e_arcsec=self.theta_e_arcsec[rows],
-            psfsize_r=self.psfsize_r[rows],
-            control=self.control[ci[has]],
-            control_index=new_ci,
-            source=self.source,
-            meta=dict(self.meta),
+            **per_row, control=self.control[ci[ci >= 0]], invvar=self.invvar[hosts],
+            host_columns=None if self.host_columns is None or not hosts.size else self.host_columns.take(pa.array(hosts)),
+            stream=self.stream, source=self.source, meta=dict(self.meta),
         )
 
     def split_rows(self, split: str) -> "TrainingArrays":
@@ -99,6 +111,18 @@ class TrainingArrays:
         if np.any(ci < 0):
             raise InputError(f"{self.source}: rows without a control were asked for their control")
         return self.control[ci]
+
+    def host_rows(self) -> np.ndarray:
+        """Row index of each host, in host order (row ``host_rows()[k]`` is host k)."""
+        rows = np.flatnonzero(self.host_index >= 0)
+        return rows[np.argsort(self.host_index[rows], kind="stable")]
+
+
+def _compact(index: np.ndarray) -> np.ndarray:
+    out = np.full(index.shape, -1, dtype=np.int64)
+    has = index >= 0
+    out[has] = np.arange(int(has.sum()))
+    return out
 
 
 def make_arrays(
@@ -143,6 +167,20 @@ def make_arrays(
         control=ctrl,
         control_index=ci,
     )
+
+
+def with_hosts(arrays: TrainingArrays, rows: np.ndarray, invvar: np.ndarray, host_columns: pa.Table,
+               stream: StreamSpec) -> TrainingArrays:
+    """``arrays`` whose rows ``rows`` host the injections of ``stream`` (invvar (K, 3, H, W) and
+    host_columns, K rows with HOST_COLUMNS, in the order of ``rows``)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if invvar.shape != (rows.size, *arrays.image.shape[1:]) or host_columns.num_rows != rows.size:
+        raise InputError(f"hosts: {rows.size} rows, invvar {invvar.shape} and {host_columns.num_rows} host columns disagree")
+    if np.any(arrays.label[rows] != 0):
+        raise InputError("injection hosts must be negatives (label 0)")
+    hi = np.full(len(arrays), -1, np.int64)
+    hi[rows] = np.arange(rows.size)
+    return replace(arrays, host_index=hi, invvar=np.ascontiguousarray(invvar, np.float32), host_columns=host_columns, stream=stream)
 
 
 def negatives_per_positive_mask(label: np.ndarray, split: np.ndarray, object_id: np.ndarray, ratio: float) -> np.ndarray:
@@ -190,70 +228,91 @@ def _float_col(table: pa.Table, name: str) -> np.ndarray:
     return pc.fill_null(table[name].cast(pa.float32()), float("nan")).to_numpy(zero_copy_only=False)
 
 
-def load_training_set(path_or_table, on_invalid: str = "raise") -> TrainingArrays:
-    """Read the training_set table (a Parquet file, a folder of them, an s3:// URI or a pa.Table).
+def _nullable_stamps(table: pa.Table, name: str, shape) -> tuple[np.ndarray, np.ndarray]:
+    """(stamps of the non-null rows, (N,) int64 index into them or -1) of a nullable tensor column."""
+    index = np.full(table.num_rows, -1, dtype=np.int64)
+    if name not in table.column_names:
+        return np.zeros((0, *shape), np.float32), index
+    valid = pc.is_valid(table[name])
+    rows = np.flatnonzero(valid.to_numpy(zero_copy_only=False))
+    if not rows.size:
+        return np.zeros((0, *shape), np.float32), index
+    index[rows] = np.arange(rows.size)
+    return from_tensor_column(table[name].filter(valid), expected_shape=shape, name=name), index
 
-    Stamps load through darkhaloscope.stamps.from_tensor_column (no per-row Python). Validates the
-    columns, labels, splits, kinds and weights, and the stamps themselves: a stamp with a non-finite
-    pixel or an all-zero band (a failed cutout, lesson 24/72) raises InputError naming the object ids,
-    or with ``on_invalid='drop'`` is dropped and its object_id recorded in ``meta['dropped_object_ids']``.
-    """
-    if on_invalid not in ("raise", "drop"):
-        raise InputError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
-    table, src = _read_table(path_or_table)
+
+def _validate_columns(table: pa.Table, src: str) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
     if missing:
         raise InputError(f"training set {src}: missing columns {missing}")
     for col in ("object_id", "label", "weight", "split", "kind"):
         if table[col].null_count:
             raise InputError(f"training set {src}: column {col!r} has {table[col].null_count} nulls")
-    label = table["label"].to_numpy().astype(np.int8)
+    label = table["label"].to_numpy()
     if not np.all((label == 0) | (label == 1)):
         raise InputError(f"training set {src}: column 'label' holds values other than 0/1: {sorted(set(np.unique(label)) - {0, 1})}")
     weight = table["weight"].cast(pa.float32()).to_numpy()
     if not np.all(np.isfinite(weight) & (weight >= 0)):
         raise InputError(f"training set {src}: column 'weight' has negative or non-finite values")
-    split = _str_col(table, "split")
-    bad = set(np.unique(split)) - set(SPLITS)
-    if bad:
-        raise InputError(f"training set {src}: column 'split' has unknown values {sorted(bad)}")
-    kind = _str_col(table, "kind")
-    bad = set(np.unique(kind)) - set(KINDS)
-    if bad:
-        raise InputError(f"training set {src}: column 'kind' has unknown values {sorted(bad)}")
-    if np.any((kind == "negative") != (label == 0)):
+    for col, allowed in (("split", SPLITS), ("kind", KINDS)):
+        bad = set(np.unique(_str_col(table, col))) - set(allowed)
+        if bad:
+            raise InputError(f"training set {src}: column {col!r} has unknown values {sorted(bad)}")
+    if np.any((_str_col(table, "kind") == "negative") != (label == 0)):
         raise InputError(f"training set {src}: 'kind' and 'label' disagree (negatives must have label 0)")
+
+
+def _stream_spec(table: pa.Table, src: str) -> StreamSpec | None:
+    meta = table.schema.metadata or {}
+    if STREAM_SPEC_KEY not in meta:
+        return None
+    try:
+        return StreamSpec.from_dict(json.loads(meta[STREAM_SPEC_KEY].decode()))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"training set {src}: injection stream spec is not valid JSON: {exc}") from exc
+
+
+def load_training_set(path_or_table, on_invalid: str = "raise") -> TrainingArrays:
+    """Read the training_set table (a Parquet file, a folder of them, an s3:// URI or a pa.Table).
+
+    Stamps load through darkhaloscope.stamps.from_tensor_column (no per-row Python). Validates the
+    columns, labels, splits, kinds and weights, and the stamps themselves: a stamp with a non-finite
+    pixel or an all-zero band (a failed cutout) raises InputError naming the object ids, or with
+    ``on_invalid='drop'`` is dropped and its object_id recorded in ``meta['dropped_object_ids']``.
+    Rows with a non-null ``invvar`` are injection hosts (with the HOST_COLUMNS the engine reads).
+    """
+    if on_invalid not in ("raise", "drop"):
+        raise InputError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
+    table, src = _read_table(path_or_table)
+    _validate_columns(table, src)
     image = from_tensor_column(table["image"], expected_shape=None, name="image")
     if image.ndim != 4 or image.shape[1] != STAMP_SHAPE[0]:
         raise InputError(f"training set {src}: column 'image' holds stamps of shape {image.shape[1:]}, expected (3, H, W)")
-    n = table.num_rows
-    ci = np.full(n, -1, dtype=np.int64)
-    control = np.zeros((0, *image.shape[1:]), dtype=np.float32)
-    if "control" in table.column_names:
-        valid = pc.is_valid(table["control"])
-        rows = np.flatnonzero(valid.to_numpy(zero_copy_only=False))
-        if rows.size:
-            control = from_tensor_column(table["control"].filter(valid), expected_shape=image.shape[1:], name="control")
-            ci[rows] = np.arange(rows.size)
+    control, ci = _nullable_stamps(table, "control", image.shape[1:])
+    invvar, hi = _nullable_stamps(table, "invvar", image.shape[1:])
+    stream = _stream_spec(table, src)
+    host_columns = None
+    if (hi >= 0).any():
+        missing = [c for c in HOST_COLUMNS if c not in table.column_names]
+        if missing or stream is None:
+            raise InputError(f"training set {src}: injection hosts need the columns {missing} and an injection stream spec")
+        host_columns = table.select(list(HOST_COLUMNS)).filter(pa.array(hi >= 0))
     arrays = TrainingArrays(
-        object_id=table["object_id"].to_numpy().astype(np.int64),
-        image=image,
-        label=label,
-        weight=weight,
-        kind=kind,
-        split=split,
-        tier=_str_col(table, "tier"),
-        pool=_str_col(table, "pool"),
-        theta_e_arcsec=_float_col(table, "theta_e_arcsec"),
-        psfsize_r=_float_col(table, "psfsize_r"),
-        control=control,
-        control_index=ci,
-        source=src,
+        object_id=table["object_id"].to_numpy().astype(np.int64), image=image,
+        label=table["label"].to_numpy().astype(np.int8), weight=table["weight"].cast(pa.float32()).to_numpy(),
+        kind=_str_col(table, "kind"), split=_str_col(table, "split"), tier=_str_col(table, "tier"),
+        pool=_str_col(table, "pool"), theta_e_arcsec=_float_col(table, "theta_e_arcsec"),
+        psfsize_r=_float_col(table, "psfsize_r"), control=control, control_index=ci, arc_snr=_float_col(table, "arc_snr"),
+        host_index=hi, invvar=invvar, host_columns=host_columns, stream=stream, source=src,
     )
+    meta = table.schema.metadata or {}
+    if PREPROCESS_SPEC_KEY in meta:
+        arrays.meta["preprocess_spec"] = json.loads(meta[PREPROCESS_SPEC_KEY].decode())
+    if arrays.n_hosts and np.any(arrays.label[hi >= 0] != 0):
+        raise InputError(f"training set {src}: injection hosts (rows with invvar) must be negatives")
     ok, reason = validate_stamps(image)
     if control.shape[0]:
-        cok, _ = validate_stamps(control)
-        ok[ci >= 0] &= cok[ci[ci >= 0]]
+        ok[ci >= 0] &= validate_stamps(control)[0][ci[ci >= 0]]
     if not ok.all():
         bad_ids = arrays.object_id[~ok]
         if on_invalid == "raise":
@@ -267,142 +326,47 @@ def load_training_set(path_or_table, on_invalid: str = "raise") -> TrainingArray
     return arrays
 
 
-# ----------------------------------------------------------------------------- augmentation
-
-
-def dihedral(x: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
-    """Apply one of the 8 flips/90° rotations per image. x (N, C, H, W) square; code (N,) int in 0..7
-    (bits 0-1: number of 90° rotations, bit 2: horizontal flip)."""
-    out = x.clone()
-    for c in range(8):
-        sel = torch.nonzero(code == c).flatten()
-        if sel.numel() == 0 or c == 0:
-            continue
-        y = x[sel]
-        if c & 4:
-            y = torch.flip(y, dims=(-1,))
-        out[sel] = torch.rot90(y, k=c & 3, dims=(-2, -1))
+def injected_arrays(arrays: TrainingArrays, draw: StreamDraw) -> TrainingArrays:
+    """The injections of ``draw`` into the hosts of ``arrays`` as TrainingArrays (label 1), each with
+    its paired control (the host without the arc) as its ``control``. Injections get object_id
+    -(k + 1) for draw row k (never a catalog id)."""
+    rows = arrays.host_rows()[draw.host_row]
+    hosts = arrays.image[rows]
+    n = len(draw)
+    out = make_arrays(add_window(hosts, draw.arcs), np.ones(n, np.int8), control=hosts,
+                      kind=np.full(n, "injected_positive", object), split=arrays.split[rows],
+                      object_id=-(np.arange(n, dtype=np.int64) + 1))
+    out.theta_e_arcsec = draw.theta_e_arcsec.astype(np.float32)
+    out.arc_snr = draw.arc_snr.astype(np.float32)
+    out.psfsize_r = arrays.psfsize_r[rows].astype(np.float32)
+    out.source = arrays.source
     return out
 
 
-def azimuthal_shuffle(x: np.ndarray, rng: np.random.Generator, bin_px: float = SHUFFLE_BIN_PX) -> np.ndarray:
-    """Permute the pixels of (C, H, W) ``x`` within radial bins of ``bin_px`` px, the same permutation
-    for every band: the radial profile per band (and colours) is kept, the tangential shape is destroyed."""
-    c, h, w = x.shape
-    b = radial_bins(h, w, bin_px).ravel()
-    key = b + rng.random(b.size)  # sort key stays inside each bin: bin + U[0, 1)
-    src = np.argsort(key, kind="stable")
-    dst = np.argsort(b, kind="stable")
-    flat = x.reshape(c, h * w)
-    out = np.empty_like(flat)
-    out[:, dst] = flat[:, src]
-    return out.reshape(c, h, w)
+def concat_arrays(parts: list[TrainingArrays]) -> TrainingArrays:
+    """Rows of ``parts`` one after the other (controls re-indexed; hosts are not carried)."""
+    offsets = np.cumsum([0] + [p.control.shape[0] for p in parts[:-1]])
+    ci = np.concatenate([np.where(p.control_index >= 0, p.control_index + o, -1) for p, o in zip(parts, offsets)])
+    cat = {name: np.concatenate([getattr(p, name) for p in parts]) for name in (
+        "object_id", "image", "label", "weight", "kind", "split", "tier", "pool", "theta_e_arcsec", "psfsize_r", "arc_snr")}
+    return TrainingArrays(**cat, control=np.concatenate([p.control for p in parts]), control_index=ci,
+                          source=parts[0].source, meta=dict(parts[0].meta))
 
 
-def hard_negative(image: np.ndarray, control: np.ndarray, rng: np.random.Generator, bin_px: float = SHUFFLE_BIN_PX) -> np.ndarray:
-    """``control + azimuthal_shuffle(image - control)``: (C, H, W) float32, to be labelled 0."""
-    return (control + azimuthal_shuffle(image - control, rng, bin_px)).astype(np.float32)
+#: Stream key of the fixed validation injections (independent of the training seed, so every
+#: run on the same training set selects its epoch on the same validation set).
+VAL_STREAM_KEY = ("val",)
 
 
-class AugmentedStampDataset(torch.utils.data.Dataset):
-    """Augmented, preprocessed training samples keyed by (epoch, virtual index).
-
-    Virtual indices 0..N-1 are the rows; N+k is the hard negative of the k-th row having a control
-    (active in an epoch with probability ``hard_negative_prob``, decided by a stable hash). Use
-    :meth:`epoch_plan` for the shuffled list of an epoch's virtual indices and fetch batches with
-    ``__getitems__([(epoch, v), ...])`` -> (x (B, C, H', W') float32, y (B,) float32, w (B,) float32).
-    """
-
-    def __init__(
-        self,
-        arrays: TrainingArrays,
-        spec: PreprocessSpec,
-        seed: int,
-        augment: bool = True,
-        core_dropout_prob: float = 0.0,
-        core_dropout_radius: float = 5.0,
-        hard_negative_prob: float = 0.0,
-    ):
-        for name, p in (("core_dropout_prob", core_dropout_prob), ("hard_negative_prob", hard_negative_prob)):
-            if not 0.0 <= p <= 1.0:
-                raise InputError(f"{name} must be in [0, 1], got {p}")
-        if arrays.image.shape[-1] != arrays.image.shape[-2]:
-            raise InputError(f"{arrays.source}: stamps must be square for rotations, got {arrays.image.shape[-2:]}")
-        self.a = arrays
-        self.spec = spec
-        self.seed = int(seed)
-        self.augment = augment
-        self.core_dropout_prob = float(core_dropout_prob)
-        self.core_dropout_radius = float(core_dropout_radius)
-        self.hard_negative_prob = float(hard_negative_prob)
-        self.n = len(arrays)
-        self.hn_rows = np.flatnonzero((arrays.control_index >= 0) & (arrays.label == 1))
-
-    def __len__(self) -> int:
-        return self.n + self.hn_rows.size
-
-    def _u(self, epoch: int, v: np.ndarray, purpose: str) -> np.ndarray:
-        return unit_hash_array(v, salt=(self.seed, epoch, purpose))
-
-    def epoch_plan(self, epoch: int) -> np.ndarray:
-        """Shuffled virtual indices of ``epoch`` (rows plus the hard negatives active in that epoch)."""
-        hn = np.arange(self.n, self.n + self.hn_rows.size, dtype=np.int64)
-        hn = hn[self._u(epoch, hn, "hard_negative") < self.hard_negative_prob]
-        v = np.concatenate([np.arange(self.n, dtype=np.int64), hn])
-        return v[rng_for(self.seed, epoch, "plan").permutation(v.size)]
-
-    def __getitem__(self, key):
-        x, y, w = self.__getitems__([key])
-        return x[0], y[0], w[0]
-
-    def __getitems__(self, keys):
-        epochs = np.array([int(k[0]) for k in keys], dtype=np.int64)
-        v = np.array([int(k[1]) for k in keys], dtype=np.int64)
-        if np.any((v < 0) | (v >= len(self))):
-            raise InputError(f"virtual index out of range 0..{len(self) - 1}")
-        is_hn = v >= self.n
-        rows = np.where(is_hn, self.hn_rows[np.clip(v - self.n, 0, max(self.hn_rows.size - 1, 0))] if self.hn_rows.size else 0, v)
-        raw = self.a.image[rows]  # fancy indexing copies; hard negatives overwrite their rows below
-        for j in np.flatnonzero(is_hn):
-            r = rows[j]
-            raw[j] = hard_negative(self.a.image[r], self.a.control[self.a.control_index[r]], rng_for(self.seed, int(epochs[j]), int(v[j]), "shuffle"))
-        y = np.where(is_hn, 0.0, self.a.label[rows].astype(np.float32)).astype(np.float32)
-        w = np.where(is_hn, 1.0, self.a.weight[rows]).astype(np.float32)
-        x = preprocess(raw, self.spec)
-        if self.augment:
-            # one hash per (epoch, sample) and purpose; keys vary with the epoch so augmentations do too
-            code = np.empty(v.size, dtype=np.int64)
-            drop = np.empty(v.size, dtype=bool)
-            for e in np.unique(epochs):
-                m = epochs == e
-                code[m] = np.minimum((self._u(int(e), v[m], "dihedral") * 8).astype(np.int64), 7)
-                drop[m] = self._u(int(e), v[m], "core_dropout") < self.core_dropout_prob
-            x = dihedral(x, torch.from_numpy(code))
-            if drop.any():
-                h, wd = x.shape[-2:]
-                core = torch.from_numpy(core_mask(h, wd, self.core_dropout_radius))
-                # zero is the annulus median after normalisation: the core looks like empty sky
-                x[torch.from_numpy(drop)] = x[torch.from_numpy(drop)].masked_fill(core, 0.0)
-        return x, torch.from_numpy(y), torch.from_numpy(w)
-
-
-def collate_prebatched(batch):
-    """DataLoader collate_fn for datasets whose ``__getitems__`` already returns a batch."""
-    return batch
-
-
-def batches_for_plan(plan: np.ndarray, epoch: int, batch_size: int, min_last: int = 2) -> list[list[tuple[int, int]]]:
-    """Split an epoch plan into batches of (epoch, virtual index) keys; a final batch smaller than
-    ``min_last`` is dropped (BatchNorm cannot train on one sample)."""
-    out = [[(epoch, int(v)) for v in plan[i : i + batch_size]] for i in range(0, plan.size, batch_size)]
-    if out and len(out[-1]) < min_last:
-        out.pop()
-    return out
-
-
-def seed_int(*keys) -> int:
-    """A 63-bit integer seed from a stable hash of ``keys`` (for torch.manual_seed)."""
-    return stable_hash64(*keys) & 0x7FFF_FFFF_FFFF_FFFF
+def validation_arrays(val: TrainingArrays, device="cpu") -> TrainingArrays:
+    """The validation set of model selection, gates and calibration: the val split's catalog rows
+    (whose negatives are the hosts, i.e. the paired controls) plus, when it has injection hosts, the
+    stream's fixed validation injections into them. The same training set always gives the same
+    validation set."""
+    if not val.n_hosts or val.stream is None:
+        return val
+    draw = draw_injections(val.host_columns, val.invvar, val.stream, VAL_STREAM_KEY, val.stream.val_injections_per_host, device)
+    return concat_arrays([val, injected_arrays(val, draw)])
 
 
 def synthetic_arrays(

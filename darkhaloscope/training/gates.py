@@ -1,35 +1,73 @@
 """Shortcut gates: tests that the data and the model do not separate lenses by something other than arcs.
 
-Each gate returns ``{name, value, threshold, passed, blocking, ...details}``.
+The gates, their thresholds and whether they block publication are defined once, in :data:`GATES`
+(the lens_finder asset's checks and the trainer read them from here). Each gate returns
+``{name, value, threshold, passed, blocking, ...details}``.
 
-* ``core_lr_auc`` — logistic regression on the central r < 5 px pixels of the preprocessed stamps,
-  AUROC from 5-fold stratified cross-validation (fit and score on different folds: the seed system's
-  final gate fitted and scored on the same rows, seed_system §5 item 3). A high value means the
-  classes differ in the core alone, where arc flux only arrives blurred by the PSF (lessons 66–68).
-  Passes below the threshold (0.65, the Plan B contract).
+* ``core_lr_auc`` — logistic regression on the central r < 5 px pixels of the preprocessed stamps
+  of the validation set (the training distribution: real and injected positives against
+  negatives), AUROC from 5-fold stratified cross-validation (fit and score on different folds: a
+  gate fitted and scored on the same rows measures memorisation). A high value means the classes
+  the network learns from differ in the core alone. Passes below 0.65; blocking.
+* ``core_lr_auc_catalog`` — the same on the catalog rows only (real positives against negatives).
+  Informational: it says whether the real lenses' hosts differ from the negatives in the core
+  (colour, brightness) — a property of how the negatives were chosen, which the injections, whose
+  paired controls are their own hosts, cannot carry into the network.
 * ``radial_profile_lr_auc`` — the same on the azimuthal-mean radial profile (bands × 1 px bins).
-  Informational by default: a real ring at θ_E legitimately changes the radial profile.
+  Informational: a real ring at θ_E legitimately changes the radial profile.
 * ``core_masked_drop`` — AUROC of the model minus its AUROC when the r < 5 px core of its input is
-  zeroed; passes below 0.10.
+  zeroed; passes below 0.10; blocking.
 * ``hard_negative_auroc`` — the model's AUROC separating injections from their azimuthally shuffled
-  hard negatives ``control + shuffle(image - control)``; passes above 0.70.
+  hard negatives ``control + shuffle(image - control)`` (same flux at the same radii, no tangential
+  shape); passes above 0.70: the model must see the arc's shape, not only its flux.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
+from ..constants import PIXEL_SCALE_ARCSEC
 from ..errors import InputError
 from ..seeding import rng_for, stable_hash64
 from ..stats import roc_auc
-from .data import SHUFFLE_BIN_PX, TrainingArrays, hard_negative
+from .data import TrainingArrays
+from .dataset import SHUFFLE_BIN_PX, hard_negative
 from .inference import score_stamps
 from .preprocess import PreprocessSpec, core_mask, preprocess, radial_profile
 
 
-def _gate(name: str, value: float, threshold: float, passed: bool, blocking: bool, **details) -> dict:
-    return {"name": name, "value": float(value), "threshold": float(threshold), "passed": bool(passed), "blocking": bool(blocking), **details}
+@dataclass(frozen=True)
+class Gate:
+    """A gate's definition: threshold, whether it blocks publication, and the side that passes."""
+
+    name: str
+    threshold: float
+    blocking: bool
+    passes_above: bool
+    description: str
+
+
+#: Every gate, in the order they run: the one place their thresholds and blocking flags live.
+GATES = {g.name: g for g in (
+    Gate("core_lr_auc", 0.65, True, False, "cross-validated AUROC of a logistic regression on the r < 5 px core of the validation set"),
+    Gate("core_lr_auc_catalog", 0.65, False, False, "the same on the catalog rows only: real positives vs negatives"),
+    Gate("radial_profile_lr_auc", 0.65, False, False, "cross-validated AUROC of a logistic regression on the radial profile"),
+    Gate("core_masked_drop", 0.10, True, False, "the model's AUROC drop when the r < 5 px core of its input is zeroed, "
+         "on negatives and injections whose arcs lie outside that core"),
+    Gate("hard_negative_auroc", 0.70, False, True, "the model's AUROC of injections against their azimuthally shuffled arcs"),
+)}
+GATE_NAMES = tuple(GATES)
+BLOCKING_GATES = frozenset(n for n, g in GATES.items() if g.blocking)
+
+
+def _gate(name: str, value: float, threshold: float | None = None, **details) -> dict:
+    g = GATES[name]
+    t = g.threshold if threshold is None else float(threshold)
+    ok = bool(np.isfinite(value)) and (value > t if g.passes_above else value < t)
+    return {"name": name, "value": float(value), "threshold": t, "passed": ok, "blocking": g.blocking, **details}
 
 
 def _preprocessed(images, spec: PreprocessSpec, batch_size: int = 512) -> torch.Tensor:
@@ -59,25 +97,25 @@ def core_features(x: torch.Tensor, radius: float = 5.0) -> np.ndarray:
     return x[:, :, m].reshape(x.shape[0], -1).cpu().numpy()
 
 
-def core_lr_gate(images, labels, spec: PreprocessSpec, radius: float = 5.0, threshold: float = 0.65,
-                 blocking: bool = True, seed: object = 0, folds: int = 5) -> dict:
-    """Core-only LR gate on raw stamps ``images`` (N, 3, H, W) nanomaggies preprocessed with ``spec``."""
+def core_lr_gate(images, labels, spec: PreprocessSpec, radius: float = 5.0, threshold: float | None = None,
+                 seed: object = 0, folds: int = 5, name: str = "core_lr_auc") -> dict:
+    """Core-only LR gate ``name`` on raw stamps ``images`` (N, 3, H, W) nanomaggies preprocessed with ``spec``."""
     auc = cross_validated_lr_auc(core_features(_preprocessed(images, spec), radius), labels, (seed, "core"), folds)
-    return _gate("core_lr_auc", auc, threshold, auc < threshold, blocking, radius_px=radius, folds=folds, n=int(len(labels)))
+    return _gate(name, auc, threshold, radius_px=radius, folds=folds, n=int(len(labels)))
 
 
-def radial_profile_lr_gate(images, labels, spec: PreprocessSpec, threshold: float = 0.65, blocking: bool = False,
+def radial_profile_lr_gate(images, labels, spec: PreprocessSpec, threshold: float | None = None,
                            seed: object = 0, folds: int = 5) -> dict:
     """Radial-profile LR gate: azimuthal-mean profile (channels x 1 px bins to the stamp edge)."""
     x = _preprocessed(images, spec)
     n_bins = x.shape[-1] // 2 + 1  # out to the stamp edge, not its corners
     feats = radial_profile(x, 1.0, "mean")[:, :, :n_bins].reshape(x.shape[0], -1).cpu().numpy()
     auc = cross_validated_lr_auc(feats, labels, (seed, "radial"), folds)
-    return _gate("radial_profile_lr_auc", auc, threshold, auc < threshold, blocking, bins=n_bins, folds=folds, n=int(len(labels)))
+    return _gate("radial_profile_lr_auc", auc, threshold, bins=n_bins, folds=folds, n=int(len(labels)))
 
 
-def core_masked_drop_gate(model, spec, images, labels, radius: float = 5.0, threshold: float = 0.10,
-                          blocking: bool = True, device=None, batch_size: int = 256) -> dict:
+def core_masked_drop_gate(model, spec, images, labels, radius: float = 5.0, threshold: float | None = None,
+                          device=None, batch_size: int = 256) -> dict:
     """AUROC drop of ``model`` when the r < radius px core of its (preprocessed) input is zeroed."""
     full, ok, _ = score_stamps(model, spec, images, device=device, batch_size=batch_size)
     cm = None
@@ -92,15 +130,15 @@ def core_masked_drop_gate(model, spec, images, labels, radius: float = 5.0, thre
     y = np.asarray(labels)[ok]
     a_full, a_masked = roc_auc(full[ok], y), roc_auc(masked[ok], y)
     drop = a_full - a_masked
-    return _gate("core_masked_drop", drop, threshold, drop < threshold, blocking, auroc_full=a_full, auroc_core_masked=a_masked, radius_px=radius)
+    return _gate("core_masked_drop", drop, threshold, auroc_full=a_full, auroc_core_masked=a_masked, radius_px=radius)
 
 
-def hard_negative_gate(model, spec, arrays: TrainingArrays, threshold: float = 0.70, blocking: bool = False,
+def hard_negative_gate(model, spec, arrays: TrainingArrays, threshold: float | None = None,
                        seed: object = 0, device=None, batch_size: int = 256, bin_px: float = SHUFFLE_BIN_PX) -> dict:
     """AUROC of ``model`` on injected positives (label 1) against their azimuthally shuffled hard negatives (label 0)."""
     rows = np.flatnonzero((arrays.control_index >= 0) & (arrays.label == 1))
     if rows.size < 2:
-        return _gate("hard_negative_auroc", float("nan"), threshold, False, False,
+        return _gate("hard_negative_auroc", float("nan"), threshold,
                      skipped=f"only {rows.size} injected positives with a paired control in {arrays.source}")
     ctrl = arrays.controls_for(rows)
     hn = np.stack([hard_negative(arrays.image[r], ctrl[i], rng_for(seed, "gate_hn", int(arrays.object_id[r])), bin_px)
@@ -109,15 +147,36 @@ def hard_negative_gate(model, spec, arrays: TrainingArrays, threshold: float = 0
     y = np.r_[np.ones(rows.size, np.int8), np.zeros(rows.size, np.int8)]
     p, ok, _ = score_stamps(model, spec, imgs, device=device, batch_size=batch_size)
     auc = roc_auc(p[ok], y[ok])
-    return _gate("hard_negative_auroc", auc, threshold, auc > threshold, blocking, n_pairs=int(rows.size))
+    return _gate("hard_negative_auroc", auc, threshold, n_pairs=int(rows.size))
 
 
-def run_gates(model, spec, arrays: TrainingArrays, core_threshold: float = 0.65, seed: object = 0, device=None) -> list[dict]:
-    """All four gates on one split (normally val). ``spec`` is the checkpoint's PreprocessSpec/CheckpointSpec."""
+def arcs_outside_core(arrays: TrainingArrays, radius: float = 5.0) -> np.ndarray:
+    """Rows on which masking the r < ``radius`` px core removes no lensed light: negatives, and
+    injections whose Einstein radius exceeds the core radius by one PSF FWHM (arcsec, r band).
+
+    Masking the core of a lens whose arc lies inside it removes the evidence itself, so an honest
+    model loses AUROC there; a drop on these rows can only come from the host's core (a shortcut)."""
+    core_arcsec = radius * PIXEL_SCALE_ARCSEC
+    injected = (arrays.kind == "injected_positive") & (arrays.theta_e_arcsec >= core_arcsec + arrays.psfsize_r)
+    return (arrays.label == 0) | injected
+
+
+def run_gates(model, spec, arrays: TrainingArrays, thresholds: dict | None = None, seed: object = 0, device=None) -> list[dict]:
+    """All gates of :data:`GATES` on the validation set ``arrays``, in order. ``spec``: the
+    checkpoint's CheckpointSpec or PreprocessSpec; ``thresholds``: per-gate overrides by name."""
+    t = dict(thresholds or {})
+    unknown = set(t) - set(GATES)
+    if unknown:
+        raise InputError(f"unknown gate(s) {sorted(unknown)}; known: {list(GATES)}")
     pspec = getattr(spec, "preprocess", spec)
+    catalog = np.isin(arrays.kind, ("real_positive", "negative"))
+    cat = arrays.subset(catalog) if catalog.any() and np.unique(arrays.label[catalog]).size == 2 else arrays
+    clear = arcs_outside_core(arrays)
+    outside = arrays.subset(clear) if np.unique(arrays.label[clear]).size == 2 else arrays
     return [
-        core_lr_gate(arrays.image, arrays.label, pspec, threshold=core_threshold, seed=seed),
-        radial_profile_lr_gate(arrays.image, arrays.label, pspec, seed=seed),
-        core_masked_drop_gate(model, pspec, arrays.image, arrays.label, device=device),
-        hard_negative_gate(model, pspec, arrays, seed=seed, device=device),
+        core_lr_gate(arrays.image, arrays.label, pspec, threshold=t.get("core_lr_auc"), seed=seed),
+        core_lr_gate(cat.image, cat.label, pspec, threshold=t.get("core_lr_auc_catalog"), seed=seed, name="core_lr_auc_catalog"),
+        radial_profile_lr_gate(arrays.image, arrays.label, pspec, threshold=t.get("radial_profile_lr_auc"), seed=seed),
+        core_masked_drop_gate(model, pspec, outside.image, outside.label, threshold=t.get("core_masked_drop"), device=device),
+        hard_negative_gate(model, pspec, arrays, threshold=t.get("hard_negative_auroc"), seed=seed, device=device),
     ]

@@ -1,8 +1,8 @@
 """Scoring stamps with a trained lens finder: streaming, bounded memory, unusable stamps never scored.
 
 A stamp with a non-finite pixel or an all-zero band (a failed or off-footprint cutout) gets score NaN
-and a reason, never the score of a zero image (the seed system scored zero arrays after load
-failures, lesson 72).
+and a reason, never the score of a zero image (a zero array scored after a failed load would enter
+the thresholds and the selection function as a confident non-lens).
 """
 
 from __future__ import annotations
@@ -67,6 +67,73 @@ def _batches(images, batch_size: int) -> Iterable:
         yield from images
 
 
+def stamp_logits(
+    model: torch.nn.Module,
+    spec,
+    images,
+    device: str | torch.device | None = None,
+    batch_size: int = 256,
+    input_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    amp: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Uncalibrated lens logits for stamps, streamed in batches (arguments as :func:`score_stamps`).
+
+    Returns (logits (N,) float64, NaN where invalid; valid (N,) bool; reason (N,) str).
+    """
+    pspec = getattr(spec, "preprocess", spec)
+    if not isinstance(pspec, PreprocessSpec):
+        raise InputError(f"scoring needs a PreprocessSpec or CheckpointSpec, got {type(spec).__name__}")
+    if batch_size < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    logits, _, valid, reason = _forward(model, pspec, images, dev, batch_size, input_transform, amp, members=False)
+    return logits, valid, reason
+
+
+def _forward(model, pspec: PreprocessSpec, images, dev: torch.device, batch_size: int, input_transform, amp: bool,
+             members: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(logits (N,), member logits (N, M) or (N, 0), valid (N,), reason (N,)) streamed in batches."""
+    model = model.to(dev).eval()
+    n_members = len(model.members) if members and hasattr(model, "member_logits") else 0
+    logits, member, valids, reasons = [], [], [], []
+    with torch.inference_mode():
+        for batch in _batches(images, batch_size):
+            ok, reason = validate_stamps(batch)
+            out = np.full(ok.shape[0], np.nan, dtype=np.float64)
+            mout = np.full((ok.shape[0], n_members), np.nan, dtype=np.float64)
+            if ok.any():
+                sel = np.flatnonzero(ok)
+                xb = batch[torch.from_numpy(sel)] if isinstance(batch, torch.Tensor) else np.asarray(batch)[sel]
+                x = preprocess(torch.as_tensor(xb).to(dev, non_blocking=True), pspec)
+                if input_transform is not None:
+                    x = input_transform(x)
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and dev.type == "cuda"):
+                    if n_members:  # one pass: the members' logits, then the meta-learner over them
+                        z = model.member_logits(x)
+                        mout[sel] = z.double().cpu().numpy()
+                        out[sel] = model.meta(torch.sigmoid(z)).squeeze(-1).double().cpu().numpy()
+                    else:
+                        out[sel] = model(x).double().cpu().numpy()
+            logits.append(out)
+            member.append(mout)
+            valids.append(ok)
+            reasons.append(reason)
+    if not logits:
+        return np.zeros(0, np.float64), np.zeros((0, n_members)), np.zeros(0, bool), np.zeros(0, dtype=object)
+    return np.concatenate(logits), np.concatenate(member), np.concatenate(valids), np.concatenate(reasons)
+
+
+def calibrated_probability(logits, temperature: float = 1.0) -> np.ndarray:
+    """sigmoid(logits / temperature) in float64: in float32 every logit above ~16.6 rounds to
+    exactly 1.0, which would tie the most confident detections with each other and with a
+    threshold at 1.0. NaN logits stay NaN."""
+    if not (np.isfinite(temperature) and temperature > 0):
+        raise InputError(f"temperature must be a positive finite number, got {temperature!r}")
+    from scipy.special import expit
+
+    return expit(np.asarray(logits, dtype=np.float64) / float(temperature))
+
+
 def score_stamps(
     model: torch.nn.Module,
     spec,
@@ -78,40 +145,28 @@ def score_stamps(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Lens probabilities for stamps, streamed in batches.
 
-    model: a single-logit network (see models.build_model); spec: the checkpoint's PreprocessSpec
-    (or a CheckpointSpec, whose ``.preprocess`` is used); images: (N, 3, H, W) nanomaggies as
-    numpy/torch, or an iterable of such batches (only one batch is held at a time);
-    input_transform: optional function applied to the preprocessed batch (gates use it to mask the
-    core); amp: bf16 autocast, CUDA only.
+    model: a single-logit network (see models.build_model); spec: the checkpoint's CheckpointSpec
+    (its preprocessing and its calibration temperature are applied) or a bare PreprocessSpec
+    (temperature 1); images: (N, 3, H, W) nanomaggies as numpy/torch, or an iterable of such
+    batches (only one batch is held at a time); input_transform: optional function applied to the
+    preprocessed batch (gates use it to mask the core); amp: bf16 autocast, CUDA only.
 
     Returns (scores (N,) float64 in [0, 1], NaN where invalid; valid (N,) bool; reason (N,) str).
-    The sigmoid is taken in float64: in float32 every logit above ~16.6 rounds to exactly 1.0, which
-    would tie the most confident detections with each other and with a threshold at 1.0.
     """
+    logits, ok, reason = stamp_logits(model, spec, images, device, batch_size, input_transform, amp)
+    return calibrated_probability(logits, getattr(spec, "temperature", 1.0)), ok, reason
+
+
+def score_with_members(model: torch.nn.Module, spec, images, device: str | torch.device | None = None,
+                       batch_size: int = 256, amp: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """:func:`score_stamps` plus, for a stacked ensemble, each member's own probability
+    sigmoid(member logit) from the same forward pass, so the published ensemble and its members are
+    compared on the same rows. Returns (scores, valid, reason, {member architecture: (N,) probabilities})."""
     pspec = getattr(spec, "preprocess", spec)
-    if not isinstance(pspec, PreprocessSpec):
-        raise InputError(f"score_stamps needs a PreprocessSpec or CheckpointSpec, got {type(spec).__name__}")
-    if batch_size < 1:
-        raise InputError(f"batch_size must be >= 1, got {batch_size}")
     dev = device if isinstance(device, torch.device) else resolve_device(device)
-    model = model.to(dev).eval()
-    scores, valids, reasons = [], [], []
-    with torch.inference_mode():
-        for batch in _batches(images, batch_size):
-            ok, reason = validate_stamps(batch)
-            out = np.full(ok.shape[0], np.nan, dtype=np.float64)
-            if ok.any():
-                sel = np.flatnonzero(ok)
-                xb = batch[torch.from_numpy(sel)] if isinstance(batch, torch.Tensor) else np.asarray(batch)[sel]
-                x = preprocess(torch.as_tensor(xb).to(dev, non_blocking=True), pspec)
-                if input_transform is not None:
-                    x = input_transform(x)
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and dev.type == "cuda"):
-                    logits = model(x)
-                out[sel] = torch.sigmoid(logits.double()).cpu().numpy()
-            scores.append(out)
-            valids.append(ok)
-            reasons.append(reason)
-    if not scores:
-        return np.zeros(0, np.float64), np.zeros(0, bool), np.zeros(0, dtype=object)
-    return np.concatenate(scores), np.concatenate(valids), np.concatenate(reasons)
+    logits, member, valid, reason = _forward(model, pspec, images, dev, batch_size, None, amp, members=True)
+    names = list(getattr(spec, "arch_args", {}).get("members", []))[: member.shape[1]]
+    # members of one architecture are told apart by their position
+    keys = [n if names.count(n) == 1 else f"{n}_{i}" for i, n in enumerate(names)]
+    members = {k: calibrated_probability(member[:, i]) for i, k in enumerate(keys)}
+    return calibrated_probability(logits, getattr(spec, "temperature", 1.0)), valid, reason, members

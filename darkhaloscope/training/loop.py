@@ -1,20 +1,25 @@
-"""The training loop: AdamW, warm-up + cosine per step, clipping, bf16 on CUDA, early stopping on
-validation AUROC, atomic checkpoints and exact resume.
+"""The training loop: AdamW, warm-up + cosine per step, clipping, bf16 on CUDA, budgets in epochs,
+early stopping on a smoothed validation AUROC, temperature calibration, atomic checkpoints and
+exact resume.
 
-Resume is the default (lesson 59: a killed run lost 8 epochs): calling :func:`train` again with the
-same ``out_dir`` continues from checkpoint ``last`` — model, optimizer, the step counter (which is the
-whole LR-schedule state), epoch and position inside it, best metric and history. Every random draw is
-a function of (seed, epoch, sample) or (seed, global step), never of process state, so a resumed run
-ends with exactly the weights of an uninterrupted one on the same device and thread count.
+Budgets are epochs (and the steps they hold), never wall-clock time, so the same inputs give the
+same weights bytes on any machine load. ``max_minutes`` only limits one call: the run then saves
+'last' and a later call with the same inputs resumes it to the same final weights.
+
+Resume is the default: calling :func:`train` again with the same ``out_dir`` continues from
+checkpoint ``last`` — model, optimizer, the step counter (which is the whole LR-schedule state),
+epoch and position inside it, best metric and history. Every random draw is a function of (seed,
+epoch, sample) or (seed, global step), never of process state, so a resumed run ends with exactly
+the weights of an uninterrupted one on the same device and thread count.
 
 Run folders: :func:`run_key` is a stable hash of what determines the trained weights (the identity
 fields of the config, the preprocessing spec, the input data versions); a caller that trains in
 ``<root>/<run_key>/`` therefore resumes only a run with the same inputs and starts any other run
-afresh. When a run is complete (finished, or ended by a fixed time budget) the caller records that
-with :func:`mark_run_complete` (``complete.json``, written atomically); :func:`read_run_complete`
-lets a later call reuse the run's 'best' instead of training again. When a call ends (finished or
-at its time limit) the 'best' spec carries the full validation metrics (``metrics['validation']``,
-as in ``metrics.json``).
+afresh. When a run is complete the caller records that with :func:`mark_run_complete`
+(``complete.json``, written atomically); :func:`read_run_complete` lets a later call reuse the
+run's 'best' instead of training again. The finished 'best' spec carries the full validation
+metrics (``metrics['validation']``, as in ``metrics.json``), the calibration summary
+(``metrics['calibration']``) and the fitted temperature.
 """
 
 from __future__ import annotations
@@ -35,13 +40,15 @@ import torch.nn.functional as F
 
 from ..errors import InputError
 from ..stats import roc_auc
+from .calibration import calibration_summary, fit_temperature
 from .checkpoint import (
     CheckpointSpec, atomic_write_bytes, has_checkpoint, load_checkpoint, load_training_state, read_spec, save_checkpoint,
     write_spec,
 )
-from .data import AugmentedStampDataset, TrainingArrays, batches_for_plan, collate_prebatched, seed_int
-from .inference import resolve_device, score_stamps
-from .metrics import evaluate_scores, json_safe, plot_training_curves
+from .data import TrainingArrays
+from .dataset import AugmentedStampDataset, batches_for_plan, collate_prebatched, seed_int
+from .inference import calibrated_probability, resolve_device, stamp_logits
+from .metrics import evaluate_scores, json_safe, plot_training_curves, validation_breakdown
 from .models import ARCHITECTURES, build_model
 from .preprocess import PreprocessSpec
 
@@ -50,17 +57,22 @@ from .preprocess import PreprocessSpec
 class TrainConfig:
     """Training hyper-parameters (JSON round-trippable).
 
+    arch, arch_args: the architecture and its own arguments (e.g. ``{"widths": [24, 48, 96]}``).
     warmup_epochs: linear warm-up length in epochs of steps (may be fractional); the LR then follows a
-    cosine from ``lr`` to ``lr * min_lr_frac`` at the last step. patience: epochs without a validation
-    AUROC improvement before stopping (0 disables). core_dropout: probability of zeroing the r <
-    core_dropout_radius px core of a training input. hard_negative_prob: per-epoch probability of
-    emitting the labelled hard negative of each injected positive with a control. device: 'auto'
-    (DHS_DEVICE, then CUDA if present), 'cpu' or 'cuda'. amp: bf16 autocast (CUDA only).
-    max_minutes: wall-clock budget of one call; the run then saves 'last' and can be resumed.
-    checkpoint_every_steps: also save 'last' every K steps inside an epoch (0: only at epoch ends).
+    cosine from ``lr`` to ``lr * min_lr_frac`` at the last step. patience: epochs without an
+    improvement of the smoothed validation AUROC before stopping (0 disables); val_smoothing: weight
+    a of the previous value in that exponential moving average, s = a s' + (1 - a) AUROC (0: none).
+    The best checkpoint is the epoch of highest (unsmoothed) validation AUROC. core_dropout:
+    probability of zeroing the r < core_dropout_radius px core of a training input.
+    hard_negative_prob: per-epoch probability of emitting the labelled hard negative of each
+    injection. device: 'auto' (DHS_DEVICE, then CUDA if present), 'cpu' or 'cuda'. amp: bf16
+    autocast (CUDA only). max_minutes: wall-clock limit of one call (the run stays resumable; it
+    never decides the weights). checkpoint_every_steps: also save 'last' every K steps inside an
+    epoch (0: only at epoch ends).
     """
 
     arch: str = "bottleneck_resnet"
+    arch_args: dict = field(default_factory=dict)
     epochs: int = 30
     batch_size: int = 64
     lr: float = 5e-4
@@ -69,6 +81,7 @@ class TrainConfig:
     min_lr_frac: float = 0.0
     grad_clip: float = 1.0
     patience: int = 10
+    val_smoothing: float = 0.0
     seed: int = 0
     core_dropout: float = 0.0
     core_dropout_radius: float = 5.0
@@ -91,6 +104,8 @@ class TrainConfig:
                 raise InputError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
         if not (self.lr > 0 and self.weight_decay >= 0 and self.warmup_epochs >= 0 and self.grad_clip >= 0):
             raise InputError(f"TrainConfig: lr must be > 0 and weight_decay, warmup_epochs, grad_clip >= 0 ({self})")
+        if not 0.0 <= self.val_smoothing < 1.0:
+            raise InputError(f"TrainConfig.val_smoothing must be in [0, 1), got {self.val_smoothing}")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise InputError(f"TrainConfig.max_minutes must be positive or None, got {self.max_minutes}")
 
@@ -108,25 +123,19 @@ class TrainConfig:
 
 #: Config fields that change the trained weights; a resume refuses a 'last' written with other values.
 _IDENTITY_FIELDS = (
-    "arch", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "min_lr_frac", "grad_clip",
-    "seed", "core_dropout", "core_dropout_radius", "hard_negative_prob", "amp",
+    "arch", "arch_args", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "min_lr_frac", "grad_clip", "patience",
+    "val_smoothing", "seed", "core_dropout", "core_dropout_radius", "hard_negative_prob", "amp",
 )
 
 
-def run_key(config: TrainConfig, spec: PreprocessSpec, data_versions: dict, *, budget_is_final: bool = False) -> str:
+def run_key(config: TrainConfig, spec: PreprocessSpec, data_versions: dict) -> str:
     """16 hex digits naming a training run: sha256 of the config's identity fields, the preprocessing
-    spec and the data versions (numbers compared by value: 1 and 1.0 give one key).
-
-    budget_is_final: the run ends for good at ``max_minutes`` (a fixed time budget), so the budget
-    shapes the weights and joins the key; otherwise ``max_minutes`` only limits one call, and a
-    call with another budget resumes the same run.
-    """
+    spec and the data versions (numbers compared by value: 1 and 1.0 give one key). ``max_minutes``
+    limits one call only, so it does not name the run."""
     def norm(v):
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
 
     ident = {k: norm(getattr(config, k)) for k in _IDENTITY_FIELDS}
-    if budget_is_final and config.max_minutes is not None:
-        ident["max_minutes"] = norm(config.max_minutes)
     blob = json.dumps({"config": ident, "preprocess": spec.to_dict(), "data_versions": {str(k): str(v) for k, v in data_versions.items()}},
                       sort_keys=True, allow_nan=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
@@ -159,17 +168,18 @@ class TrainResult:
         d["best_checkpoint"] = None if self.best is None else {
             "name": self.best.name, "weights_sha256": self.best.weights_sha256, "epoch": self.best.epoch,
             "param_count": self.best.param_count, "architecture": self.best.architecture,
+            "temperature": self.best.temperature,
         }
         return json_safe(d)
 
 
-def mark_run_complete(run_dir: str | os.PathLike, result: TrainResult, final_by: str, **extra) -> dict:
-    """Record that the run in ``run_dir`` is complete (``final_by``: 'finished' or 'time_budget'):
-    writes ``complete.json`` atomically (the result without its history, plus ``extra``) and returns it."""
-    if result.best is None:
-        raise InputError(f"run {run_dir} has no 'best' checkpoint; it cannot be marked complete")
+def mark_run_complete(run_dir: str | os.PathLike, result: TrainResult, **extra) -> dict:
+    """Record that the run in ``run_dir`` is complete: writes ``complete.json`` atomically (the
+    result without its history, plus ``extra``) and returns it."""
+    if result.best is None or not result.finished:
+        raise InputError(f"run {run_dir} has not finished with a 'best' checkpoint; it cannot be marked complete")
     d = {k: v for k, v in result.to_dict().items() if k != "history"}
-    d.update(final_by=final_by, **json_safe(extra))
+    d.update(**json_safe(extra))
     atomic_write_bytes(Path(run_dir) / RUN_COMPLETE, json.dumps(d, indent=1, sort_keys=True).encode("utf-8"))
     return d
 
@@ -218,15 +228,6 @@ def _deterministic(device: torch.device):
         torch.backends.cudnn.benchmark = prev_bench
 
 
-def _over_budget(config: TrainConfig, t_start: float) -> bool:
-    return config.max_minutes is not None and (time.monotonic() - t_start) > 60.0 * config.max_minutes
-
-
-def _val_auroc(model, spec, val: TrainingArrays, device, batch_size, amp) -> tuple[float, np.ndarray, np.ndarray]:
-    probs, ok, _ = score_stamps(model, spec, val.image, device=device, batch_size=batch_size, amp=amp)
-    return roc_auc(probs[ok], val.label[ok]), probs, ok
-
-
 def _check_resume(out_dir: Path, config: TrainConfig, spec: PreprocessSpec, data_versions: dict) -> CheckpointSpec:
     last = read_spec(out_dir, "last")
     where = out_dir / "last.json"
@@ -241,6 +242,159 @@ def _check_resume(out_dir: Path, config: TrainConfig, spec: PreprocessSpec, data
     return last
 
 
+def _fresh_state() -> dict:
+    return {
+        "epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_auroc": None, "best_epoch": -1, "smoothed": None,
+        "best_smoothed": None, "epochs_since_improve": 0, "history": [], "finished": False, "stopped_reason": "",
+        "loss_sum": 0.0, "loss_batches": 0,
+    }
+
+
+class _Run:
+    """One call of :func:`train`: the model, optimizer, dataset, schedule and resumable state."""
+
+    def __init__(self, train_arrays, val_arrays, config: TrainConfig, out: Path, spec: PreprocessSpec, data_versions: dict, progress_cb):
+        self.config, self.out, self.spec, self.val, self.progress_cb = config, out, spec, val_arrays, progress_cb
+        self.source = train_arrays.source
+        self.device = resolve_device(config.device)
+        self.amp = bool(config.amp and self.device.type == "cuda")
+        self.t_start = time.monotonic()
+        in_ch = spec.out_channels(train_arrays.image.shape[1])
+        torch.manual_seed(seed_int(config.seed, "init"))
+        self.model = build_model(config.arch, in_ch, **config.arch_args).to(self.device)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.ds = AugmentedStampDataset(
+            train_arrays, spec, config.seed, augment=True, core_dropout_prob=config.core_dropout,
+            core_dropout_radius=config.core_dropout_radius, hard_negative_prob=config.hard_negative_prob, device=self.device,
+        )
+        steps = [len(batches_for_plan(self.ds.epoch_plan(e), e, config.batch_size)) for e in range(config.epochs)]
+        self.total_steps = int(sum(steps))
+        self.warmup_steps = int(round(config.warmup_epochs * steps[0]))
+        self.st = _fresh_state()
+        self.resumed = has_checkpoint(out, "last")
+        if self.resumed:
+            _check_resume(out, config, spec, data_versions)
+            self.st = dict(load_training_state(out, "last", self.model, self.opt).training_state)
+        self.common = dict(architecture=config.arch, arch_args=dict(config.arch_args), in_channels=in_ch, preprocess=spec,
+                           train_config=config.to_dict(), data_versions=dict(data_versions))
+
+    def over_budget(self) -> bool:
+        c = self.config
+        return c.max_minutes is not None and (time.monotonic() - self.t_start) > 60.0 * c.max_minutes
+
+    def save_last(self) -> None:
+        st = self.st
+        save_checkpoint(self.out, "last", self.model, optimizer=self.opt, epoch=st["epoch"], global_step=st["global_step"],
+                        training_state=st, metrics={"best_val_auroc": st["best_auroc"]}, **self.common)
+
+    def notify(self, event: dict) -> None:
+        if self.progress_cb is not None:
+            self.progress_cb(event)
+
+    def step(self, x, y, w, epoch: int, b: int) -> float:
+        """One optimizer step on batch (x, y, w); returns the learning rate used."""
+        c, st = self.config, self.st
+        lr = lr_at(st["global_step"], self.total_steps, self.warmup_steps, c.lr, c.min_lr_frac)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        # any stochastic layer draws from a generator keyed on the step, so resume is exact
+        torch.manual_seed(seed_int(c.seed, "step", st["global_step"]))
+        x, y, w = (t.to(self.device, non_blocking=True) for t in (x, y, w))
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.amp):
+            logits = self.model(x)
+        per = F.binary_cross_entropy_with_logits(logits.float(), y, reduction="none")
+        loss = (per * w).sum() / w.sum().clamp_min(1e-12)
+        if not torch.isfinite(loss):
+            raise InputError(f"training loss became {loss.item()} at epoch {epoch} step {b}: check the stamps of {self.source}")
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if c.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
+        self.opt.step()
+        st["global_step"] += 1
+        st["step_in_epoch"] = b + 1
+        st["loss_sum"] += float(loss.detach())
+        st["loss_batches"] += 1
+        return lr
+
+    def train_epoch(self, epoch: int) -> bool:
+        """Run the rest of ``epoch``; False when the call's time limit stopped it mid-epoch."""
+        c, st = self.config, self.st
+        batches = batches_for_plan(self.ds.epoch_plan(epoch), epoch, c.batch_size)
+        self.ds.prepare_epoch(epoch)  # render the epoch's injections before DataLoader workers fork
+        start = st["step_in_epoch"]
+        loader = torch.utils.data.DataLoader(self.ds, batch_sampler=batches[start:], collate_fn=collate_prebatched,
+                                             num_workers=c.num_workers, pin_memory=self.device.type == "cuda")
+        self.model.train()
+        for b, (x, y, w) in enumerate(loader, start=start):
+            lr = self.step(x, y, w, epoch, b)
+            if b + 1 == len(batches):
+                return True  # the epoch-end checkpoint follows validation
+            timed_out = self.over_budget()
+            if timed_out or (c.checkpoint_every_steps and (b + 1) % c.checkpoint_every_steps == 0):
+                self.save_last()
+                self.notify({"event": "step", "epoch": epoch, "step_in_epoch": b + 1, "global_step": st["global_step"], "lr": lr})
+            if timed_out:
+                return False
+        return True
+
+    def end_epoch(self, epoch: int, seconds: float) -> None:
+        """Validate, record history, keep the best epoch and decide early stopping."""
+        c, st = self.config, self.st
+        logits, ok, _ = stamp_logits(self.model, self.spec, self.val.image, self.device, c.val_batch_size, amp=self.amp)
+        auroc = roc_auc(logits[ok], self.val.label[ok])
+        smoothed = auroc if st["smoothed"] is None else c.val_smoothing * st["smoothed"] + (1 - c.val_smoothing) * auroc
+        improved = st["best_auroc"] is None or auroc > st["best_auroc"]
+        row = {"epoch": epoch, "train_loss": st["loss_sum"] / max(st["loss_batches"], 1), "val_auroc": auroc,
+               "val_auroc_smoothed": smoothed, "lr": self.opt.param_groups[0]["lr"], "steps": st["step_in_epoch"],
+               "seconds": seconds, "improved": bool(improved)}
+        st["history"] = st["history"] + [row]
+        st.update(epoch=epoch + 1, step_in_epoch=0, loss_sum=0.0, loss_batches=0, smoothed=smoothed)
+        if improved:
+            st.update(best_auroc=auroc, best_epoch=epoch)
+            save_checkpoint(self.out, "best", self.model, epoch=epoch + 1, global_step=st["global_step"],
+                            training_state={"history": st["history"]}, metrics={"val_auroc": auroc}, **self.common)
+        if st["best_smoothed"] is None or smoothed > st["best_smoothed"]:
+            st.update(best_smoothed=smoothed, epochs_since_improve=0)
+        else:
+            st["epochs_since_improve"] += 1
+        if c.patience and st["epochs_since_improve"] >= c.patience:
+            st.update(finished=True, stopped_reason="early_stopping")
+        elif st["epoch"] >= c.epochs:
+            st.update(finished=True, stopped_reason="max_epochs")
+        self.save_last()
+        self.notify({"event": "epoch", **row, "best_val_auroc": st["best_auroc"], "best_epoch": st["best_epoch"]})
+
+    def result(self) -> TrainResult:
+        st = self.st
+        return TrainResult(
+            out_dir=str(self.out), finished=bool(st["finished"]), stopped_reason=st["stopped_reason"], resumed=self.resumed,
+            epochs_run=int(st["epoch"]), global_step=int(st["global_step"]), best_epoch=int(st["best_epoch"]),
+            best_val_auroc=float("nan") if st["best_auroc"] is None else float(st["best_auroc"]),
+            history=list(st["history"]), device=str(self.device),
+        )
+
+
+def finalize_best(out: Path, val: TrainingArrays, seed: int, device, batch_size: int = 256, amp: bool = False) -> tuple[CheckpointSpec, dict]:
+    """Calibrate checkpoint 'best' of ``out`` on the validation arrays (temperature scaling) and
+    attach the full validation metrics: rewrites its spec (same tensors) with ``temperature`` and
+    ``metrics['validation']`` / ``metrics['calibration']``; writes ``metrics.json``."""
+    model, spec = load_checkpoint(out, "best", device=device)
+    logits, ok, _ = stamp_logits(model, spec, val.image, device=device, batch_size=batch_size, amp=amp)
+    z, y, w = logits[ok], val.label[ok], val.weight[ok]
+    temperature = fit_temperature(z, y, w)
+    calibration = calibration_summary(z, y, temperature)
+    probs = calibrated_probability(z, temperature)
+    metrics = evaluate_scores(probs, y, tiers=val.tier[ok], seed=(seed, "val"))
+    metrics.update(validation_breakdown(probs, val.subset(ok)))
+    metrics["n_invalid"] = int((~ok).sum())
+    metrics["ece_15_uncalibrated"] = calibration["ece_before"]
+    spec = write_spec(out, replace(spec, temperature=temperature, metrics={
+        **spec.metrics, "validation": json_safe(metrics), "calibration": json_safe(calibration)}))
+    atomic_write_bytes(out / "metrics.json", json.dumps(json_safe(metrics), indent=1, sort_keys=True).encode("utf-8"))
+    return spec, metrics
+
+
 def train(
     train_arrays: TrainingArrays,
     val_arrays: TrainingArrays,
@@ -252,12 +406,13 @@ def train(
 ) -> TrainResult:
     """Train (or resume training) a lens finder; checkpoints 'last' and 'best' go to ``out_dir``.
 
-    train_arrays / val_arrays: the train and val splits (see data.load_training_set). data_versions:
-    content hashes of the inputs, stored in every checkpoint and checked on resume. progress_cb gets a
-    dict per epoch ({'event': 'epoch', ...}) and per mid-epoch checkpoint ({'event': 'step', ...});
-    an exception it raises aborts training (the checkpoints already written stay valid).
-    Also writes ``metrics.json`` (final validation metrics of 'best', also stored in the 'best' spec
-    as ``metrics['validation']``) and ``training_curves.png``.
+    train_arrays: the train split (with injection hosts and a stream spec, fresh injections are
+    rendered every epoch); val_arrays: the validation set (``data.validation_arrays``), which picks
+    the best epoch and calibrates it. data_versions: content hashes of the inputs, stored in every
+    checkpoint and checked on resume. progress_cb gets a dict per epoch ({'event': 'epoch', ...})
+    and per mid-epoch checkpoint ({'event': 'step', ...}); an exception it raises aborts training
+    (the checkpoints already written stay valid). When training finishes, 'best' is calibrated and
+    carries the validation metrics (:func:`finalize_best`); ``training_curves.png`` is written.
     """
     if len(train_arrays) < 2:
         raise InputError(f"training split of {train_arrays.source} has {len(train_arrays)} rows; need at least 2")
@@ -265,130 +420,27 @@ def train(
         raise InputError(f"validation split of {val_arrays.source} needs both labels to compute AUROC")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    device = resolve_device(config.device)
-    amp = bool(config.amp and device.type == "cuda")
-    in_ch = spec.out_channels(train_arrays.image.shape[1])
-    t_start = time.monotonic()
-
-    with _deterministic(device):
-        torch.manual_seed(seed_int(config.seed, "init"))
-        model = build_model(config.arch, in_ch).to(device)
-        opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        ds = AugmentedStampDataset(
-            train_arrays, spec, config.seed, augment=True, core_dropout_prob=config.core_dropout,
-            core_dropout_radius=config.core_dropout_radius, hard_negative_prob=config.hard_negative_prob,
-        )
-        steps_per_epoch = [len(batches_for_plan(ds.epoch_plan(e), e, config.batch_size)) for e in range(config.epochs)]
-        total_steps = int(sum(steps_per_epoch))
-        warmup_steps = int(round(config.warmup_epochs * steps_per_epoch[0]))
-        st = {
-            "epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_auroc": None, "best_epoch": -1,
-            "epochs_since_improve": 0, "history": [], "finished": False, "stopped_reason": "",
-            "loss_sum": 0.0, "loss_batches": 0,
-        }
-        resumed = has_checkpoint(out, "last")
-        if resumed:
-            _check_resume(out, config, spec, data_versions)
-            st = dict(load_training_state(out, "last", model, opt).training_state)
-        common = dict(architecture=config.arch, in_channels=in_ch, preprocess=spec, train_config=config.to_dict(), data_versions=dict(data_versions))
-
-        def save_last() -> None:
-            save_checkpoint(out, "last", model, optimizer=opt, epoch=st["epoch"], global_step=st["global_step"],
-                            training_state=st, metrics={"best_val_auroc": st["best_auroc"]}, **common)
-
+    with _deterministic(resolve_device(config.device)):
+        run = _Run(train_arrays, val_arrays, config, out, spec, data_versions, progress_cb)
+        st = run.st
         while not st["finished"]:
             epoch = st["epoch"]
             if epoch >= config.epochs:
                 st.update(finished=True, stopped_reason=st["stopped_reason"] or "max_epochs")
                 break
             t_epoch = time.monotonic()
-            batches = batches_for_plan(ds.epoch_plan(epoch), epoch, config.batch_size)
-            start = st["step_in_epoch"]
-            loader = torch.utils.data.DataLoader(
-                ds, batch_sampler=batches[start:], collate_fn=collate_prebatched,
-                num_workers=config.num_workers, pin_memory=device.type == "cuda",
-            )
-            model.train()
-            timed_out = False
-            for b, (x, y, w) in enumerate(loader, start=start):
-                lr = lr_at(st["global_step"], total_steps, warmup_steps, config.lr, config.min_lr_frac)
-                for g in opt.param_groups:
-                    g["lr"] = lr
-                # any stochastic layer draws from a generator keyed on the step, so resume is exact
-                torch.manual_seed(seed_int(config.seed, "step", st["global_step"]))
-                x, y, w = (t.to(device, non_blocking=True) for t in (x, y, w))
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-                    logits = model(x)
-                per = F.binary_cross_entropy_with_logits(logits.float(), y, reduction="none")
-                loss = (per * w).sum() / w.sum().clamp_min(1e-12)
-                if not torch.isfinite(loss):
-                    raise InputError(f"training loss became {loss.item()} at epoch {epoch} step {b}: check the stamps of {train_arrays.source}")
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if config.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-                opt.step()
-                st["global_step"] += 1
-                st["step_in_epoch"] = b + 1
-                st["loss_sum"] += float(loss.detach())
-                st["loss_batches"] += 1
-                if b + 1 == len(batches):
-                    break  # the epoch-end checkpoint follows validation
-                timed_out = _over_budget(config, t_start)
-                k = config.checkpoint_every_steps
-                if timed_out or (k and (b + 1) % k == 0):
-                    save_last()
-                    if progress_cb is not None:
-                        progress_cb({"event": "step", "epoch": epoch, "step_in_epoch": b + 1, "global_step": st["global_step"], "lr": lr})
-                if timed_out:
-                    break
-            del loader
-            if timed_out:
+            if not run.train_epoch(epoch):
                 st["stopped_reason"] = "time_limit"
                 break
-
-            auroc, _, _ = _val_auroc(model, spec, val_arrays, device, config.val_batch_size, amp)
-            improved = st["best_auroc"] is None or auroc > st["best_auroc"]
-            row = {
-                "epoch": epoch, "train_loss": st["loss_sum"] / max(st["loss_batches"], 1), "val_auroc": auroc,
-                "lr": opt.param_groups[0]["lr"], "steps": st["step_in_epoch"], "seconds": time.monotonic() - t_epoch,
-                "improved": bool(improved),
-            }
-            st["history"] = st["history"] + [row]
-            st.update(epoch=epoch + 1, step_in_epoch=0, loss_sum=0.0, loss_batches=0)
-            if improved:
-                st.update(best_auroc=auroc, best_epoch=epoch, epochs_since_improve=0)
-                save_checkpoint(out, "best", model, epoch=epoch + 1, global_step=st["global_step"],
-                                training_state={"history": st["history"]}, metrics={"val_auroc": auroc}, **common)
-            else:
-                st["epochs_since_improve"] += 1
-            if config.patience and st["epochs_since_improve"] >= config.patience:
-                st.update(finished=True, stopped_reason="early_stopping")
-            elif st["epoch"] >= config.epochs:
-                st.update(finished=True, stopped_reason="max_epochs")
-            save_last()
-            if progress_cb is not None:
-                progress_cb({"event": "epoch", **row, "best_val_auroc": st["best_auroc"], "best_epoch": st["best_epoch"]})
-            if not st["finished"] and _over_budget(config, t_start):
+            run.end_epoch(epoch, time.monotonic() - t_epoch)
+            if not st["finished"] and run.over_budget():
                 st["stopped_reason"] = "time_limit"
+                run.save_last()
                 break
-
         if st["finished"]:
-            save_last()
-        result = TrainResult(
-            out_dir=str(out), finished=bool(st["finished"]), stopped_reason=st["stopped_reason"], resumed=resumed,
-            epochs_run=int(st["epoch"]), global_step=int(st["global_step"]), best_epoch=int(st["best_epoch"]),
-            best_val_auroc=float("nan") if st["best_auroc"] is None else float(st["best_auroc"]),
-            history=list(st["history"]), device=str(device),
-        )
-        # a time-limited run also reports its best epoch so far (a fixed-budget run may stop there)
-        if (st["finished"] or st["stopped_reason"] == "time_limit") and has_checkpoint(out, "best"):
-            best_model, best_spec = load_checkpoint(out, "best", device=device)
-            probs, ok, _ = score_stamps(best_model, best_spec, val_arrays.image, device=device, batch_size=config.val_batch_size, amp=amp)
-            result.val_metrics = evaluate_scores(probs[ok], val_arrays.label[ok], tiers=val_arrays.tier[ok], seed=(config.seed, "val"))
-            result.val_metrics["n_invalid"] = int((~ok).sum())
-            # the full validation metrics travel with the weights: same tensors, a new spec
-            result.best = write_spec(out, replace(best_spec, metrics={**best_spec.metrics, "validation": json_safe(result.val_metrics)}))
+            run.save_last()
+        result = run.result()
+        if st["finished"] and has_checkpoint(out, "best"):
+            result.best, result.val_metrics = finalize_best(out, val_arrays, config.seed, run.device, config.val_batch_size, run.amp)
             result.curves_png = plot_training_curves(st["history"], out / "training_curves.png")
-            atomic_write_bytes(out / "metrics.json", json.dumps(json_safe(result.val_metrics), indent=1, sort_keys=True).encode("utf-8"))
     return result

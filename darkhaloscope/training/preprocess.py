@@ -1,18 +1,22 @@
 """Stamp preprocessing for the lens finder: the one place that turns nanomaggy stamps into network input.
 
 A :class:`PreprocessSpec` is stored in every checkpoint and is the only thing scoring uses, so a model
-is always fed exactly what it was trained on (the seed system lost 3.6 pp of recall by scoring with a
-different annulus than it trained with).
+is always fed exactly what it was trained on (scoring with another normalisation annulus than the
+one trained with shifts every score and costs recall).
 
 Pipeline per stamp and band, vectorised over the batch:
 
 1. robust background and scale from an outer annulus sized to the stamp (default 0.65–0.9 of the
    half-width, i.e. r in [32.5, 45) px on a 101 px stamp, outside most galaxy light):
    ``(x - median) / (1.4826 * MAD)``; NaN pixels are ignored by the statistics;
-2. optional residual channels: the azimuthal-median radial profile (1 px bins) is subtracted, which
-   removes the smooth host light that carries the "bright core" shortcut;
-3. NaN -> 0 (the annulus median) and clip to ``±clip``;
-4. optional centre crop.
+2. optional centre crop, then optional residual channels: the azimuthal-median radial profile
+   (1 px bins) of the cropped stamp is subtracted, which removes the smooth host light that
+   carries the "bright core" shortcut;
+3. NaN -> 0 (the annulus median) and a stretch: ``clip`` to ``±clip`` or ``asinh``,
+   ``softening * asinh(z / softening)``, linear for faint pixels and logarithmic for bright ones,
+   so an arc on top of a bright host core keeps its flux instead of being cut at the clip (a
+   ±10σ clip removed a median 15 % of the arc flux, 40 % for θ_E < 1″, where host cores exceed
+   it out to r ≈ 5–11 px).
 
 Radial geometry helpers (radius grid, core mask, radial bins) live here too so every stage uses the
 same definition of "the centre" (pixel ((H-1)/2, (W-1)/2), i.e. (50, 50) on a 101 px stamp).
@@ -33,6 +37,7 @@ from ..errors import InputError
 MAD_TO_SIGMA = 1.4826
 
 RESIDUAL_MODES = ("none", "append", "replace")
+STRETCHES = ("clip", "asinh")
 
 
 @dataclass(frozen=True)
@@ -41,16 +46,20 @@ class PreprocessSpec:
 
     annulus_frac: (inner, outer) radii of the normalisation annulus as fractions of the stamp
         half-width (H-1)/2, in pixels; the annulus is inner <= r < outer.
-    clip: symmetric clip of the normalised values (units of the annulus sigma).
+    clip: symmetric clip of the normalised values (units of the annulus sigma), stretch 'clip'.
     crop: side in pixels of an odd centre crop applied last, or None for the full stamp.
     residual: 'none' (3 channels), 'append' (3 normalised + 3 residual channels) or 'replace'
         (3 residual channels only).
+    stretch: 'clip' (clip to ±clip) or 'asinh' (softening * asinh(z / softening), no clip).
+    softening: scale of the asinh stretch (units of the annulus sigma).
     """
 
     annulus_frac: tuple[float, float] = (0.65, 0.9)
     clip: float = 10.0
     crop: int | None = None
     residual: str = "none"
+    stretch: str = "clip"
+    softening: float = 3.0
 
     def __post_init__(self) -> None:
         lo, hi = (float(v) for v in self.annulus_frac)
@@ -63,6 +72,10 @@ class PreprocessSpec:
             raise InputError(f"PreprocessSpec.crop must be None or an odd positive integer, got {self.crop!r}")
         if self.residual not in RESIDUAL_MODES:
             raise InputError(f"PreprocessSpec.residual must be one of {RESIDUAL_MODES}, got {self.residual!r}")
+        if self.stretch not in STRETCHES:
+            raise InputError(f"PreprocessSpec.stretch must be one of {STRETCHES}, got {self.stretch!r}")
+        if not (np.isfinite(self.softening) and self.softening > 0):
+            raise InputError(f"PreprocessSpec.softening must be a positive finite number, got {self.softening!r}")
 
     def out_channels(self, in_channels: int = 3) -> int:
         """Number of channels produced from ``in_channels`` input bands."""
@@ -81,7 +94,7 @@ class PreprocessSpec:
     def from_dict(cls, d: dict) -> "PreprocessSpec":
         if not isinstance(d, dict):
             raise InputError(f"preprocessing spec must be a JSON object, got {type(d).__name__}")
-        unknown = set(d) - {"annulus_frac", "clip", "crop", "residual"}
+        unknown = set(d) - {"annulus_frac", "clip", "crop", "residual", "stretch", "softening"}
         if unknown:
             raise InputError(f"preprocessing spec has unknown fields {sorted(unknown)}")
         kw = dict(d)
@@ -215,14 +228,18 @@ def preprocess(batch, spec: PreprocessSpec) -> torch.Tensor:
     if spec.crop is not None and spec.crop > min(h, w):
         raise InputError(f"crop {spec.crop} is larger than the {h}x{w} stamp")
     med, scale = annulus_stats(x, spec)
+    if spec.crop is not None:
+        # crop before the radial profile: the residual's profile is that of the network's input
+        # (bins beyond crop/2 hold only its corners), at a fraction of the full stamp's cost
+        y0, x0 = (h - spec.crop) // 2, (w - spec.crop) // 2
+        x = x[:, :, y0 : y0 + spec.crop, x0 : x0 + spec.crop]
     z = (x - med) / scale
     if spec.residual == "append":
         z = torch.cat([z, subtract_radial_profile(z)], dim=1)
     elif spec.residual == "replace":
         z = subtract_radial_profile(z)
-    z = torch.nan_to_num(z, nan=0.0, posinf=spec.clip, neginf=-spec.clip).clamp_(-spec.clip, spec.clip)
-    if spec.crop is not None:
-        y0 = (h - spec.crop) // 2
-        x0 = (w - spec.crop) // 2
-        z = z[:, :, y0 : y0 + spec.crop, x0 : x0 + spec.crop]
+    if spec.stretch == "asinh":
+        z = spec.softening * torch.asinh(torch.nan_to_num(z, nan=0.0, posinf=1e30, neginf=-1e30) / spec.softening)
+    else:
+        z = torch.nan_to_num(z, nan=0.0, posinf=spec.clip, neginf=-spec.clip).clamp_(-spec.clip, spec.clip)
     return z.contiguous()

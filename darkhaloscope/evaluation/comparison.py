@@ -1,0 +1,57 @@
+"""The published stacked ensemble against each of its members on the same test rows.
+
+The score tables hold, beside ``score`` (the published model), one ``score_<member>`` column per
+member of a stacked ensemble, from the same forward pass. Each model gets its own threshold at the
+target false-positive rate from the same held-out negatives (the threshold rule of
+``thresholds``), so the comparison is at equal false-positive rate, never at equal score.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ..stats import roc_auc
+from .thresholds import order_statistic_threshold
+
+#: Prefix of the member score columns written beside ``score`` for a stacked ensemble.
+MEMBER_SCORE_PREFIX = "score_"
+
+
+def member_score_columns(table: pa.Table) -> list[str]:
+    """The ``score_<member>`` columns of a score table (empty for a single network)."""
+    return [c for c in table.column_names if c.startswith(MEMBER_SCORE_PREFIX)]
+
+
+def _scores(table: pa.Table, column: str) -> np.ndarray:
+    s = np.asarray(table.column(column).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+    valid = np.asarray(table.column("valid").to_numpy(zero_copy_only=False), dtype=bool) if "valid" in table.column_names else np.ones(len(s), bool)
+    return s[valid & np.isfinite(s)]
+
+
+def _auroc(pos: np.ndarray, neg: np.ndarray) -> float:
+    if not pos.size or not neg.size:
+        return float("nan")
+    return roc_auc(np.r_[pos, neg], np.r_[np.ones(pos.size), np.zeros(neg.size)])
+
+
+def model_comparison(injections: pa.Table, controls: pa.Table, real: pa.Table, negatives: pa.Table, fpr: float = 1e-2) -> pa.Table:
+    """One row per model (``score`` = the published ensemble, then each member): AUROC of
+    injections against their paired controls and of real positives against held-out negatives,
+    its threshold at ``fpr`` from the held-out negatives, and there the completeness of the
+    injections and the recall of the real positives. Empty when the tables hold no member scores."""
+    members = member_score_columns(negatives)
+    rows = []
+    for column in (["score"] + members) if members else []:
+        neg = _scores(negatives, column)
+        t = order_statistic_threshold(np.sort(neg)[::-1], fpr)[0] if fpr * neg.size >= 1 else None
+        inj, real_s = _scores(injections, column), _scores(real, column)
+        rows.append({
+            "model": "stacked_ensemble" if column == "score" else column[len(MEMBER_SCORE_PREFIX):],
+            "auroc_injections_vs_controls": _auroc(inj, _scores(controls, column)),
+            "auroc_real_vs_negatives": _auroc(real_s, neg), "threshold": t,
+            "completeness": float(np.mean(inj > t)) if t is not None and inj.size else float("nan"),
+            "real_recall": float(np.mean(real_s > t)) if t is not None and real_s.size else float("nan"),
+            "n_injections": int(inj.size), "n_real": int(real_s.size), "n_negatives": int(neg.size),
+        })
+    return pa.Table.from_pylist(rows) if rows else pa.table({"model": pa.array([], pa.string())})

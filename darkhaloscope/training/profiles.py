@@ -1,0 +1,61 @@
+"""Training profiles: the one place that sizes the lens finder's training per profile.
+
+* ``demo`` learns on 2 CPU cores in about 3 minutes: the early-downsampling ``strided_resnet`` on
+  the central 49 px (arcs of θ_E ≤ 3″ reach r ≈ 16 px), host-subtracted residual channels and an
+  asinh stretch, fresh injections into every host each epoch rendered in the central 57 px,
+  a fixed number of epochs (the budget is in epochs, never wall-clock).
+* ``full`` is sized for a GPU: Paper IV's compact shielded bottleneck ResNet on full 101 px stamps
+  and the strided ResNet as the second member of the stacked ensemble (one hidden layer of 300
+  nodes over the two members' probabilities, Paper IV).
+
+The choices are the measured ablations in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import InputError
+from ..lensing.stream import StreamSpec
+from .loop import TrainConfig
+from .preprocess import PreprocessSpec
+
+
+@dataclass(frozen=True)
+class TrainingProfile:
+    """Preprocessing and injection stream (recorded with the training set) and the members trained
+    on it; with more than one member, a stacked ensemble of them is fitted on the validation set."""
+
+    preprocess: PreprocessSpec
+    stream: StreamSpec
+    members: tuple[TrainConfig, ...]
+    ensemble_hidden: int = 300
+    injection_host_types: tuple[str, ...] = field(default=("DEV", "SER", "REX", "EXP"))
+
+
+PROFILES = {
+    "demo": TrainingProfile(
+        preprocess=PreprocessSpec(crop=49, residual="append", stretch="asinh", softening=3.0),
+        stream=StreamSpec(injections_per_host=1, val_injections_per_host=2, min_arc_snr=5.0, window=57),
+        members=(TrainConfig(arch="strided_resnet", epochs=8, batch_size=64, lr=3e-3, warmup_epochs=0.5, patience=0,
+                             val_smoothing=0.5, hard_negative_prob=0.0, core_dropout=0.0, num_workers=0,
+                             checkpoint_every_steps=0),),
+    ),
+    "full": TrainingProfile(
+        preprocess=PreprocessSpec(residual="append", stretch="asinh", softening=3.0),
+        stream=StreamSpec(injections_per_host=1, val_injections_per_host=1, min_arc_snr=5.0, window=65, render_chunk=1024),
+        members=(
+            TrainConfig(arch="bottleneck_resnet", epochs=60, batch_size=512, lr=1e-3, patience=10, val_smoothing=0.5,
+                        hard_negative_prob=0.1, num_workers=8),
+            TrainConfig(arch="strided_resnet", epochs=60, batch_size=512, lr=3e-3, patience=10, val_smoothing=0.5,
+                        hard_negative_prob=0.1, num_workers=8),
+        ),
+    ),
+}
+
+
+def training_profile(name: str) -> TrainingProfile:
+    """The profile ``name`` ('demo' or 'full')."""
+    if name not in PROFILES:
+        raise InputError(f"unknown training profile {name!r}; known: {sorted(PROFILES)}")
+    return PROFILES[name]

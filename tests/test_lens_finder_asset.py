@@ -1,0 +1,78 @@
+"""The lens_finder asset writes, audits, then publishes: a run whose blocking gates pass is published
+(checkpoint where the score assets read it, registry row); a run whose blocking gate fails leaves
+the published checkpoint and the registry byte for byte, keeps its run folder and fails the step."""
+
+import hashlib
+import os
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+
+from darkhaloscope.lake import Lake
+from darkhaloscope.stamps import to_tensor_array
+from darkhaloscope.training.data import synthetic_arrays
+from darkhaloscope.training.loop import TrainConfig
+from darkhaloscope.training.profiles import TrainingProfile, training_profile
+from lens_assets import training as training_assets
+from resources import ComputeResource, LakeResource
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write_training_set(lake: Lake) -> None:
+    a = synthetic_arrays(120, 33, seed=21, arc_amplitude=4.0)
+    lake.write_table("training", "training_set", pa.table({
+        "object_id": a.object_id, "label": pa.array(a.label, pa.int8()), "weight": a.weight,
+        "split": a.split.astype(str), "kind": a.kind.astype(str), "tier": pa.array([t or None for t in a.tier], pa.string()),
+        "image": to_tensor_array(a.image),
+    }))
+
+
+def _snapshot(folder: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.fixture()
+def tiny_profile(monkeypatch):
+    demo = training_profile("demo")
+    member = TrainConfig(arch="bottleneck_resnet_tiny", epochs=1, batch_size=32, lr=1e-2, patience=0, checkpoint_every_steps=0)
+    monkeypatch.setattr(training_assets, "training_profile", lambda name: TrainingProfile(demo.preprocess, demo.stream, (member,)))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def _materialize(lake: Lake, core_threshold: float):
+    return dg.materialize(
+        [training_assets.lens_finder],
+        resources={"lake": LakeResource(uri=lake.uri), "compute": ComputeResource(device="cpu", profile="demo"),
+                   "pipes_subprocess_client": dg.PipesSubprocessClient(cwd=str(ROOT))},
+        run_config={"ops": {"training__lens_finder": {"config": {"core_threshold": core_threshold}}}},
+        raise_on_error=False,
+    )
+
+
+def test_publishes_only_after_the_blocking_gates_pass(tmp_path, tiny_profile):
+    lake = Lake(str(tmp_path / "lake"))
+    _write_training_set(lake)
+    ok = _materialize(lake, 0.99)
+    assert ok.success
+    ckpt = Path(lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}))
+    published = _snapshot(ckpt)
+    assert "best.json" in published and "gates.json" in published
+    registry = lake.read_table("training", "lens_finder")
+    assert registry.num_rows == 1 and registry.column("checkpoint_uri")[0].as_py() == str(ckpt.resolve())
+    md = ok.asset_materializations_for_node("training__lens_finder")[0].metadata
+    assert md["published"].value is True
+    reg_bytes = {p.name: p.read_bytes() for p in Path(lake.table_path("training", "lens_finder")).rglob("*.parquet")}
+
+    # the same run audited again with a threshold nothing passes: refused, nothing published
+    bad = _materialize(lake, 0.0)
+    assert not bad.success
+    assert _snapshot(ckpt) == published
+    assert {p.name: p.read_bytes() for p in Path(lake.table_path("training", "lens_finder")).rglob("*.parquet")} == reg_bytes
+    runs = list((ckpt / "runs").iterdir())
+    assert len(runs) == 1 and (runs[0] / "complete.json").is_file() and (runs[0] / "gates.json").is_file()
+    checks = {e.check_name: e.passed for e in bad.get_asset_check_evaluations()}
+    assert checks["core_lr_auc"] is False
