@@ -24,7 +24,7 @@ from darkhaloscope.contracts import CANDIDATE_GALLERY, CANDIDATES, SEARCH_SCORES
 from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation.scoring import SCORE_BATCH, injection_rows, published_lens_finder
 from darkhaloscope.search.candidates import DEFAULT_DEDUP_ARCSEC, build_candidates
-from darkhaloscope.search.gallery import DEFAULT_TOP_N, gallery_html, gallery_stamps, top_candidates
+from darkhaloscope.search.gallery import DEFAULT_TOP_N, GALLERY_FILE, GALLERY_TABLE, gallery_html, gallery_stamps, top_candidates
 from darkhaloscope.search.grades import changed_earlier_rows, new_round, parse_grades_csv
 from darkhaloscope.search.streaming import (
     SCORE_CHUNKS, STAMP_CHUNKS, STAMP_SCHEMA, InflightSearch, SearchSettings, coverage_problems, score_schema, search_partition,
@@ -42,8 +42,7 @@ from .survey import known_lenses, sweeps
 
 GROUP = "search"
 TARGETS, SCORES, STAMPS = (GROUP, "search_targets"), (GROUP, "search_scores"), (GROUP, "search_stamps")
-CANDS, GALLERY, GRADES = (GROUP, "candidates"), (GROUP, "candidate_gallery"), (GROUP, "visual_grades")
-GALLERY_FILE = "gallery.html"
+CANDS, GALLERY, GRADES = (GROUP, "candidates"), GALLERY_TABLE, (GROUP, "visual_grades")
 _DEFAULT_SEARCH = SearchSettings()
 
 

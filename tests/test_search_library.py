@@ -231,3 +231,11 @@ def test_rounds_append_and_earlier_rounds_are_checked():
     tampered = pa.concat_tables([first.set_column(2, GRADES_SCHEMA.field("grade"), pa.array(["B", "not_a_lens"])), both.slice(2)])
     assert changed_earlier_rows(first, tampered) == 1
     assert changed_earlier_rows(first, both.slice(1)) == 1
+
+
+def test_the_evaluation_report_links_the_gallery():
+    from darkhaloscope.evaluation.report import build_report
+
+    page = build_report(gallery_uri="/lake/search/candidate_gallery/gallery.html")
+    assert 'id="link-gallery" href="file:///lake/search/candidate_gallery/gallery.html"' in page
+    assert 'href="s3://b/search/candidate_gallery/gallery.html"' in build_report(gallery_uri="s3://b/search/candidate_gallery/gallery.html")

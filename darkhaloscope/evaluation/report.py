@@ -200,6 +200,7 @@ def build_report(
     comparison: pa.Table | None = None,
     mosaics: Mapping[str, bytes] | None = None,
     provenance: Mapping[str, object] | None = None,
+    gallery_uri: str | None = None,
     max_table_rows: int = 200,
 ) -> str:
     """One static, self-contained HTML page of the evaluation.
@@ -222,6 +223,7 @@ def build_report(
     mosaics : maps a caption ('true positives', 'missed injections', 'highest-scoring negatives')
         to the PNG of :func:`plots.mosaic_png`.
     provenance : key/value pairs printed at the top (model, code version, data versions).
+    gallery_uri : where the survey search's candidate gallery is published (a link).
 
     Returns the HTML text (UTF-8); identical inputs give an identical page.
     """
@@ -295,6 +297,14 @@ def build_report(
             parts.append(f"<h3>{html.escape(label)}</h3>")
             parts.append(_img(png, f"Example cutouts: {label} (g, r, z asinh colour)",
                               ids("fig-mosaic", label)))
+    else:
+        parts.append(missing)
+
+    parts.append("<h2>Survey-wide search</h2>")
+    if gallery_uri:
+        href = gallery_uri if "://" in gallery_uri else "file://" + gallery_uri
+        parts.append(f'<p>The candidates of the search, with stamps and grading: <a id="link-gallery" href="{html.escape(href)}">'
+                     f"candidate gallery</a> (materialize <code>candidate_gallery</code> when the link is missing).</p>")
     else:
         parts.append(missing)
 
