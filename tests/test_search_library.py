@@ -19,7 +19,7 @@ from darkhaloscope.lake import Lake
 from darkhaloscope.search.candidates import build_candidates, choose_threshold, deduplicate, score_percentiles
 from darkhaloscope.search.grades import GRADES_SCHEMA, changed_earlier_rows, new_round, parse_grades_csv
 from darkhaloscope.search.streaming import (
-    SCORE_CHUNKS, InflightSearch, SearchSettings, coverage_problems, score_chunk, search_partition, stream_scores, unscorable_reasons,
+    SCORE_CHUNKS, STAMP_CHUNKS, InflightSearch, SearchSettings, coverage_problems, score_chunk, search_partition, unscorable_reasons,
 )
 from darkhaloscope.search.targets import funnel_preselected, search_targets
 from darkhaloscope.stats import jeffreys_interval
@@ -104,15 +104,16 @@ def test_unscorable_stamps_get_their_reason():
     assert unscorable_reasons(batch, failed).tolist() == ["no_data", "", "missing_band_r", "masked_centre_g", "fetch_failed: timeout after 30 s"]
 
 
-def test_streamed_scores_keep_every_row_record_the_model_and_equal_scoring_at_once(lens_finder):
+def test_streamed_scores_keep_every_row_record_the_model_and_equal_scoring_at_once(lens_finder, tmp_path):
     model, spec = lens_finder
     targets = _targets(7)
     ra = [round(x, 6) for x in targets.column("ra").to_pylist()]
     sky_ = NoiseSky(fail=[ra[0]], empty=[ra[1]], no_r=[ra[2]], masked=[ra[3]])
     settings = SearchSettings(chunk=3, keep_threshold=0.0)
-    parts = list(stream_scores(targets, sky_, model, spec, "cpu", settings))
-    scores = pa.Table.from_batches([p[0] for p in parts])
-    stamps = pa.Table.from_batches([p[1] for p in parts])
+    inflight = InflightSearch(Lake(str(tmp_path / "lake")), SWEEP, spec.data_version)
+    run = search_partition(targets, sky_, model, spec, "cpu", settings, inflight)
+    scores = pa.Table.from_batches(list(inflight.batches(SCORE_CHUNKS, run["n_chunks"])))
+    stamps = pa.Table.from_batches(list(inflight.batches(STAMP_CHUNKS, run["n_chunks"])))
     assert sky_.requests == 3 and scores.column("object_id").to_pylist() == targets.column("object_id").to_pylist()
     assert scores.column("valid").to_pylist() == [False] * 4 + [True] * 3
     assert [r.split(":")[0] for r in scores.column("invalid_reason").to_pylist()[:4]] == ["fetch_failed", "no_data", "missing_band_r", "masked_centre_z"]

@@ -188,9 +188,3 @@ def coverage_problems(scores: pa.Table, target_ids, model_version: str) -> dict[
         "unscorable_without_reason": int(np.sum(invalid & (reasons == ""))),
     }
 
-
-def stream_scores(targets: pa.Table, source, model, spec, device: str, settings: SearchSettings,
-                  batch_size: int = 16) -> Iterator[tuple[pa.RecordBatch, pa.RecordBatch]]:
-    """(score rows, kept stamps) chunk by chunk, nothing committed (benchmarks, small searches)."""
-    for start in range(0, targets.num_rows, settings.chunk):
-        yield score_chunk(targets.slice(start, settings.chunk), source, model, spec, device, settings, batch_size)
