@@ -6,9 +6,10 @@ Both paths read the same mock DR10 bricks (fpack-compressed, written once by ben
 benchmarks/out/mock_dr10) with BrickImageSource, score with the demo profile's lens finder
 (strided ResNet, its preprocessing, random weights: the cost does not depend on the weights) on
 the same targets in brick order, and commit their tables to a local lake. Prints one JSON line:
-galaxies per second per core of each path, their ratio, and the bytes stored per galaxy.
+galaxies per second per core of each path (both use every core torch is given), their ratio and
+the bytes stored per galaxy.
 
-    taskset -c 0 python benchmarks/bench_search.py [--per-brick 128] [--device cpu|cuda]
+    python benchmarks/bench_search.py [--per-brick 128] [--repeat 2] [--keep-threshold 0.5] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-brick", type=int, default=128)
     ap.add_argument("--keep-threshold", type=float, default=0.5)
+    ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
     cores = len(os.sched_getaffinity(0))
@@ -103,8 +105,12 @@ def main() -> None:
     try:
         model, spec = lens_finder(f"{work}/ckpt", args.device)
         score_chunk(tgt.slice(0, 16), source, model, spec, args.device, SearchSettings())  # warm-up
-        t_base, base = materialized(Lake(f"{work}/base"), tgt, source, model, spec, args.device)
-        t_stream, stream = streamed(Lake(f"{work}/stream"), tgt, source, model, spec, args.device, args.keep_threshold)
+        t_base = t_stream = np.inf
+        for i in range(args.repeat):  # the forms take turns; the least time counts
+            t, base = materialized(Lake(f"{work}/base{i}"), tgt, source, model, spec, args.device)
+            t_base = min(t_base, t)
+            t, stream = streamed(Lake(f"{work}/stream{i}"), tgt, source, model, spec, args.device, args.keep_threshold)
+            t_stream = min(t_stream, t)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     n = tgt.num_rows
