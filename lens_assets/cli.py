@@ -171,7 +171,8 @@ def print_hidden_lens_recovery(lake) -> None:
 
 def cmd_grade(args) -> int:
     from darkhaloscope.search.grades import parse_grades_csv
-    from definitions import defs
+    from definitions import build_defs
+    from resources.config import build_resources
 
     from .orchestration import failure_message
     from .search import GRADES
@@ -191,7 +192,7 @@ def cmd_grade(args) -> int:
         return 2
     import dagster as dg
 
-    result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+    result = build_defs(build_resources()).resolve_implicit_global_asset_job_def().execute_in_process(
         instance=_instance(), asset_selection=[dg.AssetKey(list(GRADES))], raise_on_error=False,
         run_config={"ops": {"search__visual_grades": {"config": {"csv_path": path}}}})
     if not result.success:

@@ -145,3 +145,29 @@ def test_candidates_of_two_models_are_refused_and_nothing_is_published(tmp_path)
     assert not result.success and not lake.exists(*CANDS)
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "mixes 2 model versions" in str(failure.event_specific_data.error.message)
+
+
+def test_dhs_grade_lands_rounds_and_refuses_bad_files(tmp_path, monkeypatch, capsys):
+    from lens_assets.cli import main
+
+    lake = Lake(str(tmp_path / "lake"))
+    cand = pa.table({"object_id": pa.array([7, 8], pa.int64()), "ra": [150.0, 150.1], "dec": [1.0, 1.0], "score": [0.9, 0.8],
+                     "model_version": ["v1", "v1"], "known": [False, True]})
+    lake.write_table(*CANDS, cand)
+    monkeypatch.setenv("DHS_LAKE", lake.uri)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DHS_LOG_LEVEL", "ERROR")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("object_id,grade\n7,A\n9,B\n")
+    assert main(["grade", str(bad)]) == 2
+    assert "error:" in capsys.readouterr().err and not lake.exists(*GRADES)
+    bad.write_text("object_id,grade\n7,lens\n")
+    assert main(["grade", str(bad)]) == 2
+    assert f"{bad}:2: grade 'lens'" in capsys.readouterr().err
+    assert main(["grade", str(tmp_path / "missing.csv")]) == 2
+    good = tmp_path / "good.csv"
+    good.write_text("object_id,grade,model_version\n7,A,v1\n8,not_a_lens,v1\n")
+    assert main(["grade", str(good)]) == 0 and main(["grade", str(good)]) == 0
+    assert "as round 2 of visual_grades" in capsys.readouterr().out
+    grades = lake.read_table(*GRADES)
+    assert grades.column("round").to_pylist() == [1, 1, 2, 2] and grades.column("grade").to_pylist() == ["A", "not_a_lens"] * 2
