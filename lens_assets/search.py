@@ -172,7 +172,7 @@ def candidate_gallery(context: dg.AssetExecutionContext, config: GalleryConfig, 
     store = lake.lake()
     with fail_fast_on_bad_input():
         top = top_candidates(candidates, config.top_n)
-        stamps = gallery_stamps(top, search_stamps, imaging.source(survey, store), _DEFAULT_SEARCH.size)
+        stamps = gallery_stamps(top, search_stamps, lambda: imaging.source(survey, store), _DEFAULT_SEARCH.size)
         html = gallery_html(top, stamps).encode("utf-8")
     staged = lake.stage(context).table(*GALLERY)
     staged.write_bytes(GALLERY_FILE, html)

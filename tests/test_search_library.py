@@ -240,3 +240,26 @@ def test_the_evaluation_report_links_the_gallery():
     page = build_report(gallery_uri="/lake/search/candidate_gallery/gallery.html")
     assert 'id="link-gallery" href="file:///lake/search/candidate_gallery/gallery.html"' in page
     assert 'href="s3://b/search/candidate_gallery/gallery.html"' in build_report(gallery_uri="s3://b/search/candidate_gallery/gallery.html")
+
+
+def test_gallery_uses_kept_stamps_and_cuts_only_the_missing_ones():
+    import pyarrow.dataset as ds
+
+    from darkhaloscope.search.gallery import gallery_stamps
+    from darkhaloscope.stamps import to_tensor_array
+
+    kept_image = np.full((1, 3, SIZE, SIZE), 0.5, np.float32)
+    kept = ds.dataset(pa.table({"object_id": pa.array([1], pa.int64()), "image": to_tensor_array(kept_image)}))
+    cand = pa.table({"object_id": pa.array([1, 2], pa.int64()), "ra": [150.0, 150.001], "dec": [1.0, 1.0]})
+    opened = []
+
+    def open_source():
+        opened.append(NoiseSky())
+        return opened[-1]
+
+    stamps = gallery_stamps(cand, kept, open_source, SIZE)
+    assert np.array_equal(stamps[0], kept_image[0]) and len(opened) == 1 and opened[0].requests == 1
+    expected, _ = NoiseSky().cutouts(np.array([150.001]), np.array([1.0]))
+    assert np.array_equal(stamps[1], expected.image[0])
+    gallery_stamps(cand.slice(0, 1), kept, open_source, SIZE)
+    assert len(opened) == 1  # every stamp kept: the source is never opened

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+from typing import Callable
 import numpy as np
 import pyarrow as pa
 
@@ -86,14 +87,15 @@ def top_candidates(candidates: pa.Table, n: int = DEFAULT_TOP_N) -> pa.Table:
     return candidates.sort_by("rank").slice(0, n)
 
 
-def gallery_stamps(candidates: pa.Table, kept, source, size: int) -> np.ndarray:
+def gallery_stamps(candidates: pa.Table, kept, open_source: Callable[[], object], size: int) -> np.ndarray:
     """(N, 3, size, size) stamps of ``candidates``: the ones the search kept (``kept``, the
-    search_stamps dataset), the rest cut again from the image ``source`` (a candidate below the
-    keep-threshold, or a source that failed: its stamp stays zeros and shows black)."""
+    search_stamps dataset), the rest cut again from the image source ``open_source()`` returns,
+    opened only then (a candidate below the keep-threshold; where the source fails the stamp stays
+    zeros and shows black)."""
     ids = candidates.column("object_id").to_numpy()
     (stamps,), found = load_stamps(kept, ids)
     if not found.all():
         lost = np.flatnonzero(~found)
-        batch, _ = source.cutouts(candidates.column("ra").to_numpy()[lost], candidates.column("dec").to_numpy()[lost], size)
+        batch, _ = open_source().cutouts(candidates.column("ra").to_numpy()[lost], candidates.column("dec").to_numpy()[lost], size)
         stamps[lost] = batch.image
     return stamps
