@@ -223,7 +223,7 @@ def build_report(
     mosaics : maps a caption ('true positives', 'missed injections', 'highest-scoring negatives')
         to the PNG of :func:`plots.mosaic_png`.
     provenance : key/value pairs printed at the top (model, code version, data versions).
-    gallery_uri : where the survey search's candidate gallery is published (a link).
+    gallery_uri : where the survey search's candidate gallery is published (a link; no section without it).
 
     Returns the HTML text (UTF-8); identical inputs give an identical page.
     """
@@ -300,13 +300,11 @@ def build_report(
     else:
         parts.append(missing)
 
-    parts.append("<h2>Survey-wide search</h2>")
     if gallery_uri:
         href = gallery_uri if "://" in gallery_uri else "file://" + gallery_uri
+        parts.append("<h2>Survey-wide search</h2>")
         parts.append(f'<p>The candidates of the search, with stamps and grading: <a id="link-gallery" href="{html.escape(href)}">'
                      f"candidate gallery</a> (materialize <code>candidate_gallery</code> when the link is missing).</p>")
-    else:
-        parts.append(missing)
 
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
