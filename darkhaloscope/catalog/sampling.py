@@ -7,7 +7,8 @@ area at δ < −18°, would hand the classifier a depth/PSF shortcut). Per strat
 positives:
 
 - target = ratio · n_pos negatives; n2_target = round(target · (1 − n1_fraction)); n1_target = rest;
-- N2 is taken first up to n2_target; an N2 shortfall is backfilled from N1, so the stratum still reaches its target;
+- N2 is taken first up to n2_target; an N2 shortfall is backfilled from N1, so the stratum still
+  reaches its target;
 - inside a pool, rows are taken in increasing ``unit_hash_array(object_id, salt)`` (ties by
   object_id): a deterministic pseudo-random order that does not depend on row order, batch
   layout or process, so the Spark path (hash threshold + per-group rank) selects the same rows.

@@ -1,6 +1,7 @@
 """The selection function C(θ_E, z_l) and its marginals from scored injections.
 
-Counting rules (each one keeps a silent failure from biasing the completeness):
+Counting rules (each keeps failed renders, unscorable rows or sparse cells from silently biasing
+the completeness):
 
 * An injection that failed to render (``success`` false) or could not be scored (``valid`` false,
   score null or NaN) is **excluded from the denominator** and counted in ``n_failed``.
