@@ -89,7 +89,7 @@ SWEEPS = Contract(
     },
     key=("release", "brickid", "objid"),
     ranges=(Range("ra", 0.0, 360.0, hi_inclusive=False), Range("dec", -90.0, 90.0), Range("row_index", 0, None)),
-    # DR8 sweeps have no PSFSIZE, SHAPE_R/E1/E2 (SHAPEEXP_*/SHAPEDEV_* instead) or SERSIC (science.md §2)
+    # DR8 sweeps have no PSFSIZE, SHAPE_R/E1/E2 (SHAPEEXP_*/SHAPEDEV_* instead) or SERSIC columns
     optional=frozenset({*(f"psfsize_{b}" for b in _BANDS), "shape_r", "shape_e1", "shape_e2", "sersic"}),
 )
 
@@ -287,12 +287,6 @@ VISUAL_GRADES = Contract(
     ranges=(Range("round", 1, None),),
     allowed_values={"grade": GRADES},
 )
-
-CONTRACTS = {c.table: c for c in (
-    SWEEP_FILES, SWEEPS, KNOWN_LENSES, NEGATIVES, SELECTION_FUNNEL, POSITIVES, TRAINING_CATALOG, TRAINING_STRATA, CUTOUTS,
-    CUTOUT_VALIDATION, INJECTION_PLAN, SCORES, THRESHOLDS, SELECTION_FUNCTION, SELECTION_MARGINALS, REAL_LENS_RECALL,
-    FPR_BY_CONFUSER, EVALUATION_REPORT, ALERTS, SEARCH_TARGETS, SEARCH_SCORES, SEARCH_STAMPS, CANDIDATES, CANDIDATE_GALLERY,
-    VISUAL_GRADES)}
 
 
 def schema_problems(schema: pa.Schema, contract: Contract) -> list[str]:

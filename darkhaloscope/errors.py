@@ -8,10 +8,6 @@ class InputError(ValueError):
     """
 
 
-class ContractError(InputError):
-    """A table does not match its contract (schema, keys or value ranges)."""
-
-
 class CredentialError(RuntimeError):
     """Storage credentials are missing or expired; retrying cannot help."""
 

@@ -1,6 +1,7 @@
 """Object identifiers shared by every table.
 
-A Tractor source is unique by (RELEASE, BRICKID, OBJID) (shared/reference/science.md §2.3).
+A Tractor source is unique by (RELEASE, BRICKID, OBJID) (the Legacy Surveys sweep data model;
+the row-parallel sweep companions match rows on the same triple).
 ``object_id`` packs the three into one int64 so joins, hashes and seeds use one key.
 """
 

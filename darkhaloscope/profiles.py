@@ -2,7 +2,7 @@
 
 One implementation for mock-sky galaxies and lensed sources.
 
-Conventions (shared/reference/simulation.md §1.2):
+Conventions (lenstronomy's ``SERSIC`` / ``SERSIC_ELLIPSE`` light profiles, so the two agree):
 - ``b_n = 1.9992 n - 0.3271`` (lenstronomy ``SersicUtil.b_n``, floored at 1e-5);
 - ``r_sersic`` is the product-average (circularised) half-light radius in arcsec:
   R = sqrt(q x'^2 + y'^2 / q), computed from (e1, e2) without trigonometry;

@@ -17,7 +17,8 @@ from .constants import PIXEL_SCALE_ARCSEC
 from .errors import InputError
 
 GAUSSIAN_FWHM_PER_SIGMA = 2.0 * math.sqrt(2.0 * math.log(2.0))
-#: Default Moffat index for ground-based seeing (Trujillo et al. 2001; the seed system's Gen3+).
+#: Default Moffat index for ground-based seeing: wider wings than the β = 4.765 that Trujillo et al.
+#: (2001) derive for pure Kolmogorov turbulence, as seeing-limited coadd PSFs show.
 MOFFAT_BETA = 3.5
 #: The PSF model of the mock survey's sky and of injected arcs: one model for both, so a lens
 #: finder cannot tell injected light from host light by its PSF wings (DECam-like Moffat, β = MOFFAT_BETA).

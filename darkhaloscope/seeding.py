@@ -20,11 +20,6 @@ def stable_hash64(*keys: object) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
 
 
-def unit_hash(*keys: object) -> float:
-    """Stable hash of ``keys`` mapped to a float in [0, 1)."""
-    return stable_hash64(*keys) / 2.0**64
-
-
 def rng_for(*keys: object) -> np.random.Generator:
     """A numpy Generator seeded from a stable hash of ``keys``."""
     return np.random.default_rng(stable_hash64(*keys))

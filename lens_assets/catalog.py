@@ -16,6 +16,7 @@ import pyarrow.dataset as ds
 
 from darkhaloscope import audits as au
 from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_with_selection, recorded_selection
+from darkhaloscope.catalog.sampling import N1_FRACTION, NEGATIVES_PER_POSITIVE
 from darkhaloscope.catalog.spark import negatives_dataframe, negatives_on_spark, positives_on_spark, training_catalog_on_spark
 from darkhaloscope.catalog.verify import split_fraction_report, strata_coverage, verify_cuts_with_duckdb, verify_exclusion_with_astropy, verify_split_disjoint
 from darkhaloscope.contracts import NEGATIVES, POSITIVES, SELECTION_FUNNEL, TRAINING_CATALOG, TRAINING_STRATA
@@ -120,8 +121,8 @@ def positives(context: dg.AssetExecutionContext, pyspark: QuietPySparkResource, 
 class TrainingCatalogConfig(dg.Config):
     """Negatives per positive (Paper IV: ~100) and the N1 share of each stratum's negatives."""
 
-    negatives_per_positive: int = 100
-    n1_fraction: float = 0.85
+    negatives_per_positive: int = NEGATIVES_PER_POSITIVE
+    n1_fraction: float = N1_FRACTION
 
 
 @dg.multi_asset(

@@ -18,7 +18,7 @@ import dagster as dg
 from darkhaloscope import audits as au
 from darkhaloscope.contracts import CUTOUT_VALIDATION, CUTOUTS
 from darkhaloscope.errors import InputError
-from darkhaloscope.imaging.cutout_table import InflightFetches, cutout_batches, cutout_targets, reusable_cutouts
+from darkhaloscope.imaging.cutout_table import STAMP_COLUMNS, InflightFetches, cutout_batches, cutout_targets, reusable_cutouts
 from darkhaloscope.imaging.quality import quality_summary
 from darkhaloscope.imaging.shortcuts import RED_BOUND, core_shortcut_failed
 from darkhaloscope.imaging.validation import NEGATIVES_VALID_MIN, quality_fractions, shortcut_scan, worst_core_feature
@@ -59,7 +59,7 @@ def cutouts(context: dg.AssetExecutionContext, lake: LakeResource, survey: Surve
         source = imaging.source(survey, store)
         inflight = InflightFetches(store, name) if source.checkpoint_chunks else None
         schema = _stage_cutouts(staged, targets, source, inflight, store)
-    q = staged.read(columns=[c for c in schema.names if c not in ("image", "invvar", "maskbits")])
+    q = staged.read(columns=[c for c in schema.names if c not in STAMP_COLUMNS])
     outcomes = [au.contract_audit(au.CUTOUTS_CONTRACT, staged.dataset(), CUTOUTS)]
     md = as_metadata({"quality": quality_summary(q), "source": type(source).__name__})
     yield from gate(context, {CUTOUTS_KEY: ([staged], outcomes)}, {CUTOUTS_KEY: md})

@@ -16,7 +16,7 @@ from darkhaloscope.imaging.cutout_table import load_stamps
 from darkhaloscope.training.gates import BLOCKING_GATES, GATES
 from darkhaloscope.training.profiles import training_profile
 from darkhaloscope.training.runs import publish_run
-from darkhaloscope.training.training_set import CUTOUT_COLUMNS, assemble_training_set, counts_by_split_and_kind, recorded_specs, training_rows
+from darkhaloscope.training.training_set import CUTOUT_COLUMNS, TIER_WEIGHTS, assemble_training_set, counts_by_split_and_kind, recorded_specs, training_rows
 from resources import ComputeResource, LakeResource
 
 from .common import OWNERS, fail_fast_on_bad_input, table_result
@@ -30,8 +30,8 @@ class TrainingSetConfig(dg.Config):
     training, and the class ratio: at most ``negatives_per_positive`` negatives per positive in each
     split (0 = every training-catalog negative, whose ratio the catalog's ``negatives_per_positive`` sets)."""
 
-    weight_tier_a: float = 1.0
-    weight_tier_b: float = 0.5
+    weight_tier_a: float = TIER_WEIGHTS["A"]
+    weight_tier_b: float = TIER_WEIGHTS["B"]
     injections: bool = True
     negatives_per_positive: float = 0.0
 

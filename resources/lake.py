@@ -77,11 +77,6 @@ class LakeResource(dg.ConfigurableResource):
         return stage.open(StageOwner.current(run_id, started_at=started))
 
 
-def lake_from_env() -> LakeResource:
-    """The lake resource named by DHS_LAKE (default ./lakehouse) and DHS_S3_ENDPOINT."""
-    return LakeResource(uri=os.environ.get("DHS_LAKE", "./lakehouse"), s3_endpoint=os.environ.get("DHS_S3_ENDPOINT") or None)
-
-
 class ReadRecordingLake(Lake):
     """A lake that appends one JSON line per table read inside an asset step to the file named by
     ``DHS_LAKE_READ_LOG`` ({"reader": [asset keys of the step], "table": "group/table"}): the

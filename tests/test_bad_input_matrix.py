@@ -114,7 +114,7 @@ def _stamp_batches(blobs: list[bytes], source: str, rows_per_batch: int = 2):
 
 
 def _write_legacy_stamps(path: Path, blobs: list[bytes]) -> Path:
-    """The original system's output: a Parquet file with one NPZ blob per row."""
+    """Stamps in the earlier pipeline's format: a Parquet file with one NPZ blob per row."""
     pq.write_table(pa.table({"object_id": np.arange(len(blobs)), "stamp_npz": pa.array(blobs, pa.binary())}), path)
     return path
 

@@ -75,7 +75,7 @@ def test_rank_uses_n_valid_not_n_total():
     row = _row(t, "fpr=1e-2")
     assert row["n_total_negatives"] == 2000
     assert row["n_valid_negatives"] == 1000
-    # ranking on n_total would allow 20 above (threshold 979): the seed system's bug
+    # ranking on n_total would allow 20 above (threshold 979) and double the realised FPR
     assert row["threshold"] == 989.0
     assert row["achieved_fpr"] == pytest.approx(0.01)
 

@@ -1,4 +1,5 @@
-"""The torch injection engine against lenstronomy 1.14 and the frozen references of simulation.md."""
+"""The torch injection engine against lenstronomy 1.14 and against frozen reference values
+(lenstronomy 1.14.2 outputs and directly integrated cosmological distances)."""
 
 import math
 
@@ -15,7 +16,9 @@ from darkhaloscope.psf import psf_kernels
 pytest.importorskip("lenstronomy")
 F64 = torch.float64
 E1, E2 = 0.09534746574143645, 0.14849487967198177  # phi=0.5, q=0.7
-FROZEN = [  # (x, y, alpha_x, alpha_y, mu), simulation.md Correctness #2
+# (x, y, alpha_x, alpha_y, mu) from lenstronomy 1.14.2 LensModel(['SIE', 'SHEAR'],
+# profile_kwargs_list=[{'NIE': False}, {}]), theta_E 1.2, centre (0.1, -0.05), shear (0.04, -0.02)
+FROZEN = [
     (1.0, 0.5, 0.9764974741, 0.5563569559, -2.78126636),
     (-0.7, 1.1, -0.7457295033, 1.0179847838, 3.53764038),
     (0.3, -1.4, 0.3057778714, -1.1678885385, 4.66894845),
@@ -86,7 +89,8 @@ def test_sersic_frozen_reference_values():
     np.testing.assert_allclose(sb.numpy(), [28.5957294873, 1.5041316697, 1.4722545035, 2.1695389416], rtol=1e-9)
 
 
-FROZEN_THETA = [  # (z_l, z_s, sigma_v, theta_E) for FlatLambdaCDM(70, 0.3, Tcmb0=0), Correctness #4
+FROZEN_THETA = [  # (z_l, z_s, sigma_v, theta_E) for FlatLambdaCDM(70, 0.3, Tcmb0=0),
+    # distances integrated directly (astropy agrees to ~1e-6)
     (0.3, 1.0, 200.0, 0.73655), (0.5, 2.0, 250.0, 1.14529), (0.5, 1.5, 300.0, 1.47225), (0.7, 2.5, 220.0, 0.79567)]
 
 

@@ -127,7 +127,7 @@ def test_marginal_adds_counts_never_averages():
     allr = rows["all"]
     assert (allr["n_injected"], allr["n_failed"], allr["n_valid"], allr["n_detected"]) == (24, 4, 20, 9)
     assert allr["completeness"] == pytest.approx(9 / 20)
-    # the average of bin completenesses (lesson 71's bug) would be (9/13 + 0) / 2
+    # the average of bin completenesses (the wrong way to coarsen) would be (9/13 + 0) / 2
     assert allr["completeness"] != pytest.approx(0.5 * (9 / 13))
     lo95, hi95 = _jeffreys(9, 20, 0.95)
     assert allr["ci95_lo"] == pytest.approx(lo95) and allr["ci95_hi"] == pytest.approx(hi95)

@@ -1,4 +1,4 @@
-"""Pool N2: hard confusers classified from Tractor properties (seed_system F-NEG-4).
+"""Pool N2: hard confusers classified from Tractor properties.
 
 A negative that looks like one of the usual lens impostors goes to pool N2 with a category;
 everything else is N1. The proxies use only sweep columns, so they are cheap enough to run on
@@ -8,8 +8,8 @@ every selected source:
   residual rings and shells mimic arcs), and flux_r >= 5 nMgy.
 - ``edge_on_proxy``: ellipticity |ε| >= 0.50 (|ε| = hypot(SHAPE_E1, SHAPE_E2); b/a = (1-|ε|)/(1+|ε|),
   so b/a <= 1/3) and SHAPE_R >= 0.6″. Only when the ellipticity is missing does the proxy fall
-  back to SHAPE_R >= 1.8″ (the original code always used the fallback because it never passed
-  the ellipticity, seed_system §5 item 5).
+  back to SHAPE_R >= 1.8″ (a size-only proxy also takes large round galaxies, so the selection
+  always passes SHAPE_E1/E2 and the fallback serves only sweeps without them, such as DR8).
 - ``blue_clumpy``: g − r <= 0.4 mag and r <= 20.5 mag (bright blue star-forming galaxies).
 - ``large_galaxy``: SHAPE_R >= 2.0″ and flux_r >= 3 nMgy.
 
@@ -61,7 +61,8 @@ def ellipticity(shape_e1, shape_e2) -> np.ndarray:
 
 
 def axis_ratio(shape_e1, shape_e2) -> np.ndarray:
-    """Minor/major axis ratio b/a = (1 − |ε|)/(1 + |ε|) (science.md §2.5)."""
+    """Minor/major axis ratio b/a = (1 − |ε|)/(1 + |ε|), since Tractor's SHAPE_E1/E2 are the
+    components of ε = (a − b)/(a + b)·e^{2iφ}."""
     e = ellipticity(shape_e1, shape_e2)
     return (1.0 - e) / (1.0 + e)
 

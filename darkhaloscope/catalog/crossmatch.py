@@ -1,4 +1,4 @@
-"""Positives: known galaxy-scale lenses cross-matched to sweep sources (seed_system F-POS-1/2).
+"""Positives: known galaxy-scale lenses cross-matched to sweep sources.
 
 Each graded galaxy-scale lens (kind 'galaxy', grade 'confident' -> tier A, 'probable' -> tier B)
 is matched to its nearest sweep source within ``radius_arcsec`` (default 1.5″; measured
@@ -12,7 +12,9 @@ then one lens per source (the driver's reduction). :func:`crossmatch_positives` 
 Positives are described by exactly the columns negatives get (cuts.describe_objects) and are
 flagged, never dropped, on the negative selection: ``in_negative_footprint`` (the declination
 cut) and ``passes_negative_cuts`` (type, maskbits, nobs, zmag), with ``failed_cuts`` naming the
-cuts a positive fails (seed_system §5 item 2: the footprints of positives and negatives differ).
+cuts a positive fails (known lenses reach beyond the DECaLS negative footprint, e.g. into the
+deeper DES area at δ < −18°, so an unflagged positive set would differ from the negatives in depth
+and seeing).
 """
 
 from __future__ import annotations

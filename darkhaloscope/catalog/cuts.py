@@ -1,14 +1,13 @@
 """Negative pools N1/N2: the selection cuts on sweep rows, vectorised over Arrow.
 
-The cuts (seed_system F-NEG-1..5, with the bugs of §5 item 5 fixed), applied in this order and
-each counted by the rows it removes, per sweep file:
+The cuts, applied in this order and each counted by the rows it removes, per sweep file:
 
 1. ``dec_footprint``: −18° < δ < 32° (strict on both ends, DECaLS in DR10).
 2. ``type``: stripped TYPE in {SER, DEV, REX, EXP}.
 3. ``maskbits``: none of bits {1, 5, 6, 7, 11, 12, 13} set.
 4. ``nobs``: NOBS_G, NOBS_R and NOBS_Z each >= 3.
 5. ``zmag``: z < 20 AB mag, i.e. flux_z > 10 nMgy. flux_z <= 0, NaN or null is rejected; it never
-   slips through as a NaN magnitude (the original ``isnan(mag) | mag < lim`` did).
+   slips through as a NaN magnitude (a test written as ``isnan(mag) | mag < lim`` would let it).
 6. ``known_lens``: farther than 11″ from every known lens (unit-sphere KD-tree, chord radius).
 
 A null in any column a cut reads fails that cut. Surviving rows get the derived columns of
@@ -29,7 +28,7 @@ import pyarrow.compute as pc
 from scipy.spatial import cKDTree
 
 from .. import sky
-from ..constants import AB_ZEROPOINT, SPLIT_NSIDE
+from ..constants import SPLIT_NSIDE, flux_to_mag, mag_to_flux
 from ..errors import InputError
 from ..ids import object_id as make_object_id
 from .confusers import ConfuserConfig, classify_confusers
@@ -139,7 +138,7 @@ class NegativeSelectionConfig:
     @property
     def zflux_min(self) -> float:
         """flux_z (nMgy) that a source must exceed: the flux of z = zmag_max."""
-        return float(10.0 ** (0.4 * (AB_ZEROPOINT - self.zmag_max)))
+        return float(mag_to_flux(self.zmag_max))
 
     def to_dict(self) -> dict:
         """JSON-friendly dict (sets as sorted lists), for metadata and config hashes."""
@@ -271,13 +270,6 @@ def as_table(batch: pa.RecordBatch | pa.Table) -> pa.Table:
     if isinstance(batch, pa.Table):
         return batch
     raise InputError(f"expected a pyarrow Table or RecordBatch, got {type(batch).__name__}")
-
-
-def flux_to_mag(flux_nmgy) -> np.ndarray:
-    """AB magnitude 22.5 − 2.5 log10(flux/nMgy); NaN where flux <= 0 or missing."""
-    f = np.asarray(flux_nmgy, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(f > 0, AB_ZEROPOINT - 2.5 * np.log10(np.where(f > 0, f, 1.0)), np.nan)
 
 
 # ---------------------------------------------------------------------------------------------

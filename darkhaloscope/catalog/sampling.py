@@ -1,11 +1,14 @@
-"""The training catalog: positives plus negatives sampled per stratum (seed_system F-STR-1/2).
+"""The training catalog: positives plus negatives sampled per (nobs_z_bin, type_bin) stratum.
 
 A stratum is (nobs_z_bin, type_bin). Only *eligible* positives define strata: matched, inside
 the negative footprint and passing the negative quality cuts, so positives and negatives come
-from the same population (seed_system §5 item 2). Per stratum with n_pos eligible positives:
+from the same population (positives from outside the negative footprint, such as the deeper DES
+area at δ < −18°, would hand the classifier a depth/PSF shortcut). Per stratum with n_pos eligible
+positives:
 
 - target = ratio · n_pos negatives; n2_target = round(target · (1 − n1_fraction)); n1_target = rest;
-- N2 is taken first up to n2_target; an N2 shortfall is backfilled from N1 (seed behaviour);
+- N2 is taken first up to n2_target; an N2 shortfall is backfilled from N1, so the stratum still
+  reaches its target;
 - inside a pool, rows are taken in increasing ``unit_hash_array(object_id, salt)`` (ties by
   object_id): a deterministic pseudo-random order that does not depend on row order, batch
   layout or process, so the Spark path (hash threshold + per-group rank) selects the same rows.
@@ -25,7 +28,10 @@ from .crossmatch import POSITIVE_SCHEMA
 from .cuts import NEGATIVE_SCHEMA, OBJECT_FIELDS
 
 SAMPLING_SALT = "dhs-training-catalog-v1"
-POOLS = ("N1", "N2")
+#: Negatives sampled per eligible positive (Paper IV, Inchausti et al. 2025: ~100 non-lenses per lens).
+NEGATIVES_PER_POSITIVE = 100
+#: Share of each stratum's negatives drawn from pool N1; the rest are N2 hard confusers.
+N1_FRACTION = 0.85
 
 CATALOG_SCHEMA = pa.schema(
     [
@@ -92,8 +98,8 @@ def sample_hash(object_ids, salt: str = SAMPLING_SALT) -> np.ndarray:
 def stratum_quotas(
     positive_strata: dict[str, int],
     available: dict[tuple[str, str], int],
-    ratio: int = 100,
-    n1_fraction: float = 0.85,
+    ratio: int = NEGATIVES_PER_POSITIVE,
+    n1_fraction: float = N1_FRACTION,
 ) -> pa.Table:
     """Per-stratum targets and achievable counts (STRATA_SCHEMA), strata sorted by name.
 
@@ -200,8 +206,8 @@ def _check_schema(table: pa.Table, schema: pa.Schema, what: str) -> None:
 def build_training_catalog(
     negatives: pa.Table,
     positives: pa.Table,
-    ratio: int = 100,
-    n1_fraction: float = 0.85,
+    ratio: int = NEGATIVES_PER_POSITIVE,
+    n1_fraction: float = N1_FRACTION,
     salt: str = SAMPLING_SALT,
 ) -> tuple[pa.Table, pa.Table]:
     """Positives plus ``ratio`` negatives per eligible positive, stratum by stratum.

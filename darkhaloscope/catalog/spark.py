@@ -39,6 +39,8 @@ from .crossmatch import (
 )
 from .cuts import FUNNEL_SCHEMA, NEGATIVE_SCHEMA, KnownLensIndex, NegativeSelectionConfig, funnel_from_table, funnel_table
 from .sampling import (
+    N1_FRACTION,
+    NEGATIVES_PER_POSITIVE,
     SAMPLING_SALT,
     assemble_catalog,
     eligible_positives,
@@ -175,8 +177,8 @@ def training_catalog_on_spark(
     spark,
     negatives,
     positives: pa.Table,
-    ratio: int = 100,
-    n1_fraction: float = 0.85,
+    ratio: int = NEGATIVES_PER_POSITIVE,
+    n1_fraction: float = N1_FRACTION,
     salt: str = SAMPLING_SALT,
 ) -> tuple[pa.Table, pa.Table]:
     """:func:`sampling.build_training_catalog` with the negatives pool as a Spark DataFrame.

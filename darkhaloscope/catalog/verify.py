@@ -3,7 +3,8 @@
 Each check recomputes its answer with a different tool from the code it checks: the known-lens
 exclusion with astropy's ``search_around_sky`` (not the KD-tree of cuts.py), the cuts with a
 DuckDB SQL query (not numpy), and split disjointness from pixels recomputed from ra/dec (not the
-stored ``healpix_128`` column, whose circularity hid the original bug, seed_system §5 item 1).
+stored ``healpix_128`` column: a check that reads the values that produced the split cannot see a
+wrong pixel function, such as a per-object hash standing in for a HEALPix pixel).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import numpy as np
 import pyarrow as pa
 
 from .. import sky
-from ..constants import SPLIT_NSIDE
+from ..constants import AB_ZEROPOINT, SPLIT_NSIDE
 from ..errors import InputError
 from .cuts import NegativeSelectionConfig
 
 
-def verify_exclusion_with_astropy(negatives: pa.Table, known_lenses: pa.Table, radius_arcsec: float = 11.0) -> dict:
+def verify_exclusion_with_astropy(negatives: pa.Table, known_lenses: pa.Table, radius_arcsec: float = NegativeSelectionConfig.exclusion_radius_arcsec) -> dict:
     """Negatives closer than ``radius_arcsec`` to a known lens (astropy SkyCoord.search_around_sky).
 
     Returns {"n_violations": rows of ``negatives`` within the radius, "examples": up to 10
@@ -66,7 +67,7 @@ def verify_cuts_with_duckdb(negatives: pa.Table | str | os.PathLike, config: Neg
             "type": f"NOT coalesce(trim(type) IN ({types}), false)",
             "maskbits": f"coalesce((maskbits & {int(config.maskbit_mask)}) <> 0, true)",
             "nobs": nobs,
-            "zmag": f"NOT coalesce(flux_z > 0 AND 22.5 - 2.5 * log10(flux_z) < {float(config.zmag_max)!r}, false)",
+            "zmag": f"NOT coalesce(flux_z > 0 AND {AB_ZEROPOINT!r} - 2.5 * log10(flux_z) < {float(config.zmag_max)!r}, false)",
         }
         sums = ", ".join(f"sum(CASE WHEN {c} THEN 1 ELSE 0 END) AS {k}" for k, c in conds.items())
         anyc = " OR ".join(f"({c})" for c in conds.values())

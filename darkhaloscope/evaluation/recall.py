@@ -1,7 +1,8 @@
 """Recall of real known lenses and false-positive rates by negative pool and confuser category.
 
 Tier A (confident lenses) and tier B are reported separately and together; the headline is the
-tier-A recall (lesson 70: the all-tier number is dominated by tier B). A lens seen in training
+tier-A recall, because tier B (probable lenses, a share of which are not lenses) outnumbers tier A
+about ten to one and would dominate an all-tier number. A lens seen in training
 must never be evaluated: :func:`real_lens_recall` refuses such input and names the object ids.
 Unscorable rows (``valid`` false, null/NaN score) are counted and excluded from the denominator.
 """

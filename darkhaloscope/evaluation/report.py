@@ -183,6 +183,86 @@ def example_ids(injection_scores: pa.Table, neg_scores: pa.Table, threshold: flo
     }
 
 
+#: Shown in place of a section whose input was not provided.
+_MISSING = '<p class="missing">Not provided.</p>'
+
+
+def _provenance_html(provenance: Mapping[str, object]) -> str:
+    return "<table id=\"table-provenance\"><tbody>" + "".join(
+        f'<tr><th>{html.escape(str(k))}</th><td class="s">{html.escape(str(v))}</td></tr>'
+        for k, v in provenance.items()) + "</tbody></table>"
+
+
+def _model_sections(ids: _Ids, gates, calibration, reliability, model_choice, comparison, max_rows: int) -> list[str]:
+    """The gates and the published model's calibration and comparison with its members."""
+    parts = ["<h2>Gates</h2>", gates_html(gates) if gates else _MISSING]
+    parts.append("<h2>Published model and calibration</h2>")
+    parts.append(calibration_html(calibration, model_choice) if calibration or model_choice else _MISSING)
+    if reliability is not None:
+        parts.append(_img(reliability, "Reliability diagram of validation scores before and after temperature scaling",
+                          ids("fig", "reliability")))
+    if comparison is not None and comparison.num_rows:
+        parts.append('<p class="note">The stacked ensemble and each member on the same test rows, each at its own '
+                     "threshold from the same held-out negatives.</p>")
+        parts.append(table_html(comparison, max_rows=max_rows, el_id=ids("table", "model-comparison")))
+    return parts
+
+
+def _score_sections(ids: _Ids, roc, thresholds, recall, max_rows: int) -> list[str]:
+    """ROC curves, the thresholds set on negatives and the recall of real lenses."""
+    parts = ["<h2>ROC curves</h2>"]
+    parts.append(_img(roc, "ROC curves: injections vs paired controls and real lenses vs "
+                           "negatives, log false-positive-rate axis", ids("fig", "roc"))
+                 if roc is not None else _MISSING)
+    parts.append("<h2>Thresholds from negatives</h2>")
+    parts.append(table_html(thresholds, max_rows=max_rows, el_id=ids("table", "thresholds"))
+                 if thresholds is not None else _MISSING)
+    parts.append("<h2>Real-lens recall</h2>")
+    if recall is not None:
+        parts.append('<p class="note">Tier A is the headline; "all" is dominated by tier B.</p>')
+        parts.append(table_html(recall, max_rows=max_rows, el_id=ids("table", "recall")))
+    else:
+        parts.append(_MISSING)
+    return parts
+
+
+def _selection_sections(ids: _Ids, selection, selection_heatmaps, marginals, max_rows: int) -> list[str]:
+    """The selection function C(θ_E, z_l) (heat maps and table) and its marginals."""
+    parts = ["<h2>Selection function C(θ_E, z_l)</h2>"]
+    if selection_heatmaps:
+        for name, png in selection_heatmaps.items():
+            parts.append(_img(png, f"Selection function C(θ_E, z_l) at threshold {name} with "
+                                   f"its 68% interval half-width", ids("fig-selection", name)))
+    if selection is not None:
+        parts.append('<p class="note">Failed and unscorable injections are excluded from '
+                     "n_valid and counted in n_failed; cells with sufficient = no have too few "
+                     "valid injections.</p>")
+        parts.append(table_html(selection, max_rows=max_rows, el_id=ids("table", "selection")))
+    if not selection_heatmaps and selection is None:
+        parts.append(_MISSING)
+    parts.append("<h2>Marginal completeness</h2>")
+    if marginals:
+        for label, (png, table) in marginals.items():
+            parts.append(f"<h3>{html.escape(label)}</h3>")
+            parts.append(_img(png, f"Completeness against {label}, 68% Jeffreys intervals",
+                              ids("fig-marginal", label)))
+            parts.append(table_html(table, max_rows=max_rows, el_id=ids("table-marginal", label)))
+    else:
+        parts.append(_MISSING)
+    return parts
+
+
+def _mosaic_sections(ids: _Ids, mosaics) -> list[str]:
+    """Example-cutout mosaics, one captioned figure each."""
+    parts = ["<h2>Example cutouts</h2>"]
+    if not mosaics:
+        return parts + [_MISSING]
+    for label, png in mosaics.items():
+        parts.append(f"<h3>{html.escape(label)}</h3>")
+        parts.append(_img(png, f"Example cutouts: {label} (g, r, z asinh colour)", ids("fig-mosaic", label)))
+    return parts
+
+
 def build_report(
     *,
     title: str = "Dark Halo Scope — lens-finder evaluation",
@@ -228,77 +308,16 @@ def build_report(
     Returns the HTML text (UTF-8); identical inputs give an identical page.
     """
     ids = _Ids()
-    missing = '<p class="missing">Not provided.</p>'
     parts = [f"<h1>{html.escape(title)}</h1>"]
     if provenance:
-        parts.append("<table id=\"table-provenance\"><tbody>" + "".join(
-            f'<tr><th>{html.escape(str(k))}</th><td class="s">{html.escape(str(v))}</td></tr>'
-            for k, v in provenance.items()) + "</tbody></table>")
-
-    parts.append("<h2>Gates</h2>")
-    parts.append(gates_html(gates) if gates else missing)
-
-    parts.append("<h2>Published model and calibration</h2>")
-    parts.append(calibration_html(calibration, model_choice) if calibration or model_choice else missing)
-    if reliability is not None:
-        parts.append(_img(reliability, "Reliability diagram of validation scores before and after temperature scaling",
-                          ids("fig", "reliability")))
-    if comparison is not None and comparison.num_rows:
-        parts.append('<p class="note">The stacked ensemble and each member on the same test rows, each at its own '
-                     "threshold from the same held-out negatives.</p>")
-        parts.append(table_html(comparison, max_rows=max_table_rows, el_id=ids("table", "model-comparison")))
-
-    parts.append("<h2>ROC curves</h2>")
-    parts.append(_img(roc, "ROC curves: injections vs paired controls and real lenses vs "
-                           "negatives, log false-positive-rate axis", ids("fig", "roc"))
-                 if roc is not None else missing)
-
-    parts.append("<h2>Thresholds from negatives</h2>")
-    parts.append(table_html(thresholds, max_rows=max_table_rows, el_id=ids("table", "thresholds"))
-                 if thresholds is not None else missing)
-
-    parts.append("<h2>Real-lens recall</h2>")
-    if recall is not None:
-        parts.append('<p class="note">Tier A is the headline; "all" is dominated by tier B.</p>')
-        parts.append(table_html(recall, max_rows=max_table_rows, el_id=ids("table", "recall")))
-    else:
-        parts.append(missing)
-
-    parts.append("<h2>Selection function C(θ_E, z_l)</h2>")
-    if selection_heatmaps:
-        for name, png in selection_heatmaps.items():
-            parts.append(_img(png, f"Selection function C(θ_E, z_l) at threshold {name} with "
-                                   f"its 68% interval half-width", ids("fig-selection", name)))
-    if selection is not None:
-        parts.append('<p class="note">Failed and unscorable injections are excluded from '
-                     "n_valid and counted in n_failed; cells with sufficient = no have too few "
-                     "valid injections.</p>")
-        parts.append(table_html(selection, max_rows=max_table_rows, el_id=ids("table", "selection")))
-    if not selection_heatmaps and selection is None:
-        parts.append(missing)
-
-    parts.append("<h2>Marginal completeness</h2>")
-    if marginals:
-        for label, (png, table) in marginals.items():
-            parts.append(f"<h3>{html.escape(label)}</h3>")
-            parts.append(_img(png, f"Completeness against {label}, 68% Jeffreys intervals",
-                              ids("fig-marginal", label)))
-            parts.append(table_html(table, max_rows=max_table_rows, el_id=ids("table-marginal", label)))
-    else:
-        parts.append(missing)
-
+        parts.append(_provenance_html(provenance))
+    parts += _model_sections(ids, gates, calibration, reliability, model_choice, comparison, max_table_rows)
+    parts += _score_sections(ids, roc, thresholds, recall, max_table_rows)
+    parts += _selection_sections(ids, selection, selection_heatmaps, marginals, max_table_rows)
     parts.append("<h2>False-positive rate by pool and confuser category</h2>")
     parts.append(table_html(fpr_by_confuser, max_rows=max_table_rows, el_id=ids("table", "fpr-by-confuser"))
-                 if fpr_by_confuser is not None else missing)
-
-    parts.append("<h2>Example cutouts</h2>")
-    if mosaics:
-        for label, png in mosaics.items():
-            parts.append(f"<h3>{html.escape(label)}</h3>")
-            parts.append(_img(png, f"Example cutouts: {label} (g, r, z asinh colour)",
-                              ids("fig-mosaic", label)))
-    else:
-        parts.append(missing)
+                 if fpr_by_confuser is not None else _MISSING)
+    parts += _mosaic_sections(ids, mosaics)
 
     if gallery_uri:
         href = gallery_uri if "://" in gallery_uri else "file://" + gallery_uri

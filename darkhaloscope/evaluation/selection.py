@@ -1,13 +1,15 @@
 """The selection function C(θ_E, z_l) and its marginals from scored injections.
 
-Counting rules (each one fixes a bug of the seed system, lessons 71–72):
+Counting rules (each keeps failed renders, unscorable rows or sparse cells from silently biasing
+the completeness):
 
 * An injection that failed to render (``success`` false) or could not be scored (``valid`` false,
   score null or NaN) is **excluded from the denominator** and counted in ``n_failed``.
 * ``completeness = n_detected / n_valid`` with detection ``score > threshold``; null when
   ``n_valid = 0``. Jeffreys 68 % and 95 % intervals come from :func:`darkhaloscope.stats.jeffreys_interval`.
 * A cell with ``n_valid < min_count`` keeps its completeness but is flagged ``sufficient = False``.
-* Coarser bins are built by **adding counts**, never by averaging sub-bin completeness.
+* Coarser bins are built by **adding counts**, never by averaging sub-bin completeness (an average
+  gives a near-empty sub-bin the weight of a full one and can be off by a factor of several).
 
 Units: θ_E in arcsec, z_l dimensionless, PSF FWHM in arcsec, magnitudes AB, arc S/N dimensionless.
 """
@@ -19,7 +21,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..constants import AB_ZEROPOINT
+from ..constants import depth_mag_from_psfdepth
 from ..errors import InputError
 from ..stats import jeffreys_interval
 from .thresholds import require_columns, usable_thresholds, valid_scores
@@ -28,7 +30,8 @@ from .thresholds import require_columns, usable_thresholds, valid_scores
 MARGINAL_COLUMNS = ("theta_e_arcsec", "z_l", "psf_fwhm_r", "depth_mag_r", "source_mag_r",
                     "lensed_mag_r", "arc_snr")
 
-#: Minimum valid injections for a cell to count as sufficient (the seed's rule for sub-bins).
+#: Minimum valid injections for a cell to count as sufficient: at 10, a completeness near 0.5 still
+#: has a Jeffreys 68 % interval of about ±0.15.
 DEFAULT_MIN_COUNT = 10
 
 _COUNT_FIELDS = [
@@ -92,16 +95,6 @@ def _nullable(x: np.ndarray) -> list:
     return [None if not np.isfinite(v) else float(v) for v in x]
 
 
-def depth_mag_from_psfdepth(psfdepth) -> np.ndarray:
-    """5σ point-source depth in AB mag from DR10 ``psfdepth`` (inverse variance, 1/nmgy²).
-
-    ``m5 = 22.5 − 2.5 log10(5 / sqrt(psfdepth))``; NaN where psfdepth is not positive.
-    """
-    d = np.asarray(psfdepth, dtype=np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(d > 0, AB_ZEROPOINT - 2.5 * np.log10(5.0 / np.sqrt(d)), np.nan)
-
-
 def _column_f64(table: pa.Table, name: str) -> np.ndarray:
     return np.asarray(table.column(name).cast(pa.float64()).to_numpy(zero_copy_only=False),
                       dtype=np.float64)
@@ -153,7 +146,8 @@ def _injection_arrays(injection_scores: pa.Table) -> dict[str, np.ndarray]:
     if succ_col.null_count:
         raise InputError(f"{what}: column 'success' has {succ_col.null_count} null value(s)")
     success = np.asarray(succ_col.to_numpy(zero_copy_only=False), dtype=bool)
-    # A failed render cannot carry a real score: the seed scored all-zero fallback images (lesson 72).
+    # A failed render cannot carry a real score: a score here would come from a stand-in image
+    # (e.g. all zeros), not from the injection.
     bad = ~success & usable
     if np.any(bad):
         ids = np.asarray(injection_scores.column("injection_id").to_pylist(), dtype=object)[bad]

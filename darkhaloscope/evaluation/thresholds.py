@@ -4,7 +4,8 @@ A threshold ``t`` detects a stamp when ``score > t`` (strict). For a target fals
 ``f`` over ``n_valid`` scorable negatives, at most ``k = floor(f * n_valid)`` negatives may lie
 above ``t``; ``t`` is therefore the (k+1)-th highest valid negative score. The rank comes from
 ``n_valid``, never from the total row count: unscorable rows (null/NaN score, ``valid`` false)
-are counted and excluded, which fixes the seed system's bug of ranking on ``n_neg`` (lesson 72).
+are counted and excluded; ranking on the total count would place the threshold too low whenever
+some negatives could not be scored, and the realised false-positive rate would exceed ``f``.
 
 When ``f * n_valid < 1`` no negative may exceed the threshold, so the negatives cannot tell a
 threshold at ``f`` from one at any smaller rate: the row is marked ``resolvable = False`` and its
@@ -99,6 +100,45 @@ def _kth_largest(values: np.ndarray, k: int) -> float:
     return float(np.partition(values, pos)[pos])
 
 
+def _threshold_specs(target_fprs: Sequence[float], top_percentiles: Sequence[float],
+                     fixed_scores: Sequence[float]) -> list[tuple[str, str, float]]:
+    """(name, kind, value) of every requested threshold, checked: value is the target
+    false-positive fraction for 'fpr' and 'top_percentile' rows, the score cut for 'fixed' rows."""
+    specs: list[tuple[str, str, float]] = []
+    for f in target_fprs:
+        if not (0.0 < float(f) < 1.0):
+            raise InputError(f"target_fprs: {f!r} is not a fraction in (0, 1)")
+        specs.append((f"fpr={format_fraction(float(f))}", "fpr", float(f)))
+    for p in top_percentiles:
+        if not (0.0 < float(p) < 100.0):
+            raise InputError(f"top_percentiles: {p!r} is not a percentage in (0, 100)")
+        specs.append((f"top={float(p):g}%", "top_percentile", float(p) / 100.0))
+    for c in fixed_scores:
+        if not math.isfinite(float(c)):
+            raise InputError(f"fixed_scores: {c!r} is not finite")
+        specs.append((f"score>{float(c):g}", "fixed", float(c)))
+    names = [sp[0] for sp in specs]
+    if len(set(names)) != len(names):
+        raise InputError(f"threshold names repeat: {names}")
+    return specs
+
+
+def _rate_threshold(target: float, vals: np.ndarray, sorted_desc: np.ndarray, rng, n_boot: int):
+    """(threshold, ci68 lo, ci68 hi, resolvable, note) at false-positive fraction ``target`` over
+    the valid negative scores ``vals`` (``sorted_desc``: the same, sorted descending); the
+    threshold and its interval are None when ``target * n_valid < 1``."""
+    n_valid = int(vals.size)
+    if not (n_valid > 0 and target * n_valid >= 1.0):
+        note = (
+            f"not resolvable: target {format_fraction(target)} x {n_valid} valid negatives "
+            f"< 1; needs >= {math.ceil(1.0 / target)} valid negatives"
+        )
+        return None, None, None, False, note
+    thr, k = order_statistic_threshold(sorted_desc, target)
+    lo, hi = bootstrap_interval(lambda idx: _kth_largest(vals[idx], k), n_valid, rng, n_boot=n_boot)
+    return thr, lo, hi, True, ""
+
+
 def thresholds_from_negatives(
     neg_scores: pa.Table,
     target_fprs: Sequence[float] = (1e-2, 1e-3, 1e-4),
@@ -132,25 +172,8 @@ def thresholds_from_negatives(
     n_valid = int(vals.size)
     sorted_desc = np.sort(vals)[::-1]
 
-    specs: list[tuple[str, str, float]] = []
-    for f in target_fprs:
-        if not (0.0 < float(f) < 1.0):
-            raise InputError(f"target_fprs: {f!r} is not a fraction in (0, 1)")
-        specs.append((f"fpr={format_fraction(float(f))}", "fpr", float(f)))
-    for p in top_percentiles:
-        if not (0.0 < float(p) < 100.0):
-            raise InputError(f"top_percentiles: {p!r} is not a percentage in (0, 100)")
-        specs.append((f"top={float(p):g}%", "top_percentile", float(p) / 100.0))
-    for c in fixed_scores:
-        if not math.isfinite(float(c)):
-            raise InputError(f"fixed_scores: {c!r} is not finite")
-        specs.append((f"score>{float(c):g}", "fixed", float(c)))
-    names = [sp[0] for sp in specs]
-    if len(set(names)) != len(names):
-        raise InputError(f"threshold names repeat: {names}")
-
     rows: dict[str, list] = {f.name: [] for f in THRESHOLD_SCHEMA}
-    for name, kind, value in specs:
+    for name, kind, value in _threshold_specs(target_fprs, top_percentiles, fixed_scores):
         rng = rng_for(*seed_key, name)
         if kind == "fixed":
             thr, note = value, ""
@@ -159,20 +182,7 @@ def thresholds_from_negatives(
             if not resolvable:
                 note = "no valid negatives: false-positive rate unknown"
         else:
-            resolvable = n_valid > 0 and value * n_valid >= 1.0
-            if not resolvable:
-                rows_needed = math.ceil(1.0 / value)
-                thr = lo = hi = None
-                note = (
-                    f"not resolvable: target {format_fraction(value)} x {n_valid} valid negatives "
-                    f"< 1; needs >= {rows_needed} valid negatives"
-                )
-            else:
-                thr, k = order_statistic_threshold(sorted_desc, value)
-                lo, hi = bootstrap_interval(
-                    lambda idx, k=k: _kth_largest(vals[idx], k), n_valid, rng, n_boot=n_boot
-                )
-                note = ""
+            thr, lo, hi, resolvable, note = _rate_threshold(value, vals, sorted_desc, rng, n_boot)
         if thr is None or n_valid == 0:
             n_above, achieved = None, None
         else:

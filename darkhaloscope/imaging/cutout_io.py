@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from ..constants import BANDS, PIXEL_SCALE_ARCSEC
+from ..constants import AB_ZEROPOINT, BANDS, PIXEL_SCALE_ARCSEC
 from ..errors import InputError
 from .sources import ImageSource
 from .wcs import TanWCS
@@ -102,7 +102,7 @@ def write_cutout_fits(path: str, image, invvar=None, ra: float = 0.0, dec: float
     for i, b in enumerate(BANDS):
         hdr[f"BAND{i}"] = b
     hdr["BUNIT"] = "nanomaggy"
-    hdr["MAGZERO"] = 22.5
+    hdr["MAGZERO"] = AB_ZEROPOINT
     hdr["PIXSCALE"] = (float(pixel_scale), "arcsec/pixel")
     primary = fits.PrimaryHDU(img, header=hdr)
     primary.header["IMAGETYP"] = "IMAGE"

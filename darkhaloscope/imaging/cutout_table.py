@@ -34,6 +34,7 @@ TARGET_COLUMNS = [
 ]
 #: Targets per source request (and per record batch of the table).
 CHUNK = 256
+#: Per-pixel columns of the cutouts table (everything else is one scalar per cutout).
 STAMP_COLUMNS = ("image", "invvar", "maskbits")
 INFLIGHT_DIR = "_inflight"
 FETCHES = ("imaging", "cutout_fetches")

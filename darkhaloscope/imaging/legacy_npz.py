@@ -1,11 +1,12 @@
-"""Decoder for the original system's stamp blobs (seed_system.md §4.4–4.5, lessons 25, 31).
+"""Decoder for stamp blobs of the earlier DR10 lens-finding pipeline: NPZ archives in Parquet rows.
 
 Formats met in the old Parquet/NPZ outputs, all in nanomaggies per pixel:
 
 - ``image_g``, ``image_r``, ``image_z``: one (H, W) array per band; any band may be missing
-  (r-only stamps exist, lesson 25), so the decoder returns the bands present and their bandset.
+  (r-only stamps exist, and assuming three bands raises a bare KeyError on them), so the decoder
+  returns the bands present and their bandset.
 - ``img``: a legacy single array, (C, H, W) or (H, W, C) or (H, W) holding ``legacy_img_bands``.
-- ``cutout``: the final system's (H, W, 3) HWC array, channels g, r, z.
+- ``cutout``: the later per-galaxy NPZ files' (H, W, 3) HWC array, channels g, r, z.
 
 A blob may be gzip-wrapped around the NPZ (magic ``1f 8b``). Nothing is ever unpickled.
 """
@@ -56,21 +57,9 @@ def _bandset_of(bands: str, name: str) -> str:
     return bands
 
 
-def decode_stamp_npz(
-    blob: bytes,
-    expected_shape: tuple[int, ...] | None = None,
-    *,
-    legacy_img_bands: str = _GRZ,
-    allow_nonfinite: bool = True,
-    name: str = "stamp_npz",
-) -> tuple[np.ndarray, str]:
-    """Decode one stamp blob to (array float32 (C, H, W) nanomaggies, bandset such as ``'grz'`` or ``'rz'``).
-
-    Bands come in g, r, z order, only those present. ``expected_shape`` is (H, W), or (C, H, W)
-    to also require C bands. Non-finite pixels are kept (quality metrics report them) unless
-    ``allow_nonfinite`` is False. Raises InputError naming ``name`` and the problem for empty,
-    corrupt, pickled, non-numeric, ambiguous or wrongly shaped content.
-    """
+def _npz_arrays(blob, name: str) -> dict[str, np.ndarray]:
+    """The stamp members (``image_*``, ``img``, ``cutout``) of an NPZ blob, gzip wrapper removed;
+    object arrays are never unpickled."""
     data = _as_bytes(blob, name)
     if data[:2] == _GZIP_MAGIC:
         try:
@@ -92,7 +81,12 @@ def decode_stamp_npz(
         raise InputError(f"{name}: refused to load ({e}); object/pickled arrays are never loaded") from e
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error, KeyError) as e:
         raise InputError(f"{name}: corrupt NPZ ({type(e).__name__}: {e})") from e
+    return arrays
 
+
+def _stamp_from_arrays(arrays: dict[str, np.ndarray], legacy_img_bands: str, name: str) -> tuple[np.ndarray, str]:
+    """(float32 (C, H, W) array, bandset) from the per-band ``image_*`` arrays or the one whole-stamp
+    array (``img`` in ``legacy_img_bands``, ``cutout`` in g, r, z), whichever the blob holds."""
     per_band = [(b, k) for b, k in _BAND_KEYS if k in arrays]
     whole = [k for k in ("img", "cutout") if k in arrays]
     unknown = sorted(k for k in arrays if k.startswith("image_") and k not in dict(_BAND_KEYS).values())
@@ -128,7 +122,26 @@ def decode_stamp_npz(
         arr = np.ascontiguousarray(arr)
     else:
         raise InputError(f"{name}: no stamp arrays; expected image_g/image_r/image_z, 'img' or 'cutout', found {sorted(arrays)}")
+    return arr, bandset
 
+
+def decode_stamp_npz(
+    blob: bytes,
+    expected_shape: tuple[int, ...] | None = None,
+    *,
+    legacy_img_bands: str = _GRZ,
+    allow_nonfinite: bool = True,
+    name: str = "stamp_npz",
+) -> tuple[np.ndarray, str]:
+    """Decode one stamp blob to (array float32 (C, H, W) nanomaggies, bandset such as ``'grz'`` or ``'rz'``).
+
+    Bands come in g, r, z order, only those present. ``expected_shape`` is (H, W), or (C, H, W)
+    to also require C bands. Non-finite pixels are kept (quality metrics report them) unless
+    ``allow_nonfinite`` is False. Raises InputError naming ``name`` and the problem for empty,
+    corrupt, pickled, non-numeric, ambiguous or wrongly shaped content.
+    """
+    arrays = _npz_arrays(blob, name)
+    arr, bandset = _stamp_from_arrays(arrays, legacy_img_bands, name)
     if arr.shape[1] == 0 or arr.shape[2] == 0:
         raise InputError(f"{name}: empty stamp of shape {arr.shape}")
     if expected_shape is not None:

@@ -41,9 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..constants import AB_ZEROPOINT, BANDS, BRICK_SIZE, PIXEL_SCALE_ARCSEC, STAMP_SIZE
+from ..constants import AB_ZEROPOINT, BANDS, BRICK_SIZE, PIXEL_SCALE_ARCSEC, STAMP_SIZE, psfdepth_from_depth_mag
 from ..errors import InputError
-from ..lensing.source import flux_from_mag
 from ..profiles import sersic_b_n, sersic_surface_brightness
 from ..psf import GAUSSIAN_FWHM_PER_SIGMA, MOFFAT_BETA, SURVEY_PSF_PROFILE, kernel_radius_pix, psf_kernels
 from ..seeding import rng_for
@@ -68,7 +67,7 @@ KERNEL_N_FWHM = 3.0
 SUPERSAMPLE_BELOW_PIX = 2.5
 #: Typical DR10 PSF FWHM (arcsec) and PSFDEPTH (1/nmgy², 5σ = 24.7/23.9/23.0 AB) when a catalog gives none.
 DEFAULT_PSFSIZE = {"g": 1.5, "r": 1.35, "z": 1.3}
-DEFAULT_PSFDEPTH = {b: (5.0 / flux_from_mag(m)) ** 2 for b, m in zip(BANDS, (24.7, 23.9, 23.0))}
+DEFAULT_PSFDEPTH = {b: float(psfdepth_from_depth_mag(m)) for b, m in zip(BANDS, (24.7, 23.9, 23.0))}
 NPRIMARY = 0x1
 _TYPE_N = {"REX": 1.0, "EXP": 1.0, "DEV": 4.0}
 

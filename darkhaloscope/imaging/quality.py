@@ -1,13 +1,14 @@
-"""Per-cutout quality metrics and the quality gate (seed_system.md F-CUT-3, F-VAL-1, F-VAL-4).
+"""Per-cutout quality metrics and the quality gate.
 
 Input is a batch of stamps ``image`` (N, C, S, S) in nanomaggies per pixel (``[band, y, x]``,
 target at pixel (S // 2, S // 2)), optionally ``invvar`` (same shape, 1/nanomaggy²) and the
 coadd ``maskbits`` (N, S, S). Output is one pyarrow row per cutout. Everything is vectorised over
 cutouts (loops run over bands and fixed-size row chunks only).
 
-Why these metrics: NaN stamps with ``cutout_ok = 1`` reached training and produced NaN losses
-(lesson 24); stamps with missing bands broke decoding (lesson 25); all-zero stand-ins for failed
-loads were scored as real images (lesson 72). Radii are in pixels (0.262″/px).
+Why these metrics: a stamp with a few NaN pixels looks fine to a download-succeeded flag but turns
+the training loss into NaN; a stamp with a missing band cannot be stacked into a (g, r, z) batch;
+an all-zero stand-in for a failed load would be scored as if it were a real image. Radii are in
+pixels (0.262″/px).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import pyarrow as pa
 from ..constants import BANDS
 from ..errors import InputError
 
-#: DR10 MASKBITS bits for saturation in g, r, z (science.md §2.4).
+#: DR10 MASKBITS bits for saturation in g, r, z (SATUR_G, SATUR_R, SATUR_Z in the Legacy Surveys
+#: bitmask definitions).
 SATUR_BITS = {"g": 2, "r": 3, "z": 4}
 
 #: quality_flags bits: why a cutout failed the gate.
@@ -36,13 +38,13 @@ MAD_TO_SIGMA = 1.4826
 
 @dataclass(frozen=True)
 class QualityConfig:
-    """Geometry (pixels) and gate thresholds (fractions) of the seed system's F-VAL-1 gate.
+    """Geometry (pixels) and gate thresholds (fractions) of the per-cutout quality gate.
 
     central_box_frac: side of the central box as a fraction of the stamp side (0.5 -> inner 50%).
     core_radius_px: core aperture radius. annulus_frac: inner and outer annulus radius as fractions
     of the half-width (S - 1) / 2; "outer" is everything beyond the annulus.
     clip_sigma: a pixel is "clipped" when |x - median| > clip_sigma * 1.4826 * MAD (the robust
-    normalisation's clip, whose class imbalance was a shortcut, F-VAL-6 gate 1.5).
+    normalisation's clip: if one class has more clipped pixels, the clip fraction is a shortcut).
     """
 
     central_box_frac: float = 0.5

@@ -1,11 +1,13 @@
-"""Shortcut scan: can a trivial per-cutout feature tell positives from negatives? (F-VAL-2, lessons 60, 63, 66)
+"""Shortcut scan: can a trivial per-cutout feature tell positives from negatives?
 
-The original system passed its quality gates while a core-only logistic regression reached
-AUC 0.98: injected positives had cores 64 % brighter than negatives (lesson 66). A finder that
-can separate classes by core brightness learns that instead of arcs. This module computes about
-25 simple image features per cutout (vectorised over cutouts) and the ROC AUC of each against
-the labels with a bootstrap interval, flags the separating ones and says whether a core-brightness
-feature separates the classes.
+A training set can pass every image-quality gate and still let a core-only logistic regression
+reach an AUC near 1: the PSF blurs injected arc flux into the lens core, so injected positives have
+brighter cores than negatives. A finder that can separate classes by core brightness learns that
+instead of arcs. This module computes about 25 simple image features per cutout (vectorised over
+cutouts) and the ROC AUC of each against the labels with a bootstrap interval, flags the
+separating ones and says whether a core-brightness feature separates the classes. Brightness
+features use central apertures, not whole-stamp means, because sky dominates the mean of a
+101-pixel stamp.
 
 Flagging rule. The raw AUC is reported (above 0.5: the feature is larger in positives). A feature
 may separate in either direction, so the flag uses the separation ``|AUC − 0.5| + 0.5`` and its
@@ -49,10 +51,10 @@ FEATURE_NAMES = (
     "mad_g", "mad_r", "mad_z", "clip_frac_g", "clip_frac_r", "clip_frac_z",
     "edge_artifact_frac", "nonfinite_frac", "saturation_frac",
 )
-#: Features whose separation is a core-brightness shortcut (lesson 66).
+#: Features whose separation is a core-brightness shortcut (arc flux the PSF spreads into the core).
 CORE_FEATURES = frozenset({"core_brightness_r4", "core_brightness_r8", "core_brightness_r12",
                            "core_brightness_g8", "core_brightness_z8", "core_max_r"})
-#: Features that lensed arcs legitimately raise: separation there is expected physics (F-VAL-2).
+#: Features that lensed arcs legitimately raise: separation there is expected physics.
 EXPECTED_PHYSICS = frozenset({"azimuthal_asymmetry_r", "annulus_brightness_g", "annulus_brightness_r",
                               "annulus_brightness_z", "annulus_max_r", "annulus_std_r"})
 
@@ -259,7 +261,7 @@ def core_shortcut_failed(auc_table: pa.Table) -> bool:
 
 
 def shortcut_gate(auc_table: pa.Table, min_annulus_auc: float = 0.55, max_yellow: int = 3) -> dict:
-    """The F-VAL-2 gate: no red core feature, annulus_brightness_r AUC > min_annulus_auc, and at most
+    """The shortcut gate: no red core feature, annulus_brightness_r AUC > min_annulus_auc, and at most
     ``max_yellow`` yellow-or-red flags outside the expected-physics whitelist and the core features."""
     d = {k: auc_table.column(k).to_pylist() for k in ("feature", "auc", "flag", "expected_physics", "core_feature")}
     by_name = dict(zip(d["feature"], d["auc"]))

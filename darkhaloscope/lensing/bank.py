@@ -19,17 +19,18 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..constants import BANDS, PIXEL_SCALE_ARCSEC, STAMP_SIZE
+from ..constants import BANDS, PIXEL_SCALE_ARCSEC, STAMP_SIZE, flux_to_mag
 from ..errors import InputError
 from ..seeding import stable_hash64, torch_generator_for, unit_hash_array
 from .cosmology import DEFAULT_COSMOLOGY, sigma_v_from_theta_e
 from .priors import DEFAULT_PRIORS, PriorRegistry, draw_clumps, draw_system_parameters
 from .render import RenderConfig, add_poisson_noise, arc_snr, render_lensed_sources
 from .sie import LensBatch, ellipticity_from_phi_q
-from .source import SourceBatch, band_fluxes, mag_from_flux
+from .source import SourceBatch, band_fluxes
 
 #: Kolmogorov scaling of the seeing FWHM (lambda^-1/5) used when a band's psfsize is missing
-#: (112 DR10 bricks have psfsize_g = 0, lesson 29): g = 1.05 r, z = 0.94 r (F-INJ-8, lesson 41).
+#: (DR10 bricks without g coverage carry psfsize_g = 0, which would render an unblurred arc):
+#: g = 1.05 r, z = 0.94 r, the ratios of the DECam g, r, z effective wavelengths to the -1/5.
 PSF_BAND_SCALE_FROM_R = {"g": 1.05, "r": 1.0, "z": 0.94}
 #: Metadata key holding the planning summary (JSON) on a task table's schema.
 PLAN_SUMMARY_KEY = b"dhs_plan_summary"
@@ -151,24 +152,25 @@ def _col(t: pa.Table, name: str, dtype=np.float64) -> np.ndarray:
     return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
 
 
-def _build_tasks(hosts: pa.Table, theta_e: np.ndarray, z_l: np.ndarray, seeds: np.ndarray, batch: np.ndarray,
-                 index: np.ndarray, cell: np.ndarray, profile: str, cfg: InjectionConfig,
-                 params: dict[str, np.ndarray], host_row: np.ndarray | None = None):
-    """Rows for candidate tasks that pass the physical cuts, and each candidate's skip reason ('' = kept).
-
-    host_row: the row of ``hosts`` (after the ``host_splits`` filter) of each candidate; by default
-    the hosts in a hashed order (independent of the input row order) are dealt round-robin."""
+def _hosts_in_splits(hosts: pa.Table, host_splits) -> pa.Table:
+    """The validated hosts whose split is in ``host_splits`` (all of them when it is None)."""
     _validate_hosts(hosts)
-    if cfg.host_splits is not None:
-        keep = np.isin(_col(hosts, "split", object), np.asarray(cfg.host_splits, dtype=object))
-        hosts = hosts.filter(pa.array(keep))
-        if hosts.num_rows == 0:
-            raise InputError(f"no host has split in {cfg.host_splits}")
-    oid = _col(hosts, "object_id", np.int64)
-    if host_row is None:
-        order = np.lexsort((oid, unit_hash_array(oid, salt=(cfg.salt, "hosts"))))
-        host_row = order[np.arange(len(theta_e)) % len(order)]
-    z_s = params["z_s"]
+    if host_splits is None:
+        return hosts
+    keep = np.isin(_col(hosts, "split", object), np.asarray(host_splits, dtype=object))
+    hosts = hosts.filter(pa.array(keep))
+    if hosts.num_rows == 0:
+        raise InputError(f"no host has split in {host_splits}")
+    return hosts
+
+
+def _skip_reasons(theta_e: np.ndarray, z_l: np.ndarray, z_s: np.ndarray, host_psf_ok: np.ndarray,
+                  cfg: InjectionConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(skip reason per candidate, '' = kept; its SIS velocity dispersion [km/s], NaN where z_s <= z_l).
+
+    A candidate is skipped when its source is not behind the lens, when the velocity dispersion
+    that its (theta_E, z_l, z_s) implies lies outside ``cfg.sigma_v_range``, or when its host has no
+    usable PSF size; the first reason that applies is kept."""
     reason = np.full(len(theta_e), "", dtype=object)
     reason[z_s <= z_l] = "z_s_le_z_l"
     sigma_v = np.full(len(theta_e), np.nan)
@@ -178,8 +180,25 @@ def _build_tasks(hosts: pa.Table, theta_e: np.ndarray, z_l: np.ndarray, seeds: n
     lo, hi = cfg.sigma_v_range
     reason[okz & (sigma_v < lo)] = "sigma_v_below_range"
     reason[okz & (sigma_v > hi)] = "sigma_v_above_range"
+    reason[(reason == "") & ~host_psf_ok] = "host_psfsize_r_missing"
+    return reason, sigma_v
+
+
+def _build_tasks(hosts: pa.Table, theta_e: np.ndarray, z_l: np.ndarray, seeds: np.ndarray, batch: np.ndarray,
+                 index: np.ndarray, cell: np.ndarray, profile: str, cfg: InjectionConfig,
+                 params: dict[str, np.ndarray], host_row: np.ndarray | None = None):
+    """Rows for candidate tasks that pass the physical cuts, and each candidate's skip reason ('' = kept).
+
+    host_row: the row of ``hosts`` (after the ``host_splits`` filter) of each candidate; by default
+    the hosts in a hashed order (independent of the input row order) are dealt round-robin."""
+    hosts = _hosts_in_splits(hosts, cfg.host_splits)
+    oid = _col(hosts, "object_id", np.int64)
+    if host_row is None:
+        order = np.lexsort((oid, unit_hash_array(oid, salt=(cfg.salt, "hosts"))))
+        host_row = order[np.arange(len(theta_e)) % len(order)]
+    z_s = params["z_s"]
     psf, psf_ok = host_psf_fwhm(np.stack([_col(hosts, f"psfsize_{b}") for b in BANDS], axis=1))
-    reason[(reason == "") & ~psf_ok[host_row]] = "host_psfsize_r_missing"
+    reason, sigma_v = _skip_reasons(theta_e, z_l, z_s, psf_ok[host_row], cfg)
     keep = reason == ""
     h = host_row[keep]
     host_dx, host_dy = _col(hosts, "dx_pix")[h], _col(hosts, "dy_pix")[h]
@@ -400,7 +419,7 @@ def render_injection_batch(tasks: pa.Table, host_images: np.ndarray, host_invvar
         n_ref[sel] = res.n_refined.cpu().numpy()
     injected = (img.astype(np.float32) + arc).astype(np.float32)
     injected[~ok] = img[~ok]
-    mags = mag_from_flux(lensed_flux)
+    mags = flux_to_mag(lensed_flux)
     cols = {"injection_id": _col(tasks, "injection_id", np.int64), "seed": seeds, "success": ok,
             "failure_reason": reason.astype(object), "magnification": mu, "arc_snr": snr[:, 1]}
     for b, name in enumerate(BANDS):

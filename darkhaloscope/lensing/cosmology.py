@@ -1,6 +1,6 @@
 """Einstein radius <-> velocity dispersion through an astropy cosmology (SIS normalisation).
 
-theta_E = 4 pi (sigma_v / c)^2 D_ds / D_s (simulation.md §1.7), the lenstronomy
+theta_E = 4 pi (sigma_v / c)^2 D_ds / D_s (the singular isothermal sphere), the lenstronomy
 ``LensCosmo.sis_sigma_v2theta_E`` formula, which is also the lenstronomy SIE theta_E.
 Distances are angular-diameter distances from astropy; theta_E in arcsec, sigma_v in km/s.
 """

@@ -7,20 +7,24 @@ depend only on its seed, not on the batch it sits in.
 
 Kinds:
 - ``uniform``: U(lo, hi);
-- ``area``: sqrt(U(lo^2, hi^2)), uniform per unit area of an annulus (lesson 37, beta_frac);
+- ``area``: sqrt(U(lo^2, hi^2)), uniform per unit area of an annulus (beta_frac: a source position
+  uniform in the source plane, not crowded towards the caustic centre);
 - ``truncnormal``: N(mu, sigma) truncated to [lo, hi] by inverse-CDF (exactly in range);
 - ``loguniform``: log-uniform on [lo, hi].
 
 Defaults (units in the names; sources cited in the comments):
-the source population follows simulation.md §4 (unlensed r 22-26, R_e 0.15-0.5" after lesson 42
-removed R_e < 0.15" artefacts, n 0.5-2 because n ~ 4 needs ss >= 8, q 0.3-1), beta_frac
-area-weighted in [0.1, 0.4] theta_E (F-INJ-4; beta_frac up to 1 made doubles rather than arcs).
+the source population follows the discoverable DES-depth population of LensPop (Collett 2015:
+unlensed r median 24.2, source R_e median 0.31"): unlensed r 22-26, R_e 0.15-0.5" (smaller sources
+render as point-like pairs that look like binary stars, not arcs), n 0.5-2 (n ~ 4 needs
+supersampling ss >= 8), q 0.3-1; beta_frac area-weighted in [0.1, 0.4] theta_E (sources farther
+out than ~0.4 theta_E form doubles rather than arcs).
 Colours: lensed sources at z 1-3 are star-forming, roughly flat in f_nu, so g-r ~ N(0.3, 0.25) and
-r-z ~ N(0.3, 0.25) (simulation.md §4, an assumption to calibrate); the seed system's N(1.15, 0.3) /
-N(0.85, 0.2) came from arc annuli contaminated by the red deflector and is not used. Lens q U(0.5, 1)
-and PA U(0, pi) (F-INJ-2), shear components N(0, 0.04) truncated at +-0.1, lens centre jitter
-N(0, 0.05") truncated at +-0.15" (F-INJ-2), z_s U(1, 3). Clumps (F-GEN-7, off by default because of
-lesson 42): 2-6 clumps holding 5-25 % of the flux, sigma 0.05-0.12".
+r-z ~ N(0.3, 0.25) (LensPop's sources have g-r ~ 0; an assumption to calibrate); colours measured
+in arc annuli of real lenses (g-r ~ 1.2) are contaminated by the red deflector and are not used.
+Lens q U(0.5, 1) and PA U(0, pi), shear components N(0, 0.04) truncated at +-0.1, lens centre
+jitter N(0, 0.05") truncated at +-0.15", z_s U(1, 3). Clumps (off by default: a few bright clumps
+render as separate blobs rather than a smooth arc at DR10 seeing): 2-6 clumps holding 5-25 % of
+the flux, sigma 0.05-0.12".
 """
 
 from __future__ import annotations

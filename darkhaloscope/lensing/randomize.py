@@ -1,10 +1,10 @@
-"""Optional domain randomisation of injected stamps (seed system F-GEN-8), per-injection seeded.
+"""Optional domain randomisation of injected stamps, per-injection seeded.
 
 Images are (N, 3, S, S) [nmgy/pixel]; amplitudes are in units of each band's robust noise sigma
 (1.4826 x MAD of the *control* image), so the injected stamp and its paired control receive
 identical artefacts (``randomize_pair``).
 
-Order, and why (the question of seeds/001 Q3):
+Order, and why:
 1. PSF anisotropy - the arc's kernel gets an ellipticity (``draw_psf_anisotropy`` feeds
    ``render_lensed_sources(psf_e1=, psf_e2=)``). It is an atmosphere/optics effect on the sky's
    light, so it acts first and only on the rendered arc; re-convolving the host would blur its
@@ -15,7 +15,7 @@ Order, and why (the question of seeds/001 Q3):
    resampled.
 3. Saturation wings - light of a bright star around saturated pixels, fixed on the detector grid.
 4. Cosmic rays - sharp tracks in one band; they are never convolved by the PSF, so they come
-   after every convolution and resampling (the answer to Q3: PSF before cosmic rays).
+   after every convolution and resampling (PSF first, cosmic rays after).
 5. Background plane - an additive sky-subtraction residual of the coadd, applied last. Steps 3-5
    are additive and commute; the fixed order only fixes the random-number stream.
 """

@@ -1,8 +1,8 @@
 """Batched renderer of lensed Sérsic(+clump) sources in g, r, z, in lenstronomy's ImageModel convention.
 
 Pixel grid (matches lenstronomy ``ImageModel`` with transform [[-pix, 0], [0, pix]] centred on the
-stamp, simulation.md Correctness #7): array index [y, x] = [row j, column i]; the pixel centre is at
-x = -(i - c) pix (RA-like, East left), y = (j - c) pix (North up), c = (n - 1)/2, in arcsec.
+stamp; the tests compare the two pixel by pixel): array index [y, x] = [row j, column i]; the pixel
+centre is at x = -(i - c) pix (RA-like, East left), y = (j - c) pix (North up), c = (n - 1)/2, in arcsec.
 Sub-pixel centres sit at ((k + 0.5)/ss - 0.5) pix around each pixel centre; the pixel value is the
 mean surface brightness over the ss x ss sub-pixels times pix^2, so an ``amp`` in nmgy/arcsec^2
 gives nmgy/pixel and the sum of an image is its flux.
@@ -17,7 +17,8 @@ so the trapezoid mean differs from the ss x ss mean by far less than the test to
 
 PSF: per system and band, a Gaussian or Moffat (beta = 3.5) kernel from ``darkhaloscope.psf`` with
 radius ``kernel_radius_pix(fwhm)`` (3 FWHM, capped at 31 px), applied by zero-padded FFT with the
-kernel centre wrapped to index (0, 0) (no shift, lesson 34). Flux that the kernel spreads beyond the
+kernel centre wrapped to index (0, 0), so the convolved arc is not shifted (a kernel whose centre
+sits elsewhere in the padded array shifts the arc by that offset). Flux that the kernel spreads beyond the
 stamp edge is lost, exactly as in lenstronomy's 'same' convolution.
 
 Arc S/N (the one definition used everywhere): in each band, over the pixels where the PSF-convolved
@@ -272,7 +273,8 @@ def add_poisson_noise(arc: torch.Tensor, gain_e_per_nmgy: float, generators) -> 
     """Arc with source Poisson noise: Poisson(arc * gain) / gain [nmgy/pixel], one generator per system.
 
     The rate is arc * gain with negative FFT round-off set to 0, so pixels without arc flux get
-    exactly 0 noise (no clamp-to-1 bug, lesson 44). ``generators``: a sequence of B torch.Generators
+    exactly 0 noise (clamping the rate to at least 1 e- would add spurious noise to every arc-free
+    pixel of the host, whose own noise is already in its image). ``generators``: a sequence of B torch.Generators
     on the arc's device, each seeded from its injection (seeding.torch_generator_for).
     """
     if not gain_e_per_nmgy > 0:

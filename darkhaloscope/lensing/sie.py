@@ -1,6 +1,6 @@
 """Batched SIE + external-shear lens model in torch, in lenstronomy's convention.
 
-Conventions (shared/reference/simulation.md §3):
+Conventions (lenstronomy's ``SIE`` and ``SHEAR`` profiles, which the tests use as the reference):
 - angles in arcsec; x is the RA-like axis (East positive), y is Dec (North positive);
 - ``theta_e`` is the product-average (intermediate-axis) Einstein radius: the kappa = 1/2
   isodensity has semi-axes theta_e/sqrt(q) and theta_e*sqrt(q);

@@ -3,7 +3,8 @@
 Units: positions in arcsec (source plane), fluxes in nanomaggies (AB ZP 22.5), surface brightness
 in nanomaggies/arcsec^2.
 
-Flux semantics (the seed system's Gen7 ``clump_flux_frac`` bug, F-GEN-7, is fixed by definition):
+Flux semantics (chosen so a source's magnitude is its total flux whatever its clumps: clumps added
+on top of a full-flux Sérsic would make clumpy sources brighter than their magnitude says):
 ``clump_flux_frac`` is the fraction of the source's *total* flux that sits in clumps. The Sérsic is
 normalised to (1 - clump_flux_frac) of the total and the clumps share clump_flux_frac according to
 their ``clump_weight`` (normalised to sum 1 per source), so the analytic total flux is exactly the
@@ -19,21 +20,9 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from ..constants import AB_ZEROPOINT, BANDS
+from ..constants import BANDS, mag_to_flux
 from ..errors import InputError
 from ..profiles import sersic_amp_for_flux, sersic_surface_brightness
-
-
-def flux_from_mag(mag) -> np.ndarray:
-    """AB magnitude -> flux in nanomaggies (ZP 22.5)."""
-    return 10.0 ** (-0.4 * (np.asarray(mag, dtype=np.float64) - AB_ZEROPOINT))
-
-
-def mag_from_flux(flux) -> np.ndarray:
-    """Flux [nanomaggies] -> AB magnitude; NaN for flux <= 0."""
-    f = np.asarray(flux, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(f > 0, AB_ZEROPOINT - 2.5 * np.log10(np.where(f > 0, f, 1.0)), np.nan)
 
 
 def band_fluxes(mag_r, g_minus_r, r_minus_z) -> np.ndarray:
@@ -44,7 +33,7 @@ def band_fluxes(mag_r, g_minus_r, r_minus_z) -> np.ndarray:
     for name, v in (("mag_r", mag_r), ("g_minus_r", gr), ("r_minus_z", rz)):
         if not np.all(np.isfinite(v)):
             raise InputError(f"source {name} has non-finite values: {v[~np.isfinite(v)][:4]}")
-    out = np.stack([flux_from_mag(mag_r + gr), flux_from_mag(mag_r), flux_from_mag(mag_r - rz)], axis=-1)
+    out = np.stack([mag_to_flux(mag_r + gr), mag_to_flux(mag_r), mag_to_flux(mag_r - rz)], axis=-1)
     assert out.shape[-1] == len(BANDS)
     return out
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..lensing.source import flux_from_mag
+from ..constants import mag_to_flux, psfdepth_from_depth_mag
 from ..seeding import rng_for
 from . import sweep_model as sm
 
@@ -103,7 +103,7 @@ def observing_conditions(rng: np.random.Generator, ra, dec, seed: int) -> Condit
         # depth ∝ sqrt(NOBS) (1.25 log10 in magnitudes) and ∝ 1/FWHM for a point source
         m5 = DEPTH_3PASS[b] + 1.25 * np.log10(np.maximum(nobs[b], 1) / 3.0) - 2.5 * np.log10(fwhm[b] / FWHM_REF[b])
         m5 = m5 + DEPTH_ZP_FIELD * smooth_field(ra, dec, seed, f"zp-{b}")
-        depth = 25.0 / flux_from_mag(m5) ** 2  # (5 / 5σ flux)²
+        depth = psfdepth_from_depth_mag(m5)
         psfdepth[b] = np.where(nobs[b] > 0, depth, 0.0)
         galdepth[b] = psfdepth[b] * fwhm[b] ** 2 / (fwhm[b] ** 2 + (FWHM_PER_RE * GALDEPTH_RE) ** 2)
     mw = {b: 10 ** (-0.4 * EXTINCTION[b] * ebv) for b in EXTINCTION}
@@ -119,13 +119,13 @@ def measured_photometry(rng: np.random.Generator, true_mag: dict, cond: Conditio
         extended = cond.fwhm[b] ** 2 / (cond.fwhm[b] ** 2 + (FWHM_PER_RE * shape_r) ** 2)
         iv = np.where(is_dup, 0.0, cond.psfdepth[b] * extended)
         sig = np.where(iv > 0, 1 / np.sqrt(np.maximum(iv, 1e-30)), 0.0)
-        f = flux_from_mag(true_mag[b]) * cond.mw[b] + sig * rng.standard_normal(n)
+        f = mag_to_flux(true_mag[b]) * cond.mw[b] + sig * rng.standard_normal(n)
         flux[b] = np.where(iv > 0, f, 0.0)
         ivar[b] = iv
     for b in sm.WISE:
-        sig5 = flux_from_mag(WISE_DEPTH[b]) / 5.0
+        sig5 = mag_to_flux(WISE_DEPTH[b]) / 5.0
         iv = np.full(n, 1.0 / sig5**2) * (1 + WISE_IVAR_FIELD * smooth_field(ra, dec, seed, f"wise-{b}"))
-        flux[b] = flux_from_mag(true_mag[b]) * cond.mw[b] + rng.standard_normal(n) / np.sqrt(iv)
+        flux[b] = mag_to_flux(true_mag[b]) * cond.mw[b] + rng.standard_normal(n) / np.sqrt(iv)
         ivar[b] = iv
         if b in ("W1", "W2"):
             flux[b] = np.where(is_dup, 0.0, flux[b])

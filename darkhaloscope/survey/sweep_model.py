@@ -40,8 +40,6 @@ DR10_OPTICAL = ("G", "R", "I", "Z")
 DR9_OPTICAL = ("G", "R", "Z")
 WISE = ("W1", "W2", "W3", "W4")
 
-DATA_MODELS = ("dr8-sweep", "dr9-sweep", "dr10-sweep", "dr8-tractor", "dr9-tractor", "dr10-tractor")
-
 
 def _per_band(prefix: str, bands, tform: str) -> list[tuple[str, str]]:
     return [(f"{prefix}_{b}", tform) for b in bands]
@@ -256,10 +254,6 @@ def arrow_schema(columns: tuple[tuple[str, str], ...], data_model: str | None = 
     fields += [pa.field(n, t) for n, t in DERIVED_COLUMNS]
     meta = {b"dhs.data_model": data_model.encode()} if data_model else None
     return pa.schema(fields, metadata=meta)
-
-
-#: The lake schema of a DR10 sweep after ingest.
-DR10_SWEEP_ARROW_SCHEMA = arrow_schema(DR10_SWEEP_COLUMNS, "dr10-sweep")
 
 
 def detect_data_model(columns: dict[str, str], where: str) -> str:

@@ -59,7 +59,6 @@ GATES = {g.name: g for g in (
          "on negatives and injections whose arcs lie outside that core"),
     Gate("hard_negative_auroc", 0.70, False, True, "the model's AUROC of injections against their azimuthally shuffled arcs"),
 )}
-GATE_NAMES = tuple(GATES)
 BLOCKING_GATES = frozenset(n for n, g in GATES.items() if g.blocking)
 
 

@@ -26,6 +26,9 @@ from .data import PREPROCESS_SPEC_KEY, STREAM_SPEC_KEY, negatives_per_positive_m
 from .preprocess import PreprocessSpec
 #: Splits the training set holds (test is never trained on, nor used to choose a model).
 FIT_SPLITS = ("train", "val")
+#: Loss weight of a positive by tier: confident (A) lenses count fully, probable (B) ones half,
+#: because a share of tier B are not lenses at all.
+TIER_WEIGHTS = {"A": 1.0, "B": 0.5}
 #: Columns of the cutouts table the training set is built from.
 CUTOUT_COLUMNS = tuple(dict.fromkeys(("object_id", "label", "split", "tier", "pool", "psfsize_r", "quality_ok",
                                       "in_training_catalog", *HOST_COLUMNS)))
@@ -67,7 +70,7 @@ def assemble_training_set(rows: pa.Table, images: np.ndarray, invvar: np.ndarray
         raise InputError(f"{rows.num_rows} rows but stamps {images.shape} and invvar {invvar.shape}")
     if rows.num_rows == 0:
         raise InputError("no quality-checked train/val training-catalog cutouts to build the training set from")
-    weights = {"A": 1.0, "B": 0.5, **(tier_weights or {})}
+    weights = {**TIER_WEIGHTS, **(tier_weights or {})}
     label = rows.column("label").to_numpy(zero_copy_only=False).astype(np.int8)
     split = np.asarray(rows.column("split").to_pylist(), dtype=object)
     object_id = rows.column("object_id").to_numpy(zero_copy_only=False).astype(np.int64)
