@@ -19,6 +19,10 @@ from .catalog.sampling import CATALOG_SCHEMA
 from .evaluation.recall import CONFUSER_SCHEMA, RECALL_SCHEMA
 from .evaluation.selection import MARGINAL_SCHEMA, SELECTION_SCHEMA
 from .evaluation.thresholds import THRESHOLD_SCHEMA
+from .search.candidates import CANDIDATE_FIELDS, SCORE_COLUMNS
+from .search.grades import GRADES, GRADES_SCHEMA
+from .search.streaming import SCORE_FIELDS, STAMP_SCHEMA
+from .search.targets import TARGET_SCHEMA
 from .stamps import STAMP_SHAPE, tensor_type
 from .survey.known_lenses import KNOWN_LENS_SCHEMA
 from .survey.manifest import MANIFEST_SCHEMA
@@ -236,6 +240,54 @@ ALERTS = Contract(
     key=("dedup_key",),
     allowed_values={"severity": ("ERROR", "WARN")},
 )
+
+SEARCH_TARGETS = Contract(
+    table="search_targets",
+    columns=_columns(TARGET_SCHEMA),
+    key=("object_id",),
+    ranges=(Range("dec", -90.0, 90.0), Range("ra", 0.0, 360.0, hi_inclusive=False)),
+    allowed_values={"split": _SPLITS},
+)
+
+SEARCH_SCORES = Contract(
+    table="search_scores",
+    columns={"object_id": pa.int64(), "sweep_file": pa.string(), "ra": pa.float64(), "dec": pa.float64(), "split": pa.string(),
+             **{f.name: f.type for f in SCORE_FIELDS}},
+    key=("object_id",),
+    ranges=(Range("score", 0.0, 1.0, nullable=True),),
+)
+
+SEARCH_STAMPS = Contract(
+    table="search_stamps",
+    columns=_columns(STAMP_SCHEMA),
+    key=("object_id",),
+    ranges=(Range("score", 0.0, 1.0),),
+)
+
+CANDIDATES = Contract(
+    table="candidates",
+    columns={**{c: TARGET_SCHEMA.field(c).type for c in SCORE_COLUMNS if c in TARGET_SCHEMA.names}, "score": pa.float64(),
+             "model_version": pa.string(), **{f.name: f.type for f in CANDIDATE_FIELDS}},
+    key=("object_id",),
+    ranges=(Range("rank", 1, None), Range("score", 0.0, 1.0), Range("score_percentile", 0.0, 100.0), Range("n_merged", 0, None),
+            Range("known_separation_arcsec", 0.0, None, nullable=True),
+            *(Range(c, 0.0, 1.0, nullable=True) for c in ("completeness", "completeness_ci68_lo", "completeness_ci68_hi"))),
+)
+
+CANDIDATE_GALLERY = Contract(
+    table="candidate_gallery",
+    columns={"uri": pa.string(), "bytes": pa.int64(), "stamps": pa.int64()},
+    ranges=(Range("bytes", 1, None), Range("stamps", 0, None)),
+)
+
+VISUAL_GRADES = Contract(
+    table="visual_grades",
+    columns=_columns(GRADES_SCHEMA),
+    key=("round", "object_id"),
+    ranges=(Range("round", 1, None),),
+    allowed_values={"grade": GRADES},
+)
+
 
 def schema_problems(schema: pa.Schema, contract: Contract) -> list[str]:
     """Missing columns and type mismatches of ``schema`` against ``contract`` (empty list = conforms)."""

@@ -1,4 +1,4 @@
-"""The ``dhs`` command: materialize assets, query the lake, list tables, cut a cutout, run the demo."""
+"""The ``dhs`` command: materialize assets, query the lake, list tables, cut a cutout, land visual grades, run the demo."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def cmd_demo(args) -> int:
 
     t0 = time.monotonic()
     try:
-        Materializer(defs, _instance()).run(["evaluation_report"])
+        Materializer(defs, _instance()).run(["evaluation_report", "candidate_gallery"])
     except MaterializeError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
@@ -134,9 +134,74 @@ def cmd_demo(args) -> int:
     print("\nReal-lens recall by tier (test split):")
     cols, rows = run_query(lake, DEMO_RECALL_SQL)
     print(format_rows(cols, rows))
+    print("\nTop 10 search candidates:")
+    cols, rows = run_query(lake, DEMO_CANDIDATES_SQL)
+    print(format_rows(cols, rows))
+    print_hidden_lens_recovery(lake)
     cols, rows = run_query(lake, "SELECT uri FROM evaluation_report")
     print(f"\nEvaluation report: {rows[0][0] if rows else '(missing)'}")
+    cols, rows = run_query(lake, "SELECT uri FROM candidate_gallery")
+    print(f"Candidate gallery: {rows[0][0] if rows else '(missing)'}")
     print('Try: dhs query "select * from selection_function limit 20"')
+    return 0
+
+
+def print_hidden_lens_recovery(lake) -> None:
+    """The demo's discovery test: hidden lenses of the mock sky (truth kept beside the mock survey,
+    read here only, after the run) recovered among the candidates, by arc S/N, and the false ones."""
+    import pyarrow.parquet as pq
+
+    from darkhaloscope.evaluation.discovery import hidden_lens_recovery
+    from darkhaloscope.query import format_rows
+    from resources.config import build_resources
+
+    survey = build_resources()["survey"]
+    if not survey.is_mock:
+        return
+    report = hidden_lens_recovery(lake.read_table("search", "candidates"), pq.read_table(survey.mock_manifest().hidden_truth_path),
+                                  lake.read_table("survey", "known_lenses"))
+    n_hidden = report.hidden.num_rows
+    print(f"\nHidden-lens recovery: {report.n_recovered} of {n_hidden} hidden lenses among {report.n_candidates} candidates "
+          f"({report.count('known')} known lenses, {report.n_false} false candidates). By arc S/N:")
+    by_snr = report.by_snr.to_pylist()
+    print(format_rows(["arc_snr", "n_hidden", "n_recovered", "recovered_fraction"],
+                      [(f"[{r['snr_lo']:g}, {r['snr_hi']:g})", r["n_hidden"], r["n_recovered"],
+                        None if r["recovered_fraction"] is None else round(r["recovered_fraction"], 2)) for r in by_snr]))
+
+
+def cmd_grade(args) -> int:
+    from darkhaloscope.search.grades import parse_grades_csv
+    from definitions import build_defs
+    from resources.config import build_resources
+
+    from .orchestration import failure_message
+    from .search import GRADES
+
+    path = os.path.abspath(args.file)
+    try:
+        with open(path, "rb") as f:
+            payload = f.read()
+        lake = _lake()
+        ids = lake.read_table("search", "candidates", columns=["object_id"]).column("object_id").to_numpy()
+        parse_grades_csv(payload, path, ids)
+    except (InputError, CredentialError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    import dagster as dg
+
+    result = build_defs(build_resources()).resolve_implicit_global_asset_job_def().execute_in_process(
+        instance=_instance(), asset_selection=[dg.AssetKey(list(GRADES))], raise_on_error=False,
+        run_config={"ops": {"search__visual_grades": {"config": {"csv_path": path}}}})
+    if not result.success:
+        print(f"FAILED: {failure_message(result)}", file=sys.stderr)
+        return 1
+    grades = lake.read_table(*GRADES)
+    last = max(grades.column("round").to_pylist())
+    print(f"landed {sum(1 for r in grades.column('round').to_pylist() if r == last)} grades as round {last} of visual_grades "
+          f"({grades.num_rows} grades in all rounds)")
     return 0
 
 
@@ -156,6 +221,11 @@ def completeness_grid(rows: list[tuple]) -> str:
 
 DEMO_THRESHOLD_SQL = """
 SELECT name FROM thresholds WHERE resolvable AND kind = 'fpr' ORDER BY target LIMIT 1
+"""
+DEMO_CANDIDATES_SQL = """
+SELECT rank, object_id, round(ra, 5) AS ra, round(dec, 5) AS dec, round(score, 4) AS score, round(score_percentile, 3) AS pct,
+       CASE WHEN known THEN 'known: ' || known_name ELSE 'new' END AS status, threshold_name
+FROM candidates ORDER BY rank LIMIT 10
 """
 DEMO_SF_SQL = """
 SELECT theta_e_arcsec, z_l, completeness, ci68_lo, ci68_hi, sufficient, n_valid
@@ -188,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
     c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
     c.set_defaults(func=cmd_cutout)
+    g = sub.add_parser("grade", help="land a grades CSV (object_id, grade: A, B, C or not_a_lens) as the next round of visual_grades")
+    g.add_argument("file", help="CSV exported from the candidate gallery")
+    g.set_defaults(func=cmd_grade)
     d = sub.add_parser("demo", help="run the whole graph on the embedded mock survey and print the headline numbers")
     d.set_defaults(func=cmd_demo)
     return p

@@ -24,6 +24,7 @@ from darkhaloscope.evaluation.products import FIGURES, report_html, selection_pr
 from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META, held_out_negatives, injection_rows, published_lens_finder, score_batches
 from darkhaloscope.imaging.cutout_table import load_stamps
 from darkhaloscope.lensing.bank import plan_grid
+from darkhaloscope.search.gallery import GALLERY_FILE, GALLERY_TABLE
 from darkhaloscope.stamps import from_tensor_column
 from resources import ComputeResource, LakeResource
 
@@ -166,7 +167,8 @@ def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource, thr
                       selection_marginals: pa.Table, real_lens_recall: pa.Table, fpr_by_confuser: pa.Table, cutout_scores: ds.Dataset,
                       injection_scores: ds.Dataset, injection_bank: ds.Dataset, cutouts: ds.Dataset, lens_finder: pa.Table):
     """One static HTML page beside its index row: ROC curves, the selection function and its
-    marginals, the recall table, the lens finder's gates and mosaics of example cutouts."""
+    marginals, the recall table, the lens finder's gates, mosaics of example cutouts and a link to
+    the search's candidate gallery."""
     store = lake.lake()
     cut = cutout_scores.to_table()
     real_test = cut.filter(pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test")))
@@ -176,6 +178,7 @@ def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource, thr
         injections=injection_rows(injection_scores, "injection"), controls=injection_rows(injection_scores, "control"),
         held_out=held_out_negatives(cut), real_test=real_test, cutout_stamps=lambda ids: load_stamps(cutouts, ids)[0][0],
         injection_stamps=lambda ids: _injection_images(injection_bank, ids), lens_finder_row=lens_finder.to_pylist()[0], lake_uri=store.uri,
+        gallery_uri=store.full_uri(f"{store.table_path(*GALLERY_TABLE)}/{GALLERY_FILE}"),
     ).encode("utf-8")
     staged = lake.stage(context).table(*REPORT)
     staged.write_bytes("report.html", html)

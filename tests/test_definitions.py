@@ -18,10 +18,13 @@ EXPECTED_ASSETS = {
     "training/training_set", "training/lens_finder",
     "evaluation/cutout_scores", "evaluation/injection_scores", "evaluation/thresholds", "evaluation/selection_function",
     "evaluation/selection_marginals", "evaluation/real_lens_recall", "evaluation/fpr_by_confuser", "evaluation/evaluation_report",
+    "search/search_targets", "search/search_scores", "search/search_stamps", "search/candidates", "search/candidate_gallery",
+    "search/visual_grades",
     "ops/alerts",
 }
 #: Assets that put tensors on the compute device (CUDA when present): one at a time (pool "gpu").
-GPU_ASSETS = {"injection/injection_bank", "training/lens_finder", "evaluation/cutout_scores", "evaluation/injection_scores"}
+GPU_ASSETS = {"injection/injection_bank", "training/lens_finder", "evaluation/cutout_scores", "evaluation/injection_scores",
+              "search/search_scores", "search/search_stamps"}
 
 
 def test_every_table_is_an_asset_with_its_checks_in_its_own_step():

@@ -18,7 +18,7 @@ SCOPES = {
     ("tests",): ("test",),
     ("benchmarks",): ("test", "bench"),
 }
-LOCAL = {"darkhaloscope", "lens_assets", "resources", "io_managers", "tests", "definitions"}
+LOCAL = {"darkhaloscope", "lens_assets", "resources", "io_managers", "tests", "definitions", "benchmarks"}
 
 
 def _imports(paths) -> dict[str, str]:

@@ -448,17 +448,24 @@ def select_negatives(
     return negatives_from_selected(table.take(pa.array(rows, pa.int64())), config), funnel
 
 
-def selected_rows(
-    table: pa.Table, known_lenses: "KnownLensIndex | pa.Table", config: NegativeSelectionConfig = NegativeSelectionConfig()
-) -> tuple[np.ndarray, dict[str, dict[str, int]]]:
-    """Row indices of ``table`` that pass every cut, and the funnel (see :func:`select_negatives`)."""
-    index = known_lenses if isinstance(known_lenses, KnownLensIndex) else KnownLensIndex.from_table(known_lenses)
+def preselection(table: pa.Table, config: NegativeSelectionConfig = NegativeSelectionConfig()) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(pass mask, {step: rows that step removed}) of every cut before the known-lens exclusion:
+    the galaxies a survey-wide search covers, and the first steps of the negatives' funnel."""
     masks = cut_masks(table, config)
     alive = np.ones(table.num_rows, dtype=bool)
     removed: dict[str, np.ndarray] = {}
     for step in CUT_STEPS[:-1]:
         removed[step] = alive & ~masks[step]
         alive &= masks[step]
+    return alive, removed
+
+
+def selected_rows(
+    table: pa.Table, known_lenses: "KnownLensIndex | pa.Table", config: NegativeSelectionConfig = NegativeSelectionConfig()
+) -> tuple[np.ndarray, dict[str, dict[str, int]]]:
+    """Row indices of ``table`` that pass every cut, and the funnel (see :func:`select_negatives`)."""
+    index = known_lenses if isinstance(known_lenses, KnownLensIndex) else KnownLensIndex.from_table(known_lenses)
+    alive, removed = preselection(table, config)
     idx = np.flatnonzero(alive)
     ra = _float(table, "ra")[idx]
     dec = _float(table, "dec")[idx]

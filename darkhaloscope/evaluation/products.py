@@ -66,9 +66,10 @@ def report_gates(lens_finder_row: Mapping) -> list[dict]:
 def report_html(*, thresholds: pa.Table, selection: pa.Table, marginals: pa.Table, figure: Callable[[str], bytes], recall: pa.Table,
                 fpr: pa.Table, injections: pa.Table, controls: pa.Table, held_out: pa.Table, real_test: pa.Table,
                 cutout_stamps: Callable[[list], np.ndarray], injection_stamps: Callable[[list], dict], lens_finder_row: Mapping,
-                lake_uri: str) -> str:
+                lake_uri: str, gallery_uri: str | None = None) -> str:
     """The evaluation report page. ``figure(name)`` returns a stored figure; ``cutout_stamps(ids)``
-    the cutouts' images (N, 3, 101, 101); ``injection_stamps(ids)`` {injection id: image}."""
+    the cutouts' images (N, 3, 101, 101); ``injection_stamps(ids)`` {injection id: image};
+    ``gallery_uri`` where the search's candidate gallery is published."""
     usable = usable_thresholds(thresholds)
     curves = {"injections vs paired controls": roc_inputs(injections, controls),
               "held-out negatives vs test-split known lenses": roc_inputs(real_test, held_out)}
@@ -92,4 +93,5 @@ def report_html(*, thresholds: pa.Table, selection: pa.Table, marginals: pa.Tabl
         model_choice=metrics.get("ensemble") or None, comparison=model_comparison(injections, controls, real_test, held_out),
         mosaics=mosaics,
         provenance={"checkpoint": lens_finder_row["checkpoint_uri"], "checkpoint version": lens_finder_row["data_version"], "lake": lake_uri},
+        gallery_uri=gallery_uri,
     )

@@ -280,6 +280,7 @@ def build_report(
     comparison: pa.Table | None = None,
     mosaics: Mapping[str, bytes] | None = None,
     provenance: Mapping[str, object] | None = None,
+    gallery_uri: str | None = None,
     max_table_rows: int = 200,
 ) -> str:
     """One static, self-contained HTML page of the evaluation.
@@ -302,6 +303,7 @@ def build_report(
     mosaics : maps a caption ('true positives', 'missed injections', 'highest-scoring negatives')
         to the PNG of :func:`plots.mosaic_png`.
     provenance : key/value pairs printed at the top (model, code version, data versions).
+    gallery_uri : where the survey search's candidate gallery is published (a link; no section without it).
 
     Returns the HTML text (UTF-8); identical inputs give an identical page.
     """
@@ -316,6 +318,12 @@ def build_report(
     parts.append(table_html(fpr_by_confuser, max_rows=max_table_rows, el_id=ids("table", "fpr-by-confuser"))
                  if fpr_by_confuser is not None else _MISSING)
     parts += _mosaic_sections(ids, mosaics)
+
+    if gallery_uri:
+        href = gallery_uri if "://" in gallery_uri else "file://" + gallery_uri
+        parts.append("<h2>Survey-wide search</h2>")
+        parts.append(f'<p>The candidates of the search, with stamps and grading: <a id="link-gallery" href="{html.escape(href)}">'
+                     f"candidate gallery</a> (materialize <code>candidate_gallery</code> when the link is missing).</p>")
 
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"

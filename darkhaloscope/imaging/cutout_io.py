@@ -149,11 +149,20 @@ def rgb_image(image) -> np.ndarray:
     return (np.clip(planes, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
 
 
-def write_cutout_png(path: str, image) -> None:
-    """Write the colour image of a g, r, z cube (nmgy/pixel) as a PNG, North up (row 0 = top)."""
+def cutout_png(image) -> bytes:
+    """PNG bytes of the colour image of a g, r, z cube (nmgy/pixel), North up (row 0 = top)."""
+    import io
+
     from PIL import Image
 
-    rgb = rgb_image(image)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     # FITS row 0 is the south edge; a PNG's first row is the top, so flip to keep North up
-    Image.fromarray(np.ascontiguousarray(rgb[::-1])).save(path)
+    out = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(rgb_image(image)[::-1])).save(out, format="PNG")
+    return out.getvalue()
+
+
+def write_cutout_png(path: str, image) -> None:
+    """Write :func:`cutout_png` of a g, r, z cube (nmgy/pixel) to ``path``."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(cutout_png(image))

@@ -34,14 +34,20 @@ window.addEventListener('load', function () {
 def image_load_results(page: str, work_dir: Path) -> dict[str, dict]:
     """{img id: {id, alt, complete, w, h}} for every image of ``page`` (the sentinel included)
     after Chromium loaded it offline; raises AssertionError with Chromium's stderr on failure."""
+    dom, stderr = page_dom(page.replace("</body>", _CHECK_SCRIPT + "</body>"), work_dir)
+    m = re.search(r'<pre id="imgcheck">(.*?)</pre>', dom, re.S)
+    assert m, "the load handler never ran; chromium stderr: " + stderr[-2000:]
+    return {r["id"]: r for r in json.loads(html.unescape(m.group(1)))}
+
+
+def page_dom(page: str, work_dir: Path) -> tuple[str, str]:
+    """(the DOM after headless Chromium loaded ``page`` offline and ran its scripts, Chromium's stderr)."""
     path = work_dir / "page.html"
-    path.write_text(page.replace("</body>", _CHECK_SCRIPT + "</body>"), encoding="utf-8")
+    path.write_text(page, encoding="utf-8")
     cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
            "--no-first-run", "--disable-background-networking", "--disable-component-update",
            "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={work_dir / 'chromium-profile'}",
            "--virtual-time-budget=5000", "--dump-dom", path.as_uri()]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    m = re.search(r'<pre id="imgcheck">(.*?)</pre>', proc.stdout, re.S)
-    assert m, "the load handler never ran; chromium stderr: " + proc.stderr[-2000:]
-    return {r["id"]: r for r in json.loads(html.unescape(m.group(1)))}
+    return proc.stdout, proc.stderr

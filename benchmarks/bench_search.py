@@ -1,0 +1,130 @@
+"""Benchmark: survey search from coadd bricks to committed scores, streamed (cut a chunk, score it,
+keep only the score rows and the stamps above the keep-threshold) against the existing path (cut
+every stamp into a ``cutouts`` table in the lake, then score that table), in one run.
+
+Both paths read the same mock DR10 bricks (fpack-compressed, written once by bench_cutouts.py to
+benchmarks/out/mock_dr10) with BrickImageSource, score with the demo profile's lens finder
+(strided ResNet, its preprocessing, random weights: the cost does not depend on the weights) on
+the same targets in brick order, and commit their tables to a local lake. Prints one JSON line:
+galaxies per second per core of each path (both use every core torch is given), their ratio and
+the bytes stored per galaxy.
+
+    python benchmarks/bench_search.py [--per-brick 128] [--repeat 2] [--keep-threshold 0.5] [--device cpu|cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import torch  # noqa: E402
+
+from benchmarks.bench_cutouts import OUT, ensure_bricks, targets  # noqa: E402
+from darkhaloscope.evaluation.scoring import SCORE_BATCH, score_batches  # noqa: E402
+from darkhaloscope.imaging.coadd import BrickImageSource  # noqa: E402
+from darkhaloscope.imaging.cutout_table import cutout_batches  # noqa: E402
+from darkhaloscope.lake import Lake  # noqa: E402
+from darkhaloscope.search.streaming import (  # noqa: E402
+    SCORE_CHUNKS, STAMP_CHUNKS, STAMP_SCHEMA, InflightSearch, SearchSettings, score_chunk, score_schema, search_partition,
+)
+from darkhaloscope.search.targets import TARGET_SCHEMA  # noqa: E402
+from darkhaloscope.training.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from darkhaloscope.training.models import build_model  # noqa: E402
+from darkhaloscope.training.profiles import training_profile  # noqa: E402
+
+
+def target_table(ra: np.ndarray, dec: np.ndarray) -> pa.Table:
+    """Search targets (TARGET_SCHEMA) at the given positions, one sweep file, in brick order."""
+    n = len(ra)
+    cols = {f.name: pa.nulls(n, f.type) for f in TARGET_SCHEMA}
+    cols.update(object_id=pa.array(np.arange(1, n + 1), pa.int64()), sweep_file=pa.array(["bench.fits"] * n), row_index=pa.array(np.arange(n)),
+                ra=pa.array(ra), dec=pa.array(dec), split=pa.array(["test"] * n), healpix_128=pa.array(np.zeros(n, np.int64)),
+                nobs_z_bin=pa.array(["3-5"] * n), type_bin=pa.array(["DEV"] * n), type=pa.array(["DEV"] * n),
+                **{f"psfsize_{b}": pa.array(np.full(n, 1.3), pa.float32()) for b in "grz"},
+                **{f"psfdepth_{b}": pa.array(np.full(n, 900.0), pa.float32()) for b in "grz"})
+    return pa.Table.from_pydict(cols, schema=pa.schema([f.with_nullable(True) for f in TARGET_SCHEMA]))
+
+
+def lens_finder(folder: str, device: str):
+    profile = training_profile("demo")
+    arch = profile.members[0].arch
+    torch.manual_seed(0)
+    save_checkpoint(folder, "best", build_model(arch, profile.preprocess.out_channels(3)), architecture=arch,
+                    in_channels=profile.preprocess.out_channels(3), preprocess=profile.preprocess)
+    return load_checkpoint(folder, "best", device=device)
+
+
+def streamed(lake: Lake, tgt: pa.Table, source, model, spec, device: str, keep: float) -> tuple[float, dict]:
+    """The search_scores asset's path: chunks cut, scored and committed in flight, then the
+    partition's scores and kept stamps written from them."""
+    t0 = time.perf_counter()
+    inflight = InflightSearch(lake, "bench.fits", spec.data_version)
+    run = search_partition(tgt, source, model, spec, device, SearchSettings(keep_threshold=keep), inflight, SCORE_BATCH.get(device, 16))
+    a = lake.write_table("search", "search_scores", inflight.batches(SCORE_CHUNKS, run["n_chunks"]), schema=score_schema(tgt.schema))
+    b = lake.write_table("search", "search_stamps", inflight.batches(STAMP_CHUNKS, run["n_chunks"]), schema=STAMP_SCHEMA)
+    inflight.clear()
+    return time.perf_counter() - t0, {"bytes": a.bytes + b.bytes, "stamps_kept": b.rows}
+
+
+def materialized(lake: Lake, tgt: pa.Table, source, model, spec, device: str) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    batches = cutout_batches(tgt.append_column("label", pa.array(np.zeros(tgt.num_rows, np.int8))), source)
+    first = next(batches)
+    cut = lake.write_table("imaging", "cutouts", itertools.chain([first], batches), schema=first.schema)
+    scored = score_batches(lake.dataset("imaging", "cutouts"), ["object_id", "label", "split"], "image", "cutout", model, spec, device)
+    first = next(scored)
+    sc = lake.write_table("evaluation", "cutout_scores", itertools.chain([first], scored), schema=first.schema)
+    return time.perf_counter() - t0, {"bytes": cut.bytes + sc.bytes, "cutout_bytes": cut.bytes}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--per-brick", type=int, default=128)
+    ap.add_argument("--keep-threshold", type=float, default=0.5)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args()
+    cores = len(os.sched_getaffinity(0))
+    torch.set_num_threads(cores)
+    table, names, _ = ensure_bricks()
+    ra, dec = targets(table, names, args.per_brick, "search")
+    tgt = target_table(ra, dec)
+    source = BrickImageSource(str(OUT))
+    work = tempfile.mkdtemp(prefix="bench_search_")
+    try:
+        model, spec = lens_finder(f"{work}/ckpt", args.device)
+        score_chunk(tgt.slice(0, 16), source, model, spec, args.device, SearchSettings())  # warm-up
+        t_base = t_stream = np.inf
+        for i in range(args.repeat):  # the forms take turns; the least time counts
+            t, base = materialized(Lake(f"{work}/base{i}"), tgt, source, model, spec, args.device)
+            t_base = min(t_base, t)
+            t, stream = streamed(Lake(f"{work}/stream{i}"), tgt, source, model, spec, args.device, args.keep_threshold)
+            t_stream = min(t_stream, t)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    n = tgt.num_rows
+    print(json.dumps({
+        "benchmark": "search", "device": args.device, "cores": cores, "galaxies": n, "bricks": len(names),
+        "streamed_galaxies_per_s_per_core": round(n / t_stream / cores, 2),
+        "materialized_galaxies_per_s_per_core": round(n / t_base / cores, 2),
+        "speedup_streamed_vs_materialized": round(t_base / t_stream, 2),
+        "streamed_bytes_per_galaxy": round(stream["bytes"] / n, 1), "materialized_bytes_per_galaxy": round(base["bytes"] / n, 1),
+        "stamp_bytes_per_galaxy": round(base["cutout_bytes"] / n, 1), "stamps_kept": stream["stamps_kept"],
+        "storage_ratio_streamed_to_stamps": round(stream["bytes"] / base["cutout_bytes"], 4),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""The search library on small inputs: targets = the preselection before the known-lens exclusion,
+unscorable stamps kept with their reason, streamed scores equal to scoring the same stamps at once,
+chunk-level resume, candidates (threshold, ranking, de-duplication, known matches, percentiles,
+completeness) against astropy / scipy, one model version, and the grades CSV checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from scipy import stats
+
+from darkhaloscope import sky
+from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_table, select_negatives
+from darkhaloscope.errors import InputError
+from darkhaloscope.imaging.batch import BAND_MISSING_BIT, CutoutBatch
+from darkhaloscope.lake import Lake
+from darkhaloscope.search.candidates import build_candidates, choose_threshold, deduplicate, score_percentiles
+from darkhaloscope.search.grades import GRADES_SCHEMA, changed_earlier_rows, new_round, parse_grades_csv
+from darkhaloscope.search.streaming import (
+    SCORE_CHUNKS, STAMP_CHUNKS, InflightSearch, SearchSettings, coverage_problems, score_chunk, search_partition, unscorable_reasons,
+)
+from darkhaloscope.search.targets import funnel_preselected, search_targets
+from darkhaloscope.stats import jeffreys_interval
+from darkhaloscope.training.checkpoint import load_checkpoint, save_checkpoint
+from darkhaloscope.training.inference import score_with_members
+from darkhaloscope.training.models import build_model
+from darkhaloscope.training.preprocess import PreprocessSpec
+from tests.spark_fixtures import known_lenses_table
+from tests.test_catalog_cuts import rows
+
+SWEEP = "sweep-150p000-155p005.fits"
+SIZE = 101
+
+
+class NoiseSky:
+    """An image source of deterministic noise stamps (seeded by position), counting its requests;
+    targets in ``fail`` are refused, in ``empty`` have no data, in ``no_r`` lack the r band."""
+
+    checkpoint_chunks = False
+
+    def __init__(self, fail=(), empty=(), no_r=(), masked=()):
+        self.fail, self.empty, self.no_r, self.masked = set(fail), set(empty), set(no_r), set(masked)
+        self.requests = 0
+
+    def cutouts(self, ra, dec, size=SIZE):
+        self.requests += 1
+        batch = CutoutBatch.empty(len(ra), size)
+        failed = np.full(len(ra), "", dtype=object)
+        for i, (a, d) in enumerate(zip(ra, dec)):
+            key = round(float(a), 6)
+            if key in self.fail:
+                failed[i] = "http_404 not found"
+                continue
+            if key in self.empty:
+                continue
+            rng = np.random.default_rng(int(key * 1e6) % (2**32))
+            batch.image[i] = rng.normal(0.0, 0.05, (3, size, size)).astype(np.float32)
+            batch.invvar[i] = 400.0
+            if key in self.no_r:
+                batch.image[i, 1], batch.invvar[i, 1] = 0.0, 0.0
+                batch.band_missing[i] = BAND_MISSING_BIT["r"]
+            if key in self.masked:
+                batch.invvar[i, 2, size // 2, size // 2] = 0.0
+        return batch, failed
+
+
+@pytest.fixture(scope="module")
+def lens_finder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ckpt")
+    torch.manual_seed(0)
+    save_checkpoint(folder, "best", build_model("bottleneck_resnet_tiny", 3), architecture="bottleneck_resnet_tiny", in_channels=3,
+                    preprocess=PreprocessSpec(crop=65))
+    return load_checkpoint(folder, "best", device="cpu")
+
+
+def _targets(n: int) -> pa.Table:
+    t = rows(n, ra=[150.0 + 0.001 * i for i in range(n)], sweep_file=[SWEEP] * n)
+    return search_targets([t], NegativeSelectionConfig())
+
+
+def test_targets_are_the_preselection_before_the_known_lens_exclusion_in_brick_order():
+    sweep = rows(8, type=["DEV"] * 6 + ["PSF", "DEV"], maskbits=[0] * 7 + [2], brickid=[331001, 331000] * 4, sweep_file=[SWEEP] * 8)
+    known = known_lenses_table([{"ra": sweep.column("ra")[2].as_py(), "dec": 1.0}])
+    negatives, funnel = select_negatives(sweep, known)
+    targets = search_targets([sweep.slice(0, 5), sweep.slice(5)], NegativeSelectionConfig())
+    assert targets.num_rows == 6 and negatives.num_rows == 5  # the known lens is searched, never a negative
+    assert set(negatives.column("object_id").to_pylist()) < set(targets.column("object_id").to_pylist())
+    assert targets.column("brickid").to_pylist() == [331000] * 3 + [331001] * 3
+    assert funnel_preselected(funnel_table(funnel), SWEEP) == 6
+    assert targets.column("split").to_pylist() == list(sky.split_for_coords(targets.column("ra").to_numpy(), targets.column("dec").to_numpy()))
+    with pytest.raises(InputError, match="selection_funnel has 0 rows"):
+        funnel_preselected(funnel_table(funnel), "sweep-other.fits")
+
+
+def test_unscorable_stamps_get_their_reason():
+    batch = CutoutBatch.empty(5, 11)
+    batch.image[1:] = 1.0
+    batch.invvar[1:] = 1.0
+    batch.invvar[2, 1], batch.band_missing[2] = 0.0, BAND_MISSING_BIT["r"]
+    batch.invvar[3, 0, 5, 5] = 0.0
+    failed = np.array(["", "", "", "", "timeout after 30 s"], dtype=object)
+    assert unscorable_reasons(batch, failed).tolist() == ["no_data", "", "missing_band_r", "masked_centre_g", "fetch_failed: timeout after 30 s"]
+
+
+def test_streamed_scores_keep_every_row_record_the_model_and_equal_scoring_at_once(lens_finder, tmp_path):
+    model, spec = lens_finder
+    targets = _targets(7)
+    ra = [round(x, 6) for x in targets.column("ra").to_pylist()]
+    sky_ = NoiseSky(fail=[ra[0]], empty=[ra[1]], no_r=[ra[2]], masked=[ra[3]])
+    settings = SearchSettings(chunk=3, keep_threshold=0.0)
+    inflight = InflightSearch(Lake(str(tmp_path / "lake")), SWEEP, spec.data_version)
+    run = search_partition(targets, sky_, model, spec, "cpu", settings, inflight)
+    scores = pa.Table.from_batches(list(inflight.batches(SCORE_CHUNKS, run["n_chunks"])))
+    stamps = pa.Table.from_batches(list(inflight.batches(STAMP_CHUNKS, run["n_chunks"])))
+    assert sky_.requests == 3 and scores.column("object_id").to_pylist() == targets.column("object_id").to_pylist()
+    assert scores.column("valid").to_pylist() == [False] * 4 + [True] * 3
+    assert [r.split(":")[0] for r in scores.column("invalid_reason").to_pylist()[:4]] == ["fetch_failed", "no_data", "missing_band_r", "masked_centre_z"]
+    assert scores.column("score").null_count == 4 and set(scores.column("model_version").to_pylist()) == {spec.data_version}
+    assert stamps.column("object_id").to_pylist() == scores.column("object_id").to_pylist()[4:]  # keep-threshold 0 keeps every valid stamp
+    batch, _ = NoiseSky().cutouts(targets.column("ra").to_numpy()[4:], targets.column("dec").to_numpy()[4:])
+    expected, _, _, _ = score_with_members(model, spec, batch.image, device="cpu")
+    np.testing.assert_allclose(scores.column("score").to_numpy(zero_copy_only=False)[4:], expected, rtol=1e-6)
+    assert coverage_problems(scores, targets.column("object_id"), spec.data_version) == dict.fromkeys(
+        ("targets_without_row", "rows_of_no_target", "duplicate_rows", "rows_of_another_model", "unscorable_without_reason"), 0)
+    assert coverage_problems(scores.slice(1), targets.column("object_id"), "other")["rows_of_another_model"] == 6
+    none_kept = score_chunk(targets, NoiseSky(), model, spec, "cpu", SearchSettings(keep_threshold=1.0))[1]
+    assert none_kept.num_rows == 0
+
+
+def test_a_search_resumes_from_its_committed_chunks(lens_finder, tmp_path):
+    model, spec = lens_finder
+    lake = Lake(str(tmp_path / "lake"))
+    targets = _targets(5)
+    settings = SearchSettings(chunk=2)
+    inflight = InflightSearch(lake, SWEEP, spec.data_version)
+    first = search_partition(targets, NoiseSky(), model, spec, "cpu", settings, inflight)
+    assert first == {"n_chunks": 3, "n_scored_now": 3, "n_resumed": 0}
+    before = pa.Table.from_batches(list(inflight.batches(SCORE_CHUNKS, 3)))
+    inflight.area.delete_partition(*SCORE_CHUNKS, {**inflight.key, "chunk": "00000002"})  # the run died before its last chunk
+    sky_ = NoiseSky()
+    assert search_partition(targets, sky_, model, spec, "cpu", settings, inflight) == {"n_chunks": 3, "n_scored_now": 1, "n_resumed": 2}
+    assert sky_.requests == 1 and pa.Table.from_batches(list(inflight.batches(SCORE_CHUNKS, 3))).equals(before)
+    other_model = InflightSearch(lake, SWEEP, "f" * 64)
+    assert not other_model.done(0, targets.column("object_id").slice(0, 2).combine_chunks())  # a new model re-scores
+    inflight.clear()
+    assert not inflight.done(0, targets.column("object_id").slice(0, 2).combine_chunks())
+
+
+def _scores(ra, dec, score, version="v1") -> pa.Table:
+    n = len(ra)
+    return pa.table({"object_id": pa.array(np.arange(1, n + 1), pa.int64()), "sweep_file": [SWEEP] * n, "brickname": ["1500p010"] * n,
+                     "ra": pa.array(ra, pa.float64()), "dec": pa.array(dec, pa.float64()), "type": ["DEV"] * n,
+                     "mag_r": pa.array(np.full(n, 19.0), pa.float32()), "split": ["test"] * n,
+                     "score": pa.array([s if s is not None else None for s in score], pa.float64()),
+                     "model_version": [version] * n, "valid": [s is not None for s in score]})
+
+
+def _thresholds() -> pa.Table:
+    return pa.table({"name": ["fpr_1e-02", "fpr_1e-03", "fpr_1e-04", "score>0.5"], "threshold": [0.6, 0.8, None, 0.5]})
+
+
+def test_candidates_ranked_deduplicated_matched_with_percentiles_and_completeness():
+    arcsec = 1 / 3600
+    ra = [150.0, 150.0 + 2 * arcsec, 150.1, 150.1 + 4 * arcsec, 150.2, 150.3, 150.4]
+    dec = [1.0] * 7
+    score = [0.95, 0.99, 0.9, 0.85, 0.81, 0.55, None]
+    known = known_lenses_table([{"name": "KNOWN-1", "ra": 150.2 + 1 * arcsec, "dec": 1.0}])
+    injections = pa.table({"score": pa.array([0.9, 0.85, 0.1, 0.7, None], pa.float64()), "valid": [True, True, True, True, False]})
+    cand = build_candidates(_scores(ra, dec, score), _thresholds(), known, injections)
+    assert choose_threshold(_thresholds()) == ("fpr_1e-03", 0.8)
+    assert cand.column("rank").to_pylist() == [1, 2, 3, 4]
+    assert cand.column("object_id").to_pylist() == [2, 3, 4, 5]  # object 1 is 2" from the better object 2: merged
+    assert cand.column("n_merged").to_pylist() == [1, 0, 0, 0]  # 4" apart: both kept
+    assert cand.column("known").to_pylist() == [False, False, False, True]
+    assert cand.column("known_name").to_pylist()[3] == "KNOWN-1"
+    np.testing.assert_allclose(cand.column("known_separation_arcsec").to_numpy(zero_copy_only=False),
+                               sky.angular_separation_arcsec(cand.column("ra").to_numpy(), 1.0, 150.2 + arcsec, 1.0), rtol=1e-9)
+    valid = [s for s in score if s is not None]
+    expected = [stats.percentileofscore(valid, s, kind="weak") for s in cand.column("score").to_pylist()]
+    np.testing.assert_allclose(cand.column("score_percentile").to_numpy(), expected)
+    lo, hi = jeffreys_interval(2, 4, 0.68)
+    assert cand.column("completeness").to_pylist() == [0.5] * 4 and cand.column("n_injections")[0].as_py() == 4
+    assert cand.column("completeness_ci68_lo")[0].as_py() == pytest.approx(float(lo)) and cand.column("completeness_ci68_hi")[0].as_py() == pytest.approx(float(hi))
+    named = build_candidates(_scores(ra, dec, score), _thresholds(), known, None, threshold_name="score>0.5")
+    assert named.num_rows == 5 and named.column("completeness").null_count == 5
+    with pytest.raises(InputError, match="fpr_1e-04"):
+        build_candidates(_scores(ra, dec, score), _thresholds(), known, None, threshold_name="fpr_1e-04")  # not resolvable
+
+
+def test_candidates_refuse_scores_of_two_models():
+    mixed = pa.concat_tables([_scores([150.0], [1.0], [0.9], "v1"), _scores([150.5], [1.0], [0.95], "v2")])
+    with pytest.raises(InputError, match="mixes 2 model versions"):
+        build_candidates(mixed, _thresholds(), known_lenses_table([]))
+
+
+def test_deduplication_and_percentiles_edge_cases():
+    keep, merged = deduplicate(np.array([10.0, 10.0 + 1 / 3600, 10.0 + 2 / 3600]), np.zeros(3), 1.5)
+    assert keep.tolist() == [True, False, True] and merged.tolist() == [1, 0, 0]  # greedy in rank order
+    assert score_percentiles(np.array([0.1, 0.2, 0.2, 0.9]), np.array([0.2])).tolist() == [75.0]
+    with pytest.raises(InputError, match="no validly scored"):
+        score_percentiles(np.array([]), np.array([0.5]))
+
+
+def _candidates() -> pa.Table:
+    return pa.table({"object_id": pa.array([11, 12, 13], pa.int64()), "ra": [1.0, 2.0, 3.0], "dec": [0.0, 0.0, 0.0],
+                     "score": [0.9, 0.8, 0.7], "model_version": ["v1"] * 3, "known": [False, True, False]})
+
+
+@pytest.mark.parametrize("text, message", [
+    (b"id,grade\n11,A\n", "missing column"),
+    (b"object_id,grade\n11,maybe\n", r"grades.csv:2: grade 'maybe'"),
+    (b"object_id,grade\n11,A\nxx,B\n", r"grades.csv:3: object_id 'xx'"),
+    (b"object_id,grade\n11,A\n11,B\n", "graded more than once"),
+    (b"object_id,grade\n99,A\n", "not candidates"),
+    (b"object_id,grade\n", "no grades"),
+])
+def test_bad_grade_files_are_named(text, message):
+    with pytest.raises(InputError, match=message):
+        parse_grades_csv(text, "grades.csv", [11, 12, 13])
+
+
+def test_rounds_append_and_earlier_rounds_are_checked():
+    first_csv = b"object_id,grade,model_version\n11,A,v1\n12,not_a_lens,v1\n"
+    first = new_round(None, parse_grades_csv(first_csv, "a.csv", [11, 12, 13]), _candidates(), "a.csv", first_csv)
+    second_csv = b"object_id,grade\n11,B\n13,C\n"
+    both = new_round(first, parse_grades_csv(second_csv, "b.csv", [11, 12, 13]), _candidates(), "b.csv", second_csv)
+    assert both.schema == GRADES_SCHEMA and both.column("round").to_pylist() == [1, 1, 2, 2]
+    assert both.column("grade").to_pylist() == ["A", "not_a_lens", "B", "C"] and both.column("known").to_pylist() == [False, True, False, False]
+    assert changed_earlier_rows(first, both) == 0
+    tampered = pa.concat_tables([first.set_column(2, GRADES_SCHEMA.field("grade"), pa.array(["B", "not_a_lens"])), both.slice(2)])
+    assert changed_earlier_rows(first, tampered) == 1
+    assert changed_earlier_rows(first, both.slice(1)) == 1
+
+
+def test_the_evaluation_report_links_the_gallery():
+    from darkhaloscope.evaluation.report import build_report
+
+    page = build_report(gallery_uri="/lake/search/candidate_gallery/gallery.html")
+    assert 'id="link-gallery" href="file:///lake/search/candidate_gallery/gallery.html"' in page
+    assert 'href="s3://b/search/candidate_gallery/gallery.html"' in build_report(gallery_uri="s3://b/search/candidate_gallery/gallery.html")
+
+
+def test_gallery_uses_kept_stamps_and_cuts_only_the_missing_ones():
+    import pyarrow.dataset as ds
+
+    from darkhaloscope.search.gallery import gallery_stamps
+    from darkhaloscope.stamps import to_tensor_array
+
+    kept_image = np.full((1, 3, SIZE, SIZE), 0.5, np.float32)
+    kept = ds.dataset(pa.table({"object_id": pa.array([1], pa.int64()), "image": to_tensor_array(kept_image)}))
+    cand = pa.table({"object_id": pa.array([1, 2], pa.int64()), "ra": [150.0, 150.001], "dec": [1.0, 1.0]})
+    opened = []
+
+    def open_source():
+        opened.append(NoiseSky())
+        return opened[-1]
+
+    stamps = gallery_stamps(cand, kept, open_source, SIZE)
+    assert np.array_equal(stamps[0], kept_image[0]) and len(opened) == 1 and opened[0].requests == 1
+    expected, _ = NoiseSky().cutouts(np.array([150.001]), np.array([1.0]))
+    assert np.array_equal(stamps[1], expected.image[0])
+    gallery_stamps(cand.slice(0, 1), kept, open_source, SIZE)
+    assert len(opened) == 1  # every stamp kept: the source is never opened
