@@ -102,7 +102,19 @@ class _BasicBlock(nn.Module):
         return torch.relu(out + (x if self.down is None else self.down(x)))
 
 
-class ResNet18Small(nn.Module):
+class _PooledResNet(nn.Module):
+    """stem -> residual layers -> global average pooling -> linear head: (N, C, H, W) -> (N,) logits."""
+
+    stem: nn.Module
+    layers: nn.Module
+    head: nn.Module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.layers(self.stem(x)).mean(dim=(2, 3))
+        return self.head(f).squeeze(-1)
+
+
+class ResNet18Small(_PooledResNet):
     """ResNet-18 (basic blocks [2, 2, 2, 2], widths 64-512) with a 3x3 stride-1 stem and no max-pool."""
 
     def __init__(self, in_channels: int = 3, widths: tuple[int, int, int, int] = (64, 128, 256, 512)):
@@ -121,12 +133,8 @@ class ResNet18Small(nn.Module):
         self.layers = nn.Sequential(*blocks)
         self.head = nn.Linear(c, 1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        f = self.layers(self.stem(x)).mean(dim=(2, 3))
-        return self.head(f).squeeze(-1)
 
-
-class StridedResNet(nn.Module):
+class StridedResNet(_PooledResNet):
     """5x5 stride-2 stem, then one basic block per width (strides 1, 2, 2 by default), global
     average pooling and a linear head: (N, C, H, W) -> (N,) logits."""
 
@@ -145,10 +153,6 @@ class StridedResNet(nn.Module):
             c = wd
         self.layers = nn.Sequential(*blocks)
         self.head = nn.Linear(c, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        f = self.layers(self.stem(x)).mean(dim=(2, 3))
-        return self.head(f).squeeze(-1)
 
 
 def _tiny_bottleneck_resnet(in_channels: int = 3) -> BottleneckResNet:
