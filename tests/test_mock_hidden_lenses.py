@@ -126,9 +126,9 @@ def test_hidden_truth_is_read_by_no_asset():
     """Only the mock survey library and the resource that builds the mock sky may name the hidden-lens
     truth; no asset (training or otherwise), IO manager or Definitions module does."""
     names = re.compile(r"hidden_lens_truth|hidden_truth|HIDDEN_LENS_TRUTH|lens_truth_paths|hidden_lens_recovery")
-    # resources/imaging.py paints the sky the cutouts are cut from; lens_assets/cli.py scores the
+    # resources/imaging.py paints the sky the cutouts are cut from; lens_assets/demo_summary.py scores the
     # demo's candidates against the truth after every asset has run (no asset reads it)
-    allowed = {"resources/imaging.py", "lens_assets/cli.py"}
+    allowed = {"resources/imaging.py", "lens_assets/demo_summary.py"}
     readers = []
     for folder in ("lens_assets", "io_managers", "resources"):
         for path in sorted((REPO / folder).rglob("*.py")):
