@@ -65,7 +65,7 @@ def test_demo_runs_end_to_end(tmp_path):
     assert len(tables) >= 21
     read_edges = {(tuple(r["reader"]), r["table"]) for r in map(json.loads, reads.read_text().splitlines())}
     assert read_edges, "no reads were recorded"
-    undeclared = [(reader, table) for reader, table in read_edges if table not in upstream_of(graph, reader)]
+    undeclared = [(reader, table) for reader, table in read_edges - MAINTENANCE_LISTINGS if table not in upstream_of(graph, reader)]
     assert undeclared == [], undeclared
 
     # a failing materialization names the asset and exits non-zero
@@ -78,6 +78,12 @@ def test_demo_runs_end_to_end(tmp_path):
     loaded = image_load_results(open(report["uri"], encoding="utf-8").read(), tmp_path)
     assert loaded.pop(SENTINEL)["w"] == 0
     assert len(loaded) >= report["figures"] and all(r["complete"] and r["w"] > 0 for r in loaded.values()), loaded
+
+
+#: Reads that are not data flow: ``sweep_files`` lists the partitions of ``sweeps`` (and, when a
+#: sweep file left the survey, of every table partitioned by sweep file) to remove those of vanished
+#: files; those tables are downstream of it, so declaring them upstream would make a cycle.
+MAINTENANCE_LISTINGS = {(("survey/sweep_files",), "survey/sweeps")}
 
 
 def query_tables(tmp_path, env) -> list[dict]:
