@@ -31,10 +31,11 @@ import numpy as np  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks.demo_headline import SNR_BINS, auroc_of  # noqa: E402
+from darkhaloscope.evaluation.scoring import held_out_negatives  # noqa: E402
 from darkhaloscope.evaluation.thresholds import order_statistic_threshold  # noqa: E402
 from darkhaloscope.lake import Lake  # noqa: E402
 from darkhaloscope.stamps import from_tensor_column  # noqa: E402
-from darkhaloscope.stats import roc_auc  # noqa: E402
 from darkhaloscope.training.checkpoint import load_checkpoint  # noqa: E402
 from darkhaloscope.training.data import load_training_set  # noqa: E402
 from darkhaloscope.training.gates import run_gates  # noqa: E402
@@ -43,24 +44,16 @@ from darkhaloscope.training.loop import train  # noqa: E402
 from darkhaloscope.training.profiles import training_profile  # noqa: E402
 from darkhaloscope.training.runs import split_for_training  # noqa: E402
 
-SNR_BINS = ((0, 2), (2, 5), (5, 10), (10, 20), (20, 50), (50, np.inf))
-
-
 def _test_rows(lake: Lake):
     """Stamps of held-out negatives, test-split known lenses, and the injection bank's injections
     and controls with their arc S/N (the selection-function injections, test-split hosts)."""
     cut = lake.read_table("imaging", "cutouts", columns=["label", "split", "in_training_catalog", "quality_ok", "image"])
     cut = cut.filter(cut.column("quality_ok"))
-    held = pc.and_(pc.equal(cut.column("label"), 0), pc.or_(pc.equal(cut.column("split"), "test"), pc.invert(cut.column("in_training_catalog"))))
     real = pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test"))
     bank = lake.read_table("injection", "injection_bank", columns=["success", "arc_snr", "image", "control"])
     bank = bank.filter(bank.column("success"))
-    return (from_tensor_column(cut.filter(held).column("image")), from_tensor_column(cut.filter(real).column("image")),
+    return (from_tensor_column(held_out_negatives(cut).column("image")), from_tensor_column(cut.filter(real).column("image")),
             from_tensor_column(bank.column("image")), from_tensor_column(bank.column("control")), bank.column("arc_snr").to_numpy())
-
-
-def _auc(pos: np.ndarray, neg: np.ndarray) -> float:
-    return roc_auc(np.r_[pos, neg], np.r_[np.ones(len(pos)), np.zeros(len(neg))])
 
 
 def main() -> None:
@@ -98,7 +91,7 @@ def main() -> None:
     print(json.dumps({
         "name": a.name, "member": json.loads(a.member), "preprocess": json.loads(a.preprocess), "stream": json.loads(a.stream),
         "fixed_arcs": a.fixed_arcs, "val_auroc": round(res.best_val_auroc, 4), "best_epoch": res.best_epoch, "gates": gates,
-        "test_auroc_injections_vs_controls": round(_auc(p_inj, p_ctrl), 4), "test_auroc_real_vs_negatives": round(_auc(p_real, p_neg), 4),
+        "test_auroc_injections_vs_controls": auroc_of(p_inj, p_ctrl), "test_auroc_real_vs_negatives": auroc_of(p_real, p_neg),
         "threshold_fpr_1e-2": float(thr), "recall_test_known_lenses": round(float((p_real > thr).mean()), 4),
         "completeness_by_arc_snr": {f"{lo}-{hi}": round(float((p_inj[(snr >= lo) & (snr < hi)] > thr).mean()), 4) for lo, hi in SNR_BINS},
         "s_per_epoch": round(wall / max(res.epochs_run, 1), 1), "cpu_s": round(cpu), "load": os.getloadavg()[0],

@@ -36,7 +36,8 @@ def _scores(table) -> np.ndarray:
     return table.column("score").to_numpy(zero_copy_only=False)[ok]
 
 
-def _auc(pos: np.ndarray, neg: np.ndarray) -> float:
+def auroc_of(pos: np.ndarray, neg: np.ndarray) -> float:
+    """AUROC of scores ``pos`` (lenses) against ``neg``, to 4 decimals."""
     return round(roc_auc(np.r_[pos, neg], np.r_[np.ones(pos.size), np.zeros(neg.size)]), 4)
 
 
@@ -59,8 +60,8 @@ def headline(lake: Lake) -> dict:
     recall = [r for r in lake.read_table("evaluation", "real_lens_recall").to_pylist() if r["threshold_name"] == THRESHOLD and r["tier"] == "all"][0]
     return {
         "val_auroc": round(finder["val_auroc"], 4),
-        "test_auroc_injections_vs_controls": _auc(_scores(inj), _scores(ctrl)),
-        "test_auroc_real_vs_negatives": _auc(_scores(real), _scores(neg)),
+        "test_auroc_injections_vs_controls": auroc_of(_scores(inj), _scores(ctrl)),
+        "test_auroc_real_vs_negatives": auroc_of(_scores(real), _scores(neg)),
         "threshold": THRESHOLD, "threshold_value": t, "n_held_out_negatives": int(neg.num_rows),
         "completeness_by_arc_snr": {f"{lo}-{hi}": [round(float(np.mean(p[(snr >= lo) & (snr < hi)] > t)), 3), int(((snr >= lo) & (snr < hi)).sum())]
                                     for lo, hi in SNR_BINS},
@@ -69,7 +70,7 @@ def headline(lake: Lake) -> dict:
         "completeness_by_theta_e": {f"{k:.2f}": round(v, 3) for k, v in by_te.items()},
         "spearman_theta_e": round(float(spearmanr(list(by_te), list(by_te.values())).statistic), 3),
         "gates": {g["name"]: [round(g["value"], 4), g["passed"]] for g in gates},
-        "ece_before_after": [round(metrics["calibration"]["ece_before"], 4), round(metrics["calibration"]["ece_after"], 4)],
+        "ece_before_after": [round(cal["ece_before"], 4), round(cal["ece_after"], 4)] if (cal := metrics.get("calibration")) else None,
         "best_epoch": metrics["best_epoch"], "epochs_run": metrics["epochs_run"],
     }
 

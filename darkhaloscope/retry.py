@@ -19,7 +19,7 @@ the same work wait the same way while different targets still spread their retri
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Hashable, TypeVar
 
 import tenacity
@@ -64,6 +64,11 @@ class RetryPolicy:
             )
         if self.deadline_s is not None and not self.deadline_s > 0:
             raise InputError(f"retry deadline_s must be > 0 seconds, got {self.deadline_s}")
+
+    def until(self, deadline: float) -> "RetryPolicy":
+        """This policy bounded by ``deadline`` (a ``time.monotonic()`` instant): attempts and waits
+        end by then (at least 1 ms is left, so a deadline already past still allows one try)."""
+        return replace(self, deadline_s=max(1e-3, seconds_left(deadline)))
 
     def backoff_s(self, retry_index: int, jitter_key: tuple[Hashable, ...] = ()) -> float:
         """Seconds to wait before retry ``retry_index + 1`` (full jitter, seeded by ``jitter_key``)."""

@@ -41,7 +41,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .errors import InputError
-from .lake import PART_FILE, STAGING_DIR, WRITER_PREFIX, Lake, host_tag, translate_storage_error, validate_partition_key
+from .lake import PART_FILE, STAGING_DIR, WRITER_PREFIX, CommitInfo, Lake, host_tag, translate_storage_error, validate_partition_key
 
 REJECTED_DIR = "_rejected"
 OWNER_FILE = "owner.json"
@@ -184,7 +184,7 @@ class StagedTable:
         return h.hexdigest()[:16]
 
     # ----------------------------------------------------- publish or reject
-    def publish(self) -> "PublishedTable":
+    def publish(self) -> CommitInfo:
         """Move every staged file onto its published path, ``part-0.parquet`` last; returns where
         it landed. Raises InputError when nothing is staged."""
         files = self.staged_files()
@@ -202,7 +202,7 @@ class StagedTable:
                 raise translate_storage_error(exc, self.lake.full_uri(target)) from exc
         part = f"{dest}/{PART_FILE}"
         rows = pq.ParquetFile(part, filesystem=self.lake.fs).metadata.num_rows
-        return PublishedTable(uri=self.lake.full_uri(part), rows=rows, bytes=size, partition=self.partition)
+        return CommitInfo(uri=self.lake.full_uri(part), rows=rows, bytes=size, partition=self.partition)
 
     def reject(self, reason: Mapping) -> str:
         """Move the staged files to ``_rejected/<owner>/...`` with ``reason.json``; returns the
@@ -220,16 +220,6 @@ class StagedTable:
         with self.lake.fs.open_output_stream(f"{dest}/{REASON_FILE}") as out:
             out.write(json.dumps(record, indent=1, sort_keys=True, default=str).encode())
         return self.lake.full_uri(dest)
-
-
-@dataclass(frozen=True)
-class PublishedTable:
-    """Where a publication landed: the part file's URI, its rows and the bytes moved."""
-
-    uri: str
-    rows: int
-    bytes: int
-    partition: dict[str, str] | None
 
 
 class Stage:

@@ -128,10 +128,8 @@ class WebhookSink:
             if not 200 <= answer.status < 300:
                 raise HttpStatusError(self.url, answer)
 
-        policy = RetryPolicy(self.policy.max_attempts, self.policy.backoff_base_s, self.policy.backoff_max_s,
-                             deadline_s=max(1e-3, seconds_left(deadline)))
         try:
-            call_with_retries(attempt, _transient, policy, (alert.dedup_key,))
+            call_with_retries(attempt, _transient, self.policy.until(deadline), (alert.dedup_key,))
         except RetriesExhausted as exc:
             raise AlertDeliveryError(f"webhook {safe_url(self.url)} did not accept alert {alert.dedup_key}: {exc}") from exc
 

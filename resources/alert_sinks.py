@@ -60,10 +60,8 @@ class SlackSink:
             if not resp.get("ok", False):
                 raise AlertDeliveryError(f"Slack refused alert {alert.dedup_key} for channel {self.channel!r}: {resp.get('error')}")
 
-        policy = RetryPolicy(self.policy.max_attempts, self.policy.backoff_base_s, self.policy.backoff_max_s,
-                             deadline_s=max(1e-3, seconds_left(deadline)))
         try:
-            call_with_retries(attempt, _slack_transient, policy, (alert.dedup_key,))
+            call_with_retries(attempt, _slack_transient, self.policy.until(deadline), (alert.dedup_key,))
         except RetriesExhausted as exc:
             raise AlertDeliveryError(f"Slack did not accept alert {alert.dedup_key} for channel {self.channel!r}: {exc}") from exc
 

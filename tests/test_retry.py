@@ -59,3 +59,14 @@ def test_invalid_policies_are_refused():
         RetryPolicy(max_attempts=0)
     with pytest.raises(InputError, match="deadline"):
         RetryPolicy(deadline_s=0)
+
+
+def test_a_policy_bounded_by_a_deadline_keeps_its_attempts_and_backoffs():
+    import time as _time
+
+    base = RetryPolicy(max_attempts=3, backoff_base_s=0.5, backoff_max_s=4.0)
+    bounded = base.until(_time.monotonic() + 2.0)
+    assert (bounded.max_attempts, bounded.backoff_base_s, bounded.backoff_max_s) == (3, 0.5, 4.0)
+    assert 1.9 < bounded.deadline_s <= 2.0
+    # a deadline already past still allows the one attempt (no deadline_s <= 0)
+    assert base.until(_time.monotonic() - 5.0).deadline_s == pytest.approx(1e-3)
