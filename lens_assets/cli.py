@@ -128,7 +128,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from darkhaloscope.search.grades import parse_grades_csv
+    from darkhaloscope.search.grades import check_against_candidates, parse_grades_csv
     from definitions import build_defs
     from resources.config import build_resources
 
@@ -140,8 +140,9 @@ def cmd_grade(args) -> int:
         with open(path, "rb") as f:
             payload = f.read()
         lake = _lake()
-        ids = lake.read_table("search", "candidates", columns=["object_id"]).column("object_id").to_numpy()
-        parse_grades_csv(payload, path, ids)
+        if not lake.exists("search", "candidates"):
+            raise InputError(f"{path}: no published candidates to grade in {lake.uri} (materialize candidates first)")
+        check_against_candidates(parse_grades_csv(payload, path), lake.read_table("search", "candidates"), path)
     except (InputError, CredentialError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -184,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
     c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
     c.set_defaults(func=cmd_cutout)
-    g = sub.add_parser("grade", help="land a grades CSV (object_id, grade: A, B, C or not_a_lens) as the next round of visual_grades")
+    g = sub.add_parser("grade", help="land a grades CSV (the gallery's export: object_id, grade A, B, C or not_a_lens, ra, dec, score, model_version, known) as the next round of visual_grades")
     g.add_argument("file", help="CSV exported from the candidate gallery")
     g.set_defaults(func=cmd_grade)
     d = sub.add_parser("demo", help="run the whole graph on the embedded mock survey and print the headline numbers")

@@ -9,6 +9,7 @@ published lens finder, which is published only after its blocking gates passed.
 
 import itertools
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -25,6 +26,7 @@ from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META, held_o
 from darkhaloscope.imaging.cutout_table import load_stamps
 from darkhaloscope.lensing.bank import plan_grid
 from darkhaloscope.search.gallery import GALLERY_FILE, GALLERY_TABLE
+from darkhaloscope.search.grades import graded_lens_ids
 from darkhaloscope.stamps import from_tensor_column
 from resources import ComputeResource, LakeResource
 
@@ -32,6 +34,7 @@ from .common import OWNERS, as_metadata, check_specs, fail_fast_on_bad_input, ga
 from .imaging import CUTOUTS_KEY
 from .injection import BANK_KEY, PLAN_KEY
 from .partitions import injection_batches, sweep_partitions
+from .training import VISUAL_GRADES
 
 GROUP = "evaluation"
 LENS_FINDER = dg.AssetKey(["training", "lens_finder"])
@@ -88,16 +91,18 @@ def _score_metadata(staged, spec, device: str) -> dict:
     return as_metadata({"rows_by_kind": kinds, "n_unscorable": n_invalid, "checkpoint_version": spec.data_version, "device": device})
 
 
-@dg.asset(key=list(THR), group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="2",
+@dg.asset(key=list(THR), group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="3", deps=[VISUAL_GRADES],
           ins={"cutout_scores": dg.AssetIn(list(CUT_SCORES))}, check_specs=check_specs(THR, (au.THRESHOLDS_CONTRACT,)))
 def thresholds(context: dg.AssetExecutionContext, lake: LakeResource, cutout_scores: ds.Dataset):
-    """Score thresholds from held-out negatives at target false-positive rates (1e-2, 1e-3, 1e-4)
-    and at Paper IV's top-0.01-percentile cut, each with its number of valid negatives and a
-    bootstrap 68% interval; targets the sample cannot resolve are flagged, not invented."""
-    table = thresholds_from_negatives(held_out_negatives(cutout_scores.to_table()), fixed_scores=(0.5,))
+    """Score thresholds from held-out negatives (less those visually graded as lenses) at target
+    false-positive rates (1e-2, 1e-3, 1e-4) and at Paper IV's top-0.01-percentile cut, each with
+    its number of valid negatives and a bootstrap 68% interval; targets the sample cannot resolve
+    are flagged, not invented."""
+    lenses = _graded_lenses(lake.lake())
+    table = thresholds_from_negatives(held_out_negatives(cutout_scores.to_table(), lenses), fixed_scores=(0.5,))
     staged = lake.stage(context).table(*THR)
     staged.write(table)
-    md = as_metadata({"usable": [n for n, _ in usable_thresholds(table)]})
+    md = as_metadata({"usable": [n for n, _ in usable_thresholds(table)], "negatives_graded_lenses_excluded": int(lenses.size)})
     yield from gate(context, {THR: ([staged], [au.contract_audit(au.THRESHOLDS_CONTRACT, staged.read(), THRESHOLDS)])}, {THR: md})
 
 
@@ -136,7 +141,7 @@ def selection_function(context: dg.AssetExecutionContext, lake: LakeResource, th
           "fpr_by_confuser": dg.AssetOut(key=list(FPR), kinds={"parquet"}, owners=OWNERS, code_version="3",
                                          description="false-positive rate of held-out negatives by N2 confuser category")},
     ins={"thresholds": dg.AssetIn(list(THR)), "cutout_scores": dg.AssetIn(list(CUT_SCORES)), "training_set": dg.AssetIn(TRAINING_SET)},
-    group_name=GROUP,
+    deps=[VISUAL_GRADES], group_name=GROUP,
     check_specs=check_specs(RECALL, (au.REAL_LENS_RECALL_CONTRACT,)) + check_specs(FPR, (au.FPR_BY_CONFUSER_CONTRACT,)),
 )
 def real_lens_recall(context: dg.AssetExecutionContext, lake: LakeResource, thresholds: pa.Table, cutout_scores: ds.Dataset, training_set: ds.Dataset):
@@ -146,7 +151,7 @@ def real_lens_recall(context: dg.AssetExecutionContext, lake: LakeResource, thre
     with fail_fast_on_bad_input():
         recall = recall_table(scores.filter(pc.equal(scores.column("label"), 1)), thresholds,
                               training_set.to_table(columns=["object_id"]).column("object_id"), split="test")
-    fpr = fpr_table(held_out_negatives(scores), thresholds)
+    fpr = fpr_table(held_out_negatives(scores, _graded_lenses(lake.lake())), thresholds)
     stage = lake.stage(context)
     staged_recall, staged_fpr = stage.table(*RECALL), stage.table(*FPR)
     staged_recall.write(recall)
@@ -161,7 +166,7 @@ def real_lens_recall(context: dg.AssetExecutionContext, lake: LakeResource, thre
          "real_lens_recall": dg.AssetIn(list(RECALL)), "fpr_by_confuser": dg.AssetIn(list(FPR)), "cutout_scores": dg.AssetIn(list(CUT_SCORES)),
          "injection_scores": dg.AssetIn(list(INJ_SCORES)), "injection_bank": dg.AssetIn(list(BANK_KEY)), "cutouts": dg.AssetIn(list(CUTOUTS_KEY)),
          "lens_finder": dg.AssetIn(LENS_FINDER)},
-    check_specs=check_specs(REPORT, (au.EVALUATION_REPORT_CONTRACT,)),
+    deps=[VISUAL_GRADES], check_specs=check_specs(REPORT, (au.EVALUATION_REPORT_CONTRACT,)),
 )
 def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource, thresholds: pa.Table, selection_function: pa.Table,
                       selection_marginals: pa.Table, real_lens_recall: pa.Table, fpr_by_confuser: pa.Table, cutout_scores: ds.Dataset,
@@ -176,7 +181,7 @@ def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource, thr
         thresholds=thresholds, selection=selection_function, marginals=selection_marginals,
         figure=lambda name: store.read_bytes(*SEL, name, partition=FIGURES), recall=real_lens_recall, fpr=fpr_by_confuser,
         injections=injection_rows(injection_scores, "injection"), controls=injection_rows(injection_scores, "control"),
-        held_out=held_out_negatives(cut), real_test=real_test, cutout_stamps=lambda ids: load_stamps(cutouts, ids)[0][0],
+        held_out=held_out_negatives(cut, _graded_lenses(store)), real_test=real_test, cutout_stamps=lambda ids: load_stamps(cutouts, ids)[0][0],
         injection_stamps=lambda ids: _injection_images(injection_bank, ids), lens_finder_row=lens_finder.to_pylist()[0], lake_uri=store.uri,
         gallery_uri=store.full_uri(f"{store.table_path(*GALLERY_TABLE)}/{GALLERY_FILE}"),
     ).encode("utf-8")
@@ -186,6 +191,11 @@ def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource, thr
     staged.write(pa.table({"uri": [uri], "bytes": [len(html)], "figures": [html.count(b"<img")]}))
     md = {"figures": html.count(b"<img"), "report": dg.MetadataValue.url(f"file://{uri}") if not store.is_s3 else uri}
     yield from gate(context, {REPORT: ([staged], [au.contract_audit(au.EVALUATION_REPORT_CONTRACT, staged.read(), EVALUATION_REPORT)])}, {REPORT: md})
+
+
+def _graded_lenses(store) -> np.ndarray:
+    """Ids of objects the latest visual grade calls a lens (none before a grades round is landed)."""
+    return graded_lens_ids(store.read_table(*VISUAL_GRADES.path) if store.exists(*VISUAL_GRADES.path) else None)
 
 
 def _injection_images(bank: ds.Dataset, injection_ids) -> dict:

@@ -6,7 +6,8 @@ and scores in one stream (``darkhaloscope.search.streaming``): only the stamps o
 the keep-threshold are stored (``search_stamps``), and each scored chunk is committed in flight so
 a rerun after a crash scores only what is missing. ``candidates``, ``candidate_gallery`` and
 ``visual_grades`` are single tables; ``visual_grades`` gains one round per landed grades CSV
-(``dhs grade``).
+(``dhs grade``) and feeds the next ``training_set``: it takes no input from ``candidates`` (the
+CSV carries what the grader saw), which keeps the grading loop a DAG.
 """
 
 import time
@@ -187,29 +188,33 @@ def candidate_gallery(context: dg.AssetExecutionContext, config: GalleryConfig, 
 
 
 class GradesConfig(dg.Config):
-    """``csv_path``: the grades CSV to land as the next round (``dhs grade FILE.csv`` sets it)."""
+    """``csv_path``: the grades CSV to land as the next round (``dhs grade FILE.csv`` sets it);
+    empty: land nothing (the published rounds stay as they are, or an empty table on the first run)."""
 
-    csv_path: str
+    csv_path: str = ""
 
 
-@dg.asset(key=list(GRADES), group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="1", ins={"candidates": dg.AssetIn(list(CANDS))},
+@dg.asset(key=list(GRADES), group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="2",
           check_specs=check_specs(GRADES, (au.VISUAL_GRADES_CONTRACT, au.VISUAL_GRADES_ROUNDS_KEPT)))
-def visual_grades(context: dg.AssetExecutionContext, config: GradesConfig, lake: LakeResource, candidates: pa.Table):
-    """Visual grades (A, B, C, not_a_lens) of candidates, one round per landed grades CSV; earlier
-    rounds are kept as they were."""
+def visual_grades(context: dg.AssetExecutionContext, config: GradesConfig, lake: LakeResource):
+    """Visual grades (A, B, C, not_a_lens) of candidates, one round per landed grades CSV, each
+    grade with what the grader saw (position, score, model version); earlier rounds are kept as
+    they were. The next ``training_set`` reads them (graded lenses → positives, graded non-lenses →
+    hard negatives), so no graph edge comes in from ``candidates``: the CSV is self-contained and
+    ``dhs grade`` checks it against the candidates before landing."""
     store = lake.lake()
     with fail_fast_on_bad_input():
-        payload = _read_csv(config.csv_path)
-        grades = parse_grades_csv(payload, config.csv_path, candidates.column("object_id").to_numpy())
         previous = store.read_table(*GRADES) if store.exists(*GRADES) else None
-        table = new_round(previous, grades, candidates, config.csv_path.rsplit("/", 1)[-1], payload)
+        payload = _read_csv(config.csv_path) if config.csv_path else b""
+        grades = parse_grades_csv(payload, config.csv_path) if config.csv_path else None
+        table = new_round(previous, grades, config.csv_path.rsplit("/", 1)[-1], payload)
     staged = lake.stage(context).table(*GRADES)
     staged.write(table)
     landed = staged.read()
     outcomes = [au.contract_audit(au.VISUAL_GRADES_CONTRACT, landed, VISUAL_GRADES),
                 au.count_audit(au.VISUAL_GRADES_ROUNDS_KEPT, changed_earlier_rows(previous, landed), "rows of earlier rounds changed or lost")]
-    md = {"round": int(pc.max(table.column("round")).as_py()), "n_graded": grades.num_rows,
-          "grades": dg.MetadataValue.json({str(d["values"]): int(d["counts"]) for d in grades.column("grade").value_counts().to_pylist()})}
+    md = {"round": int(pc.max(table.column("round")).as_py() or 0), "n_graded": 0 if grades is None else grades.num_rows,
+          "grades": dg.MetadataValue.json({} if grades is None else {str(d["values"]): int(d["counts"]) for d in grades.column("grade").value_counts().to_pylist()})}
     yield from gate(context, {GRADES: ([staged], outcomes)}, {GRADES: md})
 
 

@@ -9,55 +9,88 @@ import sys
 import tempfile
 from dataclasses import replace
 
-import pyarrow as pa
 import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from darkhaloscope.imaging.cutout_table import load_stamps
+from darkhaloscope.errors import InputError
+from darkhaloscope.imaging.cutout_table import cutout_batches, load_stamps
+from darkhaloscope.search.grades import grades_for_training
 from darkhaloscope.training.gates import BLOCKING_GATES, GATES
 from darkhaloscope.training.profiles import training_profile
 from darkhaloscope.training.runs import publish_run
-from darkhaloscope.training.training_set import CUTOUT_COLUMNS, TIER_WEIGHTS, assemble_training_set, counts_by_split_and_kind, recorded_specs, training_rows
-from resources import ComputeResource, LakeResource
+from darkhaloscope.training.training_set import (
+    CUTOUT_COLUMNS, TIER_WEIGHTS, assemble_training_set, counts_by_split_and_kind, recorded_specs, training_rows, with_graded,
+)
+from resources import ComputeResource, LakeResource, SurveyResource
+from resources.imaging import ImagingResource
 
 from .common import OWNERS, fail_fast_on_bad_input, table_result
 from .imaging import GROUP as IMAGING, cutout_validation, cutouts
 
 GROUP = "training"
+#: The visual grades and the search targets are read by key: ``lens_assets.search`` builds on this module.
+VISUAL_GRADES, SEARCH_TARGETS = dg.AssetKey(["search", "visual_grades"]), dg.AssetKey(["search", "search_targets"])
 
 
 class TrainingSetConfig(dg.Config):
-    """Tier weights of real positives, whether negatives host injections rendered on the fly while
-    training, and the class ratio: at most ``negatives_per_positive`` negatives per positive in each
-    split (0 = every training-catalog negative, whose ratio the catalog's ``negatives_per_positive`` sets)."""
+    """Tier weights of real positives (C: graded possible lenses), whether negatives host
+    injections rendered on the fly while training, the class ratio (at most
+    ``negatives_per_positive`` negatives per positive in each split; 0 = every training-catalog
+    negative, whose ratio the catalog's ``negatives_per_positive`` sets) and the visual grades used:
+    ``grades_round`` -1 every landed round, 0 none, N rounds 1..N."""
 
     weight_tier_a: float = TIER_WEIGHTS["A"]
     weight_tier_b: float = TIER_WEIGHTS["B"]
+    weight_tier_c: float = TIER_WEIGHTS["C"]
     injections: bool = True
     negatives_per_positive: float = 0.0
+    grades_round: int = -1
 
 
-@dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[cutouts, cutout_validation], kinds={"parquet"}, owners=OWNERS, code_version="2")
-def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, lake: LakeResource, compute: ComputeResource) -> dg.MaterializeResult:
+@dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[cutouts, cutout_validation, SEARCH_TARGETS, VISUAL_GRADES], kinds={"parquet"},
+          owners=OWNERS, code_version="3")
+def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, lake: LakeResource, compute: ComputeResource,
+                 survey: SurveyResource, imaging: ImagingResource) -> dg.MaterializeResult:
     """Real positives (tier weights A 1.0, B 0.5) and the training catalog's negatives of the train
-    and val splits (test stays untouched); negatives that can host injections carry their inverse
-    variance and host columns, and the table records the injection stream (priors, counts, S/N
-    acceptance) and the preprocessing spec of the profile: the lens finder renders fresh injections
-    every epoch from them instead of reading stored ones."""
+    and val splits (test stays untouched), with the visually graded candidates of those splits
+    (graded lenses as positives with their grade as tier, C 0.25; graded non-lenses as labelled
+    hard negatives; the grade rounds and their hash are recorded); negatives that can host
+    injections carry their inverse variance and host columns, and the table records the injection
+    stream (priors, counts, S/N acceptance) and the preprocessing spec of the profile: the lens
+    finder renders fresh injections every epoch from them instead of reading stored ones."""
     store = lake.lake()
     profile = training_profile(compute.profile)
     with fail_fast_on_bad_input():
         rows = training_rows(store.read_table(IMAGING, "cutouts", columns=list(CUTOUT_COLUMNS)))
         (images, invvar), _ = load_stamps(store.dataset(IMAGING, "cutouts"), rows.column("object_id").to_numpy(), ("image", "invvar"))
+        graded, used = grades_for_training(store.read_table(*VISUAL_GRADES.path) if store.exists(*VISUAL_GRADES.path) else None, config.grades_round)
+        rows, images, invvar, counts = with_graded(rows, images, invvar, graded, _graded_cutouts(store, graded, rows, lambda: imaging.source(survey, store)))
         table = assemble_training_set(
             rows, images, invvar, preprocess=profile.preprocess, stream=profile.stream if config.injections else None,
-            tier_weights={"A": config.weight_tier_a, "B": config.weight_tier_b},
-            negatives_per_positive=config.negatives_per_positive, host_types=profile.injection_host_types)
+            tier_weights={"A": config.weight_tier_a, "B": config.weight_tier_b, "C": config.weight_tier_c},
+            negatives_per_positive=config.negatives_per_positive, host_types=profile.injection_host_types, grades={**used, **counts})
     info = store.write_table(GROUP, "training_set", table)
     specs = recorded_specs(table.schema)
     return table_result(store, info.uri, table.schema, table.num_rows, {
         "counts": dg.MetadataValue.json(counts_by_split_and_kind(table)),
+        "visual_grades_used": dg.MetadataValue.json({**used, **counts}),
         "preprocess_spec": dg.MetadataValue.json(specs[0].to_dict()),
         "injection_stream": dg.MetadataValue.json(specs[1].to_dict() if specs[1] else None)})
+
+
+def _graded_cutouts(store, graded: pa.Table, rows: pa.Table, open_source) -> pa.Table | None:
+    """Cutouts (stamps and quality) of the graded objects the training rows lack, cut from the image
+    source at their ``search_targets`` rows; None when there are none."""
+    missing = pc.filter(graded.column("object_id"), pc.invert(pc.is_in(graded.column("object_id"), rows.column("object_id"))))
+    if len(missing) == 0:
+        return None
+    targets = store.dataset(*SEARCH_TARGETS.path).to_table(filter=pc.field("object_id").isin(missing))
+    lost = sorted(set(missing.to_pylist()) - set(targets.column("object_id").to_pylist()))
+    if lost:
+        raise InputError(f"graded objects {lost[:5]} ({len(lost)} in all) are in no search_targets partition: "
+                         "their sweep file left the survey; land grades of the current search")
+    return pa.Table.from_batches(list(cutout_batches(targets.sort_by("object_id"), open_source())))
 
 
 class LensFinderConfig(dg.Config):

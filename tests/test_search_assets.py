@@ -96,8 +96,8 @@ def test_search_end_to_end_on_a_small_lake(tmp_path):
     assert cand.column("completeness")[0].as_py() == 1.0 and cand.column("n_injections")[0].as_py() == 3  # the failed injection is not counted
     gallery = lake.read_table(*GALLERY)
     assert gallery.column("stamps").to_pylist() == [N - 1]
-    _check_gallery_in_chromium(gallery.column("uri")[0].as_py(), tmp_path, cand.column("object_id")[0].as_py())
-    _check_grade_rounds(lake, resources, instance, cand.column("object_id").to_pylist(), tmp_path)
+    exported = _check_gallery_in_chromium(gallery.column("uri")[0].as_py(), tmp_path, cand.column("object_id")[0].as_py())
+    _check_grade_rounds(lake, resources, instance, cand, exported, tmp_path)
 
 
 def _check_gallery_in_chromium(uri: str, tmp_path, first_id: int):
@@ -114,18 +114,26 @@ def _check_gallery_in_chromium(uri: str, tmp_path, first_id: int):
     assert m, stderr[-2000:]
     result = json.loads(m.group(1).replace("&quot;", '"'))
     assert result["shown"] == N - 1
-    assert result["csv"].splitlines()[0] == "object_id,grade,model_version" and result["csv"].splitlines()[1].startswith(f"{first_id},A,")
+    header, first = result["csv"].splitlines()[:2]
+    assert header == "object_id,grade,ra,dec,score,model_version,known" and first.startswith(f"{first_id},A,")
+    return result["csv"]
 
 
-def _check_grade_rounds(lake: Lake, resources, instance, ids, tmp_path):
+def _check_grade_rounds(lake: Lake, resources, instance, cand: pa.Table, exported: str, tmp_path):
     first, second, bad = tmp_path / "round1.csv", tmp_path / "round2.csv", tmp_path / "bad.csv"
-    first.write_text(f"object_id,grade\n{ids[0]},A\n{ids[1]},not_a_lens\n")
-    second.write_text(f"object_id,grade\n{ids[0]},B\n")
-    bad.write_text(f"object_id,grade\n{ids[0]},maybe\n")
+    first.write_text(exported)  # the gallery's own export lands as it is
+    c = cand.sort_by("rank").to_pylist()
+    second.write_text("object_id,grade,ra,dec,score,model_version,known\n"
+                      + "".join(f"{r['object_id']},{g},{r['ra']!r},{r['dec']!r},{r['score']!r},{r['model_version']},{str(r['known']).lower()}\n"
+                                for r, g in zip(c, ["B", "not_a_lens"])))
+    bad.write_text(exported.replace(",A,", ",maybe,"))
+    assert run_assets([GRADES], resources, instance).success  # nothing to land: an empty table, no round
+    assert lake.read_table(*GRADES).num_rows == 0
     assert _grades_run(resources, instance, first).success
     assert _grades_run(resources, instance, second).success
     grades = lake.read_table(*GRADES)
-    assert grades.column("round").to_pylist() == [1, 1, 2] and grades.column("grade").to_pylist() == ["A", "not_a_lens", "B"]
+    assert grades.column("round").to_pylist() == [1, 2, 2] and grades.column("grade").to_pylist() == ["A", "B", "not_a_lens"]
+    assert grades.column("ra").to_pylist() == [c[0]["ra"], c[0]["ra"], c[1]["ra"]]  # what the grader saw, at full precision
     before = published_files(lake)
     failed = _grades_run(resources, instance, bad, raise_on_error=False)
     assert not failed.success and published_files(lake) == before
@@ -157,16 +165,20 @@ def test_dhs_grade_lands_rounds_and_refuses_bad_files(tmp_path, monkeypatch, cap
     monkeypatch.setenv("DHS_LAKE", lake.uri)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DHS_LOG_LEVEL", "ERROR")
+    header = "object_id,grade,ra,dec,score,model_version,known\n"
     bad = tmp_path / "bad.csv"
-    bad.write_text("object_id,grade\n7,A\n9,B\n")
+    bad.write_text(header + "7,A,150.0,1.0,0.9,v1,false\n9,B,150.2,1.0,0.7,v1,false\n")
     assert main(["grade", str(bad)]) == 2
-    assert "error:" in capsys.readouterr().err and not lake.exists(*GRADES)
-    bad.write_text("object_id,grade\n7,lens\n")
+    assert "not candidates, e.g. [9]" in capsys.readouterr().err and not lake.exists(*GRADES)
+    bad.write_text(header + "7,lens,150.0,1.0,0.9,v1,false\n")
     assert main(["grade", str(bad)]) == 2
     assert f"{bad}:2: grade 'lens'" in capsys.readouterr().err
+    bad.write_text(header + "7,A,150.0,1.0,0.9,v0,false\n")
+    assert main(["grade", str(bad)]) == 2
+    assert "graded on model v0" in capsys.readouterr().err and not lake.exists(*GRADES)
     assert main(["grade", str(tmp_path / "missing.csv")]) == 2
     good = tmp_path / "good.csv"
-    good.write_text("object_id,grade,model_version\n7,A,v1\n8,not_a_lens,v1\n")
+    good.write_text(header + "7,A,150.0,1.0,0.9,v1,false\n8,not_a_lens,150.1,1.0,0.8,v1,true\n")
     assert main(["grade", str(good)]) == 0 and main(["grade", str(good)]) == 0
     assert "as round 2 of visual_grades" in capsys.readouterr().out
     grades = lake.read_table(*GRADES)

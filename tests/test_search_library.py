@@ -17,7 +17,9 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.imaging.batch import BAND_MISSING_BIT, CutoutBatch
 from darkhaloscope.lake import Lake
 from darkhaloscope.search.candidates import build_candidates, choose_threshold, deduplicate, score_percentiles
-from darkhaloscope.search.grades import GRADES_SCHEMA, changed_earlier_rows, new_round, parse_grades_csv
+from darkhaloscope.search.grades import (
+    GRADES_SCHEMA, changed_earlier_rows, check_against_candidates, graded_lens_ids, grades_for_training, new_round, parse_grades_csv,
+)
 from darkhaloscope.search.streaming import (
     SCORE_CHUNKS, STAMP_CHUNKS, InflightSearch, SearchSettings, coverage_problems, score_chunk, search_partition, unscorable_reasons,
 )
@@ -208,30 +210,58 @@ def _candidates() -> pa.Table:
                      "score": [0.9, 0.8, 0.7], "model_version": ["v1"] * 3, "known": [False, True, False]})
 
 
+def _csv(*rows: str, header: str = "object_id,grade,ra,dec,score,model_version,known") -> bytes:
+    return ("\n".join([header, *rows]) + "\n").encode()
+
+
 @pytest.mark.parametrize("text, message", [
     (b"id,grade\n11,A\n", "missing column"),
-    (b"object_id,grade\n11,maybe\n", r"grades.csv:2: grade 'maybe'"),
-    (b"object_id,grade\n11,A\nxx,B\n", r"grades.csv:3: object_id 'xx'"),
-    (b"object_id,grade\n11,A\n11,B\n", "graded more than once"),
-    (b"object_id,grade\n99,A\n", "not candidates"),
-    (b"object_id,grade\n", "no grades"),
+    (b"object_id,grade\n11,A\n", r"missing column\(s\) \['ra', 'dec', 'score', 'model_version', 'known'\]"),
+    (_csv("11,maybe,1.0,0.0,0.9,v1,false"), r"grades.csv:2: grade 'maybe'"),
+    (_csv("11,A,1.0,0.0,0.9,v1,false", "xx,B,1.0,0.0,0.9,v1,false"), r"grades.csv:3: object_id 'xx'"),
+    (_csv("11,A,1.0,0.0,0.9,v1,false", "11,B,1.0,0.0,0.9,v1,false"), "graded more than once"),
+    (_csv("11,A,361.0,0.0,0.9,v1,false"), r"grades.csv:2: ra 361.0 is outside"),
+    (_csv("11,A,1.0,0.0,high,v1,false"), r"grades.csv:2: score 'high' is not a number"),
+    (_csv("11,A,1.0,0.0,0.9,v1,maybe"), r"grades.csv:2: known 'maybe'"),
+    (_csv("11,A,1.0,0.0,0.9,,false"), r"grades.csv:2: model_version is empty"),
+    (_csv(), "no grades"),
 ])
 def test_bad_grade_files_are_named(text, message):
     with pytest.raises(InputError, match=message):
-        parse_grades_csv(text, "grades.csv", [11, 12, 13])
+        parse_grades_csv(text, "grades.csv")
+
+
+@pytest.mark.parametrize("row, message", [
+    ("99,A,1.0,0.0,0.9,v1,false", "not candidates"),
+    ("11,A,1.0,0.0,0.9,v0,false", "graded on model v0"),
+    ("11,A,1.001,0.0,0.9,v1,false", r"3.60 arcsec from its candidate"),
+])
+def test_grades_of_another_search_are_refused(row, message):
+    check_against_candidates(parse_grades_csv(_csv("11,A,1.0,0.0,0.9,v1,false"), "ok.csv"), _candidates(), "ok.csv")
+    with pytest.raises(InputError, match=message):
+        check_against_candidates(parse_grades_csv(_csv(row), "grades.csv"), _candidates(), "grades.csv")
 
 
 def test_rounds_append_and_earlier_rounds_are_checked():
-    first_csv = b"object_id,grade,model_version\n11,A,v1\n12,not_a_lens,v1\n"
-    first = new_round(None, parse_grades_csv(first_csv, "a.csv", [11, 12, 13]), _candidates(), "a.csv", first_csv)
-    second_csv = b"object_id,grade\n11,B\n13,C\n"
-    both = new_round(first, parse_grades_csv(second_csv, "b.csv", [11, 12, 13]), _candidates(), "b.csv", second_csv)
+    first_csv = _csv("11,A,1.0,0.0,0.9,v1,false", "12,not_a_lens,2.0,0.0,0.8,v1,true")
+    first = new_round(None, parse_grades_csv(first_csv, "a.csv"), "a.csv", first_csv)
+    second_csv = _csv("11,B,1.0,0.0,0.9,v1,false", "13,C,3.0,0.0,0.7,v1,false")
+    both = new_round(first, parse_grades_csv(second_csv, "b.csv"), "b.csv", second_csv)
     assert both.schema == GRADES_SCHEMA and both.column("round").to_pylist() == [1, 1, 2, 2]
     assert both.column("grade").to_pylist() == ["A", "not_a_lens", "B", "C"] and both.column("known").to_pylist() == [False, True, False, False]
     assert changed_earlier_rows(first, both) == 0
+    assert new_round(both, None, "", b"").equals(both) and new_round(None, None, "", b"").num_rows == 0  # nothing landed
     tampered = pa.concat_tables([first.set_column(2, GRADES_SCHEMA.field("grade"), pa.array(["B", "not_a_lens"])), both.slice(2)])
     assert changed_earlier_rows(first, tampered) == 1
     assert changed_earlier_rows(first, both.slice(1)) == 1
+    latest, used = grades_for_training(both)
+    assert latest.to_pylist() == [{"object_id": 11, "grade": "B", "round": 2}, {"object_id": 12, "grade": "not_a_lens", "round": 1},
+                                  {"object_id": 13, "grade": "C", "round": 2}]  # a later round regrades
+    assert used["rounds"] == [1, 2] and used["n_lenses"] == 2 and used["n_not_a_lens"] == 1
+    first_only, used1 = grades_for_training(both, upto_round=1)
+    assert first_only.column("grade").to_pylist() == ["A", "not_a_lens"] and used1["rounds"] == [1]
+    assert used1["grades_sha256"] == grades_for_training(first)[1]["grades_sha256"] != used["grades_sha256"]
+    assert grades_for_training(both, upto_round=0)[0].num_rows == 0 and grades_for_training(None)[1]["rounds"] == []
 
 
 def test_the_evaluation_report_links_the_gallery():
@@ -263,3 +293,17 @@ def test_gallery_uses_kept_stamps_and_cuts_only_the_missing_ones():
     assert np.array_equal(stamps[1], expected.image[0])
     gallery_stamps(cand.slice(0, 1), kept, open_source, SIZE)
     assert len(opened) == 1  # every stamp kept: the source is never opened
+
+
+def test_graded_lenses_leave_the_held_out_negatives():
+    from darkhaloscope.evaluation.scoring import held_out_negatives
+
+    first_csv = _csv("11,A,1.0,0.0,0.9,v1,false", "12,not_a_lens,2.0,0.0,0.8,v1,false", "13,B,3.0,0.0,0.7,v1,false")
+    second_csv = _csv("12,B,2.0,0.0,0.8,v1,false", "13,not_a_lens,3.0,0.0,0.7,v1,false")
+    first = new_round(None, parse_grades_csv(first_csv, "a.csv"), "a.csv", first_csv)
+    both = new_round(first, parse_grades_csv(second_csv, "b.csv"), "b.csv", second_csv)
+    assert graded_lens_ids(both).tolist() == [11, 12] and graded_lens_ids(None).size == 0  # the latest grade counts
+    scores = pa.table({"object_id": pa.array([10, 11, 12, 13, 14], pa.int64()), "label": pa.array([0, 0, 0, 0, 0], pa.int8()),
+                       "split": ["test"] * 4 + ["train"], "in_training_catalog": [True] * 5})
+    assert held_out_negatives(scores).column("object_id").to_pylist() == [10, 11, 12, 13]
+    assert held_out_negatives(scores, graded_lens_ids(both)).column("object_id").to_pylist() == [10, 13]

@@ -83,13 +83,16 @@ def score_batches(stamps: ds.Dataset, meta: list[str], image_column: str, kind: 
         yield pa.RecordBatch.from_pydict(cols)
 
 
-def held_out_negatives(cutout_scores: pa.Table) -> pa.Table:
+def held_out_negatives(cutout_scores: pa.Table, graded_lenses=()) -> pa.Table:
     """Scores of negatives the lens finder never saw: the test split, and every pool negative that
     is not in the training catalog. Val negatives of the catalog chose the best epoch and ran the
-    gates, so they are not held out."""
+    gates, so they are not held out. ``graded_lenses``: object ids a visual grade calls a lens
+    (:func:`search.grades.graded_lens_ids`); a pool "negative" that is in fact a lens would set the
+    false-positive thresholds at the scores of true lenses, so inspected ones leave the sample."""
     s = cutout_scores
     unseen = pc.or_(pc.equal(s.column("split"), "test"), pc.invert(pc.fill_null(s.column("in_training_catalog"), False)))
-    return s.filter(pc.and_(pc.equal(s.column("label"), 0), unseen))
+    lens = pc.is_in(s.column("object_id"), pa.array(np.asarray(graded_lenses, np.int64)))
+    return s.filter(pc.and_(pc.and_(pc.equal(s.column("label"), 0), unseen), pc.invert(lens)))
 
 
 def injection_rows(injection_scores: ds.Dataset | pa.Table, kind: str) -> pa.Table:

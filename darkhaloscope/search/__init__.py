@@ -8,5 +8,6 @@ catalog, an inspection gallery and visual grades.
 - :mod:`.candidates`: rows above a threshold, ranked, cross-matched to the known lenses,
   de-duplicated, with their rank percentile and the search's completeness.
 - :mod:`.gallery`: one static HTML page of colour stamps with a grading control.
-- :mod:`.grades`: validation of a grades CSV and the rounds of the ``visual_grades`` table.
+- :mod:`.grades`: validation of a grades CSV, the rounds of the ``visual_grades`` table and the
+  grades the next training set uses.
 """

@@ -2,7 +2,8 @@
 candidates' g, r, z colour stamps (the viewer's asinh mapping, :func:`imaging.cutout_io.cutout_png`)
 with their rank, score, known/new, a link to the Legacy Surveys viewer at their position and a
 grading control per stamp. The page's "Export grades" button saves the grades as CSV (columns of
-:data:`grades.GRADE_COLUMNS`) for ``dhs grade``; ``gradesCsv()`` returns the same text.
+:data:`grades.GRADE_COLUMNS`: the grade and what the grader saw, full-precision position and
+score) for ``dhs grade``; ``gradesCsv()`` returns the same text.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ _COLUMNS = ("rank", "object_id", "ra", "dec", "score", "known", "known_name", "m
 
 _SCRIPT = """
 function gradesCsv() {
-  var rows = ['object_id,grade,model_version'];
+  var rows = ['object_id,grade,ra,dec,score,model_version,known'];
   document.querySelectorAll('select.grade').forEach(function (s) {
-    if (s.value) { rows.push(s.dataset.objectId + ',' + s.value + ',' + s.dataset.modelVersion); }
+    var d = s.dataset;
+    if (s.value) { rows.push([d.objectId, s.value, d.ra, d.dec, d.score, d.modelVersion, d.known].join(',')); }
   });
   return rows.join('\\n') + '\\n';
 }
@@ -57,7 +59,8 @@ def _card(row: dict, png: bytes) -> str:
         f'<img class="stamp" loading="lazy" alt="candidate {row["rank"]}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
         f'<div>#{row["rank"]} score {row["score"]:.4f} {status}</div>'
         f'<div><a href="{html.escape(VIEWER_URL.format(ra=row["ra"], dec=row["dec"]))}">{row["ra"]:.5f}, {row["dec"]:+.5f}</a></div>'
-        f'<select class="grade" data-object-id="{row["object_id"]}" data-model-version="{html.escape(row["model_version"])}">{options}</select>'
+        f'<select class="grade" data-object-id="{row["object_id"]}" data-ra="{row["ra"]!r}" data-dec="{row["dec"]!r}" '
+        f'data-score="{row["score"]!r}" data-model-version="{html.escape(row["model_version"])}" data-known="{str(row["known"]).lower()}">{options}</select>'
         "</div>"
     )
 

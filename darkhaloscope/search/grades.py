@@ -1,11 +1,18 @@
-"""Visual grades of candidates: the CSV a grader exports from the gallery, checked, and the rounds of
-the ``visual_grades`` table.
+"""Visual grades of candidates: the CSV a grader exports from the gallery, checked, the rounds of
+the ``visual_grades`` table, and the grades a training set uses.
 
-A grades CSV has a header with at least ``object_id`` and ``grade`` (the gallery also writes
-``model_version``); each grade is one of :data:`GRADES` (A: confident lens, B: probable, C:
-possible, ``not_a_lens``) and each object id must be a candidate. A file is landed as one round:
-``visual_grades`` keeps every earlier round as it was and appends the new one with the next
-round number, so each round can be reproduced and a training set can say which rounds it used.
+A grades CSV has a header with :data:`GRADE_COLUMNS`: the object, its grade, one of :data:`GRADES`
+(A: confident lens, B: probable, C: possible, ``not_a_lens``), and what the grader saw: the
+candidate's position [deg], score, the lens finder's content hash and its known flag (the
+gallery's export writes them all). The CSV is self-contained, so ``visual_grades`` needs no
+other table: it is where the human judgement enters the lake, the way the sweeps are where the
+survey enters it, which keeps the grading loop (grades → next ``training_set`` → lens finder →
+search → candidates → gallery → grades) a DAG. ``dhs grade`` additionally checks the rows against
+the published candidates before landing them.
+
+A file is landed as one round: ``visual_grades`` keeps every earlier round as it was and appends
+the new one with the next round number, so each round can be reproduced and a training set
+records which rounds it used (:func:`grades_for_training`).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import json
 
 import numpy as np
 import pyarrow as pa
@@ -21,10 +29,12 @@ import pyarrow.compute as pc
 from ..errors import InputError
 
 GRADES = ("A", "B", "C", "not_a_lens")
-#: Columns a grades CSV must have.
-GRADE_COLUMNS = ("object_id", "grade")
-#: Candidate columns copied onto each grade (so a later training set needs no other table).
+#: Grades that make a candidate a lens (a positive of the next training set, with the grade as tier).
+LENS_GRADES = ("A", "B", "C")
+#: What the grader saw, copied from the candidate (the gallery's export writes these).
 CANDIDATE_COLUMNS = ("ra", "dec", "score", "model_version", "known")
+#: Columns a grades CSV must have.
+GRADE_COLUMNS = ("object_id", "grade", *CANDIDATE_COLUMNS)
 GRADES_SCHEMA = pa.schema([
     pa.field("round", pa.int64(), nullable=False),
     pa.field("object_id", pa.int64(), nullable=False),
@@ -37,11 +47,38 @@ GRADES_SCHEMA = pa.schema([
     pa.field("source_file", pa.string(), nullable=False),
     pa.field("source_sha256", pa.string(), nullable=False),
 ])
+_BOOLS = {"true": True, "1": True, "false": False, "0": False}
 
 
-def parse_grades_csv(payload: bytes, where: str, candidate_ids) -> pa.Table:
-    """(object_id int64, grade) rows of a grades CSV (``where`` names it in errors), checked:
-    header, integer ids, the grade vocabulary, one grade per object, every id a candidate."""
+def _number(value: str, where: str, column: str, lo: float, hi: float) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise InputError(f"{where}: {column} {value!r} is not a number") from None
+    if not lo <= x <= hi:
+        raise InputError(f"{where}: {column} {x} is outside [{lo}, {hi}]")
+    return x
+
+
+def _parse_row(row: dict, where: str) -> tuple:
+    oid, grade = (row.get("object_id") or "").strip(), (row.get("grade") or "").strip()
+    if not oid.lstrip("-").isdigit():
+        raise InputError(f"{where}: object_id {oid!r} is not an integer")
+    if grade not in GRADES:
+        raise InputError(f"{where}: grade {grade!r} is not one of {list(GRADES)}")
+    known = (row.get("known") or "").strip().lower()
+    if known not in _BOOLS:
+        raise InputError(f"{where}: known {row.get('known')!r} is not true or false")
+    version = (row.get("model_version") or "").strip()
+    if not version:
+        raise InputError(f"{where}: model_version is empty")
+    return (int(oid), grade, _number(row["ra"], where, "ra", 0.0, 360.0), _number(row["dec"], where, "dec", -90.0, 90.0),
+            _number(row["score"], where, "score", 0.0, 1.0), version, _BOOLS[known])
+
+
+def parse_grades_csv(payload: bytes, where: str) -> pa.Table:
+    """The rows of a grades CSV (``where`` names it in errors) as :data:`GRADE_COLUMNS`, checked:
+    header, integer ids, the grade vocabulary, position and score ranges, one grade per object."""
     try:
         text = payload.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -49,41 +86,49 @@ def parse_grades_csv(payload: bytes, where: str, candidate_ids) -> pa.Table:
     reader = csv.DictReader(io.StringIO(text))
     missing = [c for c in GRADE_COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
-        raise InputError(f"{where}: missing column(s) {missing}; the header must name {list(GRADE_COLUMNS)} (got {reader.fieldnames})")
-    ids, grades = [], []
-    for line, row in enumerate(reader, start=2):
-        oid, grade = (row.get("object_id") or "").strip(), (row.get("grade") or "").strip()
-        if not oid.lstrip("-").isdigit():
-            raise InputError(f"{where}:{line}: object_id {oid!r} is not an integer")
-        if grade not in GRADES:
-            raise InputError(f"{where}:{line}: grade {grade!r} is not one of {list(GRADES)}")
-        ids.append(int(oid))
-        grades.append(grade)
-    if not ids:
+        raise InputError(f"{where}: missing column(s) {missing}; the header must name {list(GRADE_COLUMNS)} "
+                         f"(the gallery's 'Export grades' writes them; got {reader.fieldnames})")
+    rows = [_parse_row(row, f"{where}:{line}") for line, row in enumerate(reader, start=2)]
+    if not rows:
         raise InputError(f"{where}: no grades (only a header)")
-    values, counts = np.unique(ids, return_counts=True)
+    values, counts = np.unique([r[0] for r in rows], return_counts=True)
     if (counts > 1).any():
         raise InputError(f"{where}: object_id {int(values[counts > 1][0])} is graded more than once")
-    unknown = sorted(set(ids) - set(np.asarray(candidate_ids).tolist()))
-    if unknown:
-        raise InputError(f"{where}: {len(unknown)} object_id(s) are not candidates, e.g. {unknown[:5]}")
-    return pa.table({"object_id": pa.array(ids, pa.int64()), "grade": pa.array(grades, pa.string())})
+    fields = [GRADES_SCHEMA.field(c) for c in GRADE_COLUMNS]
+    return pa.Table.from_pylist([dict(zip(GRADE_COLUMNS, r)) for r in rows], schema=pa.schema(fields))
 
 
-def new_round(previous: pa.Table | None, grades: pa.Table, candidates: pa.Table, source_file: str, payload: bytes) -> pa.Table:
-    """``previous`` (the published rounds, or None) with ``grades`` appended as the next round, each
-    grade carrying its candidate's position, score, model version and known flag."""
-    number = 1 if previous is None or previous.num_rows == 0 else int(pc.max(previous.column("round")).as_py()) + 1
+def check_against_candidates(grades: pa.Table, candidates: pa.Table, where: str, tolerance_arcsec: float = 0.1) -> None:
+    """Raise unless every graded object is a published candidate of the same lens finder at the
+    same position (within ``tolerance_arcsec``): a CSV exported from an older search is refused."""
     pos = pc.index_in(grades.column("object_id"), candidates.column("object_id"))
     if pos.null_count:
-        raise InputError(f"{source_file}: grades of objects that are not candidates")
-    cand = candidates.select(list(CANDIDATE_COLUMNS)).take(pos)
+        unknown = grades.column("object_id").filter(pos.is_null()).to_pylist()
+        raise InputError(f"{where}: {len(unknown)} object_id(s) are not candidates, e.g. {unknown[:5]}")
+    cand = candidates.take(pos)
+    other = pc.not_equal(grades.column("model_version"), cand.column("model_version")).to_numpy(zero_copy_only=False)
+    if other.any():
+        i = int(np.flatnonzero(other)[0])
+        raise InputError(f"{where}: object_id {grades.column('object_id')[i].as_py()} was graded on model "
+                         f"{grades.column('model_version')[i].as_py()[:16]}…, the candidates are of {cand.column('model_version')[i].as_py()[:16]}…")
+    dra = (grades.column("ra").to_numpy() - cand.column("ra").to_numpy()) * np.cos(np.radians(cand.column("dec").to_numpy()))
+    sep = np.hypot(dra, grades.column("dec").to_numpy() - cand.column("dec").to_numpy()) * 3600.0
+    if (sep > tolerance_arcsec).any():
+        i = int(np.argmax(sep))
+        raise InputError(f"{where}: object_id {grades.column('object_id')[i].as_py()} is {sep[i]:.2f} arcsec from its candidate's position")
+
+
+def new_round(previous: pa.Table | None, grades: pa.Table, source_file: str, payload: bytes) -> pa.Table:
+    """``previous`` (the published rounds, or None) with ``grades`` (a parsed CSV) appended as the
+    next round; without ``grades`` (None) the previous rounds, or an empty table."""
+    prior = GRADES_SCHEMA.empty_table() if previous is None else previous.select(GRADES_SCHEMA.names).cast(GRADES_SCHEMA)
+    if grades is None:
+        return prior
+    number = 1 if prior.num_rows == 0 else int(pc.max(prior.column("round")).as_py()) + 1
     n = grades.num_rows
-    cols = {"round": pa.array([number] * n, pa.int64()), "object_id": grades.column("object_id"), "grade": grades.column("grade"),
-            **{c: cand.column(c) for c in CANDIDATE_COLUMNS},
+    cols = {"round": pa.array([number] * n, pa.int64()), **{c: grades.column(c) for c in GRADE_COLUMNS},
             "source_file": pa.array([source_file] * n), "source_sha256": pa.array([hashlib.sha256(payload).hexdigest()] * n)}
-    landed = pa.Table.from_pydict(cols, schema=GRADES_SCHEMA)
-    return landed if previous is None else pa.concat_tables([previous.select(GRADES_SCHEMA.names).cast(GRADES_SCHEMA), landed])
+    return pa.concat_tables([prior, pa.Table.from_pydict(cols, schema=GRADES_SCHEMA)])
 
 
 def changed_earlier_rows(previous: pa.Table | None, current: pa.Table) -> int:
@@ -95,3 +140,30 @@ def changed_earlier_rows(previous: pa.Table | None, current: pa.Table) -> int:
         return abs(previous.num_rows - old.num_rows) or previous.num_rows
     return int(sum(a != b for a, b in zip(previous.select(GRADES_SCHEMA.names).to_pylist(), old.to_pylist())))
 
+
+def grades_for_training(grades: pa.Table | None, upto_round: int = -1) -> tuple[pa.Table, dict]:
+    """(object_id, grade, round) of each graded object, its latest grade among rounds 1..``upto_round``
+    (-1: every round, 0: none), and the record of what was used: the rounds, the SHA-256 of those
+    rows (the grades table is append-only, so rounds and hash name the version) and the counts."""
+    if grades is None or upto_round == 0:
+        grades = GRADES_SCHEMA.empty_table()
+    if upto_round > 0:
+        grades = grades.filter(pc.less_equal(grades.column("round"), upto_round))
+    used = grades.sort_by([("round", "ascending"), ("object_id", "ascending")])
+    digest = hashlib.sha256(json.dumps(used.select(GRADES_SCHEMA.names).to_pylist(), sort_keys=True).encode()).hexdigest()
+    # a later round regrades an object: the last grade wins
+    latest = used.sort_by([("object_id", "ascending"), ("round", "descending")])
+    ids = latest.column("object_id").to_numpy()
+    first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if ids.size else np.zeros(0, np.int64)
+    latest = latest.take(pa.array(first, pa.int64())).select(["object_id", "grade", "round"])
+    grade = latest.column("grade").to_pylist()
+    record = {"rounds": sorted(set(used.column("round").to_pylist())), "grades_sha256": digest,
+              "n_lenses": sum(g in LENS_GRADES for g in grade), "n_not_a_lens": sum(g == "not_a_lens" for g in grade)}
+    return latest, record
+
+
+def graded_lens_ids(grades: pa.Table | None) -> np.ndarray:
+    """(K,) int64 ids of the objects whose latest grade (any round) is a lens grade: no longer
+    negatives anywhere a false-positive rate is measured (an inspection round removes them)."""
+    latest, _ = grades_for_training(grades)
+    return latest.filter(pc.is_in(latest.column("grade"), pa.array(list(LENS_GRADES)))).column("object_id").to_numpy()

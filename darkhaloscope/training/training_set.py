@@ -2,7 +2,9 @@
 
 Rows: the training catalog's real positives (tier weights, A 1.0 and B 0.5 by default) and
 negatives of the train and val splits (test stays untouched), optionally capped at
-``negatives_per_positive`` per split. Negatives of the listed host types with a PSF size and some
+``negatives_per_positive`` per split, and the visually graded search candidates of those splits
+(:func:`with_graded`): graded lenses are positives with their grade as tier, graded non-lenses
+labelled negatives, each row with the round of its grade. Negatives of the listed host types with a PSF size and some
 r-band inverse variance are injection hosts: they carry their inverse variance (a nullable tensor
 column, null elsewhere) and the host columns the injection engine reads. No injection is stored:
 the schema metadata records the injection stream's spec (priors, render numerics, counts, the S/N
@@ -21,14 +23,18 @@ import pyarrow.compute as pc
 from ..errors import InputError
 from ..lensing.bank import HOST_COLUMNS
 from ..lensing.stream import StreamSpec
-from ..stamps import STAMP_SHAPE, tensor_type, to_tensor_array
+from ..search.grades import LENS_GRADES
+from ..stamps import STAMP_SHAPE, from_tensor_column, tensor_type, to_tensor_array
 from .data import PREPROCESS_SPEC_KEY, STREAM_SPEC_KEY, negatives_per_positive_mask
 from .preprocess import PreprocessSpec
 #: Splits the training set holds (test is never trained on, nor used to choose a model).
 FIT_SPLITS = ("train", "val")
 #: Loss weight of a positive by tier: confident (A) lenses count fully, probable (B) ones half,
-#: because a share of tier B are not lenses at all.
-TIER_WEIGHTS = {"A": 1.0, "B": 0.5}
+#: because a share of tier B are not lenses at all, and possible ones (C, a visual grade only) a quarter.
+TIER_WEIGHTS = {"A": 1.0, "B": 0.5, "C": 0.25}
+#: Pool of a graded candidate that was not in the training catalog.
+GRADED_POOL = "graded"
+GRADES_KEY = b"dhs.grades"
 #: Columns of the cutouts table the training set is built from.
 CUTOUT_COLUMNS = tuple(dict.fromkeys(("object_id", "label", "split", "tier", "pool", "psfsize_r", "quality_ok",
                                       "in_training_catalog", *HOST_COLUMNS)))
@@ -60,12 +66,56 @@ def injection_hosts(rows: pa.Table, invvar: np.ndarray, host_types) -> np.ndarra
     return (label == 0) & np.isin(types, list(host_types)) & np.isfinite(psf) & (psf > 0) & has_iv
 
 
+def with_graded(rows: pa.Table, images: np.ndarray, invvar: np.ndarray, graded: pa.Table,
+                new_cutouts: pa.Table | None) -> tuple[pa.Table, np.ndarray, np.ndarray, dict]:
+    """Training ``rows`` (with ``images``, ``invvar``) labelled by visual grades and extended by the
+    graded objects they lack, plus a ``grade_round`` column (null for ungraded rows).
+
+    ``graded``: (object_id, grade, round), one per object (:func:`search.grades.grades_for_training`).
+    ``new_cutouts``: cutouts rows (stamps + quality) of the graded objects not in ``rows``. A grade
+    overrides a catalog label only openly: the row keeps its pool and gains its grade round, and the
+    returned counts say how many labels changed. Graded objects of the test split stay out, and
+    graded rows host no injection (their inverse variance is not carried)."""
+    grade_of = dict(zip(graded.column("object_id").to_pylist(), zip(graded.column("grade").to_pylist(), graded.column("round").to_pylist())))
+    n_catalog = rows.num_rows
+    if new_cutouts is not None and new_cutouts.num_rows:
+        new_cutouts = new_cutouts.filter(pc.is_in(new_cutouts.column("split"), pa.array(list(FIT_SPLITS))))
+        bad = new_cutouts.filter(pc.invert(new_cutouts.column("quality_ok"))).column("object_id").to_pylist()
+        if bad:
+            raise InputError(f"graded objects {bad[:5]} could not be cut with usable stamps ({len(bad)} in all): fix the imaging or grade again")
+        n = new_cutouts.num_rows
+        extra = new_cutouts.select([c for c in CUTOUT_COLUMNS if c not in ("label", "tier", "pool", "in_training_catalog")])
+        extra = extra.append_column("label", pa.array(np.zeros(n, np.int8))).append_column("tier", pa.nulls(n, pa.string()))
+        extra = extra.append_column("pool", pa.array([GRADED_POOL] * n, pa.string()))
+        extra = extra.append_column("in_training_catalog", pa.array(np.zeros(n, bool)))
+        images = np.concatenate([images, from_tensor_column(new_cutouts.column("image"))])
+        invvar = np.concatenate([invvar, np.zeros((n, *STAMP_SHAPE), np.float32)])
+        rows = pa.concat_tables([rows, extra.select(rows.column_names).cast(rows.schema)])
+    ids = rows.column("object_id").to_pylist()
+    old_label = rows.column("label").to_numpy(zero_copy_only=False).astype(np.int8)
+    label, tier, rnd = old_label.copy(), rows.column("tier").to_pylist(), [None] * len(ids)
+    for i, oid in enumerate(ids):
+        if oid in grade_of:
+            grade, rnd[i] = grade_of[oid]
+            label[i], tier[i] = (1, grade) if grade in LENS_GRADES else (0, None)
+    graded_rows = np.array([r is not None for r in rnd], bool)
+    invvar[graded_rows] = 0.0
+    rows = rows.set_column(rows.column_names.index("label"), "label", pa.array(label, rows.schema.field("label").type))
+    rows = rows.set_column(rows.column_names.index("tier"), "tier", pa.array(tier, pa.string()))
+    rows = rows.append_column("grade_round", pa.array(rnd, pa.int64()))
+    counts = {"n_graded_rows": int(graded_rows.sum()), "n_graded_added": 0 if new_cutouts is None else int(new_cutouts.num_rows),
+              "n_relabelled": int(np.sum((graded_rows & (label != old_label))[:n_catalog])),
+              "n_graded_outside_train_val": len(grade_of) - int(graded_rows.sum())}
+    return rows, images, invvar, counts
+
+
 def assemble_training_set(rows: pa.Table, images: np.ndarray, invvar: np.ndarray, *, preprocess: PreprocessSpec,
                           stream: StreamSpec | None, tier_weights: dict | None = None, negatives_per_positive: float = 0.0,
-                          host_types=("DEV", "SER", "REX", "EXP")) -> pa.Table:
-    """The training_set table of cutout ``rows`` (see :func:`training_rows`) with their stamps
-    ``images`` and ``invvar`` (N, 3, 101, 101) [nmgy/pixel, 1/nmgy^2]. ``stream`` None: no
-    injection hosts (catalog rows only)."""
+                          host_types=("DEV", "SER", "REX", "EXP"), grades: dict | None = None) -> pa.Table:
+    """The training_set table of cutout ``rows`` (see :func:`training_rows`, optionally
+    :func:`with_graded`) with their stamps ``images`` and ``invvar`` (N, 3, 101, 101) [nmgy/pixel,
+    1/nmgy^2]. ``stream`` None: no injection hosts (catalog rows only). ``grades``: the record of
+    the visual grades used (rounds, hash, counts), kept in the schema metadata."""
     if images.shape != (rows.num_rows, *STAMP_SHAPE) or invvar.shape != images.shape:
         raise InputError(f"{rows.num_rows} rows but stamps {images.shape} and invvar {invvar.shape}")
     if rows.num_rows == 0:
@@ -86,8 +136,10 @@ def assemble_training_set(rows: pa.Table, images: np.ndarray, invvar: np.ndarray
     table = rows.select([c for c in CUTOUT_COLUMNS if c not in ("label", "quality_ok", "in_training_catalog")])
     for name, col in cols.items():
         table = table.append_column(name, col)
+    rnd = rows.column("grade_round") if "grade_round" in rows.column_names else pa.nulls(rows.num_rows, pa.int64())
+    table = table.append_column("grade_round", rnd)
     table = table.append_column("image", to_tensor_array(images)).append_column("invvar", _nullable_tensor(invvar, host))
-    meta = {PREPROCESS_SPEC_KEY: preprocess.to_json().encode()}
+    meta = {PREPROCESS_SPEC_KEY: preprocess.to_json().encode(), GRADES_KEY: json.dumps(grades or {"rounds": []}, sort_keys=True).encode()}
     if stream is not None:
         meta[STREAM_SPEC_KEY] = json.dumps(stream.to_dict(), sort_keys=True).encode()
     return table.replace_schema_metadata(meta)
