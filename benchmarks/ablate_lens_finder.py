@@ -35,6 +35,7 @@ from benchmarks.demo_headline import SNR_BINS, auroc_of  # noqa: E402
 from darkhaloscope.evaluation.scoring import held_out_negatives  # noqa: E402
 from darkhaloscope.evaluation.thresholds import order_statistic_threshold  # noqa: E402
 from darkhaloscope.lake import Lake  # noqa: E402
+from darkhaloscope.search.grades import graded_lens_ids  # noqa: E402
 from darkhaloscope.stamps import from_tensor_column  # noqa: E402
 from darkhaloscope.training.checkpoint import load_checkpoint  # noqa: E402
 from darkhaloscope.training.data import load_training_set  # noqa: E402
@@ -45,14 +46,16 @@ from darkhaloscope.training.profiles import training_profile  # noqa: E402
 from darkhaloscope.training.runs import split_for_training  # noqa: E402
 
 def _test_rows(lake: Lake):
-    """Stamps of held-out negatives, test-split known lenses, and the injection bank's injections
-    and controls with their arc S/N (the selection-function injections, test-split hosts)."""
-    cut = lake.read_table("imaging", "cutouts", columns=["label", "split", "in_training_catalog", "quality_ok", "image"])
+    """Stamps of held-out negatives (less those graded a lens), test-split known lenses, and the
+    injection bank's injections and controls with their arc S/N (the selection-function
+    injections, test-split hosts)."""
+    cut = lake.read_table("imaging", "cutouts", columns=["object_id", "label", "split", "in_training_catalog", "quality_ok", "image"])
     cut = cut.filter(cut.column("quality_ok"))
     real = pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test"))
     bank = lake.read_table("injection", "injection_bank", columns=["success", "arc_snr", "image", "control"])
     bank = bank.filter(bank.column("success"))
-    return (from_tensor_column(held_out_negatives(cut).column("image")), from_tensor_column(cut.filter(real).column("image")),
+    graded = graded_lens_ids(lake.read_table("search", "visual_grades") if lake.exists("search", "visual_grades") else None)
+    return (from_tensor_column(held_out_negatives(cut, graded).column("image")), from_tensor_column(cut.filter(real).column("image")),
             from_tensor_column(bank.column("image")), from_tensor_column(bank.column("control")), bank.column("arc_snr").to_numpy())
 
 
