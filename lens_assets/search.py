@@ -4,13 +4,18 @@ catalog, its inspection gallery and the visual grades.
 ``search_targets`` and ``search_scores`` are partitioned like the sweeps. ``search_scores`` cuts
 and scores in one stream (``darkhaloscope.search.streaming``): only the stamps of rows at or above
 the keep-threshold are stored (``search_stamps``), and each scored chunk is committed in flight so
-a rerun after a crash scores only what is missing. ``candidates``, ``candidate_gallery`` and
+a rerun after a crash scores only what is missing. The chunks are scored in the asset's process,
+as Spark tasks (``darkhaloscope.search.spark``) or in ``lens_assets/pipes/search_sweep.py``
+launched through Dagster Pipes; every launch commits to the same in-flight area, from which the
+asset stages, audits and publishes. ``candidates``, ``candidate_gallery`` and
 ``visual_grades`` are single tables; ``visual_grades`` gains one round per landed grades CSV
 (``dhs grade``) and feeds the next ``training_set``: it takes no input from ``candidates`` (the
 CSV carries what the grader saw), which keeps the grading loop a DAG.
 """
 
+import sys
 import time
+from dataclasses import asdict
 
 import dagster as dg
 import numpy as np
@@ -23,16 +28,20 @@ from darkhaloscope.catalog.cuts import recorded_selection
 from darkhaloscope.catalog.sweep_tasks import sweeps_partition_batches
 from darkhaloscope.contracts import CANDIDATE_GALLERY, CANDIDATES, SEARCH_SCORES, SEARCH_STAMPS, SEARCH_TARGETS, VISUAL_GRADES
 from darkhaloscope.errors import InputError
-from darkhaloscope.evaluation.scoring import SCORE_BATCH, injection_rows, published_lens_finder
+from darkhaloscope.evaluation.scoring import injection_rows
+from darkhaloscope.imaging.source_settings import ImageSourceSettings
 from darkhaloscope.search.candidates import DEFAULT_DEDUP_ARCSEC, build_candidates
 from darkhaloscope.search.gallery import DEFAULT_TOP_N, GALLERY_FILE, GALLERY_TABLE, gallery_html, gallery_stamps, top_candidates
 from darkhaloscope.search.grades import changed_earlier_rows, new_round, parse_grades_csv
+from darkhaloscope.search.launch import search_with_published_finder
+from darkhaloscope.search.spark import search_on_spark
 from darkhaloscope.search.streaming import (
-    SCORE_CHUNKS, STAMP_CHUNKS, STAMP_SCHEMA, InflightSearch, SearchSettings, coverage_problems, score_schema, search_partition,
+    SCORE_CHUNKS, STAMP_CHUNKS, STAMP_SCHEMA, InflightSearch, SearchSettings, coverage_problems, score_schema,
 )
 from darkhaloscope.search.targets import funnel_preselected, search_targets as select_search_targets
 from darkhaloscope.survey.sweeps import SWEEP_DIM
 from resources import ComputeResource, LakeResource, SurveyResource
+from resources.compute import QuietPySparkResource, reported
 from resources.imaging import ImagingResource
 
 from .catalog import FUNNEL
@@ -68,10 +77,14 @@ def search_targets(context: dg.AssetExecutionContext, lake: LakeResource, select
 
 class SearchConfig(dg.Config):
     """``keep_threshold``: stamps of rows scoring at least this are kept (``search_stamps``);
-    ``chunk``: targets per image-source request and scoring call."""
+    ``chunk``: targets per image-source request and scoring call; ``launch``: where the chunks are
+    scored, ``local`` (the asset's process), ``spark`` (tasks of contiguous chunks on the Spark
+    session's executors) or ``pipes`` (a process launched through Dagster Pipes, the way to a GPU
+    host); empty: the ``compute`` resource's ``search_launch`` (DHS_SEARCH_LAUNCH, default local)."""
 
     keep_threshold: float = _DEFAULT_SEARCH.keep_threshold
     chunk: int = _DEFAULT_SEARCH.chunk
+    launch: str = ""
 
 
 @dg.multi_asset(
@@ -83,23 +96,32 @@ class SearchConfig(dg.Config):
     check_specs=check_specs(SCORES, (au.SEARCH_SCORES_CONTRACT, au.SEARCH_SCORES_COVER_TARGETS)) + check_specs(STAMPS, (au.SEARCH_STAMPS_CONTRACT,)),
 )
 def search_scores(context: dg.AssetExecutionContext, config: SearchConfig, lake: LakeResource, compute: ComputeResource,
-                  survey: SurveyResource, imaging: ImagingResource, search_targets: pa.Table):
+                  survey: SurveyResource, imaging: ImagingResource, pyspark: QuietPySparkResource,
+                  pipes_subprocess_client: dg.PipesSubprocessClient, search_targets: pa.Table):
     """Cut the targets of one sweep file brick by brick from the configured image source and score
-    each chunk as it is cut with the published lens finder (its preprocessing and calibration);
-    every row records the model's content hash."""
-    store, name, device = lake.lake(), context.partition_key, compute.torch_device()
+    each chunk as it is cut with the published lens finder (its preprocessing and calibration), in
+    the asset's process, as Spark tasks or in a process launched through Dagster Pipes; every row
+    records the model's content hash."""
+    store, name = lake.lake(), context.partition_key
     stage = lake.stage(context)
     staged, staged_stamps = stage.table(*SCORES, {SWEEP_DIM: name}), stage.table(*STAMPS, {SWEEP_DIM: name})
     t0 = time.monotonic()
-    with fail_fast_on_bad_input(), published_lens_finder(store, device) as (model, spec):
+    with fail_fast_on_bad_input():
+        launch = compute.launch_of_search(config.launch)
         settings = SearchSettings(chunk=config.chunk, keep_threshold=config.keep_threshold)
-        inflight = InflightSearch(store, name, spec.data_version)
-        run = search_partition(search_targets, imaging.source(survey, store), model, spec, device, settings, inflight, SCORE_BATCH.get(device, 16))
+        source = imaging.settings(survey)
+        if launch == "local":
+            run = search_with_published_finder(store, name, search_targets, source, compute.torch_device(), settings)
+        elif launch == "spark":
+            run = search_on_spark(pyspark.spark_session, store, name, search_targets, source, compute.device, settings)
+        else:
+            run = _search_through_pipes(context, pipes_subprocess_client, store, lake.s3_endpoint, source, compute.device, settings)
+        inflight = InflightSearch(store, name, run["model_version"])
         staged.write(inflight.batches(SCORE_CHUNKS, run["n_chunks"]), schema=score_schema(search_targets.schema))
         staged_stamps.write(inflight.batches(STAMP_CHUNKS, run["n_chunks"]), schema=STAMP_SCHEMA)
     seconds = time.monotonic() - t0
     scores = staged.read(columns=["object_id", "valid", "invalid_reason", "model_version", "stamp_kept"])
-    coverage = coverage_problems(scores, search_targets.column("object_id"), spec.data_version)
+    coverage = coverage_problems(scores, search_targets.column("object_id"), run["model_version"])
     kept = staged_stamps.read(columns=["object_id"])
     stamps_match = sorted(kept.column("object_id").to_pylist()) == sorted(scores.filter(scores.column("stamp_kept")).column("object_id").to_pylist())
     outcomes = [au.contract_audit(au.SEARCH_SCORES_CONTRACT, staged.dataset(), SEARCH_SCORES),
@@ -109,10 +131,20 @@ def search_scores(context: dg.AssetExecutionContext, config: SearchConfig, lake:
     stamp_outcomes = [au.contract_audit(au.SEARCH_STAMPS_CONTRACT, staged_stamps.dataset(), SEARCH_STAMPS)]
     if stamp_outcomes[0].passed and not stamps_match:
         stamp_outcomes = [au.SEARCH_STAMPS_CONTRACT.outcome(False, {}, f"kept stamps of {name} differ from the rows marked stamp_kept")]
-    md = as_metadata({**run, **_reasons(scores), "n_stamps_kept": kept.num_rows, "model_version": spec.data_version, "device": device,
-                      "seconds": round(seconds, 1), "targets_per_second": round(search_targets.num_rows / max(seconds, 1e-9), 1)})
+    md = as_metadata({**run, **_reasons(scores), "n_stamps_kept": kept.num_rows, "launch": launch, "seconds": round(seconds, 1),
+                      "targets_per_second": round(search_targets.num_rows / max(seconds, 1e-9), 1)})
     yield from gate(context, {SCORES: ([staged], outcomes), STAMPS: ([staged_stamps], stamp_outcomes)}, {SCORES: md})
     inflight.clear()
+
+
+def _search_through_pipes(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessClient, store, s3_endpoint: str | None,
+                          source: ImageSourceSettings, device: str, settings: SearchSettings) -> dict:
+    """Run ``lens_assets.pipes.search_sweep`` on this partition through Dagster Pipes (the client
+    the trainer uses) and return the counts it reported."""
+    extras = {"lake_uri": store.full_uri(store.root), "s3_endpoint": s3_endpoint, "sweep_file": context.partition_key,
+              "targets_table": list(TARGETS), "source": source.to_dict(), "settings": asdict(settings), "device": device}
+    done = pipes.run(context=context, command=[sys.executable, "-m", "lens_assets.pipes.search_sweep"], extras=extras)
+    return reported(done, "search", f"the search of {context.partition_key}")
 
 
 def _reasons(scores: pa.Table) -> dict:

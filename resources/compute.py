@@ -1,17 +1,27 @@
-"""Compute: the device for simulation, training and scoring (DHS_DEVICE: auto | cpu | cuda) and
-the catalog stage's Spark session."""
+"""Compute: the device for simulation, training and scoring (DHS_DEVICE: auto | cpu | cuda), where
+the search scores (DHS_SEARCH_LAUNCH: local | spark | pipes) and the Spark session of the catalog
+stage and of the search's Spark launch."""
 
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 from dagster_pyspark.resources import LazyPySparkResource, spark_session_from_config
 
+from darkhaloscope.errors import InputError
+
+
+#: Where ``search_scores`` runs its chunks: in the asset's process, as Spark tasks, or in a process
+#: launched through Dagster Pipes.
+SEARCH_LAUNCHES = ("local", "spark", "pipes")
+
 
 class ComputeResource(dg.ConfigurableResource):
-    """``device`` is auto (CUDA when present), cpu or cuda; ``profile`` is demo or full."""
+    """``device`` is auto (CUDA when present), cpu or cuda; ``profile`` is demo or full;
+    ``search_launch`` is the default launch of ``search_scores`` (one of ``SEARCH_LAUNCHES``)."""
 
     device: str = "auto"
     profile: str = "demo"
+    search_launch: str = "local"
 
     def torch_device(self) -> str:
         import torch
@@ -23,6 +33,14 @@ class ComputeResource(dg.ConfigurableResource):
         if self.device == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("DHS_DEVICE=cuda but torch sees no CUDA device")
         return self.device
+
+    def launch_of_search(self, requested: str = "") -> str:
+        """The launch of a search run: ``requested`` (the run's config) or else ``search_launch``."""
+        launch = requested or self.search_launch
+        if launch not in SEARCH_LAUNCHES:
+            raise InputError(f"search launch {launch!r} (search_scores config 'launch' or DHS_SEARCH_LAUNCH): "
+                             f"expected one of {', '.join(SEARCH_LAUNCHES)}")
+        return launch
 
 
 def spark_log_file() -> str:
@@ -83,7 +101,12 @@ class CatalogLaunchResource(dg.ConfigurableResource):
         extras = {"lake_uri": lake_uri, "s3_endpoint": s3_endpoint, "staging": staging, "names": names, "selection": selection,
                   "spark_master": spark_settings()["spark.master"], "spark_log": spark_log_file()}
         done = pipes.run(context=context, command=[sys.executable, "-m", "lens_assets.remote.negatives_job"], extras=extras)
-        funnels = [m["funnel"] for m in done.get_custom_messages() if isinstance(m, dict) and "funnel" in m]
-        if len(funnels) != 1:
-            raise RuntimeError(f"the negatives job reported {len(funnels)} funnels (expected one)")
-        return funnels[0]
+        return reported(done, "funnel", "the negatives job")
+
+
+def reported(done: dg.PipesClientCompletedInvocation, key: str, who: str):
+    """The value of the one custom Pipes message ``{key: value}`` that a launched process reported."""
+    values = [m[key] for m in done.get_custom_messages() if isinstance(m, dict) and key in m]
+    if len(values) != 1:
+        raise RuntimeError(f"{who} reported {len(values)} {key!r} messages (expected one)")
+    return values[0]

@@ -30,7 +30,8 @@ def build_resources() -> dict:
             s3_endpoint=s3_endpoint,
         ),
         "imaging": ImagingResource(cutout_source=os.environ.get("DHS_CUTOUT_SOURCE", "auto")),
-        "compute": ComputeResource(device=os.environ.get("DHS_DEVICE", "auto"), profile=profile),
+        "compute": ComputeResource(device=os.environ.get("DHS_DEVICE", "auto"), profile=profile,
+                                   search_launch=os.environ.get("DHS_SEARCH_LAUNCH", "local")),
         "pyspark": QuietPySparkResource(spark_config=spark_config(os.environ.get("DHS_SPARK_MASTER", "local[*]"))),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }

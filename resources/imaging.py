@@ -6,8 +6,8 @@ DHS_SURVEY=mock); any other value is the base URL of a cutout service (``.../vie
 
 import dagster as dg
 
-from darkhaloscope.imaging.coadd import BrickImageSource
-from darkhaloscope.imaging.sources import ImageSource, ServiceSource
+from darkhaloscope.imaging.source_settings import ImageSourceSettings
+from darkhaloscope.imaging.sources import ImageSource
 from darkhaloscope.lake import Lake
 
 from .survey import SurveyResource
@@ -24,26 +24,11 @@ class ImagingResource(dg.ConfigurableResource):
     timeout_s: float = 30.0
     max_retries: int = 4
 
+    def settings(self, survey: SurveyResource) -> ImageSourceSettings:
+        """The source's settings, from which any process (a Spark executor, a Pipes subprocess) opens it."""
+        return ImageSourceSettings(cutout_source=self.cutout_source, layer=self.layer, max_concurrency=self.max_concurrency,
+                                   timeout_s=self.timeout_s, max_retries=self.max_retries, survey=survey.location())
+
     def source(self, survey: SurveyResource, lake: Lake) -> ImageSource:
         """The configured image source (``cutouts(ra, dec, size) -> (CutoutBatch, failures)``)."""
-        if self.cutout_source != "auto":
-            return ServiceSource(
-                self.cutout_source, layer=self.layer, max_concurrency=self.max_concurrency,
-                timeout_s=self.timeout_s, max_retries=self.max_retries,
-            )
-        if survey.is_mock:
-            return mock_sky_from_lake(survey, lake)
-        fs, root = survey.filesystem()
-        return BrickImageSource(root, filesystem=fs)
-
-
-def mock_sky_from_lake(survey: SurveyResource, lake: Lake):
-    """The mock sky of the ingested mock survey, with its known and hidden lenses painted in."""
-    import pyarrow.parquet as pq
-
-    from darkhaloscope.imaging.mock_sky import MOCK_SKY_COLUMNS
-    from darkhaloscope.survey.mock_lenses import mock_sky_with_lenses
-
-    manifest = survey.mock_manifest()
-    catalog = lake.read_table("survey", "sweeps", columns=[*MOCK_SKY_COLUMNS, "object_id", "sweep_file"])
-    return mock_sky_with_lenses(catalog, [pq.read_table(p) for p in manifest.lens_truth_paths()], manifest.seed)
+        return self.settings(survey).open(lake)

@@ -12,7 +12,8 @@ import pyarrow.fs as pafs
 from darkhaloscope.constants import DR10_SWEEP_DIR as SWEEP_DIR
 from darkhaloscope.errors import InputError
 from darkhaloscope.lake import translate_storage_error, validate_partition_key
-from darkhaloscope.survey.mock_paths import DEFAULT_MOCK_DIR, mock_survey_root
+from darkhaloscope.survey.location import SurveyLocation
+from darkhaloscope.survey.mock_paths import DEFAULT_MOCK_DIR
 
 
 class SurveyResource(dg.ConfigurableResource):
@@ -30,31 +31,24 @@ class SurveyResource(dg.ConfigurableResource):
     def is_mock(self) -> bool:
         return self.survey == "mock"
 
+    def location(self) -> SurveyLocation:
+        """The survey's settings as the library takes them, with local paths made absolute so that
+        a process started elsewhere (a Spark executor, a Pipes subprocess) finds the same files."""
+        local = not self.is_mock and "://" not in self.survey
+        return SurveyLocation(survey=os.path.abspath(self.survey) if local else self.survey, profile=self.profile,
+                              mock_dir=os.path.abspath(self.mock_dir), mock_seed=self.mock_seed, s3_endpoint=self.s3_endpoint)
+
     def root(self) -> str:
         """Root of the DR10-like mirror; the mock survey is generated there on first use."""
-        if not self.is_mock:
-            return self.survey.rstrip("/")
-        return str(self.mock_manifest().root)
+        return self.location().root()
 
     def mock_manifest(self):
         """The mock survey's manifest (``MockSurveyManifest``), generating the survey on first use."""
-        from darkhaloscope.survey.mock_survey import MockSurveyConfig, generate_mock_survey
-
-        if not self.is_mock:
-            raise InputError(f"DHS_SURVEY={self.survey!r} is not the mock survey")
-        root = mock_survey_root(self.mock_dir, self.profile, self.mock_seed)
-        return generate_mock_survey(root, MockSurveyConfig(profile=self.profile, seed=self.mock_seed))
+        return self.location().mock_manifest()
 
     def filesystem(self) -> tuple[pafs.FileSystem, str]:
         """(pyarrow filesystem, path without scheme) of the mirror root."""
-        root = self.root()
-        if root.startswith("s3://"):
-            kwargs = {}
-            if self.s3_endpoint:
-                scheme, _, host = self.s3_endpoint.partition("://")
-                kwargs = dict(endpoint_override=host or scheme, scheme=scheme if host else "https")
-            return pafs.S3FileSystem(**kwargs), root[len("s3://") :]
-        return pafs.LocalFileSystem(), root
+        return self.location().filesystem()
 
     def sweep_files(self) -> list[str]:
         """Names of the survey's sweep files, sorted."""

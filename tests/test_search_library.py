@@ -150,6 +150,37 @@ def test_a_search_resumes_from_its_committed_chunks(lens_finder, tmp_path):
     assert not inflight.done(0, targets.column("object_id").slice(0, 2).combine_chunks())
 
 
+def test_a_process_scores_its_share_of_the_chunks_and_reports_each(lens_finder, tmp_path):
+    """What a Spark task does: score only its chunks (any order), skip those already in flight."""
+    model, spec = lens_finder
+    targets, settings = _targets(5), SearchSettings(chunk=2)
+    inflight = InflightSearch(Lake(str(tmp_path / "lake")), SWEEP, spec.data_version)
+    seen = []
+    share = search_partition(targets, NoiseSky(), model, spec, "cpu", settings, inflight, chunks=[2, 0],
+                             progress=lambda i, n, resumed: seen.append((i, n, resumed)))
+    assert share == {"n_chunks": 2, "n_scored_now": 2, "n_resumed": 0} and seen == [(2, 3, False), (0, 3, False)]
+    assert search_partition(targets, NoiseSky(), model, spec, "cpu", settings, inflight) == {"n_chunks": 3, "n_scored_now": 1, "n_resumed": 2}
+    with pytest.raises(InputError, match=f"chunk 3 of {SWEEP}: it has 3 chunks of 2 targets"):
+        search_partition(targets, NoiseSky(), model, spec, "cpu", settings, inflight, chunks=[3])
+
+
+def test_image_source_settings_travel_as_json():
+    """A Spark task or a Pipes process rebuilds the source from plain settings."""
+    import json
+
+    from darkhaloscope.imaging.source_settings import ImageSourceSettings
+    from darkhaloscope.imaging.sources import ServiceSource
+    from darkhaloscope.survey.location import SurveyLocation
+
+    settings = ImageSourceSettings(cutout_source="http://127.0.0.1:1/viewer", max_retries=1, survey=SurveyLocation(survey="/data/dr10"))
+    again = ImageSourceSettings.from_dict(json.loads(json.dumps(settings.to_dict())))
+    assert again == settings
+    source = again.open(Lake("unused-lake"))
+    assert isinstance(source, ServiceSource) and source.client_options["max_retries"] == 1
+    with pytest.raises(InputError, match="image source settings"):
+        ImageSourceSettings.from_dict({**settings.to_dict(), "colour": "red"})
+
+
 def _scores(ra, dec, score, version="v1") -> pa.Table:
     n = len(ra)
     return pa.table({"object_id": pa.array(np.arange(1, n + 1), pa.int64()), "sweep_file": [SWEEP] * n, "brickname": ["1500p010"] * n,

@@ -20,7 +20,7 @@ rerun after a crash scores only the chunks that are missing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -163,19 +163,33 @@ class InflightSearch:
         self.area.delete_partition(*STAMP_CHUNKS, {"sweep_file": self.key["sweep_file"]})
 
 
-def search_partition(targets: pa.Table, source, model, spec, device: str, settings: SearchSettings,
-                     inflight: InflightSearch, batch_size: int = 16) -> dict:
-    """Score every chunk of ``targets`` not already in ``inflight`` and commit it there. Returns
-    ``{"n_chunks", "n_scored_now", "n_resumed"}``; read the rows back with ``inflight.batches``."""
-    n_chunks = -(-targets.num_rows // settings.chunk)
+def chunk_count(n_targets: int, settings: SearchSettings) -> int:
+    """Number of chunks of ``settings.chunk`` targets that ``n_targets`` targets make."""
+    return -(-n_targets // settings.chunk)
+
+
+def search_partition(targets: pa.Table, source, model, spec, device: str, settings: SearchSettings, inflight: InflightSearch,
+                     batch_size: int = 16, chunks: Sequence[int] | None = None,
+                     progress: Callable[[int, int, bool], None] | None = None) -> dict:
+    """Score every chunk of ``targets`` (or the chunks numbered ``chunks``) not already in
+    ``inflight`` and commit it there; ``progress(index, n_chunks, resumed)`` follows each chunk.
+    Returns ``{"n_chunks", "n_scored_now", "n_resumed"}`` of the chunks handled; read the rows back
+    with ``inflight.batches(table, chunk_count(targets.num_rows, settings))``."""
+    total = chunk_count(targets.num_rows, settings)
+    indices = range(total) if chunks is None else list(chunks)
     resumed = 0
-    for i in range(n_chunks):
+    for i in indices:
+        if not 0 <= i < total:
+            raise InputError(f"chunk {i} of {inflight.key['sweep_file']}: it has {total} chunks of {settings.chunk} targets")
         part = targets.slice(i * settings.chunk, settings.chunk)
-        if inflight.done(i, part.column("object_id").combine_chunks()):
+        done = inflight.done(i, part.column("object_id").combine_chunks())
+        if done:
             resumed += 1
-            continue
-        inflight.commit(i, *score_chunk(part, source, model, spec, device, settings, batch_size))
-    return {"n_chunks": n_chunks, "n_scored_now": n_chunks - resumed, "n_resumed": resumed}
+        else:
+            inflight.commit(i, *score_chunk(part, source, model, spec, device, settings, batch_size))
+        if progress is not None:
+            progress(i, total, done)
+    return {"n_chunks": len(indices), "n_scored_now": len(indices) - resumed, "n_resumed": resumed}
 
 
 def coverage_problems(scores: pa.Table, target_ids, model_version: str) -> dict[str, int]:

@@ -1,0 +1,37 @@
+"""One process's share of a sweep file's search, wherever it runs: the asset's own process, a
+Spark task (:mod:`.spark`) or a subprocess launched through Dagster Pipes (on a GPU host).
+
+Each process loads the published lens finder itself, opens the image source from its settings
+(never a live client shipped from elsewhere) and runs :func:`.streaming.search_partition` over its
+chunks, committing each to the sweep file's in-flight area in the lake; the caller reads the rows
+back from there, so every launch publishes the same rows.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import pyarrow as pa
+
+from ..imaging.source_settings import ImageSourceSettings
+from ..lake import Lake
+from .streaming import InflightSearch, SearchSettings, search_partition
+
+
+def search_with_published_finder(lake: Lake, sweep_file: str, targets: pa.Table, source: ImageSourceSettings, device: str,
+                                 settings: SearchSettings, chunks: Sequence[int] | None = None,
+                                 progress: Callable[[int, int, bool], None] | None = None) -> dict:
+    """Score and commit the chunks ``chunks`` (default: all) of ``targets`` of ``sweep_file`` with
+    the lens finder published in ``lake``, on ``device`` (``auto``, ``cpu`` or ``cuda``, resolved
+    in this process: a Spark executor or a GPU host resolves its own). Returns
+    :func:`.streaming.search_partition`'s counts with ``model_version`` (the weights' sha256, the
+    key of the in-flight chunks) and ``device``."""
+    from ..evaluation.scoring import SCORE_BATCH, published_lens_finder
+    from ..training.inference import resolve_device
+
+    resolved = resolve_device(device)
+    with published_lens_finder(lake, str(resolved)) as (model, spec):
+        inflight = InflightSearch(lake, sweep_file, spec.data_version)
+        run = search_partition(targets, source.open(lake), model, spec, str(resolved), settings, inflight,
+                               SCORE_BATCH.get(resolved.type, 16), chunks, progress)
+    return {**run, "model_version": spec.data_version, "device": str(resolved)}

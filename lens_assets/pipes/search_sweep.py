@@ -1,0 +1,46 @@
+"""The search of one sweep file as a standalone process, launched through Dagster Pipes by
+``search_scores`` with ``launch: pipes`` (locally by ``PipesSubprocessClient``, like the trainer; on
+a GPU host by another Pipes client running the same module).
+
+It imports only ``dagster_pipes`` (never dagster) and the library. It reads the sweep file's
+published targets from the lake, scores and commits every chunk not yet in flight
+(:func:`darkhaloscope.search.launch.search_with_published_finder`), logs each chunk through
+``pipes.log`` and reports its counts, model version and device as one custom message
+``{"search": {...}}``; the asset reads the rows back from the lake, audits and publishes them as on
+the local launch.
+
+Extras: ``lake_uri``, ``s3_endpoint``, ``sweep_file``, ``targets_table`` ([group, asset] of the
+targets), ``source`` (``ImageSourceSettings.to_dict()``), ``settings`` (``SearchSettings`` fields)
+and ``device`` (``auto``, ``cpu`` or ``cuda``, resolved on the host that runs it).
+
+    python -m lens_assets.pipes.search_sweep      (started by the Pipes client, never by hand)
+"""
+
+from __future__ import annotations
+
+
+def main() -> None:
+    from dagster_pipes import open_dagster_pipes
+
+    from darkhaloscope.imaging.source_settings import ImageSourceSettings
+    from darkhaloscope.lake import Lake
+    from darkhaloscope.search.launch import search_with_published_finder
+    from darkhaloscope.search.streaming import SearchSettings
+    from darkhaloscope.survey.sweeps import SWEEP_DIM
+
+    with open_dagster_pipes() as pipes:
+        x = pipes.extras
+        lake, name = Lake(x["lake_uri"], s3_endpoint=x.get("s3_endpoint")), x["sweep_file"]
+        targets = lake.read_table(*x["targets_table"], partition={SWEEP_DIM: name})
+
+        def progress(index: int, n_chunks: int, resumed: bool) -> None:
+            pipes.log.info(f"{name}: chunk {index + 1}/{n_chunks} {'already in flight' if resumed else 'scored'}")
+
+        run = search_with_published_finder(lake, name, targets, ImageSourceSettings.from_dict(x["source"]), x["device"],
+                                           SearchSettings(**x["settings"]), progress=progress)
+        pipes.log.info(f"{name}: {run['n_scored_now']} chunks scored, {run['n_resumed']} resumed on {run['device']}")
+        pipes.report_custom_message({"search": run})
+
+
+if __name__ == "__main__":
+    main()
