@@ -132,7 +132,7 @@ def cmd_grade(args) -> int:
     from definitions import build_defs
     from resources.config import build_resources
 
-    from .orchestration import failure_message
+    from .orchestration import failure_message, quiet_console
     from .search import GRADES
 
     path = os.path.abspath(args.file)
@@ -153,7 +153,7 @@ def cmd_grade(args) -> int:
 
     result = build_defs(build_resources()).resolve_implicit_global_asset_job_def().execute_in_process(
         instance=_instance(), asset_selection=[dg.AssetKey(list(GRADES))], raise_on_error=False,
-        run_config={"ops": {"search__visual_grades": {"config": {"csv_path": path}}}})
+        run_config={"ops": {"search__visual_grades": {"config": {"csv_path": path}}}, **quiet_console()})
     if not result.success:
         print(f"FAILED: {failure_message(result)}", file=sys.stderr)
         return 1

@@ -29,6 +29,12 @@ from .partitions import INJECTION_PLAN_KEY, injection_batch_change, sweep_file_c
 from .runs import HOST_TAG, reap_dead_runs
 
 
+def quiet_console() -> dict:
+    """Run config that keeps Dagster's console logger at DHS_LOG_LEVEL (default WARNING): the
+    terminal shows progress and errors, the event log in the instance keeps everything."""
+    return {"loggers": {"console": {"config": {"log_level": os.environ.get("DHS_LOG_LEVEL", "WARNING")}}}}
+
+
 class MaterializeError(RuntimeError):
     """An asset partition failed; the message names the asset, the partition and the error."""
 
@@ -142,12 +148,11 @@ class Materializer:
         pk = partition_keys[0] if len(partition_keys) == 1 else None
         if len(partition_keys) > 1:
             tags.update({"dagster/asset_partition_range_start": partition_keys[0], "dagster/asset_partition_range_end": partition_keys[-1]})
-        log_level = os.environ.get("DHS_LOG_LEVEL", "WARNING")
         where = f"asset {unit.label} partition {pk or (partition_keys[0] + '...' + partition_keys[-1] if len(partition_keys) > 1 else '-')}"
         try:
             result = self.job.execute_in_process(
                 instance=self.instance, asset_selection=unit.keys, partition_key=pk, tags=tags, raise_on_error=False,
-                run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+                run_config=quiet_console(),
             )
         except Exception as exc:  # definition-time errors (bad partition key, resources)
             raise MaterializeError(f"{where} failed: {exc}") from exc

@@ -37,9 +37,10 @@ class ImageSourceSettings:
         except TypeError as exc:
             raise InputError(f"image source settings {sorted(d)}: {exc}") from exc
 
-    def open(self, lake: Lake) -> ImageSource:
+    def open(self, lake: Lake, with_maskbits: bool = True) -> ImageSource:
         """The source (``cutouts(ra, dec, size) -> (CutoutBatch, failures)``); the mock sky is built
-        from the ``survey/sweeps`` table of ``lake``."""
+        from the ``survey/sweeps`` table of ``lake``. ``with_maskbits`` False: coadd bricks skip the
+        maskbits file (one of a brick's 7 decompressed files), for readers that do not use it."""
         from .coadd import BrickImageSource
         from .sources import ServiceSource
 
@@ -49,7 +50,7 @@ class ImageSourceSettings:
         if self.survey.is_mock:
             return _mock_sky(self.survey, lake)
         fs, root = self.survey.filesystem()
-        return BrickImageSource(root, filesystem=fs)
+        return BrickImageSource(root, filesystem=fs, with_maskbits=with_maskbits)
 
 
 def _mock_sky(survey: SurveyLocation, lake: Lake):
