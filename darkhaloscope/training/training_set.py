@@ -75,7 +75,8 @@ def with_graded(rows: pa.Table, images: np.ndarray, invvar: np.ndarray, graded: 
     ``new_cutouts``: cutouts rows (stamps + quality) of the graded objects not in ``rows``. A grade
     overrides a catalog label only openly: the row keeps its pool and gains its grade round, and the
     returned counts say how many labels changed. Graded objects of the test split stay out, and
-    graded rows host no injection (their inverse variance is not carried)."""
+    graded rows host no injection (their inverse variance is not carried: zeroed in ``invvar``,
+    in place, which holds a stamp set the size of the training set)."""
     grade_of = dict(zip(graded.column("object_id").to_pylist(), zip(graded.column("grade").to_pylist(), graded.column("round").to_pylist())))
     n_catalog = rows.num_rows
     if new_cutouts is not None and new_cutouts.num_rows:
