@@ -35,7 +35,7 @@ from benchmarks.demo_headline import SNR_BINS, auroc_of  # noqa: E402
 from darkhaloscope.evaluation.scoring import held_out_negatives  # noqa: E402
 from darkhaloscope.evaluation.thresholds import order_statistic_threshold  # noqa: E402
 from darkhaloscope.lake import Lake  # noqa: E402
-from darkhaloscope.search.grades import graded_lens_ids  # noqa: E402
+from darkhaloscope.search.grades import published_graded_lens_ids  # noqa: E402
 from darkhaloscope.stamps import from_tensor_column  # noqa: E402
 from darkhaloscope.training.checkpoint import load_checkpoint  # noqa: E402
 from darkhaloscope.training.data import load_training_set  # noqa: E402
@@ -54,7 +54,7 @@ def _test_rows(lake: Lake):
     real = pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test"))
     bank = lake.read_table("injection", "injection_bank", columns=["success", "arc_snr", "image", "control"])
     bank = bank.filter(bank.column("success"))
-    graded = graded_lens_ids(lake.read_table("search", "visual_grades") if lake.exists("search", "visual_grades") else None)
+    graded = published_graded_lens_ids(lake)
     return (from_tensor_column(held_out_negatives(cut, graded).column("image")), from_tensor_column(cut.filter(real).column("image")),
             from_tensor_column(bank.column("image")), from_tensor_column(bank.column("control")), bank.column("arc_snr").to_numpy())
 

@@ -30,7 +30,7 @@ from scipy.stats import spearmanr  # noqa: E402
 from darkhaloscope.evaluation.scoring import held_out_negatives, injection_rows  # noqa: E402
 from darkhaloscope.evaluation.thresholds import order_statistic_threshold  # noqa: E402
 from darkhaloscope.lake import Lake  # noqa: E402
-from darkhaloscope.search.grades import graded_lens_ids  # noqa: E402
+from darkhaloscope.search.grades import published_graded_lens_ids  # noqa: E402
 from darkhaloscope.stats import roc_auc  # noqa: E402
 
 SNR_BINS = ((0, 2), (2, 5), (5, 10), (10, 20), (20, 50), (50, np.inf))
@@ -69,7 +69,7 @@ def headline(lake: Lake, hidden_ids: np.ndarray | None = None) -> dict:
     inj_scores = lake.dataset("evaluation", "injection_scores")
     inj, ctrl = injection_rows(inj_scores, "injection"), injection_rows(inj_scores, "control")
     cut = lake.read_table("evaluation", "cutout_scores")
-    neg = held_out_negatives(cut, graded_lens_ids(lake.read_table("search", "visual_grades") if lake.exists("search", "visual_grades") else None))
+    neg = held_out_negatives(cut, published_graded_lens_ids(lake))
     real = cut.filter(pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test")))
     thr = lake.read_table("evaluation", "thresholds").to_pylist()
     t = next(r["threshold"] for r in thr if r["name"] == THRESHOLD)

@@ -21,6 +21,7 @@ def print_demo_summary(lake, seconds: float) -> None:
     cols, rows = run_query(lake, DEMO_CANDIDATES_SQL)
     print(format_rows(cols, rows))
     print_hidden_lens_recovery(lake)
+    print_grades_used(lake)
     cols, rows = run_query(lake, "SELECT uri FROM evaluation_report")
     print(f"\nEvaluation report: {rows[0][0] if rows else '(missing)'}")
     cols, rows = run_query(lake, "SELECT uri FROM candidate_gallery")
@@ -48,6 +49,21 @@ def print_hidden_lens_recovery(lake) -> None:
     print(format_rows(["arc_snr", "n_hidden", "n_recovered", "recovered_fraction"],
                       [(f"[{r['snr_lo']:g}, {r['snr_hi']:g})", r["n_hidden"], r["n_recovered"],
                         None if r["recovered_fraction"] is None else round(r["recovered_fraction"], 2)) for r in by_snr]))
+
+
+def print_grades_used(lake) -> None:
+    """Which visual-grade rounds the lens finder was trained with: the numbers above are those of a
+    graded lake whenever grades were landed in it (``dhs grade``)."""
+    import json
+
+    from darkhaloscope.training.training_set import GRADES_KEY
+
+    used = json.loads((lake.read_schema("training", "training_set").metadata or {}).get(GRADES_KEY, b"{}"))
+    if used.get("rounds"):
+        print(f"\nTrained with visual grades: rounds {used['rounds']} ({used['n_graded_rows']} graded rows, "
+              f"{used['n_relabelled']} catalog labels changed by a grade; sha256 {used['grades_sha256'][:12]}…)")
+    else:
+        print("\nTrained with no visual grades (none landed: `dhs grade` adds a round)")
 
 
 def completeness_grid(rows: list[tuple]) -> str:

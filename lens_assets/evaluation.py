@@ -9,7 +9,6 @@ published lens finder, which is published only after its blocking gates passed.
 
 import itertools
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -26,7 +25,7 @@ from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META, held_o
 from darkhaloscope.imaging.cutout_table import load_stamps
 from darkhaloscope.lensing.bank import plan_grid
 from darkhaloscope.search.gallery import GALLERY_FILE, GALLERY_TABLE
-from darkhaloscope.search.grades import graded_lens_ids
+from darkhaloscope.search.grades import published_graded_lens_ids
 from darkhaloscope.stamps import from_tensor_column
 from resources import ComputeResource, LakeResource
 
@@ -98,7 +97,7 @@ def thresholds(context: dg.AssetExecutionContext, lake: LakeResource, cutout_sco
     false-positive rates (1e-2, 1e-3, 1e-4) and at Paper IV's top-0.01-percentile cut, each with
     its number of valid negatives and a bootstrap 68% interval; targets the sample cannot resolve
     are flagged, not invented."""
-    lenses = _graded_lenses(lake.lake())
+    lenses = published_graded_lens_ids(lake.lake())
     table = thresholds_from_negatives(held_out_negatives(cutout_scores.to_table(), lenses), fixed_scores=(0.5,))
     staged = lake.stage(context).table(*THR)
     staged.write(table)
@@ -151,7 +150,7 @@ def real_lens_recall(context: dg.AssetExecutionContext, lake: LakeResource, thre
     with fail_fast_on_bad_input():
         recall = recall_table(scores.filter(pc.equal(scores.column("label"), 1)), thresholds,
                               training_set.to_table(columns=["object_id"]).column("object_id"), split="test")
-    fpr = fpr_table(held_out_negatives(scores, _graded_lenses(lake.lake())), thresholds)
+    fpr = fpr_table(held_out_negatives(scores, published_graded_lens_ids(lake.lake())), thresholds)
     stage = lake.stage(context)
     staged_recall, staged_fpr = stage.table(*RECALL), stage.table(*FPR)
     staged_recall.write(recall)
@@ -181,7 +180,7 @@ def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource, thr
         thresholds=thresholds, selection=selection_function, marginals=selection_marginals,
         figure=lambda name: store.read_bytes(*SEL, name, partition=FIGURES), recall=real_lens_recall, fpr=fpr_by_confuser,
         injections=injection_rows(injection_scores, "injection"), controls=injection_rows(injection_scores, "control"),
-        held_out=held_out_negatives(cut, _graded_lenses(store)), real_test=real_test, cutout_stamps=lambda ids: load_stamps(cutouts, ids)[0][0],
+        held_out=held_out_negatives(cut, published_graded_lens_ids(store)), real_test=real_test, cutout_stamps=lambda ids: load_stamps(cutouts, ids)[0][0],
         injection_stamps=lambda ids: _injection_images(injection_bank, ids), lens_finder_row=lens_finder.to_pylist()[0], lake_uri=store.uri,
         gallery_uri=store.full_uri(f"{store.table_path(*GALLERY_TABLE)}/{GALLERY_FILE}"),
     ).encode("utf-8")
@@ -191,11 +190,6 @@ def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource, thr
     staged.write(pa.table({"uri": [uri], "bytes": [len(html)], "figures": [html.count(b"<img")]}))
     md = {"figures": html.count(b"<img"), "report": dg.MetadataValue.url(f"file://{uri}") if not store.is_s3 else uri}
     yield from gate(context, {REPORT: ([staged], [au.contract_audit(au.EVALUATION_REPORT_CONTRACT, staged.read(), EVALUATION_REPORT)])}, {REPORT: md})
-
-
-def _graded_lenses(store) -> np.ndarray:
-    """Ids of objects the latest visual grade calls a lens (none before a grades round is landed)."""
-    return graded_lens_ids(store.read_table(*VISUAL_GRADES.path) if store.exists(*VISUAL_GRADES.path) else None)
 
 
 def _injection_images(bank: ds.Dataset, injection_ids) -> dict:

@@ -32,7 +32,7 @@ from darkhaloscope.evaluation.scoring import injection_rows
 from darkhaloscope.imaging.source_settings import ImageSourceSettings
 from darkhaloscope.search.candidates import DEFAULT_DEDUP_ARCSEC, build_candidates
 from darkhaloscope.search.gallery import DEFAULT_TOP_N, GALLERY_FILE, GALLERY_TABLE, gallery_html, gallery_stamps, top_candidates
-from darkhaloscope.search.grades import changed_earlier_rows, new_round, parse_grades_csv
+from darkhaloscope.search.grades import GRADES_TABLE, changed_earlier_rows, new_round, parse_grades_csv
 from darkhaloscope.search.launch import search_with_published_finder
 from darkhaloscope.search.spark import search_on_spark
 from darkhaloscope.search.streaming import (
@@ -52,7 +52,7 @@ from .survey import known_lenses, sweeps
 
 GROUP = "search"
 TARGETS, SCORES, STAMPS = (GROUP, "search_targets"), (GROUP, "search_scores"), (GROUP, "search_stamps")
-CANDS, GALLERY, GRADES = (GROUP, "candidates"), GALLERY_TABLE, (GROUP, "visual_grades")
+CANDS, GALLERY, GRADES = (GROUP, "candidates"), GALLERY_TABLE, GRADES_TABLE
 _DEFAULT_SEARCH = SearchSettings()
 
 

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from darkhaloscope.errors import InputError
 from darkhaloscope.imaging.cutout_table import cutout_batches, load_stamps
-from darkhaloscope.search.grades import grades_for_training
+from darkhaloscope.search.grades import GRADES_TABLE, grades_for_training
 from darkhaloscope.training.gates import BLOCKING_GATES, GATES
 from darkhaloscope.training.profiles import training_profile
 from darkhaloscope.training.runs import publish_run
@@ -30,7 +30,7 @@ from .imaging import GROUP as IMAGING, cutout_validation, cutouts
 
 GROUP = "training"
 #: The visual grades and the search targets are read by key: ``lens_assets.search`` builds on this module.
-VISUAL_GRADES, SEARCH_TARGETS = dg.AssetKey(["search", "visual_grades"]), dg.AssetKey(["search", "search_targets"])
+VISUAL_GRADES, SEARCH_TARGETS = dg.AssetKey(list(GRADES_TABLE)), dg.AssetKey(["search", "search_targets"])
 
 
 class TrainingSetConfig(dg.Config):
@@ -64,7 +64,7 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
     with fail_fast_on_bad_input():
         rows = training_rows(store.read_table(IMAGING, "cutouts", columns=list(CUTOUT_COLUMNS)))
         (images, invvar), _ = load_stamps(store.dataset(IMAGING, "cutouts"), rows.column("object_id").to_numpy(), ("image", "invvar"))
-        graded, used = grades_for_training(store.read_table(*VISUAL_GRADES.path) if store.exists(*VISUAL_GRADES.path) else None, config.grades_round)
+        graded, used = grades_for_training(store.read_table(*GRADES_TABLE) if store.exists(*GRADES_TABLE) else None, config.grades_round)
         rows, images, invvar, counts = with_graded(rows, images, invvar, graded, _graded_cutouts(store, graded, rows, lambda: imaging.source(survey, store)))
         table = assemble_training_set(
             rows, images, invvar, preprocess=profile.preprocess, stream=profile.stream if config.injections else None,

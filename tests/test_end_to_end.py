@@ -22,6 +22,7 @@ def test_demo_runs_end_to_end(tmp_path):
     run = subprocess.run([sys.executable, "-m", "lens_assets.cli", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "Selection function C(theta_E, z_l)" in run.stdout and "Evaluation report:" in run.stdout
+    assert "Trained with no visual grades" in run.stdout  # a fresh lake: no grades landed
     # a quiet console: progress lines and result tables only, no warnings, no Spark chatter
     assert run.stderr == "", run.stderr[-4000:]
     noise = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|INFO|ERROR) |log4j|Warning:|^WARNING: |warnings\.warn")

@@ -29,6 +29,8 @@ import pyarrow.compute as pc
 from ..errors import InputError
 
 GRADES = ("A", "B", "C", "not_a_lens")
+#: Where the grades are published: the lake table (group, name).
+GRADES_TABLE = ("search", "visual_grades")
 #: Grades that make a candidate a lens (a positive of the next training set, with the grade as tier).
 LENS_GRADES = ("A", "B", "C")
 #: What the grader saw, copied from the candidate (the gallery's export writes these).
@@ -141,29 +143,41 @@ def changed_earlier_rows(previous: pa.Table | None, current: pa.Table) -> int:
     return int(sum(a != b for a, b in zip(previous.select(GRADES_SCHEMA.names).to_pylist(), old.to_pylist())))
 
 
-def grades_for_training(grades: pa.Table | None, upto_round: int = -1) -> tuple[pa.Table, dict]:
-    """(object_id, grade, round) of each graded object, its latest grade among rounds 1..``upto_round``
-    (-1: every round, 0: none), and the record of what was used: the rounds, the SHA-256 of those
-    rows (the grades table is append-only, so rounds and hash name the version) and the counts."""
+def _rounds_upto(grades: pa.Table | None, upto_round: int) -> pa.Table:
+    """The rows of rounds 1..``upto_round`` (-1: every round, 0: none)."""
     if grades is None or upto_round == 0:
-        grades = GRADES_SCHEMA.empty_table()
-    if upto_round > 0:
-        grades = grades.filter(pc.less_equal(grades.column("round"), upto_round))
-    used = grades.sort_by([("round", "ascending"), ("object_id", "ascending")])
-    digest = hashlib.sha256(json.dumps(used.select(GRADES_SCHEMA.names).to_pylist(), sort_keys=True).encode()).hexdigest()
-    # a later round regrades an object: the last grade wins
-    latest = used.sort_by([("object_id", "ascending"), ("round", "descending")])
+        return GRADES_SCHEMA.empty_table()
+    return grades.filter(pc.less_equal(grades.column("round"), upto_round)) if upto_round > 0 else grades
+
+
+def latest_grades(grades: pa.Table | None, upto_round: int = -1) -> pa.Table:
+    """(object_id, grade, round) of each object graded in rounds 1..``upto_round`` (-1: every round,
+    0: none), with its latest grade: a later round regrades an object."""
+    latest = _rounds_upto(grades, upto_round).sort_by([("object_id", "ascending"), ("round", "descending")])
     ids = latest.column("object_id").to_numpy()
     first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if ids.size else np.zeros(0, np.int64)
-    latest = latest.take(pa.array(first, pa.int64())).select(["object_id", "grade", "round"])
+    return latest.take(pa.array(first, pa.int64())).select(["object_id", "grade", "round"])
+
+
+def grades_for_training(grades: pa.Table | None, upto_round: int = -1) -> tuple[pa.Table, dict]:
+    """:func:`latest_grades` and the record of what a training set used: the rounds, the SHA-256 of
+    those rows (the grades table is append-only, so rounds and hash name the version) and the counts."""
+    used = _rounds_upto(grades, upto_round).sort_by([("round", "ascending"), ("object_id", "ascending")])
+    digest = hashlib.sha256(json.dumps(used.select(GRADES_SCHEMA.names).to_pylist(), sort_keys=True).encode()).hexdigest()
+    latest = latest_grades(used)
     grade = latest.column("grade").to_pylist()
-    record = {"rounds": sorted(set(used.column("round").to_pylist())), "grades_sha256": digest,
-              "n_lenses": sum(g in LENS_GRADES for g in grade), "n_not_a_lens": sum(g == "not_a_lens" for g in grade)}
-    return latest, record
+    return latest, {"rounds": sorted(set(used.column("round").to_pylist())), "grades_sha256": digest,
+                    "n_lenses": sum(g in LENS_GRADES for g in grade), "n_not_a_lens": sum(g == "not_a_lens" for g in grade)}
 
 
 def graded_lens_ids(grades: pa.Table | None) -> np.ndarray:
     """(K,) int64 ids of the objects whose latest grade (any round) is a lens grade: no longer
     negatives anywhere a false-positive rate is measured (an inspection round removes them)."""
-    latest, _ = grades_for_training(grades)
+    latest = latest_grades(grades)
     return latest.filter(pc.is_in(latest.column("grade"), pa.array(list(LENS_GRADES)))).column("object_id").to_numpy()
+
+
+def published_graded_lens_ids(lake) -> np.ndarray:
+    """:func:`graded_lens_ids` of the ``visual_grades`` table published in ``lake`` (none before a
+    round is landed)."""
+    return graded_lens_ids(lake.read_table(*GRADES_TABLE) if lake.exists(*GRADES_TABLE) else None)

@@ -77,7 +77,6 @@ def with_graded(rows: pa.Table, images: np.ndarray, invvar: np.ndarray, graded: 
     returned counts say how many labels changed. Graded objects of the test split stay out, and
     graded rows host no injection (their inverse variance is not carried: zeroed in ``invvar``,
     in place, which holds a stamp set the size of the training set)."""
-    grade_of = dict(zip(graded.column("object_id").to_pylist(), zip(graded.column("grade").to_pylist(), graded.column("round").to_pylist())))
     n_catalog = rows.num_rows
     if new_cutouts is not None and new_cutouts.num_rows:
         new_cutouts = new_cutouts.filter(pc.is_in(new_cutouts.column("split"), pa.array(list(FIT_SPLITS))))
@@ -92,21 +91,21 @@ def with_graded(rows: pa.Table, images: np.ndarray, invvar: np.ndarray, graded: 
         images = np.concatenate([images, from_tensor_column(new_cutouts.column("image"))])
         invvar = np.concatenate([invvar, np.zeros((n, *STAMP_SHAPE), np.float32)])
         rows = pa.concat_tables([rows, extra.select(rows.column_names).cast(rows.schema)])
-    ids = rows.column("object_id").to_pylist()
+    pos = pc.index_in(rows.column("object_id"), graded.column("object_id"))
+    graded_rows = pos.is_valid().to_numpy(zero_copy_only=False)
+    grade = graded.column("grade").take(pc.fill_null(pos, 0)) if graded.num_rows else pa.nulls(rows.num_rows, pa.string())
+    is_lens = graded_rows & pc.is_in(grade, pa.array(list(LENS_GRADES))).to_numpy(zero_copy_only=False)
     old_label = rows.column("label").to_numpy(zero_copy_only=False).astype(np.int8)
-    label, tier, rnd = old_label.copy(), rows.column("tier").to_pylist(), [None] * len(ids)
-    for i, oid in enumerate(ids):
-        if oid in grade_of:
-            grade, rnd[i] = grade_of[oid]
-            label[i], tier[i] = (1, grade) if grade in LENS_GRADES else (0, None)
-    graded_rows = np.array([r is not None for r in rnd], bool)
+    label = np.where(graded_rows, is_lens, old_label).astype(np.int8)
+    tier = pc.if_else(pa.array(graded_rows), pc.if_else(pa.array(is_lens), grade, pa.scalar(None, pa.string())), rows.column("tier"))
     invvar[graded_rows] = 0.0
     rows = rows.set_column(rows.column_names.index("label"), "label", pa.array(label, rows.schema.field("label").type))
-    rows = rows.set_column(rows.column_names.index("tier"), "tier", pa.array(tier, pa.string()))
-    rows = rows.append_column("grade_round", pa.array(rnd, pa.int64()))
+    rows = rows.set_column(rows.column_names.index("tier"), "tier", tier.cast(pa.string()))
+    rnd = graded.column("round").take(pc.fill_null(pos, 0)) if graded.num_rows else pa.nulls(rows.num_rows, pa.int64())
+    rows = rows.append_column("grade_round", pc.if_else(pa.array(graded_rows), rnd, pa.scalar(None, pa.int64())))
     counts = {"n_graded_rows": int(graded_rows.sum()), "n_graded_added": 0 if new_cutouts is None else int(new_cutouts.num_rows),
               "n_relabelled": int(np.sum((graded_rows & (label != old_label))[:n_catalog])),
-              "n_graded_outside_train_val": len(grade_of) - int(graded_rows.sum())}
+              "n_graded_outside_train_val": graded.num_rows - int(graded_rows.sum())}
     return rows, images, invvar, counts
 
 
