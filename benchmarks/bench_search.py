@@ -2,14 +2,17 @@
 keep only the score rows and the stamps above the keep-threshold) against the existing path (cut
 every stamp into a ``cutouts`` table in the lake, then score that table), in one run.
 
-Both paths read the same mock DR10 bricks (fpack-compressed, written once by bench_cutouts.py to
-benchmarks/out/mock_dr10) with BrickImageSource, score with the demo profile's lens finder
-(strided ResNet, its preprocessing, random weights: the cost does not depend on the weights) on
-the same targets in brick order, and commit their tables to a local lake. Prints one JSON line:
-galaxies per second per core of each path (both use every core torch is given), their ratio and
-the bytes stored per galaxy.
+Both paths read the same 8 mock DR10 bricks (compressed as DR10's are, written once by
+bench_cutouts.py to benchmarks/out/mock_dr10_rice) with BrickImageSource as their assets open it
+(the cutouts stage: every plane of the stamp; the search: images, and invvar at the centre only),
+score with the demo profile's lens finder (strided ResNet, its preprocessing, random weights: the
+cost does not depend on the weights) on the same targets in brick order (128 per brick, about
+DR10's density after the preselection: 45 M galaxies on ~300,000 bricks), and commit their tables
+to a local lake. The search scores 256-target chunks, the asset's default, so 4 of them here.
+Prints one JSON line: galaxies per second per core of each path (both use every core torch is
+given), their ratio and the bytes stored per galaxy.
 
-    python benchmarks/bench_search.py [--per-brick 128] [--repeat 2] [--keep-threshold 0.5] [--device cpu|cuda]
+    python benchmarks/bench_search.py [--per-brick 128] [--bricks 8] [--repeat 2] [--keep-threshold 0.5] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -91,17 +94,19 @@ def materialized(lake: Lake, tgt: pa.Table, source, model, spec, device: str) ->
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-brick", type=int, default=128)
+    ap.add_argument("--bricks", type=int, default=8)
     ap.add_argument("--keep-threshold", type=float, default=0.5)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
     cores = len(os.sched_getaffinity(0))
     torch.set_num_threads(cores)
-    table, names, _ = ensure_bricks()
+    table, names, _ = ensure_bricks(args.bricks)
     ra, dec = targets(table, names, args.per_brick, "search")
     tgt = target_table(ra, dec)
-    # as the assets read them: the cutouts table keeps maskbits, the search does not use them
-    source, search_source = BrickImageSource(str(OUT)), BrickImageSource(str(OUT), with_maskbits=False)
+    # as the assets open them: the cutouts table keeps every plane; the search reads the images
+    # and, to tell a masked centre, the invvar of the centre pixel
+    source, search_source = BrickImageSource(str(OUT)), BrickImageSource(str(OUT), with_maskbits=False, invvar_centre_only=True)
     work = tempfile.mkdtemp(prefix="bench_search_")
     try:
         model, spec = lens_finder(f"{work}/ckpt", args.device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -133,10 +134,8 @@ def _covered_pixel(iv):
     return int(xs[k]) + 300, int(ys[k]) + 300
 
 
-@pytest.mark.parametrize("section_fraction", [1.0, 0.0])  # tile-aware section reads, then whole-image reads
-def test_real_brick_cutouts(real_mirror, real_arrays, section_fraction, monkeypatch):
+def test_real_brick_cutouts(real_mirror, real_arrays):
     img, iv, hdr = real_arrays
-    monkeypatch.setattr(BrickImageSource, "SECTION_FRACTION", section_fraction)
     src = BrickImageSource(str(real_mirror))
     w = TanWCS.from_header(hdr)
     cx, cy = _covered_pixel(iv)
@@ -155,6 +154,31 @@ def test_real_brick_cutouts(real_mirror, real_arrays, section_fraction, monkeypa
     # the uncovered part: invvar 0
     assert not b.invvar[1, 0].any()
     assert not b.edge_padded.any()
+    # the search's read: the same images, the inverse variance of each centre pixel only
+    c, _ = BrickImageSource(str(real_mirror), with_maskbits=False, invvar_centre_only=True).cutouts(ra, dec, size=101)
+    assert c.invvar_centre_only and c.maskbits is None and not b.invvar_centre_only
+    np.testing.assert_array_equal(c.image, b.image)
+    np.testing.assert_array_equal(c.invvar[:, :, 50, 50], b.invvar[:, :, 50, 50])
+    assert c.invvar[0, 0, 50, 50] > 0 and np.count_nonzero(c.invvar) == np.count_nonzero(b.invvar[:, :, 50, 50])
+
+
+def test_truncated_brick_file_is_named(real_brick_dir, real_arrays, tmp_path):
+    """A coadd file cut short (an interrupted copy of a mirror) fails the cutouts with an
+    InputError naming that file; nothing is returned for the brick."""
+    img, iv, hdr = real_arrays
+    for kind in ("image", "invvar"):
+        p = coadd_path(str(tmp_path), BRICK, kind, "g")
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        raw = bytearray((real_brick_dir / f"legacysurvey-{BRICK}-{kind}-g.fits.fz").read_bytes())
+        if kind == "image":
+            raw = raw[: len(raw) // 2]
+        open(p, "wb").write(bytes(raw))
+    bad = coadd_path(str(tmp_path), BRICK, "image", "g")
+    w = TanWCS.from_header(hdr)
+    cx, cy = _covered_pixel(iv)
+    ra, dec = w.pixel_to_world(np.array([cx, 1800.0, 3450.0]), np.array([cy, 1800.0, 3450.0]))
+    with pytest.raises(InputError, match=re.escape(bad)):
+        BrickImageSource(str(tmp_path)).cutouts(ra, dec, 101)
 
 
 def test_edge_targets_use_neighbour_or_pad(real_mirror, real_arrays):

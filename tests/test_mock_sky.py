@@ -188,6 +188,27 @@ def test_mock_brick_files_equal_mock_sky(mock_mirror):
     assert got.maskbits[1, 50, 70] & 1 and not got.maskbits[1, 50, 10] and not got.maskbits[0, 50, 50] & 1
 
 
+def test_mock_brick_compressed_as_dr10(mock_mirror, tmp_path):
+    """lossless=False writes the files as DR10's (RICE_1, SUBTRACTIVE_DITHER_2): the cutouts equal
+    the mock sky within the quantization step, and uncovered (zero) pixels stay exactly zero."""
+    from astropy.io import fits
+
+    sky, _, _ = mock_mirror
+    brick = str(FOOT.brickname[0])
+    paths = sky.write_mock_brick(brick, str(tmp_path), bands=("g",), lossless=False)
+    with fits.open(paths[0], disable_image_compression=True) as h:
+        assert h[1].header["ZCMPTYPE"] == "RICE_1" and h[1].header["ZQUANTIZ"] == "SUBTRACTIVE_DITHER_2"
+        step = float(np.max(h[1].data["ZSCALE"]))
+    FOOT.write_fits(str(tmp_path / "survey-bricks.fits.gz"))
+    w = FOOT.wcs(0)
+    ra, dec = w.pixel_to_world(np.array([1800.2, 30.0, 900.7]), np.array([1799.6, 1000.0, 2999.4]))
+    got, _ = BrickImageSource(str(tmp_path)).cutouts(ra, dec, 101)
+    want, _ = sky.cutouts(ra, dec, 101)
+    assert 0 < step and np.max(np.abs(got.image[:, 0] - want.image[:, 0])) <= step
+    assert np.array_equal(got.image[:, 0] == 0, want.image[:, 0] == 0)
+    np.testing.assert_array_equal(got.maskbits, want.maskbits)
+
+
 @pytest.mark.s3
 def test_brick_mirror_on_s3_gives_the_mock_sky_in_every_band(tmp_path, s3_server):
     """A DR10-layout mirror with all three bands, uploaded to the loopback S3 server and read

@@ -106,6 +106,18 @@ def test_unscorable_stamps_get_their_reason():
     assert unscorable_reasons(batch, failed).tolist() == ["no_data", "", "missing_band_r", "masked_centre_g", "fetch_failed: timeout after 30 s"]
 
 
+def test_centre_only_invvar_still_tells_a_masked_centre():
+    """A coadd mirror asked for the centre pixel's invvar only: a band whose file exists but whose
+    centre has invvar 0 is masked there; a missing band is missing, not masked."""
+    batch = CutoutBatch.empty(3, 11)
+    batch.invvar_centre_only = True
+    batch.image[:] = 1.0
+    batch.invvar[:, :, 5, 5] = 1.0
+    batch.invvar[1, 2, 5, 5] = 0.0
+    batch.invvar[2, 1, 5, 5], batch.band_missing[2] = 0.0, BAND_MISSING_BIT["r"]
+    assert unscorable_reasons(batch, np.array(["", "", ""], dtype=object)).tolist() == ["", "masked_centre_z", "missing_band_r"]
+
+
 def test_streamed_scores_keep_every_row_record_the_model_and_equal_scoring_at_once(lens_finder, tmp_path):
     model, spec = lens_finder
     targets = _targets(7)

@@ -32,6 +32,8 @@ class CutoutBatch:
     the stamp was cut from. x, y: (N,) float64 0-based pixel of the target in that brick.
     dx, dy: (N,) float32 sub-pixel offset (pixels) of the target from the stamp's centre pixel
     ``S // 2`` (the stamp centre is the target's pixel position rounded to the nearest pixel).
+    invvar_centre_only: the source read invvar at the centre pixel ``[S // 2, S // 2]`` only (a
+    coadd mirror asked for no more); elsewhere it is 0 without meaning "no data".
     """
 
     image: np.ndarray
@@ -44,6 +46,7 @@ class CutoutBatch:
     y: np.ndarray
     dx: np.ndarray
     dy: np.ndarray
+    invvar_centre_only: bool = False
 
     def __len__(self) -> int:
         return self.image.shape[0]

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..constants import BANDS, STAMP_SIZE
 from ..errors import InputError
 from .batch import BAND_MISSING_BIT, BrickChoice, CutoutBatch, choose_bricks, paste_window
 from .bricks import BrickTable, check_coords, full_sky_bricks
-from .files import file_exists, open_image_fits, split_uri
+from .files import file_exists, split_uri
 from .sources import no_failures
+from .tiled_fits import open_tiled_image
 from .wcs import TanWCS
 
 
@@ -25,25 +24,26 @@ class BrickImageSource:
     """Cutouts from a DR10 coadd mirror (``<root>/south/coadd/...``), local or on a pyarrow filesystem.
 
     Targets are grouped by brick; each brick's files are opened once for all its targets and read
-    one band at a time, so at most one brick image (3600² float32, 52 MB) is in memory. When few
-    targets share a brick only the compression tiles they touch are decompressed. A band whose
-    files are absent is zeros with invvar 0, flagged in ``band_missing``; no target fails.
+    one band at a time, each compression tile the stamps touch decoded once (:mod:`.tiled_fits`),
+    so at most one brick image (3600² float32, 52 MB) is in memory. A band whose files are absent
+    is zeros with invvar 0, flagged in ``band_missing``; no target fails.
+
+    ``with_maskbits`` False skips the maskbits file; ``invvar_centre_only`` reads each band's
+    inverse variance at the stamp's centre pixel only (the rest of the stamp's invvar stays 0 and
+    the batch says so), for readers that use it only to tell a masked centre: one tile per target
+    and band instead of the 4 to 9 a stamp touches.
     """
 
-    #: Use tile-aware section reads when targets × per-target tiles (an upper bound: a stamp touches
-    #: ~4 of 9 when tiles are 100²) < this multiple of the brick's tiles. Measured with
-    #: benchmarks/bench_cutouts.py: at 125 targets per brick sections are ~2x faster than
-    #: decompressing whole files; whole files win from ~300 targets per brick.
-    SECTION_FRACTION = 2.0
     #: Reading is cheap and repeatable: callers need not commit chunks of cutouts as they arrive.
     checkpoint_chunks = False
 
     def __init__(self, root: str, filesystem=None, bricks: BrickTable | None = None, region: str = "south",
-                 bands=BANDS, with_maskbits: bool = True):
+                 bands=BANDS, with_maskbits: bool = True, invvar_centre_only: bool = False):
         self.fs, self.root = split_uri(str(root), filesystem)
         self.region = region
         self.bands = tuple(bands)
         self.with_maskbits = with_maskbits
+        self.invvar_centre_only = invvar_centre_only
         if bricks is None:
             table_path = f"{self.root.rstrip('/')}/survey-bricks.fits.gz"
             bricks = BrickTable.read_fits(table_path, self.fs) if file_exists(table_path, self.fs) else full_sky_bricks()
@@ -58,6 +58,7 @@ class BrickImageSource:
         ra, dec = check_coords(ra_deg, dec_deg)
         choice = choose_bricks(self.bricks, ra, dec, size)
         batch = CutoutBatch.for_choice(choice, size, self.with_maskbits)
+        batch.invvar_centre_only = self.invvar_centre_only
         for b in np.unique(choice.brick[choice.brick >= 0]):
             self._cut_brick(batch, choice, int(b), size)
         return batch, no_failures(len(ra))
@@ -74,7 +75,7 @@ class BrickImageSource:
                 batch.band_missing[rows] |= BAND_MISSING_BIT[band]
                 continue
             img, wcs = self._cut_file(paths[0], choice, rows, size, np.float32)
-            iv, iv_wcs = self._cut_file(paths[1], choice, rows, size, np.float32)
+            iv, iv_wcs = self._cut_file(paths[1], choice, rows, size, np.float32, centre_only=self.invvar_centre_only)
             # the file's own WCS is authoritative; it must agree with the brick table's and the image's
             if not np.allclose(wcs.crval, expect.crval, atol=1e-6):
                 raise InputError(f"{paths[0]}: CRVAL {wcs.crval} differs from survey-bricks centre {expect.crval}")
@@ -86,32 +87,23 @@ class BrickImageSource:
         if self.with_maskbits and file_exists(mpath, self.fs):
             batch.maskbits[rows], _ = self._cut_file(mpath, choice, rows, size, np.int32)
 
-    def _cut_file(self, path: str, choice: BrickChoice, rows: np.ndarray, size: int, dtype) -> tuple[np.ndarray, TanWCS]:
-        """(stamps (len(rows), S, S) cut from HDU 1 of ``path`` around the targets ``rows``, the file's WCS)."""
+    def _cut_file(self, path: str, choice: BrickChoice, rows: np.ndarray, size: int, dtype,
+                  centre_only: bool = False) -> tuple[np.ndarray, TanWCS]:
+        """(stamps (len(rows), S, S) cut from HDU 1 of ``path`` around the targets ``rows``, the
+        file's WCS); ``centre_only``: only each stamp's centre pixel is read, the rest left 0."""
         out = np.zeros((len(rows), size, size), dtype)
-        with open_image_fits(path, self.fs) as hdul:
-            hdu = hdul[1]
-            wcs = TanWCS.from_header(hdu.header, path)
-            ny, nx = hdu.shape
-            data = None if self._use_sections(hdu, len(rows), size) else hdu.data
-            lo = size // 2
+        lo = size // 2
+        with open_tiled_image(path, self.fs) as image:
+            wcs = TanWCS.from_header(image.header, path)
+            ny, nx = image.shape
             for k, r in enumerate(rows):
                 ix, iy = int(choice.ix[r]), int(choice.iy[r])
-                if data is not None:
-                    paste_window(out[k], data, ix, iy, size)
+                if centre_only:
+                    if 0 <= iy < ny and 0 <= ix < nx:
+                        out[k, lo, lo] = image[iy:iy + 1, ix:ix + 1][0, 0]
                     continue
                 y0, x0 = max(iy - lo, 0), max(ix - lo, 0)
                 y1, x1 = min(iy - lo + size, ny), min(ix - lo + size, nx)
                 if y1 > y0 and x1 > x0:
-                    paste_window(out[k], np.asarray(hdu.section[y0:y1, x0:x1]), ix, iy, size, y0, x0)
+                    paste_window(out[k], image[y0:y1, x0:x1], ix, iy, size, y0, x0)
         return out, wcs
-
-    def _use_sections(self, hdu, n_targets: int, size: int) -> bool:
-        """Decompress only the tiles the stamps touch when they are a small part of the image."""
-        if not hasattr(hdu, "section"):
-            return False
-        ny, nx = hdu.shape
-        tiles = getattr(hdu, "tile_shape", None) or (ny, nx)
-        per_target = (math.ceil(size / tiles[0]) + 1) * (math.ceil(size / tiles[1]) + 1)
-        n_tiles = math.ceil(ny / tiles[0]) * math.ceil(nx / tiles[1])
-        return n_targets * per_target < self.SECTION_FRACTION * n_tiles

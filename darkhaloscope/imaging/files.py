@@ -5,10 +5,7 @@ A location is a pair (filesystem, path): filesystem None means the local disk.
 
 from __future__ import annotations
 
-import io
 import os
-
-from ..errors import InputError
 
 
 def split_uri(root: str, filesystem=None):
@@ -35,20 +32,3 @@ def file_exists(path: str, filesystem) -> bool:
     from pyarrow import fs as pafs
 
     return filesystem.get_file_info(path).type == pafs.FileType.File
-
-
-def open_image_fits(path: str, filesystem):
-    """The HDU list of a coadd image file whose image is in HDU 1 (fpack-compressed or plain);
-    InputError naming the file when it cannot be read or has no HDU 1. The caller closes it."""
-    from astropy.io import fits
-
-    src = path if filesystem is None else io.BytesIO(read_bytes(path, filesystem))
-    try:
-        hdul = fits.open(src)
-    except OSError as exc:
-        raise InputError(f"cannot read coadd file {path}: {exc}") from exc
-    if len(hdul) < 2:
-        n = len(hdul)
-        hdul.close()
-        raise InputError(f"{path}: expected the image in HDU 1, file has {n} HDU(s)")
-    return hdul

@@ -504,11 +504,14 @@ class MockSky:
         st = self._state(b)
         return img, (1.0 / st.sigma**2).astype(np.float32), mask
 
-    def write_mock_brick(self, brick: str, out_root: str, bands=BANDS) -> list[str]:
+    def write_mock_brick(self, brick: str, out_root: str, bands=BANDS, lossless: bool = True) -> list[str]:
         """Write real-format coadd files for ``brick`` under ``<out_root>/south/coadd/<AAA>/<brick>/``.
 
-        image/invvar per band (float32, lossless GZIP_2 tile compression, 100² tiles, in HDU 1) and
-        maskbits (int32, RICE_1), each with the brick's TAN WCS. Returns the paths written.
+        image/invvar per band (float32 in HDU 1, 100² tiles) and maskbits (int32, RICE_1), each with
+        the brick's TAN WCS. ``lossless``: image and invvar GZIP_2-compressed, so the files hold the
+        mock sky's pixels exactly; otherwise compressed as the DR10 coadds are (RICE_1, quantized
+        with SUBTRACTIVE_DITHER_2, which keeps zero pixels zero), the files' sizes and decoding
+        cost those of the survey's. Returns the paths written.
         """
         from astropy.io import fits
 
@@ -523,7 +526,7 @@ class MockSky:
         hdr["SURVEY"] = "DHS-MOCK"
         paths = []
 
-        def write(path, data, kind, band, ctype, q):
+        def write(path, data, kind, band, ctype, q, dither=-1):
             h = hdr.copy()
             h["IMTYPE"] = kind
             if band:
@@ -533,17 +536,19 @@ class MockSky:
                 h["MAGZERO"] = AB_ZEROPOINT
             os.makedirs(os.path.dirname(path), exist_ok=True)
             hdu = fits.CompImageHDU(data, header=h, compression_type=ctype, tile_shape=(100, 100),
-                                    quantize_level=q)
+                                    quantize_level=q, quantize_method=dither, dither_seed=-1)
             fits.HDUList([fits.PrimaryHDU(), hdu]).writeto(path + ".tmp", overwrite=True)
             os.replace(path + ".tmp", path)
             paths.append(path)
 
+        # dither method 2 = SUBTRACTIVE_DITHER_2; the seed from the tile checksums (-1) keeps the bytes deterministic
+        pixels = ("GZIP_2", 0.0) if lossless else ("RICE_1", 16.0, 2)
         for j, band in enumerate(BANDS):
             if band not in bands:
                 continue
-            write(coadd_path(out_root, brick, "image", band), img[j], "image", band, "GZIP_2", 0.0)
+            write(coadd_path(out_root, brick, "image", band), img[j], "image", band, *pixels)
             write(coadd_path(out_root, brick, "invvar", band), np.full(img.shape[1:], ivar[j], np.float32),
-                  "invvar", band, "GZIP_2", 0.0)
+                  "invvar", band, *pixels)
         write(coadd_path(out_root, brick, "maskbits"), mask, "maskbits", None, "RICE_1", 16.0)
         return paths
 

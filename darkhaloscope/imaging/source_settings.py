@@ -37,10 +37,11 @@ class ImageSourceSettings:
         except TypeError as exc:
             raise InputError(f"image source settings {sorted(d)}: {exc}") from exc
 
-    def open(self, lake: Lake, with_maskbits: bool = True) -> ImageSource:
+    def open(self, lake: Lake, with_maskbits: bool = True, invvar_centre_only: bool = False) -> ImageSource:
         """The source (``cutouts(ra, dec, size) -> (CutoutBatch, failures)``); the mock sky is built
-        from the ``survey/sweeps`` table of ``lake``. ``with_maskbits`` False: coadd bricks skip the
-        maskbits file (one of a brick's 7 decompressed files), for readers that do not use it."""
+        from the ``survey/sweeps`` table of ``lake``. For coadd bricks, ``with_maskbits`` False skips
+        the maskbits file (one of a brick's 7 files) and ``invvar_centre_only`` reads the inverse
+        variances at the stamp centres only, for readers that use no more (the search)."""
         from .coadd import BrickImageSource
         from .sources import ServiceSource
 
@@ -50,7 +51,7 @@ class ImageSourceSettings:
         if self.survey.is_mock:
             return _mock_sky(self.survey, lake)
         fs, root = self.survey.filesystem()
-        return BrickImageSource(root, filesystem=fs, with_maskbits=with_maskbits)
+        return BrickImageSource(root, filesystem=fs, with_maskbits=with_maskbits, invvar_centre_only=invvar_centre_only)
 
 
 def _mock_sky(survey: SurveyLocation, lake: Lake):

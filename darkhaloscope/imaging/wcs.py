@@ -7,6 +7,7 @@ i.e. FITS pixel minus one, as astropy's ``wcs_world2pix(..., 0)``. ``crpix`` kee
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, field
 
@@ -19,6 +20,8 @@ from ..errors import InputError
 
 #: Header keywords of distortion terms (SIP, TPV) a plain TAN WCS must not carry.
 DISTORTION_KEYWORDS = ("A_ORDER", "B_ORDER", "PV1_1", "PV2_1")
+#: The keywords of a celestial TAN WCS (FITS WCS Papers I and II) that from_header passes to astropy.
+_CELESTIAL_KEYWORD = re.compile(r"^(CTYPE|CRVAL|CRPIX|CDELT|CUNIT|CROTA|CD\d_|PC\d_|PV\d_)|^(RADESYS|RADECSYS|EQUINOX|EPOCH|LONPOLE|LATPOLE|WCSAXES)$")
 
 
 @dataclass(frozen=True)
@@ -72,12 +75,16 @@ class TanWCS:
         missing = [k for k in ("CRVAL1", "CRVAL2", "CRPIX1", "CRPIX2") if k not in header]
         if missing or not ("CD1_1" in header or "CDELT1" in header):
             raise InputError(f"{source}: WCS keyword(s) {missing or ['CD1_1 or CDELT1']} missing")
+        # only the celestial keywords: astropy would serialise the whole header (a coadd's has ~100
+        # cards) to parse it, once per file the cutouts open
+        celestial = fits.Header([card for card in header.cards if _CELESTIAL_KEYWORD.match(card.keyword)])
         with warnings.catch_warnings():
             # astropy notes header fixes (e.g. DATE-OBS forms) that do not touch the celestial axes
             warnings.simplefilter("ignore", FITSFixedWarning)
-            w = WCS(header, naxis=2)
+            w = WCS(celestial, naxis=2)
         cd = w.pixel_scale_matrix
-        shape = (int(header.get("NAXIS2", header.get("ZNAXIS2", 0))), int(header.get("NAXIS1", header.get("ZNAXIS1", 0))))
+        # in a tile-compressed file's table header NAXISn describe the table, ZNAXISn the image
+        shape = (int(header.get("ZNAXIS2", header.get("NAXIS2", 0))), int(header.get("ZNAXIS1", header.get("NAXIS1", 0))))
         return cls(tuple(float(v) for v in w.wcs.crval), tuple(float(v) for v in w.wcs.crpix),
                    ((float(cd[0, 0]), float(cd[0, 1])), (float(cd[1, 0]), float(cd[1, 1]))), shape)
 

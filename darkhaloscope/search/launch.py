@@ -32,7 +32,9 @@ def search_with_published_finder(lake: Lake, sweep_file: str, targets: pa.Table,
     resolved = resolve_device(device)
     with published_lens_finder(lake, str(resolved)) as (model, spec):
         inflight = InflightSearch(lake, sweep_file, spec.data_version)
-        # the search neither scores nor keeps maskbits (a masked centre shows in the invvar)
-        run = search_partition(targets, source.open(lake, with_maskbits=False), model, spec, str(resolved), settings, inflight,
+        # the search neither scores nor keeps maskbits or invvar: a masked centre shows in the
+        # invvar of the centre pixel, all it reads of them
+        images = source.open(lake, with_maskbits=False, invvar_centre_only=True)
+        run = search_partition(targets, images, model, spec, str(resolved), settings, inflight,
                                SCORE_BATCH.get(resolved.type, 16), chunks, progress)
     return {**run, "model_version": spec.data_version, "device": str(resolved)}

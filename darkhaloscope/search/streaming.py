@@ -86,8 +86,10 @@ def unscorable_reasons(batch: CutoutBatch, failed: np.ndarray) -> np.ndarray:
     failed = np.asarray(failed, dtype=object)
     has_data = batch.has_data()
     c = batch.image.shape[-1] // 2
-    # a source without inverse variances (a cutout service may send none) cannot say a pixel is masked
-    has_invvar = (batch.invvar > 0).reshape(n, len(BANDS), -1).any(axis=-1)
+    if batch.invvar_centre_only:  # every band whose file exists was read at the centre
+        has_invvar = np.stack([(batch.band_missing & BAND_MISSING_BIT[b]) == 0 for b in BANDS], axis=1)
+    else:  # a source without inverse variances (a cutout service may send none) cannot say a pixel is masked
+        has_invvar = (batch.invvar > 0).reshape(n, len(BANDS), -1).any(axis=-1)
     centre_empty = has_invvar & (batch.invvar[:, :, c, c] <= 0)
     for i in range(n):
         if failed[i]:
