@@ -9,9 +9,11 @@ call, which is ≈ 85 % of the time of a stamp read from a DR10-like file
 tile the first time a window touches it and keeps it for the other targets of the brick, so a
 brick costs at most one decompression of each of its tiles.
 
-Codecs (``ZCMPTYPE``): RICE_1 through astropy's C decoder (``astropy.io.fits`` ``Rice1`` codec),
-GZIP_1 / GZIP_2 with ``zlib``, NOCOMPRESS; others (PLIO_1, HCOMPRESS_1; not used by the Legacy
-Surveys) fall back to astropy's section reads. Quantized floats are restored as the standard
+Codecs (``ZCMPTYPE``): RICE_1 through astropy's C decoder (the ``Rice1`` codec of
+``astropy.io.fits.hdu.compressed._codecs``, a private module: the tests compare every codec with
+astropy's public decompression, so a change in astropy shows there), GZIP_1 / GZIP_2 with
+``zlib``, NOCOMPRESS; others (PLIO_1, HCOMPRESS_1; not used by the Legacy Surveys) fall back to
+astropy's section reads. Quantized floats are restored as the standard
 prescribes (§10.2): ``(i - r + 0.5) * ZSCALE + ZZERO`` with the dither offsets ``r`` of
 SUBTRACTIVE_DITHER_1/2 (the standard's random sequence, seeded by tile row and ``ZDITHER0``),
 ``i * ZSCALE + ZZERO`` without dithering; SUBTRACTIVE_DITHER_2 keeps exact zeros, and ``ZBLANK``
