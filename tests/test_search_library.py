@@ -176,6 +176,29 @@ def test_a_process_scores_its_share_of_the_chunks_and_reports_each(lens_finder, 
         search_partition(targets, NoiseSky(), model, spec, "cpu", settings, inflight, chunks=[3])
 
 
+class BrokenSky(NoiseSky):
+    """Cuts its first chunk, then fails as a corrupt brick file does."""
+
+    def cutouts(self, ra, dec, size=SIZE):
+        if self.requests:
+            raise InputError("/mirror/south/coadd/150/1501p020/legacysurvey-1501p020-image-g.fits.fz: truncated")
+        return super().cutouts(ra, dec, size)
+
+
+def test_a_source_failing_mid_partition_keeps_the_chunks_before_and_the_torch_threads(lens_finder, tmp_path):
+    """The chunk cut ahead fails: the error names the file, the chunk scored before it stays
+    committed (a rerun resumes there), nothing after it is, and torch gets its threads back."""
+    model, spec = lens_finder
+    targets, settings = _targets(5), SearchSettings(chunk=2)
+    inflight = InflightSearch(Lake(str(tmp_path / "lake")), SWEEP, spec.data_version)
+    threads = torch.get_num_threads()
+    with pytest.raises(InputError, match="1501p020-image-g.fits.fz: truncated"):
+        search_partition(targets, BrokenSky(), model, spec, "cpu", settings, inflight)
+    assert torch.get_num_threads() == threads
+    assert [inflight.done(i, targets.slice(2 * i, 2).column("object_id").combine_chunks()) for i in range(3)] == [True, False, False]
+    assert search_partition(targets, NoiseSky(), model, spec, "cpu", settings, inflight)["n_resumed"] == 1
+
+
 def test_image_source_settings_travel_as_json():
     """A Spark task or a Pipes process rebuilds the source from plain settings."""
     import json

@@ -18,7 +18,6 @@ from __future__ import annotations
 import io
 import threading
 import time
-import warnings
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable, Sequence
@@ -261,12 +260,14 @@ class CutoutServiceClient:
         if len(body) % FITS_BLOCK:
             raise TransientFetchError(f"{url}: FITS body of {len(body)} bytes is not a multiple of {FITS_BLOCK} (truncated)")
         try:
-            with warnings.catch_warnings():
-                # astropy only warns about short data; a short file must be an error here.
-                warnings.simplefilter("error")
-                with fits.open(io.BytesIO(body), memmap=False, lazy_load_hdus=False) as hdul:
-                    hdus = [(h.header.copy(), None if h.data is None else np.array(h.data)) for h in hdul]
-        except (OSError, ValueError, Warning) as e:
+            with fits.open(io.BytesIO(body), memmap=False, lazy_load_hdus=False) as hdul:
+                # astropy only warns about short data (and warning filters are process-wide, not
+                # to be changed from the fetching threads): a short file must be an error here
+                ends = [hdul.fileinfo(i)["datLoc"] + hdul.fileinfo(i)["datSpan"] for i in range(len(hdul))]
+                if max(ends) > len(body):
+                    raise TransientFetchError(f"{url}: FITS body of {len(body)} bytes is shorter than its headers say ({max(ends)} bytes; truncated)")
+                hdus = [(h.header.copy(), None if h.data is None else np.array(h.data)) for h in hdul]
+        except (OSError, ValueError) as e:
             raise TransientFetchError(f"{url}: unreadable FITS ({type(e).__name__}: {e})") from e
         header, image = hdus[0]
         expected = (len(self.bands), self.size, self.size)

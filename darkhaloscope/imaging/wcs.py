@@ -8,12 +8,11 @@ i.e. FITS pixel minus one, as astropy's ``wcs_world2pix(..., 0)``. ``crpix`` kee
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 from astropy.io import fits
-from astropy.wcs import WCS, FITSFixedWarning
+from astropy.wcs import WCS
 
 from ..constants import BRICK_SIZE, PIXEL_SCALE_ARCSEC
 from ..errors import InputError
@@ -76,12 +75,9 @@ class TanWCS:
         if missing or not ("CD1_1" in header or "CDELT1" in header):
             raise InputError(f"{source}: WCS keyword(s) {missing or ['CD1_1 or CDELT1']} missing")
         # only the celestial keywords: astropy would serialise the whole header (a coadd's has ~100
-        # cards) to parse it, once per file the cutouts open
-        celestial = fits.Header([card for card in header.cards if _CELESTIAL_KEYWORD.match(card.keyword)])
-        with warnings.catch_warnings():
-            # astropy notes header fixes (e.g. DATE-OBS forms) that do not touch the celestial axes
-            warnings.simplefilter("ignore", FITSFixedWarning)
-            w = WCS(celestial, naxis=2)
+        # cards) to parse it, once per file the cutouts open, and note fixes of keywords (DATE-OBS
+        # forms) that do not touch the celestial axes
+        w = WCS(fits.Header([card for card in header.cards if _CELESTIAL_KEYWORD.match(card.keyword)]), naxis=2)
         cd = w.pixel_scale_matrix
         # in a tile-compressed file's table header NAXISn describe the table, ZNAXISn the image
         shape = (int(header.get("ZNAXIS2", header.get("NAXIS2", 0))), int(header.get("ZNAXIS1", header.get("NAXIS1", 0))))
