@@ -200,6 +200,6 @@ SEARCH_STAMPS_CONTRACT = Audit("search_stamps_contract", "kept stamps: unique ob
 CANDIDATES_CONTRACT = Audit("candidates_contract", "unique candidates ranked 1..n, scores, percentiles and completeness in range")
 CANDIDATES_ONE_MODEL = Audit("candidates_one_model", "every candidate was scored by one model, the published lens finder")
 CANDIDATE_GALLERY_CONTRACT = Audit("candidate_gallery_contract", "the page exists and shows one stamp per candidate shown")
-VISUAL_GRADES_CONTRACT = Audit("visual_grades_contract", "one grade per (round, object), grades in A/B/C/not_a_lens")
+VISUAL_GRADES_CONTRACT = Audit("visual_grades_contract", "one row per (round, object), grades in A/B/C/not_a_lens/ungraded")
 VISUAL_GRADES_ROUNDS_KEPT = Audit("visual_grades_rounds_kept", "every earlier round is kept unchanged")
 ALERTS_CONTRACT = Audit("alerts_contract", "one row per delivered alert with kind, asset and severity")

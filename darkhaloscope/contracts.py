@@ -20,7 +20,7 @@ from .evaluation.recall import CONFUSER_SCHEMA, RECALL_SCHEMA
 from .evaluation.selection import MARGINAL_SCHEMA, SELECTION_SCHEMA
 from .evaluation.thresholds import THRESHOLD_SCHEMA
 from .search.candidates import CANDIDATE_FIELDS, SCORE_COLUMNS
-from .search.grades import GRADES, GRADES_SCHEMA
+from .search.grades import GRADES, GRADES_SCHEMA, UNGRADED
 from .search.streaming import SCORE_FIELDS, STAMP_SCHEMA
 from .search.targets import TARGET_SCHEMA
 from .stamps import STAMP_SHAPE, tensor_type
@@ -285,7 +285,7 @@ VISUAL_GRADES = Contract(
     columns=_columns(GRADES_SCHEMA),
     key=("round", "object_id"),
     ranges=(Range("round", 1, None),),
-    allowed_values={"grade": GRADES},
+    allowed_values={"grade": (*GRADES, UNGRADED)},
 )
 
 

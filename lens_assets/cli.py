@@ -128,7 +128,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from darkhaloscope.search.grades import check_against_candidates, parse_grades_csv
+    from darkhaloscope.search.grades import UNGRADED, check_against_candidates, parse_grades_csv
     from definitions import build_defs
     from resources.config import build_resources
 
@@ -159,8 +159,10 @@ def cmd_grade(args) -> int:
         return 1
     grades = lake.read_table(*GRADES)
     last = max(grades.column("round").to_pylist())
-    print(f"landed {sum(1 for r in grades.column('round').to_pylist() if r == last)} grades as round {last} of visual_grades "
-          f"({grades.num_rows} grades in all rounds)")
+    landed = [g for r, g in zip(grades.column("round").to_pylist(), grades.column("grade").to_pylist()) if r == last]
+    ungraded = landed.count(UNGRADED)
+    print(f"landed {len(landed) - ungraded} grades as round {last} of visual_grades, {ungraded} shown ungraded (awaiting inspection) "
+          f"({grades.num_rows} rows in all rounds)")
     return 0
 
 
@@ -185,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
     c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
     c.set_defaults(func=cmd_cutout)
-    g = sub.add_parser("grade", help="land a grades CSV (the gallery's export: object_id, grade A, B, C or not_a_lens, ra, dec, score, model_version, known) as the next round of visual_grades")
+    g = sub.add_parser("grade", help="land a grades CSV (the gallery's export: object_id, grade A, B, C, not_a_lens or ungraded, ra, dec, score, model_version, known) as the next round of visual_grades")
     g.add_argument("file", help="CSV exported from the candidate gallery")
     g.set_defaults(func=cmd_grade)
     d = sub.add_parser("demo", help="run the whole graph on the embedded mock survey and print the headline numbers")

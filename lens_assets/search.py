@@ -32,7 +32,7 @@ from darkhaloscope.evaluation.scoring import injection_rows
 from darkhaloscope.imaging.source_settings import ImageSourceSettings
 from darkhaloscope.search.candidates import DEFAULT_DEDUP_ARCSEC, build_candidates
 from darkhaloscope.search.gallery import DEFAULT_TOP_N, GALLERY_FILE, GALLERY_TABLE, gallery_html, gallery_stamps, top_candidates
-from darkhaloscope.search.grades import GRADES_TABLE, changed_earlier_rows, new_round, parse_grades_csv
+from darkhaloscope.search.grades import GRADES_TABLE, UNGRADED, changed_earlier_rows, new_round, parse_grades_csv
 from darkhaloscope.search.launch import search_with_published_finder
 from darkhaloscope.search.spark import search_on_spark
 from darkhaloscope.search.streaming import (
@@ -226,14 +226,15 @@ class GradesConfig(dg.Config):
     csv_path: str = ""
 
 
-@dg.asset(key=list(GRADES), group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="2",
+@dg.asset(key=list(GRADES), group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="3",
           check_specs=check_specs(GRADES, (au.VISUAL_GRADES_CONTRACT, au.VISUAL_GRADES_ROUNDS_KEPT)))
 def visual_grades(context: dg.AssetExecutionContext, config: GradesConfig, lake: LakeResource):
-    """Visual grades (A, B, C, not_a_lens) of candidates, one round per landed grades CSV, each
-    grade with what the grader saw (position, score, model version); earlier rounds are kept as
-    they were. The next ``training_set`` reads them (graded lenses → positives, graded non-lenses →
-    hard negatives), so no graph edge comes in from ``candidates``: the CSV is self-contained and
-    ``dhs grade`` checks it against the candidates before landing."""
+    """Visual grades (A, B, C, not_a_lens, or ungraded: shown, awaiting inspection) of candidates,
+    one round per landed grades CSV, each with what the grader saw (position, score, model
+    version); earlier rounds are kept as they were. The next ``training_set`` reads them (graded
+    lenses → positives, graded non-lenses → hard negatives, negatives awaiting inspection left
+    out), so no graph edge comes in from ``candidates``: the CSV is self-contained and ``dhs grade``
+    checks it against the candidates before landing."""
     store = lake.lake()
     with fail_fast_on_bad_input():
         previous = store.read_table(*GRADES) if store.exists(*GRADES) else None
@@ -245,7 +246,8 @@ def visual_grades(context: dg.AssetExecutionContext, config: GradesConfig, lake:
     landed = staged.read()
     outcomes = [au.contract_audit(au.VISUAL_GRADES_CONTRACT, landed, VISUAL_GRADES),
                 au.count_audit(au.VISUAL_GRADES_ROUNDS_KEPT, changed_earlier_rows(previous, landed), "rows of earlier rounds changed or lost")]
-    md = {"round": int(pc.max(table.column("round")).as_py() or 0), "n_graded": 0 if grades is None else grades.num_rows,
+    md = {"round": int(pc.max(table.column("round")).as_py() or 0),
+          "n_graded": 0 if grades is None else int(pc.sum(pc.not_equal(grades.column("grade"), UNGRADED)).as_py() or 0),
           "grades": dg.MetadataValue.json({} if grades is None else {str(d["values"]): int(d["counts"]) for d in grades.column("grade").value_counts().to_pylist()})}
     yield from gate(context, {GRADES: ([staged], outcomes)}, {GRADES: md})
 

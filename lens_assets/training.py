@@ -49,13 +49,14 @@ class TrainingSetConfig(dg.Config):
 
 
 @dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[cutouts, cutout_validation, SEARCH_TARGETS, VISUAL_GRADES], kinds={"parquet"},
-          owners=OWNERS, code_version="3")
+          owners=OWNERS, code_version="4")
 def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, lake: LakeResource, compute: ComputeResource,
                  survey: SurveyResource, imaging: ImagingResource) -> dg.MaterializeResult:
     """Real positives (tier weights A 1.0, B 0.5) and the training catalog's negatives of the train
     and val splits (test stays untouched), with the visually graded candidates of those splits
     (graded lenses as positives with their grade as tier, C 0.25; graded non-lenses as labelled
-    hard negatives; the grade rounds and their hash are recorded); negatives that can host
+    hard negatives; negatives shown to a grader and not yet graded are left out, awaiting
+    inspection; the grade rounds and their hash are recorded); negatives that can host
     injections carry their inverse variance and host columns, and the table records the injection
     stream (priors, counts, S/N acceptance) and the preprocessing spec of the profile: the lens
     finder renders fresh injections every epoch from them instead of reading stored ones."""
@@ -64,8 +65,10 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
     with fail_fast_on_bad_input():
         rows = training_rows(store.read_table(IMAGING, "cutouts", columns=list(CUTOUT_COLUMNS)))
         (images, invvar), _ = load_stamps(store.dataset(IMAGING, "cutouts"), rows.column("object_id").to_numpy(), ("image", "invvar"))
-        graded, used = grades_for_training(store.read_table(*GRADES_TABLE) if store.exists(*GRADES_TABLE) else None, config.grades_round)
-        rows, images, invvar, counts = with_graded(rows, images, invvar, graded, _graded_cutouts(store, graded, rows, lambda: imaging.source(survey, store)))
+        graded, awaiting, used = grades_for_training(store.read_table(*GRADES_TABLE) if store.exists(*GRADES_TABLE) else None,
+                                                     config.grades_round)
+        rows, images, invvar, counts = with_graded(rows, images, invvar, graded,
+                                                   _graded_cutouts(store, graded, rows, lambda: imaging.source(survey, store)), awaiting)
         table = assemble_training_set(
             rows, images, invvar, preprocess=profile.preprocess, stream=profile.stream if config.injections else None,
             tier_weights={"A": config.weight_tier_a, "B": config.weight_tier_b, "C": config.weight_tier_c},

@@ -132,8 +132,10 @@ def _check_grade_rounds(lake: Lake, resources, instance, cand: pa.Table, exporte
     assert _grades_run(resources, instance, first).success
     assert _grades_run(resources, instance, second).success
     grades = lake.read_table(*GRADES)
-    assert grades.column("round").to_pylist() == [1, 2, 2] and grades.column("grade").to_pylist() == ["A", "B", "not_a_lens"]
-    assert grades.column("ra").to_pylist() == [c[0]["ra"], c[0]["ra"], c[1]["ra"]]  # what the grader saw, at full precision
+    shown = len(c)  # the export holds every candidate shown: one graded, the others awaiting inspection
+    assert grades.column("round").to_pylist() == [1] * shown + [2, 2]
+    assert grades.column("grade").to_pylist() == ["A"] + ["ungraded"] * (shown - 1) + ["B", "not_a_lens"]
+    assert grades.column("ra").to_pylist() == [r["ra"] for r in c] + [c[0]["ra"], c[1]["ra"]]  # what the grader saw, at full precision
     before = published_files(lake)
     failed = _grades_run(resources, instance, bad, raise_on_error=False)
     assert not failed.success and published_files(lake) == before

@@ -18,7 +18,8 @@ from darkhaloscope.imaging.batch import BAND_MISSING_BIT, CutoutBatch
 from darkhaloscope.lake import Lake
 from darkhaloscope.search.candidates import build_candidates, choose_threshold, deduplicate, score_percentiles
 from darkhaloscope.search.grades import (
-    GRADES_SCHEMA, changed_earlier_rows, check_against_candidates, graded_lens_ids, grades_for_training, new_round, parse_grades_csv,
+    GRADES_SCHEMA, awaiting_inspection, changed_earlier_rows, check_against_candidates, graded_lens_ids, grades_for_training, latest_grades,
+    new_round, parse_grades_csv,
 )
 from darkhaloscope.search.streaming import (
     SCORE_CHUNKS, STAMP_CHUNKS, InflightSearch, SearchSettings, coverage_problems, score_chunk, search_partition, unscorable_reasons,
@@ -320,14 +321,30 @@ def test_rounds_append_and_earlier_rounds_are_checked():
     tampered = pa.concat_tables([first.set_column(2, GRADES_SCHEMA.field("grade"), pa.array(["B", "not_a_lens"])), both.slice(2)])
     assert changed_earlier_rows(first, tampered) == 1
     assert changed_earlier_rows(first, both.slice(1)) == 1
-    latest, used = grades_for_training(both)
+    latest, awaiting, used = grades_for_training(both)
     assert latest.to_pylist() == [{"object_id": 11, "grade": "B", "round": 2}, {"object_id": 12, "grade": "not_a_lens", "round": 1},
                                   {"object_id": 13, "grade": "C", "round": 2}]  # a later round regrades
-    assert used["rounds"] == [1, 2] and used["n_lenses"] == 2 and used["n_not_a_lens"] == 1
-    first_only, used1 = grades_for_training(both, upto_round=1)
+    assert used["rounds"] == [1, 2] and used["n_lenses"] == 2 and used["n_not_a_lens"] == 1 and awaiting.size == 0
+    first_only, _, used1 = grades_for_training(both, upto_round=1)
     assert first_only.column("grade").to_pylist() == ["A", "not_a_lens"] and used1["rounds"] == [1]
-    assert used1["grades_sha256"] == grades_for_training(first)[1]["grades_sha256"] != used["grades_sha256"]
-    assert grades_for_training(both, upto_round=0)[0].num_rows == 0 and grades_for_training(None)[1]["rounds"] == []
+    assert used1["grades_sha256"] == grades_for_training(first)[2]["grades_sha256"] != used["grades_sha256"]
+    assert grades_for_training(both, upto_round=0)[0].num_rows == 0 and grades_for_training(None)[2]["rounds"] == []
+
+
+def test_objects_shown_ungraded_await_inspection_until_a_round_grades_them():
+    """The gallery exports every candidate it shows; those left ungraded are awaiting inspection
+    (a training set leaves such negatives out) until a round grades them, and showing an object
+    again without a grade does not undo an earlier grade."""
+    first_csv = _csv("11,A,1.0,0.0,0.9,v1,false", "12,ungraded,2.0,0.0,0.8,v1,true", "13,ungraded,3.0,0.0,0.7,v1,false")
+    first = new_round(None, parse_grades_csv(first_csv, "a.csv"), "a.csv", first_csv)
+    assert awaiting_inspection(first).tolist() == [12, 13] and latest_grades(first).column("object_id").to_pylist() == [11]
+    second_csv = _csv("11,ungraded,1.0,0.0,0.9,v1,false", "12,not_a_lens,2.0,0.0,0.8,v1,true")
+    both = new_round(first, parse_grades_csv(second_csv, "b.csv"), "b.csv", second_csv)
+    assert awaiting_inspection(both).tolist() == [13] and awaiting_inspection(both, upto_round=1).tolist() == [12, 13]
+    assert latest_grades(both).to_pylist() == [{"object_id": 11, "grade": "A", "round": 1}, {"object_id": 12, "grade": "not_a_lens", "round": 2}]
+    assert grades_for_training(both)[2]["n_awaiting_inspection"] == 1 and graded_lens_ids(both).tolist() == [11]
+    with pytest.raises(InputError, match=r"grade 'skip' is not one of \['A', 'B', 'C', 'not_a_lens', 'ungraded'\]"):
+        parse_grades_csv(_csv("11,skip,1.0,0.0,0.9,v1,false"), "c.csv")
 
 
 def test_the_evaluation_report_links_the_gallery():

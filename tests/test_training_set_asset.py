@@ -116,9 +116,12 @@ def test_visual_grades_join_the_next_training_set_openly(tmp_path):
     lake.write_table("imaging", "cutouts", _cutouts(), partition={"sweep_file": SWEEP})
     lake.write_table("search", "search_targets", _search_targets([101, 102, 103], ["train", "val", "test"]), partition={"sweep_file": SWEEP})
     # round 1: two new candidates (a lens, a non-lens), a test-split one, a catalog negative graded a
-    # lens and a catalog positive graded not a lens; round 2 regrades candidate 101
+    # lens and a catalog positive graded not a lens; round 2 regrades candidate 101 and shows three
+    # objects ungraded: a catalog negative (left out, awaiting inspection), a catalog positive
+    # (stays) and the negative graded a lens in round 1 (stays a lens)
     lake.write_table("search", "visual_grades", _grades([(1, 101, "A"), (1, 102, "not_a_lens"), (1, 103, "B"), (1, 7, "A"),
-                                                         (1, 1, "not_a_lens"), (2, 101, "C")]))
+                                                         (1, 1, "not_a_lens"), (2, 101, "C"), (2, 9, "ungraded"), (2, 2, "ungraded"),
+                                                         (2, 7, "ungraded")]))
     with CutoutServer(size=101, lifetime_s=120) as server:
         result = dg.materialize([training_set], resources=_resources(lake, tmp_path, server.base_url))
     assert result.success
@@ -133,6 +136,8 @@ def test_visual_grades_join_the_next_training_set_openly(tmp_path):
     assert not any(hosts[i] for i in (101, 102, 7, 1)) and hosts[8]  # a graded row hosts no injection
     used = json.loads(t.schema.metadata[b"dhs.grades"])
     assert used["rounds"] == [1, 2] and used["n_relabelled"] == 2 and used["n_graded_added"] == 2 and used["n_graded_outside_train_val"] == 1
+    assert 9 not in row and used["n_awaiting_inspection"] == 2 and used["n_negatives_awaiting_inspection_left_out"] == 1
+    assert (row[2]["label"], row[2]["grade_round"]) == (1, None)
     a = load_training_set(t)
     assert a.image[list(a.object_id).index(101)].std() > 0  # the stamp was cut from the image source
     md = result.asset_materializations_for_node("training__training_set")[0].metadata

@@ -3,7 +3,8 @@ candidates' g, r, z colour stamps (the viewer's asinh mapping, :func:`imaging.cu
 with their rank, score, known/new, a link to the Legacy Surveys viewer at their position and a
 grading control per stamp. The page's "Export grades" button saves the grades as CSV (columns of
 :data:`grades.GRADE_COLUMNS`: the grade and what the grader saw, full-precision position and
-score) for ``dhs grade``; ``gradesCsv()`` returns the same text.
+score) for ``dhs grade``, one row per candidate shown (``ungraded`` where the grader chose none:
+sent to inspection, still awaiting it); ``gradesCsv()`` returns the same text.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pyarrow as pa
 from ..errors import InputError
 from ..imaging.cutout_io import cutout_png
 from ..imaging.cutout_table import load_stamps
-from .grades import GRADES
+from .grades import GRADES, UNGRADED
 
 DEFAULT_TOP_N = 200
 #: Where the gallery is published: the lake table (group, name) and the page's file name in it.
@@ -30,7 +31,7 @@ function gradesCsv() {
   var rows = ['object_id,grade,ra,dec,score,model_version,known'];
   document.querySelectorAll('select.grade').forEach(function (s) {
     var d = s.dataset;
-    if (s.value) { rows.push([d.objectId, s.value, d.ra, d.dec, d.score, d.modelVersion, d.known].join(',')); }
+    rows.push([d.objectId, s.value || '%(ungraded)s', d.ra, d.dec, d.score, d.modelVersion, d.known].join(','));
   });
   return rows.join('\\n') + '\\n';
 }
@@ -80,7 +81,7 @@ def gallery_html(candidates: pa.Table, stamps: np.ndarray, title: str = "Lens ca
             "Grade each stamp, then export the grades and land them with <code>dhs grade grades.csv</code>.</p>"
             '<p><button id="export" onclick="exportGrades()">Export grades (CSV)</button></p>')
     return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_STYLE}</style>'
-            f"<script>{_SCRIPT}</script></head><body>{head}<div class=\"grid\">{cards}</div></body></html>")
+            f"<script>{_SCRIPT % {'ungraded': UNGRADED}}</script></head><body>{head}<div class=\"grid\">{cards}</div></body></html>")
 
 
 def top_candidates(candidates: pa.Table, n: int = DEFAULT_TOP_N) -> pa.Table:

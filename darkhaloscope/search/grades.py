@@ -2,9 +2,10 @@
 the ``visual_grades`` table, and the grades a training set uses.
 
 A grades CSV has a header with :data:`GRADE_COLUMNS`: the object, its grade, one of :data:`GRADES`
-(A: confident lens, B: probable, C: possible, ``not_a_lens``), and what the grader saw: the
-candidate's position [deg], score, the lens finder's content hash and its known flag (the
-gallery's export writes them all). The CSV is self-contained, so ``visual_grades`` needs no
+(A: confident lens, B: probable, C: possible, ``not_a_lens``) or :data:`UNGRADED` (shown to the
+grader, not graded: sent to inspection and awaiting it), and what the grader saw: the candidate's
+position [deg], score, the lens finder's content hash and its known flag (the gallery's export
+writes every candidate it shows). The CSV is self-contained, so ``visual_grades`` needs no
 other table: it is where the human judgement enters the lake, the way the sweeps are where the
 survey enters it, which keeps the grading loop (grades → next ``training_set`` → lens finder →
 search → candidates → gallery → grades) a DAG. ``dhs grade`` additionally checks the rows against
@@ -12,7 +13,10 @@ the published candidates before landing them.
 
 A file is landed as one round: ``visual_grades`` keeps every earlier round as it was and appends
 the new one with the next round number, so each round can be reproduced and a training set
-records which rounds it used (:func:`grades_for_training`).
+records which rounds it used (:func:`grades_for_training`). An object shown in a round and never
+graded is awaiting inspection (:func:`awaiting_inspection`): a high-scoring negative that may be
+a lens, which the next training set leaves out, as the published recipe takes the negatives that
+scored high out of training and sends them to inspection (Inchausti et al. 2025).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import pyarrow.compute as pc
 from ..errors import InputError
 
 GRADES = ("A", "B", "C", "not_a_lens")
+#: The grade of a candidate the gallery showed and the grader left ungraded.
+UNGRADED = "ungraded"
 #: Where the grades are published: the lake table (group, name).
 GRADES_TABLE = ("search", "visual_grades")
 #: Grades that make a candidate a lens (a positive of the next training set, with the grade as tier).
@@ -66,8 +72,8 @@ def _parse_row(row: dict, where: str) -> tuple:
     oid, grade = (row.get("object_id") or "").strip(), (row.get("grade") or "").strip()
     if not oid.lstrip("-").isdigit():
         raise InputError(f"{where}: object_id {oid!r} is not an integer")
-    if grade not in GRADES:
-        raise InputError(f"{where}: grade {grade!r} is not one of {list(GRADES)}")
+    if grade not in (*GRADES, UNGRADED):
+        raise InputError(f"{where}: grade {grade!r} is not one of {[*GRADES, UNGRADED]}")
     known = (row.get("known") or "").strip().lower()
     if known not in _BOOLS:
         raise InputError(f"{where}: known {row.get('known')!r} is not true or false")
@@ -152,22 +158,36 @@ def _rounds_upto(grades: pa.Table | None, upto_round: int) -> pa.Table:
 
 def latest_grades(grades: pa.Table | None, upto_round: int = -1) -> pa.Table:
     """(object_id, grade, round) of each object graded in rounds 1..``upto_round`` (-1: every round,
-    0: none), with its latest grade: a later round regrades an object."""
-    latest = _rounds_upto(grades, upto_round).sort_by([("object_id", "ascending"), ("round", "descending")])
+    0: none), with its latest grade: a later round regrades an object (a later round that only
+    shows it again does not)."""
+    rows = _rounds_upto(grades, upto_round)
+    rows = rows.filter(pc.not_equal(rows.column("grade"), UNGRADED))
+    latest = rows.sort_by([("object_id", "ascending"), ("round", "descending")])
     ids = latest.column("object_id").to_numpy()
     first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if ids.size else np.zeros(0, np.int64)
     return latest.take(pa.array(first, pa.int64())).select(["object_id", "grade", "round"])
 
 
-def grades_for_training(grades: pa.Table | None, upto_round: int = -1) -> tuple[pa.Table, dict]:
-    """:func:`latest_grades` and the record of what a training set used: the rounds, the SHA-256 of
-    those rows (the grades table is append-only, so rounds and hash name the version) and the counts."""
+def awaiting_inspection(grades: pa.Table | None, upto_round: int = -1) -> np.ndarray:
+    """(K,) int64 ids, sorted, of the objects shown ungraded in rounds 1..``upto_round`` (-1: every
+    round, 0: none) and graded in none of them."""
+    rows = _rounds_upto(grades, upto_round)
+    shown = pc.unique(rows.filter(pc.equal(rows.column("grade"), UNGRADED)).column("object_id"))
+    graded = latest_grades(rows).column("object_id")
+    return np.sort(shown.filter(pc.invert(pc.is_in(shown, graded))).to_numpy())
+
+
+def grades_for_training(grades: pa.Table | None, upto_round: int = -1) -> tuple[pa.Table, np.ndarray, dict]:
+    """(:func:`latest_grades`, :func:`awaiting_inspection`, the record of what a training set used:
+    the rounds, the SHA-256 of those rows (the grades table is append-only, so rounds and hash name
+    the version) and the counts)."""
     used = _rounds_upto(grades, upto_round).sort_by([("round", "ascending"), ("object_id", "ascending")])
     digest = hashlib.sha256(json.dumps(used.select(GRADES_SCHEMA.names).to_pylist(), sort_keys=True).encode()).hexdigest()
-    latest = latest_grades(used)
+    latest, awaiting = latest_grades(used), awaiting_inspection(used)
     grade = latest.column("grade").to_pylist()
-    return latest, {"rounds": sorted(set(used.column("round").to_pylist())), "grades_sha256": digest,
-                    "n_lenses": sum(g in LENS_GRADES for g in grade), "n_not_a_lens": sum(g == "not_a_lens" for g in grade)}
+    return latest, awaiting, {"rounds": sorted(set(used.column("round").to_pylist())), "grades_sha256": digest,
+                              "n_lenses": sum(g in LENS_GRADES for g in grade), "n_not_a_lens": sum(g == "not_a_lens" for g in grade),
+                              "n_awaiting_inspection": int(awaiting.size)}
 
 
 def graded_lens_ids(grades: pa.Table | None) -> np.ndarray:

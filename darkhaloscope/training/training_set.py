@@ -67,16 +67,26 @@ def injection_hosts(rows: pa.Table, invvar: np.ndarray, host_types) -> np.ndarra
 
 
 def with_graded(rows: pa.Table, images: np.ndarray, invvar: np.ndarray, graded: pa.Table,
-                new_cutouts: pa.Table | None) -> tuple[pa.Table, np.ndarray, np.ndarray, dict]:
+                new_cutouts: pa.Table | None, awaiting: np.ndarray | None = None) -> tuple[pa.Table, np.ndarray, np.ndarray, dict]:
     """Training ``rows`` (with ``images``, ``invvar``) labelled by visual grades and extended by the
-    graded objects they lack, plus a ``grade_round`` column (null for ungraded rows).
+    graded objects they lack, plus a ``grade_round`` column (null for ungraded rows), without the
+    catalog negatives awaiting inspection.
 
-    ``graded``: (object_id, grade, round), one per object (:func:`search.grades.grades_for_training`).
-    ``new_cutouts``: cutouts rows (stamps + quality) of the graded objects not in ``rows``. A grade
-    overrides a catalog label only openly: the row keeps its pool and gains its grade round, and the
-    returned counts say how many labels changed. Graded objects of the test split stay out, and
-    graded rows host no injection (their inverse variance is not carried: zeroed in ``invvar``,
-    in place, which holds a stamp set the size of the training set)."""
+    ``graded``: (object_id, grade, round), one per object, and ``awaiting``: ids shown to a grader
+    and not graded (:func:`search.grades.grades_for_training`). ``new_cutouts``: cutouts rows
+    (stamps + quality) of the graded objects not in ``rows``. A grade overrides a catalog label
+    only openly: the row keeps its pool and gains its grade round, and the returned counts say how
+    many labels changed. A negative awaiting inspection scored high enough to be shown and may be
+    a lens: it is left out until graded (counted), as the published recipe takes high-scoring
+    negatives out of training; a positive awaiting it stays. Graded objects of the test split stay
+    out, and graded rows host no injection (their inverse variance is not carried: zeroed in
+    ``invvar``, in place, which holds a stamp set the size of the training set)."""
+    held = np.zeros(rows.num_rows, bool)
+    if awaiting is not None and awaiting.size:
+        held = pc.is_in(rows.column("object_id"), pa.array(awaiting, pa.int64())).to_numpy(zero_copy_only=False)
+        held &= rows.column("label").to_numpy(zero_copy_only=False) == 0
+        if held.any():
+            rows, images, invvar = rows.filter(pa.array(~held)), images[~held], invvar[~held]
     n_catalog = rows.num_rows
     if new_cutouts is not None and new_cutouts.num_rows:
         new_cutouts = new_cutouts.filter(pc.is_in(new_cutouts.column("split"), pa.array(list(FIT_SPLITS))))
@@ -105,7 +115,8 @@ def with_graded(rows: pa.Table, images: np.ndarray, invvar: np.ndarray, graded: 
     rows = rows.append_column("grade_round", pc.if_else(pa.array(graded_rows), rnd, pa.scalar(None, pa.int64())))
     counts = {"n_graded_rows": int(graded_rows.sum()), "n_graded_added": 0 if new_cutouts is None else int(new_cutouts.num_rows),
               "n_relabelled": int(np.sum((graded_rows & (label != old_label))[:n_catalog])),
-              "n_graded_outside_train_val": graded.num_rows - int(graded_rows.sum())}
+              "n_graded_outside_train_val": graded.num_rows - int(graded_rows.sum()),
+              "n_negatives_awaiting_inspection_left_out": int(held.sum())}
     return rows, images, invvar, counts
 
 
