@@ -113,6 +113,11 @@ def test_bad_files_name_the_file(tmp_path):
     with pytest.raises(InputError, match="truncated.fits.fz"):
         with open_tiled_image(str(cut)) as image:
             image[0:10, 0:10]
+    scaled = fits.CompImageHDU(np.arange(400, dtype=np.uint16).reshape(20, 20), compression_type="RICE_1")  # stored with BZERO 32768
+    fits.HDUList([fits.PrimaryHDU(), scaled]).writeto(tmp_path / "uint16.fits.fz")
+    with pytest.raises(InputError, match="uint16.fits.fz: scaled pixels"):
+        with open_tiled_image(str(tmp_path / "uint16.fits.fz")):
+            pass
     one = tmp_path / "primary_only.fits"
     fits.PrimaryHDU(np.zeros((4, 4), np.float32)).writeto(one)
     with pytest.raises(InputError, match="primary_only.fits: expected the image in HDU 1"):
