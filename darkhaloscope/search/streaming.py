@@ -2,9 +2,9 @@
 
 Targets (brick-ordered, :mod:`.targets`) are cut from an :class:`~darkhaloscope.imaging.sources.ImageSource`
 ``chunk`` at a time and scored with the published lens finder (its preprocessing and calibration,
-:func:`training.inference.score_with_members`) while the next chunk is cut. Each chunk yields its score rows and
-the stamps of the rows scoring at least ``keep_threshold``; every other stamp is dropped, so what
-a search stores grows with its candidates, not with the survey.
+:func:`training.inference.score_with_members`) while the next chunk is cut. Each chunk yields its
+score rows and the stamps of the rows scoring at least ``keep_threshold``; every other stamp is
+dropped, so what a search stores grows with its candidates, not with the survey.
 
 A row that cannot be scored is kept, unscored, with the reason (``;``-joined tokens):
 ``fetch_failed: <message>`` (the source could not cut it), ``no_data`` (no pixel in any band),
