@@ -38,7 +38,7 @@ def print_hidden_lens_recovery(lake) -> None:
     from resources.config import build_resources
 
     survey = build_resources()["survey"]
-    if not survey.is_mock:
+    if not survey.location().is_mock:
         return
     report = hidden_lens_recovery(lake.read_table("search", "candidates"), pq.read_table(survey.mock_manifest().hidden_truth_path),
                                   lake.read_table("survey", "known_lenses"))

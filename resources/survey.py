@@ -1,6 +1,7 @@
 """The survey: the embedded mock DR10 (DHS_SURVEY=mock) or a DR10 mirror, local or s3://."""
 
 
+import dataclasses
 import os
 import tempfile
 from contextlib import contextmanager
@@ -17,9 +18,7 @@ from darkhaloscope.survey.mock_paths import DEFAULT_MOCK_DIR
 
 
 class SurveyResource(dg.ConfigurableResource):
-    """``survey`` is ``mock`` or the root of a DR10 mirror laid out like the release
-    (``south/sweep/10.1/sweep-*.fits``, ``south/coadd/...``); ``profile`` sizes the mock survey;
-    ``mock_dir`` caches the generated mock survey files; ``mock_seed`` picks the mock realisation."""
+    """The fields of :class:`~darkhaloscope.survey.location.SurveyLocation`, as Dagster config."""
 
     survey: str = "mock"
     profile: str = "demo"
@@ -27,16 +26,13 @@ class SurveyResource(dg.ConfigurableResource):
     mock_seed: int = 0
     s3_endpoint: str | None = None
 
-    @property
-    def is_mock(self) -> bool:
-        return self.survey == "mock"
-
     def location(self) -> SurveyLocation:
         """The survey's settings as the library takes them, with local paths made absolute so that
         a process started elsewhere (a Spark executor, a Pipes subprocess) finds the same files."""
-        local = not self.is_mock and "://" not in self.survey
-        return SurveyLocation(survey=os.path.abspath(self.survey) if local else self.survey, profile=self.profile,
-                              mock_dir=os.path.abspath(self.mock_dir), mock_seed=self.mock_seed, s3_endpoint=self.s3_endpoint)
+        loc = SurveyLocation(survey=self.survey, profile=self.profile, mock_dir=os.path.abspath(self.mock_dir),
+                             mock_seed=self.mock_seed, s3_endpoint=self.s3_endpoint)
+        local = not loc.is_mock and "://" not in loc.survey
+        return dataclasses.replace(loc, survey=os.path.abspath(loc.survey)) if local else loc
 
     def root(self) -> str:
         """Root of the DR10-like mirror; the mock survey is generated there on first use."""

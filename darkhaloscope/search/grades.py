@@ -168,12 +168,12 @@ def latest_grades(grades: pa.Table | None, upto_round: int = -1) -> pa.Table:
     return latest.take(pa.array(first, pa.int64())).select(["object_id", "grade", "round"])
 
 
-def awaiting_inspection(grades: pa.Table | None, upto_round: int = -1) -> np.ndarray:
+def awaiting_inspection(grades: pa.Table | None, upto_round: int = -1, latest: pa.Table | None = None) -> np.ndarray:
     """(K,) int64 ids, sorted, of the objects shown ungraded in rounds 1..``upto_round`` (-1: every
-    round, 0: none) and graded in none of them."""
+    round, 0: none) and graded in none of them (``latest``: their :func:`latest_grades`, when known)."""
     rows = _rounds_upto(grades, upto_round)
     shown = pc.unique(rows.filter(pc.equal(rows.column("grade"), UNGRADED)).column("object_id"))
-    graded = latest_grades(rows).column("object_id")
+    graded = (latest_grades(rows) if latest is None else latest).column("object_id")
     return np.sort(shown.filter(pc.invert(pc.is_in(shown, graded))).to_numpy())
 
 
@@ -183,7 +183,8 @@ def grades_for_training(grades: pa.Table | None, upto_round: int = -1) -> tuple[
     the version) and the counts)."""
     used = _rounds_upto(grades, upto_round).sort_by([("round", "ascending"), ("object_id", "ascending")])
     digest = hashlib.sha256(json.dumps(used.select(GRADES_SCHEMA.names).to_pylist(), sort_keys=True).encode()).hexdigest()
-    latest, awaiting = latest_grades(used), awaiting_inspection(used)
+    latest = latest_grades(used)
+    awaiting = awaiting_inspection(used, latest=latest)
     grade = latest.column("grade").to_pylist()
     return latest, awaiting, {"rounds": sorted(set(used.column("round").to_pylist())), "grades_sha256": digest,
                               "n_lenses": sum(g in LENS_GRADES for g in grade), "n_not_a_lens": sum(g == "not_a_lens" for g in grade),
