@@ -35,7 +35,7 @@ from resources.config import build_resources  # noqa: E402
 def oracle_grades(lake: Lake, top: int) -> list[dict]:
     """Rows of :data:`GRADE_COLUMNS` for the ``top`` best-ranked candidates, graded by the truth."""
     survey = build_resources()["survey"]
-    if not survey.is_mock:
+    if not survey.location().is_mock:
         raise SystemExit("the oracle grader needs the mock survey's truth (DHS_SURVEY=mock)")
     shown = top_candidates(lake.read_table("search", "candidates"), top)
     report = hidden_lens_recovery(shown, pq.read_table(survey.mock_manifest().hidden_truth_path), lake.read_table("survey", "known_lenses"))

@@ -2,9 +2,12 @@
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from darkhaloscope.errors import InputError
+from darkhaloscope.training.checkpoint import load_checkpoint, save_checkpoint
 from darkhaloscope.training.models import build_model, count_parameters
+from darkhaloscope.training.preprocess import PreprocessSpec
 
 torch.set_num_threads(1)
 
@@ -36,3 +39,22 @@ def test_unknown_arch_and_bad_channels():
         build_model("vgg16", 3)
     with pytest.raises(InputError, match="in_channels"):
         build_model("resnet18", 0)
+
+
+
+@pytest.mark.parametrize("arch", ["strided_resnet", "bottleneck_resnet_tiny"])
+def test_channels_last_compute_layout_stays_out_of_checkpoints(arch, tmp_path):
+    # build_model runs the convolutions channels-last (a speed choice): a checkpoint must still hold
+    # plain tensors, and a model loaded from it must run channels-last and give the same logits.
+    torch.manual_seed(0)
+    m = build_model(arch, 6).eval()
+    convs = [t for t in m.state_dict().values() if t.ndim == 4 and t.shape[-1] > 1]
+    assert convs and all(t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous() for t in convs)
+    save_checkpoint(tmp_path, "best", m, architecture=arch, in_channels=6, preprocess=PreprocessSpec(crop=49, residual="append"))
+    state = load_file(next(tmp_path.glob("best-*.safetensors")))
+    assert all(t.is_contiguous() for t in state.values())
+    loaded, _ = load_checkpoint(tmp_path, "best")
+    assert all(t.is_contiguous(memory_format=torch.channels_last) for t in loaded.state_dict().values() if t.ndim == 4 and t.shape[-1] > 1)
+    x = torch.randn(4, 6, 49, 49)
+    with torch.no_grad():
+        assert torch.equal(m(x), loaded.eval()(x))

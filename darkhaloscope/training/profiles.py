@@ -39,7 +39,7 @@ PROFILES = {
     "demo": TrainingProfile(
         preprocess=PreprocessSpec(crop=49, residual="append", stretch="asinh", softening=3.0),
         stream=StreamSpec(injections_per_host=1, val_injections_per_host=2, min_arc_snr=5.0, window=57),
-        members=(TrainConfig(arch="strided_resnet", epochs=20, batch_size=64, lr=3e-3, warmup_epochs=0.5, patience=0,
+        members=(TrainConfig(arch="strided_resnet", epochs=28, batch_size=64, lr=3e-3, warmup_epochs=0.5, patience=0,
                              val_smoothing=0.5, hard_negative_prob=0.0, core_dropout=0.3, num_workers=0,
                              checkpoint_every_steps=0),),
     ),
