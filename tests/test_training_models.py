@@ -41,7 +41,6 @@ def test_unknown_arch_and_bad_channels():
         build_model("resnet18", 0)
 
 
-
 @pytest.mark.parametrize("arch", ["strided_resnet", "bottleneck_resnet_tiny"])
 def test_channels_last_compute_layout_stays_out_of_checkpoints(arch, tmp_path):
     # build_model runs the convolutions channels-last (a speed choice): a checkpoint must still hold

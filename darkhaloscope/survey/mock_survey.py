@@ -63,10 +63,11 @@ GENERATOR_VERSION = "dhs-mock-survey-6"
 #: Version of the truth tables (in the config digest); change it when the truth draws change.
 TRUTH_VERSION = "dhs-mock-truth-1"
 #: Hidden lenses per profile: 10 among the demo's ~2,500 negative-pool galaxies (0.4 %) and 400
-#: among the full profile's ~150,000 (0.3 %). Lenses discoverable at DR10 depth are rarer still
-#: (of order 10^4 among the ~4.5e7 galaxies the search covers, LensPop, Collett 2015), but a
-#: discovery test needs a few; at 40 (1.6 %) the demo's held-out negatives held ~17 true lenses,
-#: more than the ~9 false positives its 1e-2 FPR threshold allows, so real lenses set the threshold.
+#: among the full profile's ~150,000 (0.3 %). Lenses are rarer in the real survey: Collett 2015
+#: (LensPop) predicts 2,400 discoverable in DES's 5,000 deg², so of order 10^4 over DR10's
+#: ~20,000 deg² among the ~4.5e7 galaxies the search covers (~2e-4). A discovery test needs a
+#: few; at 40 (1.6 %) the demo's held-out negatives held 15-19 true lenses, more than the ~9
+#: false positives its 1e-2 FPR threshold allows, so real lenses set the threshold.
 PROFILES = {
     "demo": {"n_rows_per_file": 25_000, "blocks": ((30, -5), (35, -5)), "n_hidden_lenses": 10},
     "full": {"n_rows_per_file": 3_000_000, "blocks": ((35, -5),), "n_hidden_lenses": 400},
