@@ -62,8 +62,9 @@ from .sweeps import SweepBox, read_sweep, sweep_filename
 GENERATOR_VERSION = "dhs-mock-survey-6"
 #: Version of the truth tables (in the config digest); change it when the truth draws change.
 TRUTH_VERSION = "dhs-mock-truth-1"
-#: Hidden lenses per profile: 10 among the demo's ~2,500 negative-pool galaxies (0.4 %) and 400
-#: among the full profile's ~150,000 (0.3 %). Lenses are rarer in the real survey: Collett 2015
+#: Hidden lenses per profile: 10 among the demo's 2,467 negative-pool galaxies (seed 0: 0.4 %)
+#: and 400 in the full profile's 3 M catalog rows (its pool is not measured; at the demo's 5 % of
+#: rows passing the cuts, 0.3 %). Lenses are rarer in the real survey: Collett 2015
 #: (LensPop) predicts 2,400 discoverable in DES's 5,000 deg², so of order 10^4 over DR10's
 #: ~20,000 deg² among the ~4.5e7 galaxies the search covers (~2e-4). A discovery test needs a
 #: few; at 40 (1.6 %) the demo's held-out negatives held 15-19 true lenses, more than the ~9
