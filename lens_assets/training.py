@@ -119,7 +119,7 @@ def _checkpoint_locations(store) -> tuple[str, str, str | None]:
     deps=[training_set],
     kinds={"pytorch", "safetensors"},
     owners=OWNERS,
-    code_version="2",
+    code_version="3",
     pool="gpu",
     check_specs=[dg.AssetCheckSpec(name, asset=[GROUP, "lens_finder"], blocking=name in BLOCKING_GATES, description=g.description)
                  for name, g in GATES.items()],

@@ -10,9 +10,9 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.stamps import to_tensor_array
 from darkhaloscope.training.data import load_training_set, synthetic_arrays
 from darkhaloscope.training.dataset import (
-    AugmentedStampDataset, azimuthal_shuffle, batches_for_plan, collate_prebatched, dihedral, hard_negative,
+    AugmentedStampDataset, azimuthal_shuffle, batches_for_plan, collate_prebatched, hard_negative,
 )
-from darkhaloscope.training.preprocess import PreprocessSpec, core_mask, radial_bins
+from darkhaloscope.training.preprocess import PreprocessSpec, core_mask, dihedral, radial_bins
 
 torch.set_num_threads(1)
 S = 101

@@ -1,11 +1,13 @@
-"""Scoring: bounded streaming, unusable stamps are NaN with a reason, never scored as zeros."""
+"""Scoring: bounded streaming, unusable stamps are NaN with a reason, never scored as zeros; a
+checkpoint that averages over the stamp's flips and rotations scores every orientation alike."""
 
 import numpy as np
 import pytest
 import torch
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.training.inference import resolve_device, score_stamps, validate_stamps
+from darkhaloscope.training.checkpoint import CheckpointSpec
+from darkhaloscope.training.inference import resolve_device, score_stamps, stamp_logits, validate_stamps
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.preprocess import PreprocessSpec
 
@@ -49,3 +51,21 @@ def test_device_resolution(monkeypatch):
     if not torch.cuda.is_available():
         with pytest.raises(InputError, match="CUDA"):
             resolve_device("cuda")
+
+
+def _views(x: np.ndarray) -> list[np.ndarray]:
+    """The 8 flips and 90° rotations of (N, C, H, W) stamps, by numpy (independent of the library's)."""
+    return [np.ascontiguousarray(np.rot90(np.flip(x, -1) if f else x, k, axes=(-2, -1))) for f in (0, 1) for k in range(4)]
+
+
+def test_dihedral_average_is_the_mean_of_the_eight_views_and_orientation_free(model):
+    x = np.random.default_rng(2).normal(1, 0.1, (5, 3, 33, 33)).astype(np.float32)
+    x[:, :, 10:14, 20:23] += 2.0  # an off-centre blob, so the views differ
+    spec = CheckpointSpec(name="best", architecture="bottleneck_resnet_tiny", in_channels=3, preprocess=PreprocessSpec(),
+                          param_count=0, param_shapes={}, weights_file="x", weights_sha256="0", dihedral_average=True)
+    averaged = stamp_logits(model, spec, x, device="cpu")[0]
+    singles = [stamp_logits(model, PreprocessSpec(), v, device="cpu")[0] for v in _views(x)]
+    np.testing.assert_allclose(averaged, np.mean(singles, axis=0), rtol=0, atol=1e-6)
+    assert np.ptp(singles, axis=0).min() > 1e-4  # one view alone depends on the orientation
+    for v in _views(x):
+        np.testing.assert_allclose(stamp_logits(model, spec, v, device="cpu")[0], averaged, rtol=0, atol=1e-6)

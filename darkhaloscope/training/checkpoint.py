@@ -39,7 +39,8 @@ FORMAT = "dhs-checkpoint/1"
 
 @dataclass(frozen=True)
 class CheckpointSpec:
-    """The JSON side of a checkpoint. ``preprocess`` and ``temperature`` are all scoring needs besides the model."""
+    """The JSON side of a checkpoint. ``preprocess``, ``temperature`` and ``dihedral_average`` are all
+    scoring needs besides the model."""
 
     name: str
     architecture: str
@@ -62,6 +63,8 @@ class CheckpointSpec:
     temperature: float = 1.0
     #: the architecture's own arguments (a stacked ensemble's members and hidden width)
     arch_args: dict = field(default_factory=dict)
+    #: scoring averages the logits over the stamp's 8 flips and 90° rotations (see inference)
+    dihedral_average: bool = False
     format: str = FORMAT
 
     def to_dict(self) -> dict:

@@ -32,25 +32,10 @@ from ..errors import InputError
 from ..lensing.stream import StreamDraw, add_window, draw_injections
 from ..seeding import rng_for, stable_hash64, unit_hash_array
 from .data import TrainingArrays
-from .preprocess import PreprocessSpec, core_mask, preprocess, radial_bins
+from .preprocess import PreprocessSpec, core_mask, dihedral, preprocess, radial_bins
 
 #: Radial bin width (px) of the azimuthal shuffle used for hard negatives and the hard-negative gate.
 SHUFFLE_BIN_PX = 2.0
-
-
-def dihedral(x: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
-    """Apply one of the 8 flips/90° rotations per image. x (N, C, H, W) square; code (N,) int in 0..7
-    (bits 0-1: number of 90° rotations, bit 2: horizontal flip)."""
-    out = x.clone()
-    for c in range(8):
-        sel = torch.nonzero(code == c).flatten()
-        if sel.numel() == 0 or c == 0:
-            continue
-        y = x[sel]
-        if c & 4:
-            y = torch.flip(y, dims=(-1,))
-        out[sel] = torch.rot90(y, k=c & 3, dims=(-2, -1))
-    return out
 
 
 def azimuthal_shuffle(x: np.ndarray, rng: np.random.Generator, bin_px: float = SHUFFLE_BIN_PX) -> np.ndarray:

@@ -65,7 +65,9 @@ class TrainConfig:
     The best checkpoint is the epoch of highest (unsmoothed) validation AUROC. core_dropout:
     probability of zeroing the r < core_dropout_radius px core of a training input.
     hard_negative_prob: per-epoch probability of emitting the labelled hard negative of each
-    injection. device: 'auto' (DHS_DEVICE, then CUDA if present), 'cpu' or 'cuda'. amp: bf16
+    injection. dihedral_average: the published checkpoint is calibrated and scored on the mean
+    logit over the stamp's 8 flips and rotations (``inference``); the best epoch is still chosen
+    on one view, 8× cheaper per epoch. device: 'auto' (DHS_DEVICE, then CUDA if present), 'cpu' or 'cuda'. amp: bf16
     autocast (CUDA only). max_minutes: wall-clock limit of one call (the run stays resumable; it
     never decides the weights). checkpoint_every_steps: also save 'last' every K steps inside an
     epoch (0: only at epoch ends).
@@ -86,6 +88,7 @@ class TrainConfig:
     core_dropout: float = 0.0
     core_dropout_radius: float = 5.0
     hard_negative_prob: float = 0.0
+    dihedral_average: bool = False
     device: str = "auto"
     num_workers: int = 0
     amp: bool = True
@@ -124,7 +127,7 @@ class TrainConfig:
 #: Config fields that change the trained weights; a resume refuses a 'last' written with other values.
 _IDENTITY_FIELDS = (
     "arch", "arch_args", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "min_lr_frac", "grad_clip", "patience",
-    "val_smoothing", "seed", "core_dropout", "core_dropout_radius", "hard_negative_prob", "amp",
+    "val_smoothing", "seed", "core_dropout", "core_dropout_radius", "hard_negative_prob", "amp", "dihedral_average",
 )
 
 
@@ -375,11 +378,15 @@ class _Run:
         )
 
 
-def finalize_best(out: Path, val: TrainingArrays, seed: int, device, batch_size: int = 256, amp: bool = False) -> tuple[CheckpointSpec, dict]:
+def finalize_best(out: Path, val: TrainingArrays, seed: int, device, batch_size: int = 256, amp: bool = False,
+                  dihedral_average: bool = False) -> tuple[CheckpointSpec, dict]:
     """Calibrate checkpoint 'best' of ``out`` on the validation arrays (temperature scaling) and
-    attach the full validation metrics: rewrites its spec (same tensors) with ``temperature`` and
-    ``metrics['validation']`` / ``metrics['calibration']``; writes ``metrics.json``."""
+    attach the full validation metrics: rewrites its spec (same tensors) with ``dihedral_average``,
+    ``temperature`` and ``metrics['validation']`` / ``metrics['calibration']``; writes
+    ``metrics.json``. The temperature is fitted on the logits scoring will produce, so on the
+    view-averaged ones when ``dihedral_average``."""
     model, spec = load_checkpoint(out, "best", device=device)
+    spec = replace(spec, dihedral_average=bool(dihedral_average))
     logits, ok, _ = stamp_logits(model, spec, val.image, device=device, batch_size=batch_size, amp=amp)
     z, y, w = logits[ok], val.label[ok], val.weight[ok]
     temperature = fit_temperature(z, y, w)
@@ -441,6 +448,7 @@ def train(
             run.save_last()
         result = run.result()
         if st["finished"] and has_checkpoint(out, "best"):
-            result.best, result.val_metrics = finalize_best(out, val_arrays, config.seed, run.device, config.val_batch_size, run.amp)
+            result.best, result.val_metrics = finalize_best(out, val_arrays, config.seed, run.device, config.val_batch_size, run.amp,
+                                                               config.dihedral_average)
             result.curves_png = plot_training_curves(st["history"], out / "training_curves.png")
     return result

@@ -19,7 +19,9 @@ Pipeline per stamp and band, vectorised over the batch:
    it out to r ≈ 5–11 px).
 
 Radial geometry helpers (radius grid, core mask, radial bins) live here too so every stage uses the
-same definition of "the centre" (pixel ((H-1)/2, (W-1)/2), i.e. (50, 50) on a 101 px stamp).
+same definition of "the centre" (pixel ((H-1)/2, (W-1)/2), i.e. (50, 50) on a 101 px stamp), and
+so does the stamp's symmetry group (:func:`dihedral`: the 8 flips and 90° rotations about that
+centre), which training draws augmentations from and scoring averages over.
 """
 
 from __future__ import annotations
@@ -243,3 +245,18 @@ def preprocess(batch, spec: PreprocessSpec) -> torch.Tensor:
     else:
         z = torch.nan_to_num(z, nan=0.0, posinf=spec.clip, neginf=-spec.clip).clamp_(-spec.clip, spec.clip)
     return z.contiguous()
+
+
+def dihedral(x: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
+    """Apply one of the 8 flips/90° rotations per image. x (N, C, H, W) square; code (N,) int in 0..7
+    (bits 0-1: number of 90° rotations, bit 2: horizontal flip)."""
+    out = x.clone()
+    for c in range(8):
+        sel = torch.nonzero(code == c).flatten()
+        if sel.numel() == 0 or c == 0:
+            continue
+        y = x[sel]
+        if c & 4:
+            y = torch.flip(y, dims=(-1,))
+        out[sel] = torch.rot90(y, k=c & 3, dims=(-2, -1))
+    return out
