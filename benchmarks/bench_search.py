@@ -5,8 +5,8 @@ every stamp into a ``cutouts`` table in the lake, then score that table), in one
 Both paths read the same 8 mock DR10 bricks (compressed as DR10's are, written once by
 bench_cutouts.py to benchmarks/out/mock_dr10_rice) with BrickImageSource as their assets open it
 (the cutouts stage: every plane of the stamp; the search: images, and invvar at the centre only),
-score with the demo profile's lens finder (strided ResNet, its preprocessing, random weights: the
-cost does not depend on the weights) on the same targets in brick order (128 per brick, about
+score with the demo profile's lens finder (strided ResNet, its preprocessing and its averaging over
+dihedral views, random weights: the cost does not depend on the weights) on the same targets in brick order (128 per brick, about
 DR10's density after the preselection: 45 M galaxies on ~300,000 bricks), and commit their tables
 to a local lake. The search scores 256-target chunks, the asset's default, so 4 of them here.
 Prints one JSON line: galaxies per second per core of each path (both use every core torch is
@@ -25,6 +25,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,7 +43,7 @@ from darkhaloscope.search.streaming import (  # noqa: E402
     SCORE_CHUNKS, STAMP_CHUNKS, STAMP_SCHEMA, InflightSearch, SearchSettings, score_chunk, score_schema, search_partition,
 )
 from darkhaloscope.search.targets import TARGET_SCHEMA  # noqa: E402
-from darkhaloscope.training.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from darkhaloscope.training.checkpoint import load_checkpoint, save_checkpoint, write_spec  # noqa: E402
 from darkhaloscope.training.models import build_model  # noqa: E402
 from darkhaloscope.training.profiles import training_profile  # noqa: E402
 
@@ -63,8 +64,9 @@ def lens_finder(folder: str, device: str):
     profile = training_profile("demo")
     arch = profile.members[0].arch
     torch.manual_seed(0)
-    save_checkpoint(folder, "best", build_model(arch, profile.preprocess.out_channels(3)), architecture=arch,
-                    in_channels=profile.preprocess.out_channels(3), preprocess=profile.preprocess)
+    spec = save_checkpoint(folder, "best", build_model(arch, profile.preprocess.out_channels(3)), architecture=arch,
+                           in_channels=profile.preprocess.out_channels(3), preprocess=profile.preprocess)
+    write_spec(folder, replace(spec, dihedral_views=profile.members[0].dihedral_views))
     return load_checkpoint(folder, "best", device=device)
 
 

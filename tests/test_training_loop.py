@@ -72,14 +72,14 @@ def test_learns_signal_and_writes_artifacts(reference):
     assert cal["ece_after"] <= cal["ece_before"] + 0.02 and v["ece_15"] == pytest.approx(cal["ece_after"])
 
 
-def test_dihedral_average_is_calibrated_on_the_averaged_logits(data, tmp_path):
+def test_dihedral_views_are_calibrated_on_the_averaged_logits(data, tmp_path):
     from darkhaloscope.training.calibration import fit_temperature
     from darkhaloscope.training.checkpoint import load_checkpoint
     from darkhaloscope.training.inference import stamp_logits
 
-    res = train(*data, _cfg(epochs=1, dihedral_average=True), tmp_path, SPEC, VERSIONS)
+    res = train(*data, _cfg(epochs=1, dihedral_views=4), tmp_path, SPEC, VERSIONS)
     model, best = load_checkpoint(tmp_path, "best")
-    assert best.dihedral_average and res.best.dihedral_average
+    assert best.dihedral_views == res.best.dihedral_views == 4
     val = data[1]
     averaged = stamp_logits(model, best, val.image)[0]
     single = stamp_logits(model, SPEC, val.image)[0]
@@ -161,6 +161,8 @@ def test_bad_inputs_raise(data, tmp_path):
         TrainConfig(arch="vgg")
     with pytest.raises(InputError, match="unknown keys"):
         TrainConfig.from_dict({"epochz": 3})
+    with pytest.raises(InputError, match="dihedral_views"):
+        TrainConfig(dihedral_views=3)
     with pytest.raises(InputError, match="both labels"):
         train(tr, va.subset(va.label == 1), _cfg(), tmp_path, SPEC, VERSIONS)
 
@@ -172,7 +174,7 @@ def test_run_key_names_what_shapes_the_weights():
     assert k == run_key(_cfg(device="cuda", num_workers=3, checkpoint_every_steps=9, val_batch_size=7), SPEC, VERSIONS)
     others = {run_key(_cfg(lr=5e-3), SPEC, VERSIONS), run_key(_cfg(seed=8), SPEC, VERSIONS), run_key(_cfg(arch="bottleneck_resnet"), SPEC, VERSIONS),
               run_key(_cfg(), PreprocessSpec(clip=5.0), VERSIONS), run_key(_cfg(), SPEC, {"training_set": "synthetic-v2"}),
-              run_key(_cfg(dihedral_average=True), SPEC, VERSIONS)}
+              run_key(_cfg(dihedral_views=4), SPEC, VERSIONS)}
     assert len(others) == 6 and k not in others
     # a per-call time limit never decides the weights, so it does not name the run
     assert run_key(_cfg(max_minutes=3.0), SPEC, VERSIONS) == run_key(_cfg(max_minutes=2.0), SPEC, VERSIONS) == k

@@ -39,7 +39,7 @@ FORMAT = "dhs-checkpoint/1"
 
 @dataclass(frozen=True)
 class CheckpointSpec:
-    """The JSON side of a checkpoint. ``preprocess``, ``temperature`` and ``dihedral_average`` are all
+    """The JSON side of a checkpoint. ``preprocess``, ``temperature`` and ``dihedral_views`` are all
     scoring needs besides the model."""
 
     name: str
@@ -63,8 +63,9 @@ class CheckpointSpec:
     temperature: float = 1.0
     #: the architecture's own arguments (a stacked ensemble's members and hidden width)
     arch_args: dict = field(default_factory=dict)
-    #: scoring averages the logits over the stamp's 8 flips and 90° rotations (see inference)
-    dihedral_average: bool = False
+    #: scoring averages the logits over this many of the stamp's flips and rotations (1, 2, 4 or 8:
+    #: preprocess.DIHEDRAL_SUBGROUPS; see inference)
+    dihedral_views: int = 1
     format: str = FORMAT
 
     def to_dict(self) -> dict:

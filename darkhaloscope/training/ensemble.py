@@ -84,8 +84,8 @@ def stack_runs(member_dirs: list, val: TrainingArrays, out_dir, hidden: int = 30
     specs = [s for _, s in members]
     if len({s.preprocess for s in specs}) != 1:
         raise InputError("ensemble members must share their preprocessing spec")
-    if len({s.dihedral_average for s in specs}) != 1:
-        raise InputError(f"ensemble members must all average over the dihedral views or none: {[str(d) for d in member_dirs]}")
+    if len({s.dihedral_views for s in specs}) != 1:
+        raise InputError(f"ensemble members must average over the same dihedral views: {[str(d) for d in member_dirs]}")
     z, ok = [], None
     for model, spec in members:
         logits, valid, _ = stamp_logits(model, spec, val.image, device=device)
@@ -104,7 +104,7 @@ def stack_runs(member_dirs: list, val: TrainingArrays, out_dir, hidden: int = 30
                         preprocess=specs[0].preprocess, arch_args={"members": [s.architecture for s in specs], "hidden": int(hidden)},
                         train_config={"members": [str(d) for d in member_dirs], "meta_steps": META_STEPS},
                         data_versions=specs[0].data_versions)
-        finalize_best(out, val, seed, device, dihedral_average=specs[0].dihedral_average)
+        finalize_best(out, val, seed, device, dihedral_views=specs[0].dihedral_views)
         best = load_checkpoint(out, "best", device=device)[1]
         atomic_write_bytes(out / RUN_COMPLETE, json.dumps(json_safe({
             "best_checkpoint": {"weights_sha256": best.weights_sha256}, "stopped_reason": "stacked", "best_epoch": 0,

@@ -4,11 +4,11 @@ A stamp with a non-finite pixel or an all-zero band (a failed or off-footprint c
 and a reason, never the score of a zero image (a zero array scored after a failed load would enter
 the thresholds and the selection function as a confident non-lens).
 
-A checkpoint with ``dihedral_average`` is scored as the mean of its logits over the stamp's 8 flips
-and 90° rotations. A lens has no preferred orientation on the sky, and training only draws one of
-those views per sample, so a single view's score carries orientation noise; the mean is exactly
-invariant and, on the demo's three mock realisations, raised the recall of test-split known lenses
-by 2 of 60 at the same 1e-2 FPR (BENCHMARKS.md). It costs 8 forward passes per stamp.
+A checkpoint with ``dihedral_views`` k > 1 is scored as the mean of its logits over k of the stamp's
+flips and rotations (a subgroup of the dihedral group, ``preprocess.DIHEDRAL_SUBGROUPS``). A lens
+has no preferred orientation on the sky, and training draws one orientation per sample, so one
+view's score carries orientation noise; the mean is exactly invariant under the subgroup. It costs
+k forward passes per stamp (BENCHMARKS.md measures what each k buys and costs).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 
 from ..constants import BANDS
 from ..errors import InputError
-from .preprocess import PreprocessSpec, dihedral, preprocess
+from .preprocess import DIHEDRAL_SUBGROUPS, PreprocessSpec, dihedral, preprocess
 
 
 def resolve_device(requested: str | None = None) -> torch.device:
@@ -91,11 +91,11 @@ def stamp_logits(
     return logits, valid, reason
 
 
-def _view_logits(net: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, dihedral_average: bool) -> torch.Tensor:
-    """net(x) in float32, or its mean over the 8 dihedral views of x (module docstring)."""
-    if not dihedral_average:
+def _view_logits(net: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, views: int) -> torch.Tensor:
+    """Mean of net(view) in float32 over ``views`` dihedral views of x (module docstring)."""
+    if views == 1:
         return net(x).float()
-    codes = [torch.full((x.shape[0],), c, device=x.device) for c in range(8)]
+    codes = [torch.full((x.shape[0],), c, device=x.device) for c in DIHEDRAL_SUBGROUPS[views]]
     return torch.stack([net(dihedral(x, code)).float() for code in codes]).mean(dim=0)
 
 
@@ -108,7 +108,9 @@ def _forward(model, spec, images, dev: torch.device, batch_size: int, input_tran
         raise InputError(f"scoring needs a PreprocessSpec or CheckpointSpec, got {type(spec).__name__}")
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
-    average = bool(getattr(spec, "dihedral_average", False))
+    views = int(getattr(spec, "dihedral_views", 1))
+    if views not in DIHEDRAL_SUBGROUPS:
+        raise InputError(f"dihedral_views of the checkpoint spec must be one of {sorted(DIHEDRAL_SUBGROUPS)}, got {views}")
     model = model.to(dev).eval()
     n_members = len(model.members) if members and hasattr(model, "member_logits") else 0
     logits, member, valids, reasons = [], [], [], []
@@ -125,11 +127,11 @@ def _forward(model, spec, images, dev: torch.device, batch_size: int, input_tran
                     x = input_transform(x)
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and dev.type == "cuda"):
                     if n_members:  # one pass: the members' logits, then the meta-learner over them
-                        z = _view_logits(model.member_logits, x, average)
+                        z = _view_logits(model.member_logits, x, views)
                         mout[sel] = z.double().cpu().numpy()
                         out[sel] = model.meta(torch.sigmoid(z)).squeeze(-1).double().cpu().numpy()
                     else:
-                        out[sel] = _view_logits(model, x, average).double().cpu().numpy()
+                        out[sel] = _view_logits(model, x, views).double().cpu().numpy()
             logits.append(out)
             member.append(mout)
             valids.append(ok)
@@ -162,7 +164,7 @@ def score_stamps(
     """Lens probabilities for stamps, streamed in batches.
 
     model: a single-logit network (see models.build_model); spec: the checkpoint's CheckpointSpec
-    (its preprocessing, its calibration temperature and its dihedral averaging are applied) or a
+    (its preprocessing, its calibration temperature and its averaging over dihedral views are applied) or a
     bare PreprocessSpec (temperature 1, one view); images: (N, 3, H, W) nanomaggies as numpy/torch, or an iterable of such
     batches (only one batch is held at a time); input_transform: optional function applied to the
     preprocessed batch (gates use it to mask the core); amp: bf16 autocast, CUDA only.

@@ -50,7 +50,7 @@ from .dataset import AugmentedStampDataset, batches_for_plan, collate_prebatched
 from .inference import calibrated_probability, resolve_device, stamp_logits
 from .metrics import evaluate_scores, json_safe, plot_training_curves, validation_breakdown
 from .models import ARCHITECTURES, build_model
-from .preprocess import PreprocessSpec
+from .preprocess import DIHEDRAL_SUBGROUPS, PreprocessSpec
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,9 @@ class TrainConfig:
     The best checkpoint is the epoch of highest (unsmoothed) validation AUROC. core_dropout:
     probability of zeroing the r < core_dropout_radius px core of a training input.
     hard_negative_prob: per-epoch probability of emitting the labelled hard negative of each
-    injection. dihedral_average: the published checkpoint is calibrated and scored on the mean
-    logit over the stamp's 8 flips and rotations (``inference``); the best epoch is still chosen
-    on one view, 8× cheaper per epoch. device: 'auto' (DHS_DEVICE, then CUDA if present), 'cpu' or 'cuda'. amp: bf16
+    injection. dihedral_views: the published checkpoint is calibrated and scored on the mean
+    logit over that many of the stamp's flips and rotations (1, 2, 4 or 8; ``inference``); the
+    best epoch is still chosen on one view, which is that many times cheaper per epoch. device: 'auto' (DHS_DEVICE, then CUDA if present), 'cpu' or 'cuda'. amp: bf16
     autocast (CUDA only). max_minutes: wall-clock limit of one call (the run stays resumable; it
     never decides the weights). checkpoint_every_steps: also save 'last' every K steps inside an
     epoch (0: only at epoch ends).
@@ -88,7 +88,7 @@ class TrainConfig:
     core_dropout: float = 0.0
     core_dropout_radius: float = 5.0
     hard_negative_prob: float = 0.0
-    dihedral_average: bool = False
+    dihedral_views: int = 1
     device: str = "auto"
     num_workers: int = 0
     amp: bool = True
@@ -109,6 +109,8 @@ class TrainConfig:
             raise InputError(f"TrainConfig: lr must be > 0 and weight_decay, warmup_epochs, grad_clip >= 0 ({self})")
         if not 0.0 <= self.val_smoothing < 1.0:
             raise InputError(f"TrainConfig.val_smoothing must be in [0, 1), got {self.val_smoothing}")
+        if self.dihedral_views not in DIHEDRAL_SUBGROUPS:
+            raise InputError(f"TrainConfig.dihedral_views must be one of {sorted(DIHEDRAL_SUBGROUPS)}, got {self.dihedral_views}")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise InputError(f"TrainConfig.max_minutes must be positive or None, got {self.max_minutes}")
 
@@ -127,7 +129,7 @@ class TrainConfig:
 #: Config fields that change the trained weights; a resume refuses a 'last' written with other values.
 _IDENTITY_FIELDS = (
     "arch", "arch_args", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "min_lr_frac", "grad_clip", "patience",
-    "val_smoothing", "seed", "core_dropout", "core_dropout_radius", "hard_negative_prob", "amp", "dihedral_average",
+    "val_smoothing", "seed", "core_dropout", "core_dropout_radius", "hard_negative_prob", "amp", "dihedral_views",
 )
 
 
@@ -379,14 +381,14 @@ class _Run:
 
 
 def finalize_best(out: Path, val: TrainingArrays, seed: int, device, batch_size: int = 256, amp: bool = False,
-                  dihedral_average: bool = False) -> tuple[CheckpointSpec, dict]:
+                  dihedral_views: int = 1) -> tuple[CheckpointSpec, dict]:
     """Calibrate checkpoint 'best' of ``out`` on the validation arrays (temperature scaling) and
-    attach the full validation metrics: rewrites its spec (same tensors) with ``dihedral_average``,
+    attach the full validation metrics: rewrites its spec (same tensors) with ``dihedral_views``,
     ``temperature`` and ``metrics['validation']`` / ``metrics['calibration']``; writes
     ``metrics.json``. The temperature is fitted on the logits scoring will produce, so on the
-    view-averaged ones when ``dihedral_average``."""
+    view-averaged ones when ``dihedral_views`` > 1."""
     model, spec = load_checkpoint(out, "best", device=device)
-    spec = replace(spec, dihedral_average=bool(dihedral_average))
+    spec = replace(spec, dihedral_views=int(dihedral_views))
     logits, ok, _ = stamp_logits(model, spec, val.image, device=device, batch_size=batch_size, amp=amp)
     z, y, w = logits[ok], val.label[ok], val.weight[ok]
     temperature = fit_temperature(z, y, w)
@@ -449,6 +451,6 @@ def train(
         result = run.result()
         if st["finished"] and has_checkpoint(out, "best"):
             result.best, result.val_metrics = finalize_best(out, val_arrays, config.seed, run.device, config.val_batch_size, run.amp,
-                                                               config.dihedral_average)
+                                                               config.dihedral_views)
             result.curves_png = plot_training_curves(st["history"], out / "training_curves.png")
     return result

@@ -247,6 +247,12 @@ def preprocess(batch, spec: PreprocessSpec) -> torch.Tensor:
     return z.contiguous()
 
 
+#: Subgroups of the stamp's dihedral group by their size, as :func:`dihedral` codes: the stamp as
+#: is; with its 180° rotation; with its two mirror images about the axes too (the Klein four-group);
+#: all 8 flips and rotations. Scoring averages over one (``CheckpointSpec.dihedral_views``).
+DIHEDRAL_SUBGROUPS = {1: (0,), 2: (0, 2), 4: (0, 2, 4, 6), 8: tuple(range(8))}
+
+
 def dihedral(x: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
     """Apply one of the 8 flips/90° rotations per image. x (N, C, H, W) square; code (N,) int in 0..7
     (bits 0-1: number of 90° rotations, bit 2: horizontal flip)."""

@@ -87,7 +87,7 @@ def pipes_metadata(summary: dict) -> dict:
     """Materialization metadata of a finished summary (raw values and Pipes-typed JSON/markdown)."""
     vm = summary["val_metrics"]
     md = {k: summary[k] for k in ("architecture", "param_count", "best_epoch", "epochs_run", "stopped_reason", "training_set_version",
-                                  "blocking_gates_passed", "run_key", "run_dir", "reused", "temperature", "dihedral_average")}
+                                  "blocking_gates_passed", "run_key", "run_dir", "reused", "temperature", "dihedral_views")}
     md["gates"] = {"raw_value": summary["gates"], "type": "json"}
     md["val_metrics"] = {"raw_value": vm, "type": "json"}
     md["calibration"] = {"raw_value": summary.get("calibration", {}), "type": "json"}
