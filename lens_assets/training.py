@@ -160,7 +160,7 @@ def lens_finder(
     best = publish_run(md["run_dir"], out_dir, ckpt_uri)
     uri = ckpt_uri or os.path.abspath(out_dir)
     store.write_table(GROUP, "lens_finder", pa.table({
-        "checkpoint_uri": [uri], "data_version": [best.weights_sha256], "val_auroc": [float(md["val_auroc"]) if "val_auroc" in md else None],
+        "checkpoint_uri": [uri], "data_version": [best.data_version], "val_auroc": [float(md["val_auroc"]) if "val_auroc" in md else None],
         "metrics": [json.dumps(md, default=str, sort_keys=True)],
     }))
     return dg.MaterializeResult(metadata={**(result.metadata or {}), "dagster/uri": dg.MetadataValue.path(uri), "published": True},

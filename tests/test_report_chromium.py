@@ -103,7 +103,7 @@ def _report() -> tuple[str, dict[str, bytes]]:
         fpr_by_confuser=fpr_by_confuser(neg, thr),
         gates=[{"name": "tier-A recall at fpr=1e-3", "value": 0.8, "threshold": 0.75, "passed": True},
                {"name": "AUC injections vs controls", "value": 0.97, "threshold": 0.98, "passed": False}],
-        calibration=calibration, reliability=figs["reliability"],
+        calibration={**calibration, "dihedral_views": 2}, reliability=figs["reliability"],
         mosaics={k: figs[k] for k in ex},
         provenance={"model": "test-model", "code_version": "0"},
     )
@@ -149,6 +149,7 @@ def test_report_structure(report):
         assert f'id="{el}"' in page
     assert "1 of 2 gates passed" in page and "FAIL" in page
     assert "Not provided" not in page
+    assert "the logit is the mean over the stamp and its 180° rotation" in page
 
 
 def test_figures_and_page_are_byte_stable(report):

@@ -3,6 +3,7 @@
 import json
 import pickle
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,10 @@ def test_round_trip_same_outputs_and_spec(tmp_path):
     assert s.preprocess == spec and s.in_channels == 6 and s.epoch == 3 and s.data_versions == {"ts": "abc"}
     assert s.weights_sha256 == ck.sha256_file(tmp_path / s.weights_file) == s.data_version
     assert not loaded.training
+    # the same weights averaged over other views score differently, so they are another version
+    averaged = {replace(s, dihedral_views=k).data_version for k in (2, 4, 8)}
+    assert len(averaged) == 3 and s.data_version not in averaged
+    assert ck.CheckpointSpec.from_dict(replace(s, dihedral_views=2).to_dict()).data_version == replace(s, dihedral_views=2).data_version
 
 
 def test_optimizer_state_round_trip(tmp_path):

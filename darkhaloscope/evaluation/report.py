@@ -137,6 +137,10 @@ def calibration_html(calibration: Mapping | None, model_choice: Mapping | None =
             rows.append(("stacked ensemble", f"val AUROC {model_choice['ensemble_val_auroc_cross_fitted']:.4f}",
                          "meta-learner scored on validation rows it was not fitted on"))
     if calibration:
+        from ..training.preprocess import DIHEDRAL_SUBGROUP_NAMES  # torch only when a model is reported
+
+        views = int(calibration.get("dihedral_views", 1))
+        rows.append(("views averaged", str(views), f"the logit is the mean over {DIHEDRAL_SUBGROUP_NAMES[views]}"))
         rows.append(("temperature T", f"{calibration.get('temperature', float('nan')):.4g}",
                      "scores are sigmoid(logit / T), fitted on the validation split (never test)"))
         rows.append(("expected calibration error", f"{calibration.get('ece_before', float('nan')):.4f} → "

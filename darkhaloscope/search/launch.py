@@ -24,8 +24,8 @@ def search_with_published_finder(lake: Lake, sweep_file: str, targets: pa.Table,
     """Score and commit the chunks ``chunks`` (default: all) of ``targets`` of ``sweep_file`` with
     the lens finder published in ``lake``, on ``device`` (``auto``, ``cpu`` or ``cuda``, resolved
     in this process: a Spark executor or a GPU host resolves its own). Returns
-    :func:`.streaming.search_partition`'s counts with ``model_version`` (the weights' sha256, the
-    key of the in-flight chunks) and ``device``."""
+    :func:`.streaming.search_partition`'s counts with ``model_version`` (the spec's ``data_version``,
+    the key of the in-flight chunks) and ``device``."""
     from ..evaluation.scoring import SCORE_BATCH, published_lens_finder
     from ..training.inference import resolve_device
 

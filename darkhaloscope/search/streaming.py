@@ -11,7 +11,7 @@ A row that cannot be scored is kept, unscored, with the reason (``;``-joined tok
 ``missing_band_<b>`` (no image of band b), ``masked_centre_<b>`` (the target's own pixel has no
 data in band b while the stamp has some), and the scorer's ``nonfinite_<b>`` / ``zero_<b>``.
 
-Every row records the model's content hash (``model_version``, the checkpoint's weights sha256),
+Every row records the model's content hash (``model_version``, the checkpoint spec's ``data_version``),
 so a new model re-scores rather than mixing versions. Each scored chunk is committed to
 ``<lake>/_inflight/search/...`` keyed by sweep file, model and chunk (:class:`InflightSearch`); a
 rerun after a crash scores only the chunks that are missing.

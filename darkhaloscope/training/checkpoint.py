@@ -90,8 +90,12 @@ class CheckpointSpec:
 
     @property
     def data_version(self) -> str:
-        """Content hash of the model weights (use as the Dagster data version)."""
-        return self.weights_sha256
+        """Content hash of what scores a stamp (use as the Dagster data version and the search's
+        ``model_version``): the weights' sha256, and with more than one dihedral view a hash of it
+        and the views, since the same weights averaged over other views give other scores."""
+        if self.dihedral_views == 1:
+            return self.weights_sha256
+        return hashlib.sha256(f"{self.weights_sha256}:dihedral_views={self.dihedral_views}".encode()).hexdigest()
 
 
 def sha256_file(path: str | os.PathLike) -> str:

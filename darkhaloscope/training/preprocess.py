@@ -251,6 +251,9 @@ def preprocess(batch, spec: PreprocessSpec) -> torch.Tensor:
 #: is; with its 180° rotation; with its two mirror images about the axes too (the Klein four-group);
 #: all 8 flips and rotations. Scoring averages over one (``CheckpointSpec.dihedral_views``).
 DIHEDRAL_SUBGROUPS = {1: (0,), 2: (0, 2), 4: (0, 2, 4, 6), 8: tuple(range(8))}
+DIHEDRAL_SUBGROUP_NAMES = {1: "the stamp as it is", 2: "the stamp and its 180° rotation",
+                           4: "the stamp, its 180° rotation and its mirror images about both axes",
+                           8: "all 8 flips and 90° rotations of the stamp"}
 
 
 def dihedral(x: torch.Tensor, code: torch.Tensor) -> torch.Tensor:

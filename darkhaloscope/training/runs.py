@@ -102,7 +102,7 @@ def run_summary(run_dir, done: dict, gates: list[dict], version: str, **extra) -
     best = read_spec(run_dir, "best")
     return json_safe({
         "finished": True, "stopped_reason": done["stopped_reason"], "run_dir": str(run_dir), "run_key": Path(run_dir).name,
-        "global_step": done["global_step"], "data_version": best.weights_sha256, "best_epoch": done["best_epoch"],
+        "global_step": done["global_step"], "data_version": best.data_version, "best_epoch": done["best_epoch"],
         "epochs_run": done["epochs_run"], "architecture": best.architecture, "param_count": best.param_count,
         "temperature": best.temperature, "dihedral_views": best.dihedral_views, "training_set_version": version, "val_metrics": best.metrics.get("validation", {}),
         "calibration": best.metrics.get("calibration", {}), "history": best.training_state.get("history", []),
