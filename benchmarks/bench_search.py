@@ -6,9 +6,9 @@ Both paths read the same 8 mock DR10 bricks (compressed as DR10's are, written o
 bench_cutouts.py to benchmarks/out/mock_dr10_rice) with BrickImageSource as their assets open it
 (the cutouts stage: every plane of the stamp; the search: images, and invvar at the centre only),
 score with the demo profile's lens finder (strided ResNet, its preprocessing and its averaging over
-dihedral views, random weights: the cost does not depend on the weights) on the same targets in brick order (128 per brick, about
-DR10's density after the preselection: 45 M galaxies on ~300,000 bricks), and commit their tables
-to a local lake. The search scores 256-target chunks, the asset's default, so 4 of them here.
+dihedral views, random weights: the cost does not depend on the weights) on the same targets in
+brick order (128 per brick, about DR10's density after the preselection: 45 M galaxies on
+~300,000 bricks), and commit their tables to a local lake. The search scores 256-target chunks, the asset's default, so 4 of them here.
 Prints one JSON line: galaxies per second per core of each path (both use every core torch is
 given), their ratio and the bytes stored per galaxy.
 

@@ -164,10 +164,11 @@ def score_stamps(
     """Lens probabilities for stamps, streamed in batches.
 
     model: a single-logit network (see models.build_model); spec: the checkpoint's CheckpointSpec
-    (its preprocessing, its calibration temperature and its averaging over dihedral views are applied) or a
-    bare PreprocessSpec (temperature 1, one view); images: (N, 3, H, W) nanomaggies as numpy/torch, or an iterable of such
-    batches (only one batch is held at a time); input_transform: optional function applied to the
-    preprocessed batch (gates use it to mask the core); amp: bf16 autocast, CUDA only.
+    (its preprocessing, its calibration temperature and its averaging over dihedral views are
+    applied) or a bare PreprocessSpec (temperature 1, one view); images: (N, 3, H, W) nanomaggies
+    as numpy/torch, or an iterable of such batches (only one batch is held at a time);
+    input_transform: optional function applied to the preprocessed batch (gates use it to mask
+    the core); amp: bf16 autocast, CUDA only.
 
     Returns (scores (N,) float64 in [0, 1], NaN where invalid; valid (N,) bool; reason (N,) str).
     """

@@ -67,9 +67,10 @@ class TrainConfig:
     hard_negative_prob: per-epoch probability of emitting the labelled hard negative of each
     injection. dihedral_views: the published checkpoint is calibrated and scored on the mean
     logit over that many of the stamp's flips and rotations (1, 2, 4 or 8; ``inference``); the
-    best epoch is still chosen on one view, which is that many times cheaper per epoch. device: 'auto' (DHS_DEVICE, then CUDA if present), 'cpu' or 'cuda'. amp: bf16
-    autocast (CUDA only). max_minutes: wall-clock limit of one call (the run stays resumable; it
-    never decides the weights). checkpoint_every_steps: also save 'last' every K steps inside an
+    best epoch is still chosen on one view, that many times cheaper per epoch. device: 'auto'
+    (DHS_DEVICE, then CUDA if present), 'cpu' or 'cuda'. amp: bf16 autocast (CUDA only).
+    max_minutes: wall-clock limit of one call (the run stays resumable; it never decides the
+    weights). checkpoint_every_steps: also save 'last' every K steps inside an
     epoch (0: only at epoch ends).
     """
 
@@ -126,7 +127,8 @@ class TrainConfig:
         return cls(**d)
 
 
-#: Config fields that change the trained weights; a resume refuses a 'last' written with other values.
+#: Config fields that change the trained weights or the published checkpoint's scores
+#: (``dihedral_views``); a resume refuses a 'last' written with other values.
 _IDENTITY_FIELDS = (
     "arch", "arch_args", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "min_lr_frac", "grad_clip", "patience",
     "val_smoothing", "seed", "core_dropout", "core_dropout_radius", "hard_negative_prob", "amp", "dihedral_views",

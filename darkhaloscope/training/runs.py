@@ -104,7 +104,8 @@ def run_summary(run_dir, done: dict, gates: list[dict], version: str, **extra) -
         "finished": True, "stopped_reason": done["stopped_reason"], "run_dir": str(run_dir), "run_key": Path(run_dir).name,
         "global_step": done["global_step"], "data_version": best.data_version, "best_epoch": done["best_epoch"],
         "epochs_run": done["epochs_run"], "architecture": best.architecture, "param_count": best.param_count,
-        "temperature": best.temperature, "dihedral_views": best.dihedral_views, "training_set_version": version, "val_metrics": best.metrics.get("validation", {}),
+        "temperature": best.temperature, "dihedral_views": best.dihedral_views, "training_set_version": version,
+        "val_metrics": best.metrics.get("validation", {}),
         "calibration": best.metrics.get("calibration", {}), "history": best.training_state.get("history", []),
         "gates": gates, "blocking_gates_passed": blocking_gates_passed(gates), **extra,
     })
