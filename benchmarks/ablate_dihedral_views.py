@@ -3,10 +3,10 @@ logit over 1, 2, 4 and 8 of the stamp's flips and rotations (``preprocess.DIHEDR
 the same weights each time.
 
 For each number of views prints one JSON line: validation AUROC, test AUROC of injections against
-their paired controls and of test-split known lenses against held-out negatives, the 1e-2 FPR
-threshold from held-out negatives, recall of test-split known lenses and completeness by arc S/N
-at it (the rows and thresholds of ``ablate_lens_finder.py``), and the seconds scoring took (the
-cost is ~linear in the views; the search's throughput is measured by ``bench_search.py``).
+their paired controls and of test-split known lenses against held-out negatives, recall of
+test-split known lenses and completeness by arc S/N at the 1e-2 FPR threshold of the held-out
+negatives (the rows of ``ablate_lens_finder.py``), and the seconds scoring took (the cost is
+~linear in the views; the search's throughput is measured by ``bench_search.py``).
 
     python benchmarks/ablate_dihedral_views.py --lake lakehouse
 """
