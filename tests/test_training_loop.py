@@ -79,7 +79,7 @@ def test_dihedral_views_are_calibrated_on_the_averaged_logits(data, tmp_path):
 
     res = train(*data, _cfg(epochs=1, dihedral_views=4), tmp_path, SPEC, VERSIONS)
     model, best = load_checkpoint(tmp_path, "best")
-    assert best.dihedral_views == res.best.dihedral_views == 4
+    assert best.dihedral_views == res.best.dihedral_views == 4 and best.metrics["calibration"]["dihedral_views"] == 4
     val = data[1]
     averaged = stamp_logits(model, best, val.image)[0]
     single = stamp_logits(model, SPEC, val.image)[0]

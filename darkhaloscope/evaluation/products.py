@@ -85,8 +85,6 @@ def report_html(*, thresholds: pa.Table, selection: pa.Table, marginals: pa.Tabl
                 mosaics[f"{caption} ({name})"] = mosaic_png(stamps, [str(i) for i in ids])
     metrics = json.loads(lens_finder_row["metrics"])
     calibration = metrics.get("calibration") or None
-    if calibration:  # the views scoring averages before the temperature applies (training.inference)
-        calibration = {**calibration, "dihedral_views": metrics.get("dihedral_views", 1)}
     return build_report(
         roc=roc_png(curves), thresholds=thresholds, selection=selection,
         selection_heatmaps={name: figure(heatmap_file(name)) for name, _ in usable}, marginals=marg,

@@ -21,7 +21,7 @@ import torch
 
 from ..constants import BANDS
 from ..errors import InputError
-from .preprocess import DIHEDRAL_SUBGROUPS, PreprocessSpec, dihedral, preprocess
+from .preprocess import DIHEDRAL_SUBGROUPS, PreprocessSpec, dihedral_view, preprocess
 
 
 def resolve_device(requested: str | None = None) -> torch.device:
@@ -95,8 +95,7 @@ def _view_logits(net: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, v
     """Mean of net(view) in float32 over ``views`` dihedral views of x (module docstring)."""
     if views == 1:
         return net(x).float()
-    codes = [torch.full((x.shape[0],), c, device=x.device) for c in DIHEDRAL_SUBGROUPS[views]]
-    return torch.stack([net(dihedral(x, code)).float() for code in codes]).mean(dim=0)
+    return torch.stack([net(dihedral_view(x, c)).float() for c in DIHEDRAL_SUBGROUPS[views]]).mean(dim=0)
 
 
 def _forward(model, spec, images, dev: torch.device, batch_size: int, input_transform, amp: bool,

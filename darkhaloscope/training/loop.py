@@ -394,7 +394,8 @@ def finalize_best(out: Path, val: TrainingArrays, seed: int, device, batch_size:
     logits, ok, _ = stamp_logits(model, spec, val.image, device=device, batch_size=batch_size, amp=amp)
     z, y, w = logits[ok], val.label[ok], val.weight[ok]
     temperature = fit_temperature(z, y, w)
-    calibration = calibration_summary(z, y, temperature)
+    # the calibration says which logits it was fitted on (the report shows it)
+    calibration = {**calibration_summary(z, y, temperature), "dihedral_views": spec.dihedral_views}
     probs = calibrated_probability(z, temperature)
     metrics = evaluate_scores(probs, y, tiers=val.tier[ok], seed=(seed, "val"))
     metrics.update(validation_breakdown(probs, val.subset(ok)))

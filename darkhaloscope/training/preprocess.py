@@ -256,16 +256,20 @@ DIHEDRAL_SUBGROUP_NAMES = {1: "the stamp as it is", 2: "the stamp and its 180° 
                            8: "all 8 flips and 90° rotations of the stamp"}
 
 
+def dihedral_view(x: torch.Tensor, code: int) -> torch.Tensor:
+    """One of the 8 flips/90° rotations, the same for every image of x (N, C, H, W) square; code in
+    0..7 (bits 0-1: number of 90° rotations, bit 2: horizontal flip, applied first). Code 0 returns
+    x itself."""
+    if code & 4:
+        x = torch.flip(x, dims=(-1,))
+    return torch.rot90(x, k=code & 3, dims=(-2, -1)) if code & 3 else x
+
+
 def dihedral(x: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
-    """Apply one of the 8 flips/90° rotations per image. x (N, C, H, W) square; code (N,) int in 0..7
-    (bits 0-1: number of 90° rotations, bit 2: horizontal flip)."""
+    """:func:`dihedral_view` per image: x (N, C, H, W) square; code (N,) int in 0..7."""
     out = x.clone()
-    for c in range(8):
+    for c in range(1, 8):
         sel = torch.nonzero(code == c).flatten()
-        if sel.numel() == 0 or c == 0:
-            continue
-        y = x[sel]
-        if c & 4:
-            y = torch.flip(y, dims=(-1,))
-        out[sel] = torch.rot90(y, k=c & 3, dims=(-2, -1))
+        if sel.numel():
+            out[sel] = dihedral_view(x[sel], c)
     return out

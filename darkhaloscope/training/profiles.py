@@ -6,7 +6,7 @@
   the r < 5 px core of the input zeroed in 30 % of the rows (so no decision rests on the host's
   core alone: the masked-core gate), a fixed number of epochs (the budget is in epochs, never
   wall-clock), the score the mean logit of the stamp and its 180° rotation (2 of the 8 flips and
-  rotations: nearly all of the 8's gain in recall and completeness, for 8–10 % less throughput
+  rotations: nearly all of the 8's gain in recall and completeness, for 8–12 % less throughput
   of the CPU search where the 8 cost 56 %; BENCHMARKS.md).
 * ``full`` is sized for a GPU: Paper IV's compact shielded bottleneck ResNet on full 101 px stamps
   and the strided ResNet as the second member of the stacked ensemble (one hidden layer of 300
