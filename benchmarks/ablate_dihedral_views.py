@@ -40,9 +40,11 @@ from darkhaloscope.training.runs import split_for_training  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lake", default="lakehouse")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (default: torch's own, as the lens_finder asset runs, so the published model is reproduced)")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    if a.threads is not None:
+        torch.set_num_threads(a.threads)
     lake = Lake(a.lake)
     _, val = split_for_training(load_training_set(lake.dataset("training", "training_set").to_table()), "cpu")
     neg, real, inj, ctrl, snr = _test_rows(lake)

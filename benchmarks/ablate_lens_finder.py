@@ -7,6 +7,9 @@ JSON line: validation AUROC (best epoch), the blocking and warning gates, test A
 against their paired controls and of test-split known lenses against held-out negatives, the
 1e-2 FPR threshold from held-out negatives, completeness by arc S/N and recall of test-split known
 lenses at it, seconds per epoch and the load average (compare ratios on a shared machine).
+Without overrides it trains the lake's published model again, to the same bytes on the same
+machine (the end-to-end test checks its threshold, best epoch and gates), so each row differs
+from the published recipe by its one change only.
 
     python benchmarks/ablate_lens_finder.py --lake lakehouse --name epochs20 --member '{"epochs": 20}'
     python benchmarks/ablate_lens_finder.py --lake lakehouse --name clip --preprocess '{"stretch": "clip", "residual": "none"}'
@@ -67,9 +70,11 @@ def main() -> None:
     ap.add_argument("--preprocess", default="{}", help="PreprocessSpec fields over the recorded spec (JSON)")
     ap.add_argument("--stream", default="{}", help="StreamSpec fields over the recorded stream (JSON)")
     ap.add_argument("--fixed-arcs", action="store_true")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (default: torch's own, as the lens_finder asset runs, so the published model is reproduced)")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    if a.threads is not None:
+        torch.set_num_threads(a.threads)
     lake = Lake(a.lake)
     profile = training_profile("demo")
     arrays = load_training_set(lake.dataset("training", "training_set").to_table())

@@ -7,7 +7,9 @@ line with what the targets of the demo are stated in: validation AUROC; test AUR
 against held-out negatives (less any graded a lens); at the fpr=1e-2 threshold the
 completeness of the injections by arc S/N and the recall of the test-split known lenses; whether
 C(θ_E) rises with θ_E (Spearman rank correlation of the θ_E marginal); the gates. Completeness is
-also given for resolved arcs (θ_E at least the host's PSF FWHM). ``--without-hidden-lenses`` adds
+also given for resolved arcs (θ_E at least the host's PSF FWHM), and by θ_E for the bright arcs
+(S/N >= 20) with the fraction of them unresolved, which shows where the bright arcs are missed.
+``--without-hidden-lenses`` adds
 the threshold, recall and completeness had the held-out negatives held none of the mock sky's
 hidden lenses (a diagnostic with the truth).
 
@@ -92,6 +94,9 @@ def headline(lake: Lake, hidden_ids: np.ndarray | None = None) -> dict:
         "completeness_all": round(float(np.mean(p > t)), 3),
         "recall_test_known_lenses": [recall["n_detected"], recall["n"]],
         "completeness_by_theta_e": {f"{k:.2f}": round(v, 3) for k, v in by_te.items()},
+        "arc_snr_ge_20_by_theta_e": {f"{v:.2f}": {"completeness": round(float(np.mean(p[m] > t)), 3), "n": int(m.sum()),
+                                                  "unresolved": round(float(np.mean(~resolved[m])), 2)}
+                                     for v in np.unique(te) if (m := (te == v) & (snr >= 20)).any()},
         "spearman_theta_e": round(float(spearmanr(list(by_te), list(by_te.values())).statistic), 3),
         "gates": {g["name"]: [round(g["value"], 4), g["passed"]] for g in gates},
         "ece_before_after": [round(cal["ece_before"], 4), round(cal["ece_after"], 4)] if (cal := metrics.get("calibration")) else None,
