@@ -8,7 +8,7 @@ test-split known lenses and completeness by arc S/N at the 1e-2 FPR threshold of
 negatives (the rows of ``ablate_lens_finder.py``), and the seconds scoring took (the cost is
 ~linear in the views; the search's throughput is measured by ``bench_search.py``).
 
-    python benchmarks/ablate_dihedral_views.py --lake lakehouse
+    python benchmarks/ablate_dihedral_views.py --lake lakehouse [--views 1 2 4 8]
 """
 
 from __future__ import annotations
@@ -23,13 +23,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
-from benchmarks.ablate_lens_finder import _test_rows  # noqa: E402
+from benchmarks.ablate_lens_finder import _test_rows, parse_lake_args  # noqa: E402
 from benchmarks.demo_headline import _by_snr, auroc_of  # noqa: E402
 from darkhaloscope.evaluation.scoring import published_lens_finder  # noqa: E402
 from darkhaloscope.evaluation.thresholds import order_statistic_threshold  # noqa: E402
-from darkhaloscope.lake import Lake  # noqa: E402
 from darkhaloscope.stats import roc_auc  # noqa: E402
 from darkhaloscope.training.data import load_training_set  # noqa: E402
 from darkhaloscope.training.inference import stamp_logits  # noqa: E402
@@ -39,17 +37,13 @@ from darkhaloscope.training.runs import split_for_training  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lake", default="lakehouse")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads (default: torch's own, as the lens_finder asset runs, so the published model is reproduced)")
-    a = ap.parse_args()
-    if a.threads is not None:
-        torch.set_num_threads(a.threads)
-    lake = Lake(a.lake)
+    ap.add_argument("--views", type=int, nargs="+", choices=sorted(DIHEDRAL_SUBGROUPS), default=sorted(DIHEDRAL_SUBGROUPS),
+                    help="the numbers of views to score (default: all)")
+    a, lake = parse_lake_args(ap)
     _, val = split_for_training(load_training_set(lake.dataset("training", "training_set").to_table()), "cpu")
     neg, real, inj, ctrl, snr = _test_rows(lake)
     with published_lens_finder(lake, "cpu") as (model, published):
-        for views in sorted(DIHEDRAL_SUBGROUPS):
+        for views in sorted(set(a.views)):
             spec = replace(published, dihedral_views=views)
             t0 = time.perf_counter()
             z_val, ok, _ = stamp_logits(model, spec, val.image, device="cpu")

@@ -62,20 +62,25 @@ def _test_rows(lake: Lake):
             from_tensor_column(bank.column("image")), from_tensor_column(bank.column("control")), bank.column("arc_snr").to_numpy())
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_lake_args(ap: argparse.ArgumentParser) -> tuple[argparse.Namespace, Lake]:
+    """Add the ablations' shared ``--lake`` and ``--threads``, parse, set torch's threads; (args, lake)."""
     ap.add_argument("--lake", default="lakehouse")
-    ap.add_argument("--name", required=True)
-    ap.add_argument("--member", default="{}", help="TrainConfig fields over the demo member (JSON)")
-    ap.add_argument("--preprocess", default="{}", help="PreprocessSpec fields over the recorded spec (JSON)")
-    ap.add_argument("--stream", default="{}", help="StreamSpec fields over the recorded stream (JSON)")
-    ap.add_argument("--fixed-arcs", action="store_true")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: torch's own, as the lens_finder asset runs, so the published model is reproduced)")
     a = ap.parse_args()
     if a.threads is not None:
         torch.set_num_threads(a.threads)
-    lake = Lake(a.lake)
+    return a, Lake(a.lake)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--member", default="{}", help="TrainConfig fields over the demo member (JSON)")
+    ap.add_argument("--preprocess", default="{}", help="PreprocessSpec fields over the recorded spec (JSON)")
+    ap.add_argument("--stream", default="{}", help="StreamSpec fields over the recorded stream (JSON)")
+    ap.add_argument("--fixed-arcs", action="store_true")
+    a, lake = parse_lake_args(ap)
     profile = training_profile("demo")
     arrays = load_training_set(lake.dataset("training", "training_set").to_table())
     arrays = replace(arrays, stream=replace(arrays.stream, **json.loads(a.stream)))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from darkhaloscope.training.profiles import training_profile
 from tests.conftest import require_chromium
 from tests.support.chromium import SENTINEL, image_load_results
 
@@ -107,7 +108,9 @@ def check_the_finder_finds_lenses(tmp_path, env):
     # the mock's hidden lenses are real lenses: without them among the negatives the threshold can only fall
     assert head["without_hidden_lenses"]["threshold_value"] <= head["threshold_value"]
 
-    [published] = [row for row in script("ablate_dihedral_views.py") if row["published"]]
+    views = str(training_profile("demo").members[0].dihedral_views)
+    [published] = script("ablate_dihedral_views.py", "--views", views)
+    assert published["published"], published
     assert published["recall_test_known_lenses"] == [detected, n]
     for key in ("val_auroc", "test_auroc_injections_vs_controls", "test_auroc_real_vs_negatives"):
         assert abs(published[key] - head[key]) <= 2e-3, (key, published[key], head[key])
