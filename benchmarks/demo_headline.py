@@ -34,6 +34,7 @@ from darkhaloscope.evaluation.thresholds import order_statistic_threshold  # noq
 from darkhaloscope.lake import Lake  # noqa: E402
 from darkhaloscope.search.grades import published_graded_lens_ids  # noqa: E402
 from darkhaloscope.stats import roc_auc  # noqa: E402
+from darkhaloscope.training.preprocess import arc_clears_core  # noqa: E402
 
 SNR_BINS = ((0, 2), (2, 5), (5, 10), (10, 20), (20, 50), (50, np.inf))
 THRESHOLD = "fpr=1e-2"
@@ -77,8 +78,7 @@ def headline(lake: Lake, hidden_ids: np.ndarray | None = None) -> dict:
     t = next(r["threshold"] for r in thr if r["name"] == THRESHOLD)
     ok = inj.column("valid").to_numpy(zero_copy_only=False)
     p, snr, te, fwhm = (inj.column(c).to_numpy(zero_copy_only=False)[ok] for c in ("score", "arc_snr", "theta_e_arcsec", "psf_fwhm_r"))
-    # an Einstein radius below the PSF FWHM gives an unresolved brightening of the host's core, no arc
-    resolved = te >= fwhm
+    resolved = arc_clears_core(te, fwhm, radius=0.0)
     by_te = {float(v): float(np.mean(p[te == v] > t)) for v in np.unique(te)}
     recall = [r for r in lake.read_table("evaluation", "real_lens_recall").to_pylist() if r["threshold_name"] == THRESHOLD and r["tier"] == "all"][0]
     out = {

@@ -16,7 +16,7 @@ from darkhaloscope.lensing.render import RenderConfig, arc_snr, render_lensed_so
 from darkhaloscope.lensing.stream import StreamSpec, add_window, draw_injections, window_of
 from darkhaloscope.training.data import make_arrays, validation_arrays, with_hosts
 from darkhaloscope.training.dataset import AugmentedStampDataset
-from darkhaloscope.training.preprocess import PreprocessSpec, preprocess
+from darkhaloscope.training.preprocess import PreprocessSpec, arc_clears_core, core_mask, preprocess
 
 torch.set_num_threads(1)
 S = 41
@@ -168,3 +168,19 @@ def test_validation_set_is_fixed_and_pairs_each_injection_with_its_host():
     for c in v1.controls_for(inj):
         assert any(np.array_equal(c, a.image[h]) for h in hosts)
     assert np.all(v1.label[:len(a)][hosts] == 0)
+
+
+def test_core_dropout_can_spare_the_injections_whose_arc_lies_inside_the_core():
+    a = _arrays()
+    a.psfsize_r = np.full(len(a), 1.1, np.float32)  # the hosts' r-band PSF FWHM [arcsec]
+    ds = AugmentedStampDataset(a, PreprocessSpec(), seed=3, core_dropout_prob=1.0, core_dropout_spares_inner_arcs=True)
+    f, m = ds.first_injection, ds.m
+    draw = ds.prepare_epoch(0)
+    inside = ~arc_clears_core(draw.theta_e_arcsec, a.psfsize_r[a.host_rows()[draw.host_row]])
+    assert inside.any() and not inside.all()
+    x, y, _ = ds.__getitems__([(0, f + k) for k in range(m)] + [(0, r) for r in range(len(a))])
+    zeroed = (x[..., torch.from_numpy(core_mask(S, S, 5.0))] == 0).flatten(1).all(dim=1)
+    # the injections whose arc the mask would erase keep their core; every other row loses it
+    assert zeroed.tolist() == (~inside).tolist() + [True] * len(a)
+    everything = AugmentedStampDataset(a, PreprocessSpec(), seed=3, core_dropout_prob=1.0)
+    assert (everything.__getitems__([(0, f + k) for k in range(m)])[0][..., torch.from_numpy(core_mask(S, S, 5.0))] == 0).all()

@@ -87,6 +87,22 @@ def test_hard_negative_gate_separates_shape_from_radial_flux(arc, core):
     assert "skipped" in skipped and not skipped["passed"] and not skipped["blocking"]
 
 
+def test_hard_negative_gate_reads_the_arcs_the_psf_resolves(arc):
+    """Pairs of unresolved arcs (θ_E below the PSF FWHM) leave the gate's AUROC but not its record."""
+    a = arc.subset(np.ones(len(arc), bool))
+    inj = np.flatnonzero(a.label == 1)
+    a.psfsize_r = np.full(len(a), 1.2, np.float32)
+    a.theta_e_arcsec = np.full(len(a), np.nan, np.float32)
+    a.theta_e_arcsec[inj] = np.where(np.arange(inj.size) % 2 == 0, 0.8, 1.5)
+    blind = hard_negative_gate(RingFlux(), SPEC, a, device="cpu")
+    every = hard_negative_gate(RingFlux(), SPEC, arc, device="cpu")
+    assert blind["n_pairs"] == inj.size // 2 and blind["n_pairs_all"] == inj.size  # the odd ones: θ_E 1.5″ in 1.2″
+    assert blind["auroc_all_pairs"] == pytest.approx(every["value"]) and blind["value"] != every["value"]
+    a.theta_e_arcsec[inj] = 0.8
+    none = hard_negative_gate(RingFlux(), SPEC, a, device="cpu")
+    assert "only 0 of" in none["skipped"] and not none["passed"]
+
+
 def test_run_gates_returns_all_five(arc):
     gates = run_gates(CoherentArc(), SPEC, arc, device="cpu")
     assert [g["name"] for g in gates] == ["core_lr_auc", "core_lr_auc_catalog", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.training.preprocess import PreprocessSpec, annulus_stats, core_mask, preprocess, radius_grid
+from darkhaloscope.training.preprocess import PreprocessSpec, annulus_stats, asinh, core_mask, preprocess, radius_grid
 
 
 def test_spec_json_round_trip():
@@ -56,6 +56,17 @@ def test_residual_removes_radial_profile_and_crop():
     assert torch.equal(both[:, :3], raw)
     core = torch.from_numpy(core_mask(33, 33, 4))
     assert float(raw[..., core].mean()) > 5 and abs(float(both[:, 3:][..., core].mean())) < 1.0
+
+
+def test_asinh_matches_the_float64_reference_to_float32_round_off():
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(50_000) * s for s in (1e-6, 1e-2, 1.0, 30.0, 1e4, 1e12, 1e29)]).astype(np.float32)
+    x = np.r_[x, 0.0, -0.0, np.finfo(np.float32).tiny, -1e30].astype(np.float32)
+    got = asinh(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, np.arcsinh(x.astype(np.float64)), rtol=1e-6, atol=3e-7)
+    assert np.array_equal(np.signbit(got), np.signbit(x))  # odd, -0 included
+    huge = asinh(torch.tensor([3e38, -np.inf, np.inf]))
+    assert torch.equal(huge, torch.tensor([1.0, -1.0, 1.0]) * float(np.arcsinh(np.float32(1e30))))
 
 
 def test_bad_shapes_raise():

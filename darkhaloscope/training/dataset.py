@@ -32,7 +32,7 @@ from ..errors import InputError
 from ..lensing.stream import StreamDraw, add_window, draw_injections
 from ..seeding import rng_for, stable_hash64, unit_hash_array
 from .data import TrainingArrays
-from .preprocess import PreprocessSpec, core_mask, dihedral, preprocess, radial_bins
+from .preprocess import PreprocessSpec, arc_clears_core, core_mask, dihedral, preprocess, radial_bins
 
 #: Radial bin width (px) of the azimuthal shuffle used for hard negatives and the hard-negative gate.
 SHUFFLE_BIN_PX = 2.0
@@ -75,6 +75,7 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
         augment: bool = True,
         core_dropout_prob: float = 0.0,
         core_dropout_radius: float = 5.0,
+        core_dropout_spares_inner_arcs: bool = False,
         hard_negative_prob: float = 0.0,
         stream: bool = True,
         device="cpu",
@@ -90,6 +91,7 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
         self.augment = augment
         self.core_dropout_prob = float(core_dropout_prob)
         self.core_dropout_radius = float(core_dropout_radius)
+        self.core_dropout_spares_inner_arcs = bool(core_dropout_spares_inner_arcs)
         self.hard_negative_prob = float(hard_negative_prob)
         self.device = device
         self.n = len(arrays)
@@ -152,6 +154,19 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
                     raw[j] = add_window(host[None], arc[None])[0]
         return raw, y, w
 
+    def _arc_inside_core(self, epoch: int, v: np.ndarray) -> np.ndarray:
+        """(B,) bool: virtual indices that are injections whose arc the core mask would erase (their
+        θ_E does not clear the masked core by the host's PSF FWHM, ``arc_clears_core``)."""
+        f = self.first_injection
+        inj = (v >= f) & (v < f + self.m)
+        out = np.zeros(v.size, bool)
+        if inj.any():
+            draw = self.prepare_epoch(epoch)
+            k = v[inj] - f
+            psf = self.a.psfsize_r[self.host_rows[draw.host_row[k]]]
+            out[inj] = ~arc_clears_core(draw.theta_e_arcsec[k], psf, self.core_dropout_radius)
+        return out
+
     def __getitems__(self, keys):
         epochs = np.array([int(k[0]) for k in keys], dtype=np.int64)
         v = np.array([int(k[1]) for k in keys], dtype=np.int64)
@@ -167,6 +182,8 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
             code = np.minimum((self._u(epoch, v, "dihedral") * 8).astype(np.int64), 7)
             x = dihedral(x, torch.from_numpy(code))
             drop = self._u(epoch, v, "core_dropout") < self.core_dropout_prob
+            if self.core_dropout_spares_inner_arcs:
+                drop &= ~self._arc_inside_core(epoch, v)
             if drop.any():
                 h, wd = x.shape[-2:]
                 core = torch.from_numpy(core_mask(h, wd, self.core_dropout_radius))

@@ -63,7 +63,9 @@ class TrainConfig:
     improvement of the smoothed validation AUROC before stopping (0 disables); val_smoothing: weight
     a of the previous value in that exponential moving average, s = a s' + (1 - a) AUROC (0: none).
     The best checkpoint is the epoch of highest (unsmoothed) validation AUROC. core_dropout:
-    probability of zeroing the r < core_dropout_radius px core of a training input.
+    probability of zeroing the r < core_dropout_radius px core of a training input;
+    core_dropout_spares_inner_arcs: never zero it on an injection whose arc lies inside that core
+    (θ_E short of the core radius plus the PSF FWHM), which would leave a positive without its evidence.
     hard_negative_prob: per-epoch probability of emitting the labelled hard negative of each
     injection. dihedral_views: the published checkpoint is calibrated and scored on the mean
     logit over that many of the stamp's flips and rotations (1, 2, 4 or 8; ``inference``); the
@@ -88,6 +90,7 @@ class TrainConfig:
     seed: int = 0
     core_dropout: float = 0.0
     core_dropout_radius: float = 5.0
+    core_dropout_spares_inner_arcs: bool = False
     hard_negative_prob: float = 0.0
     dihedral_views: int = 1
     device: str = "auto"
@@ -131,7 +134,8 @@ class TrainConfig:
 #: (``dihedral_views``); a resume refuses a 'last' written with other values.
 _IDENTITY_FIELDS = (
     "arch", "arch_args", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "min_lr_frac", "grad_clip", "patience",
-    "val_smoothing", "seed", "core_dropout", "core_dropout_radius", "hard_negative_prob", "amp", "dihedral_views",
+    "val_smoothing", "seed", "core_dropout", "core_dropout_radius", "core_dropout_spares_inner_arcs", "hard_negative_prob", "amp",
+    "dihedral_views",
 )
 
 
@@ -272,7 +276,8 @@ class _Run:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         self.ds = AugmentedStampDataset(
             train_arrays, spec, config.seed, augment=True, core_dropout_prob=config.core_dropout,
-            core_dropout_radius=config.core_dropout_radius, hard_negative_prob=config.hard_negative_prob, device=self.device,
+            core_dropout_radius=config.core_dropout_radius, core_dropout_spares_inner_arcs=config.core_dropout_spares_inner_arcs,
+            hard_negative_prob=config.hard_negative_prob, device=self.device,
         )
         steps = [len(batches_for_plan(self.ds.epoch_plan(e), e, config.batch_size)) for e in range(config.epochs)]
         self.total_steps = int(sum(steps))

@@ -4,7 +4,8 @@
   the central 49 px (arcs of θ_E ≤ 3″ reach r ≈ 16 px), host-subtracted residual channels and an
   asinh stretch, fresh injections into every host each epoch rendered in the central 57 px,
   the r < 5 px core of the input zeroed in 30 % of the rows (so no decision rests on the host's
-  core alone: the masked-core gate), a fixed number of epochs (the budget is in epochs, never
+  core alone: the masked-core gate) but never on an injection whose arc lies inside that core (it
+  would be a positive without its evidence), a fixed number of epochs (the budget is in epochs, never
   wall-clock), the score the mean logit of the stamp and its 180° rotation (2 of the 8 flips and
   rotations: nearly all of the 8's gain in recall and completeness, for 8–12 % less throughput
   of the CPU search where the 8 cost 56 %; BENCHMARKS.md).
@@ -43,17 +44,19 @@ PROFILES = {
         preprocess=PreprocessSpec(crop=49, residual="append", stretch="asinh", softening=3.0),
         stream=StreamSpec(injections_per_host=1, val_injections_per_host=2, min_arc_snr=5.0, window=57),
         members=(TrainConfig(arch="strided_resnet", epochs=28, batch_size=64, lr=3e-3, warmup_epochs=0.5, patience=0,
-                             val_smoothing=0.5, hard_negative_prob=0.0, core_dropout=0.3, dihedral_views=2,
-                             num_workers=0, checkpoint_every_steps=0),),
+                             val_smoothing=0.5, hard_negative_prob=0.0, core_dropout=0.3, core_dropout_spares_inner_arcs=True,
+                             dihedral_views=2, num_workers=0, checkpoint_every_steps=0),),
     ),
     "full": TrainingProfile(
         preprocess=PreprocessSpec(residual="append", stretch="asinh", softening=3.0),
         stream=StreamSpec(injections_per_host=1, val_injections_per_host=1, min_arc_snr=5.0, window=65, render_chunk=1024),
         members=(
             TrainConfig(arch="bottleneck_resnet", epochs=60, batch_size=512, lr=1e-3, patience=10, val_smoothing=0.5,
-                        hard_negative_prob=0.1, core_dropout=0.3, dihedral_views=2, num_workers=8),
+                        hard_negative_prob=0.1, core_dropout=0.3, core_dropout_spares_inner_arcs=True,
+                        dihedral_views=2, num_workers=8),
             TrainConfig(arch="strided_resnet", epochs=60, batch_size=512, lr=3e-3, patience=10, val_smoothing=0.5,
-                        hard_negative_prob=0.1, core_dropout=0.3, dihedral_views=2, num_workers=8),
+                        hard_negative_prob=0.1, core_dropout=0.3, core_dropout_spares_inner_arcs=True,
+                        dihedral_views=2, num_workers=8),
         ),
     ),
 }
