@@ -155,8 +155,8 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
         return raw, y, w
 
     def _arc_inside_core(self, epoch: int, v: np.ndarray) -> np.ndarray:
-        """(B,) bool: virtual indices that are injections whose arc the core mask would erase (their
-        θ_E does not clear the masked core by the host's PSF FWHM, ``arc_clears_core``)."""
+        """(B,) bool: virtual indices that are injections whose arc reaches into the dropped core
+        (their θ_E does not clear it by the host's PSF FWHM, ``arc_clears_core``)."""
         f = self.first_injection
         inj = (v >= f) & (v < f + self.m)
         out = np.zeros(v.size, bool)

@@ -64,8 +64,9 @@ class TrainConfig:
     a of the previous value in that exponential moving average, s = a s' + (1 - a) AUROC (0: none).
     The best checkpoint is the epoch of highest (unsmoothed) validation AUROC. core_dropout:
     probability of zeroing the r < core_dropout_radius px core of a training input;
-    core_dropout_spares_inner_arcs: never zero it on an injection whose arc lies inside that core
-    (θ_E short of the core radius plus the PSF FWHM), which would leave a positive without its evidence.
+    core_dropout_spares_inner_arcs: never zero it on an injection whose arc reaches into that core
+    (θ_E short of the core radius plus one PSF FWHM, ``arc_clears_core``), which would leave a
+    positive without its evidence.
     hard_negative_prob: per-epoch probability of emitting the labelled hard negative of each
     injection. dihedral_views: the published checkpoint is calibrated and scored on the mean
     logit over that many of the stamp's flips and rotations (1, 2, 4 or 8; ``inference``); the

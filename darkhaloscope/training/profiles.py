@@ -4,7 +4,7 @@
   the central 49 px (arcs of θ_E ≤ 3″ reach r ≈ 16 px), host-subtracted residual channels and an
   asinh stretch, fresh injections into every host each epoch rendered in the central 57 px,
   the r < 5 px core of the input zeroed in 30 % of the rows (so no decision rests on the host's
-  core alone: the masked-core gate) but never on an injection whose arc lies inside that core (it
+  core alone: the masked-core gate) but never on an injection whose arc reaches into that core (it
   would be a positive without its evidence), a fixed number of epochs (the budget is in epochs, never
   wall-clock), the score the mean logit of the stamp and its 180° rotation (2 of the 8 flips and
   rotations: nearly all of the 8's gain in recall and completeness, for 8–12 % less throughput
