@@ -170,7 +170,7 @@ def test_validation_set_is_fixed_and_pairs_each_injection_with_its_host():
     assert np.all(v1.label[:len(a)][hosts] == 0)
 
 
-def test_core_dropout_can_spare_the_injections_whose_arc_lies_inside_the_core():
+def test_core_dropout_can_spare_the_injections_whose_arc_reaches_into_the_core():
     a = _arrays()
     a.psfsize_r = np.full(len(a), 1.1, np.float32)  # the hosts' r-band PSF FWHM [arcsec]
     ds = AugmentedStampDataset(a, PreprocessSpec(), seed=3, core_dropout_prob=1.0, core_dropout_spares_inner_arcs=True)
@@ -180,7 +180,7 @@ def test_core_dropout_can_spare_the_injections_whose_arc_lies_inside_the_core():
     assert inside.any() and not inside.all()
     x, y, _ = ds.__getitems__([(0, f + k) for k in range(m)] + [(0, r) for r in range(len(a))])
     zeroed = (x[..., torch.from_numpy(core_mask(S, S, 5.0))] == 0).flatten(1).all(dim=1)
-    # the injections whose arc the mask would erase keep their core; every other row loses it
+    # the injections whose arc reaches into the core keep it; every other row loses it
     assert zeroed.tolist() == (~inside).tolist() + [True] * len(a)
     everything = AugmentedStampDataset(a, PreprocessSpec(), seed=3, core_dropout_prob=1.0)
     assert (everything.__getitems__([(0, f + k) for k in range(m)])[0][..., torch.from_numpy(core_mask(S, S, 5.0))] == 0).all()

@@ -154,7 +154,7 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
                     raw[j] = add_window(host[None], arc[None])[0]
         return raw, y, w
 
-    def _arc_inside_core(self, epoch: int, v: np.ndarray) -> np.ndarray:
+    def _arc_reaches_core(self, epoch: int, v: np.ndarray) -> np.ndarray:
         """(B,) bool: virtual indices that are injections whose arc reaches into the dropped core
         (their θ_E does not clear it by the host's PSF FWHM, ``arc_clears_core``)."""
         f = self.first_injection
@@ -183,7 +183,7 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
             x = dihedral(x, torch.from_numpy(code))
             drop = self._u(epoch, v, "core_dropout") < self.core_dropout_prob
             if self.core_dropout_spares_inner_arcs:
-                drop &= ~self._arc_inside_core(epoch, v)
+                drop &= ~self._arc_reaches_core(epoch, v)
             if drop.any():
                 h, wd = x.shape[-2:]
                 core = torch.from_numpy(core_mask(h, wd, self.core_dropout_radius))
