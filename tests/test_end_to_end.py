@@ -117,9 +117,9 @@ def check_the_finder_finds_lenses(tmp_path, env):
     for k, (c, rows) in published["completeness_by_arc_snr"].items():
         assert rows == head["completeness_by_arc_snr"][k][1] and abs(c - completeness[k]) <= 0.02, (k, published, head)
 
-    # the ablation harness without overrides trains the published model again, bit for bit, so
-    # each ablation row in BENCHMARKS.md differs from the published recipe by its one change only
-    # (the tolerances allow for scoring in other batch sizes than the evaluation assets)
+    # the ablation harness without overrides trains the published weights again, so each ablation
+    # row in BENCHMARKS.md differs from the published recipe by its one change only (the
+    # tolerances allow for scoring in other batch sizes than the evaluation assets)
     [again] = script("ablate_lens_finder.py", "--name", "demo")
     assert again["best_epoch"] == head["best_epoch"] and abs(again["threshold_fpr_1e-2"] - head["threshold_value"]) <= 1e-6, (again, head)
     assert again["gates"].keys() == head["gates"].keys(), (again, head)

@@ -4,7 +4,7 @@ false-positive rates by confuser, figures and the static HTML report.
 Pure numpy / pyarrow / matplotlib (Agg); never imports dagster.
 """
 
-from .plots import asinh_rgb, marginal_png, mosaic_png, roc_inputs, roc_png, selection_heatmap_png
+from .plots import marginal_png, mosaic_png, roc_inputs, roc_png, selection_heatmap_png
 from .recall import check_no_training_leak, fpr_by_confuser, real_lens_recall
 from .report import build_report, example_ids, gates_html, table_html
 from .selection import (
@@ -19,7 +19,6 @@ from .thresholds import thresholds_from_negatives, usable_thresholds, valid_scor
 
 __all__ = [
     "MARGINAL_COLUMNS",
-    "asinh_rgb",
     "build_report",
     "check_no_training_leak",
     "completeness_crossing",

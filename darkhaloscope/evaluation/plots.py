@@ -20,16 +20,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from ..errors import InputError
+from ..imaging.cutout_io import asinh_rgb
 from ..stats import roc_curve
 from .thresholds import require_columns, valid_scores
 
 _STYLE = ["default", {"font.size": 8, "figure.dpi": 100, "savefig.dpi": 100,
                       "image.interpolation": "nearest", "hatch.linewidth": 0.6}]
-
-#: Legacy Surveys viewer colour mapping for g, r, z: (RGB plane, scale); softening m; asinh Q.
-_LS_RGB_SCALES = {"g": (2, 6.0), "r": (1, 3.4), "z": (0, 2.2)}
-_LS_RGB_M = 0.03
-_LS_RGB_Q = 20.0
 
 
 def _png(fig: Figure) -> bytes:
@@ -37,33 +33,6 @@ def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
     return buf.getvalue()
-
-
-def asinh_rgb(stamps: np.ndarray, bands: Sequence[str] = ("g", "r", "z")) -> np.ndarray:
-    """Legacy-Surveys-style asinh colour image of g, r, z stamps in nanomaggies.
-
-    ``stamps`` is ``[band, y, x]`` or ``[n, band, y, x]``; returns float32 RGB in [0, 1] with shape
-    ``[y, x, 3]`` or ``[n, y, x, 3]``. z goes to red, r to green, g to blue (the viewer's mapping).
-    """
-    a = np.asarray(stamps, dtype=np.float64)
-    single = a.ndim == 3
-    if single:
-        a = a[None]
-    if a.ndim != 4 or a.shape[1] != len(bands):
-        raise InputError(f"stamps: expected [n, {len(bands)}, y, x] nanomaggies, got shape {np.shape(stamps)}")
-    unknown = [b for b in bands if b not in _LS_RGB_SCALES]
-    if unknown:
-        raise InputError(f"bands {unknown} have no colour mapping; known {list(_LS_RGB_SCALES)}")
-    a = np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)
-    scaled = [a[:, i] * _LS_RGB_SCALES[b][1] + _LS_RGB_M for i, b in enumerate(bands)]
-    intensity = sum(np.maximum(0.0, s) for s in scaled) / len(bands)
-    f_i = np.arcsinh(_LS_RGB_Q * intensity) / np.sqrt(_LS_RGB_Q)
-    intensity = intensity + (intensity == 0.0) * 1e-6
-    rgb = np.zeros(a.shape[:1] + a.shape[2:] + (3,), dtype=np.float64)
-    for s, b in zip(scaled, bands):
-        rgb[..., _LS_RGB_SCALES[b][0]] = s * f_i / intensity
-    rgb = np.clip(rgb, 0.0, 1.0).astype(np.float32)
-    return rgb[0] if single else rgb
 
 
 def _grid(selection: pa.Table, threshold_name: str):

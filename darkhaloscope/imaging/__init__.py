@@ -13,7 +13,7 @@
 from .batch import BAND_MISSING_BIT, CutoutBatch, choose_bricks
 from .bricks import BrickTable, brick_name, full_sky_bricks
 from .coadd import BrickImageSource, coadd_path
-from .cutout_io import cutout_to_file, rgb_image, write_cutout_fits, write_cutout_png
+from .cutout_io import asinh_rgb, cutout_to_file, rgb_image, write_cutout_fits, write_cutout_png
 from .mock_sky import MockSky, pixel_sigma
 from .sources import ImageSource, ServiceSource
 from .wcs import TanWCS
@@ -27,6 +27,7 @@ __all__ = [
     "MockSky",
     "ServiceSource",
     "TanWCS",
+    "asinh_rgb",
     "brick_name",
     "choose_bricks",
     "coadd_path",

@@ -9,6 +9,7 @@ up, East left); an optional second HDU of the same shape with IMAGETYP='INVVAR' 
 from __future__ import annotations
 
 import os
+from typing import Sequence
 
 import numpy as np
 
@@ -127,26 +128,39 @@ def write_cutout_fits(path: str, image, invvar=None, ra: float = 0.0, dec: float
     fits.HDUList(hdus).writeto(path, overwrite=True)
 
 
-def rgb_image(image) -> np.ndarray:
-    """(S, S, 3) uint8 colour image of a g, r, z cube (nmgy/pixel), North up.
+def asinh_rgb(stamps: np.ndarray, bands: Sequence[str] = ("g", "r", "z")) -> np.ndarray:
+    """Legacy-Surveys-style asinh colour image of g, r, z stamps in nanomaggies: the one colour
+    mapping of cutout PNGs and the report's mosaics.
 
-    The Lupton-style asinh mapping of the Legacy Surveys viewer: each band is scaled, the mean
-    scaled intensity I is stretched to asinh(Q I)/sqrt(Q), and each channel keeps its ratio to I
-    (so colours survive the stretch).
+    The Lupton-style mapping of the Legacy Surveys viewer: each band is scaled, the mean scaled
+    intensity I is stretched to asinh(Q I)/sqrt(Q), and each channel keeps its ratio to I (so
+    colours survive the stretch). ``stamps`` is ``[band, y, x]`` or ``[n, band, y, x]``; returns float32 RGB in [0, 1] with shape
+    ``[y, x, 3]`` or ``[n, y, x, 3]``. z goes to red, r to green, g to blue (the viewer's mapping).
     """
-    img = _check_cube(image, "image").astype(np.float64)
-    planes = np.zeros(img.shape[1:] + (3,))
-    scaled = []
-    for j, b in enumerate(BANDS):
-        plane, scale = RGB_SCALES[b]
-        v = np.maximum(img[j] * scale + RGB_OFFSET, 0.0)
-        scaled.append((plane, v))
-    mean = sum(v for _, v in scaled) / len(scaled)
-    stretch = np.arcsinh(RGB_STRETCH_Q * mean) / np.sqrt(RGB_STRETCH_Q)
-    ratio = np.where(mean > 0, stretch / np.where(mean > 0, mean, 1.0), 0.0)
-    for plane, v in scaled:
-        planes[..., plane] = v * ratio
-    return (np.clip(planes, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+    a = np.asarray(stamps, dtype=np.float64)
+    single = a.ndim == 3
+    if single:
+        a = a[None]
+    if a.ndim != 4 or a.shape[1] != len(bands):
+        raise InputError(f"stamps: expected [n, {len(bands)}, y, x] nanomaggies, got shape {np.shape(stamps)}")
+    unknown = [b for b in bands if b not in RGB_SCALES]
+    if unknown:
+        raise InputError(f"bands {unknown} have no colour mapping; known {list(RGB_SCALES)}")
+    a = np.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)
+    scaled = [a[:, i] * RGB_SCALES[b][1] + RGB_OFFSET for i, b in enumerate(bands)]
+    intensity = sum(np.maximum(0.0, s) for s in scaled) / len(bands)
+    f_i = np.arcsinh(RGB_STRETCH_Q * intensity) / np.sqrt(RGB_STRETCH_Q)
+    intensity = intensity + (intensity == 0.0) * 1e-6
+    rgb = np.zeros(a.shape[:1] + a.shape[2:] + (3,), dtype=np.float64)
+    for s, b in zip(scaled, bands):
+        rgb[..., RGB_SCALES[b][0]] = s * f_i / intensity
+    rgb = np.clip(rgb, 0.0, 1.0).astype(np.float32)
+    return rgb[0] if single else rgb
+
+
+def rgb_image(image) -> np.ndarray:
+    """(S, S, 3) uint8 colour image of a g, r, z cube (nmgy/pixel), North up: :func:`asinh_rgb`."""
+    return (asinh_rgb(_check_cube(image, "image")) * 255.0 + 0.5).astype(np.uint8)
 
 
 def cutout_png(image) -> bytes:
