@@ -80,6 +80,7 @@ def main() -> None:
     ap.add_argument("--preprocess", default="{}", help="PreprocessSpec fields over the recorded spec (JSON)")
     ap.add_argument("--stream", default="{}", help="StreamSpec fields over the recorded stream (JSON)")
     ap.add_argument("--fixed-arcs", action="store_true")
+    ap.add_argument("--scores", default=None, help="write the test rows' scores, the injections' arc S/N and the threshold here (.npz)")
     a, lake = parse_lake_args(ap)
     profile = training_profile("demo")
     arrays = load_training_set(lake.dataset("training", "training_set").to_table())
@@ -101,6 +102,8 @@ def main() -> None:
         neg, real, inj, ctrl, snr = _test_rows(lake)
         p_neg, p_real, p_inj, p_ctrl = (score_stamps(model, ck, x)[0] for x in (neg, real, inj, ctrl))
     thr, _ = order_statistic_threshold(np.sort(p_neg)[::-1], 1e-2)
+    if a.scores:
+        np.savez(a.scores, negatives=p_neg, known_lenses=p_real, injections=p_inj, controls=p_ctrl, arc_snr=snr, threshold=thr)
     print(json.dumps({
         "name": a.name, "member": json.loads(a.member), "preprocess": json.loads(a.preprocess), "stream": json.loads(a.stream),
         "fixed_arcs": a.fixed_arcs, "val_auroc": round(res.best_val_auroc, 4), "best_epoch": res.best_epoch, "gates": gates,

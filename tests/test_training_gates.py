@@ -134,6 +134,40 @@ def test_core_gates_read_the_training_distribution_and_the_catalog_rows(core, ar
     assert not gates["core_lr_auc_catalog"]["passed"] and not gates["core_lr_auc_catalog"]["blocking"]  # the planted shortcut
 
 
+def _arcs_in_and_outside_the_core(host_boost: float = 1.0):
+    """Negatives, injections of θ_E = 0.5″ (a blue blob in the core) and of θ_E = 2.6″ (a ring at
+    r = 7 px, outside the core with a 1.2″ PSF) on hosts drawn alike; ``host_boost`` brightens the
+    hosts of the injections (a planted host shortcut)."""
+    from darkhaloscope.training.data import make_arrays
+
+    rng = np.random.default_rng(21)
+    n, size = 240, 33
+    r = radius_grid(size, size)
+    kind = np.array(["negative", "injected_positive", "injected_positive"] * (n // 3), object)
+    te = np.where(kind == "negative", np.nan, np.tile([np.nan, 0.5, 2.6], n // 3)).astype(np.float32)
+    amp = rng.uniform(2.0, 8.0, n) * np.where(kind == "negative", 1.0, host_boost)
+    host = amp[:, None, None, None] * np.exp(-0.5 * (r / 2.0) ** 2)[None, None] * np.array([0.5, 1.0, 1.4])[None, :, None, None]
+    blue = np.array([1.2, 1.0, 0.7])[None, :, None, None]
+    arc = np.where((te == 0.5)[:, None, None, None], 8.0 * np.exp(-0.5 * (r / 1.5) ** 2)[None, None], 0.0)
+    arc = arc + np.where((te == 2.6)[:, None, None, None], 3.0 * np.exp(-0.5 * ((r - 7.0) / 0.8) ** 2)[None, None], 0.0)
+    image = (host + blue * arc + rng.standard_normal((n, 3, size, size))).astype(np.float32)
+    arrays = make_arrays(image, (kind != "negative").astype(np.int8), kind=kind)
+    arrays.theta_e_arcsec, arrays.psfsize_r = te, np.full(n, 1.2, np.float32)
+    return arrays
+
+
+def test_blocking_core_gate_reads_the_rows_whose_core_holds_no_arc():
+    """An arc inside the core is evidence, not a shortcut: the blocking gate passes on the rows whose
+    core holds no lensed light and records the value over all rows; a host shortcut still fails it."""
+    arrays = _arcs_in_and_outside_the_core()
+    core = next(g for g in run_gates(CoherentArc(), SPEC, arrays, device="cpu") if g["name"] == "core_lr_auc")
+    assert core["passed"] and core["value"] < 0.65 and core["n"] == int(arcs_outside_core(arrays).sum()) == 160
+    assert core["auroc_all_rows"] > 0.65 and core["n_all"] == 240  # over all rows the arcs in the core would fail it
+    shortcut = _arcs_in_and_outside_the_core(host_boost=2.0)
+    core = next(g for g in run_gates(CoherentArc(), SPEC, shortcut, device="cpu") if g["name"] == "core_lr_auc")
+    assert not core["passed"] and core["value"] > 0.8
+
+
 def test_masked_core_gate_is_measured_where_the_core_holds_no_arc():
     from darkhaloscope.training.data import make_arrays
 

@@ -9,7 +9,8 @@ from darkhaloscope.training.preprocess import PreprocessSpec, annulus_stats, asi
 
 
 def test_spec_json_round_trip():
-    for spec in (PreprocessSpec(), PreprocessSpec(annulus_frac=(0.5, 0.8), clip=20.0, crop=65, residual="append")):
+    for spec in (PreprocessSpec(), PreprocessSpec(annulus_frac=(0.5, 0.8), clip=20.0, crop=65, residual="append"),
+                 PreprocessSpec(residual="append", stretch="asinh", colour_difference=True)):
         assert PreprocessSpec.from_json(spec.to_json()) == spec
         assert PreprocessSpec.from_dict(spec.to_dict()) == spec
     with pytest.raises(InputError, match="unknown fields"):
@@ -56,6 +57,32 @@ def test_residual_removes_radial_profile_and_crop():
     assert torch.equal(both[:, :3], raw)
     core = torch.from_numpy(core_mask(33, 33, 4))
     assert float(raw[..., core].mean()) > 5 and abs(float(both[:, 3:][..., core].mean())) < 1.0
+
+
+def test_colour_difference_cancels_the_host_and_keeps_a_blue_core():
+    """g - α z with α the core's g/z ratio: a red host leaves noise; an unresolved blue source on its
+    core, which the radial-profile residual absorbs, stands out: bluer than the core's mean colour
+    at its centre, redder around it (α is pulled towards its colour); noise is in its own sigma."""
+    rng = np.random.default_rng(5)
+    r = radius_grid(101, 101)
+    host = 200.0 * np.exp(-r / 4.0)
+    source = 40.0 * np.exp(-0.5 * (r / 2.0) ** 2)  # θ_E ~ 0, a PSF-sized brightening of the core
+    noise = np.array([1.0, 1.5, 3.0])[:, None, None]  # per-band sky sigma, nanomaggies
+    ctrl = np.stack([0.15 * host, 0.5 * host, host]) + noise * rng.standard_normal((3, 101, 101))
+    lens = ctrl + np.stack([source, 0.6 * source, 0.3 * source])  # bluer than the host
+    stamps = np.stack([ctrl, lens]).astype(np.float32)
+    spec = PreprocessSpec(crop=49, residual="append", stretch="asinh", colour_difference=True)
+    z = preprocess(stamps, spec)
+    assert z.shape == (2, 7, 49, 49) and spec.out_channels(3) == 7
+    assert torch.equal(z[:, :6], preprocess(stamps, PreprocessSpec(crop=49, residual="append", stretch="asinh")))
+    r49 = radius_grid(49, 49)
+    core, around, outer = (torch.from_numpy(m) for m in (r49 < 3, (r49 >= 3) & (r49 < 8), (r49 >= 12) & (r49 < 24)))
+    # the host cancels: its colour channel is noise of unit sigma, its core too
+    assert abs(float(z[0, 6][outer].mean())) < 0.1 and abs(float(z[0, 6][outer].std()) - 1.0) < 0.1
+    assert abs(float(z[0, 6][core].mean())) < 0.5
+    # the blue source stands out in the colour channel, not in the g residual, which absorbs it
+    assert float(z[1, 6][core].mean()) > 2.5 and float(z[1, 6][around].mean() - z[0, 6][around].mean()) < -2.0
+    assert abs(float(z[1, 3][core].mean() - z[0, 3][core].mean())) < 0.5
 
 
 def test_asinh_matches_the_float64_reference_to_float32_round_off():

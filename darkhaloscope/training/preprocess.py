@@ -12,7 +12,12 @@ Pipeline per stamp and band, vectorised over the batch:
 2. optional centre crop, then optional residual channels: the azimuthal-median radial profile
    (1 px bins) of the cropped stamp is subtracted, which removes the smooth host light that
    carries the "bright core" shortcut;
-3. NaN -> 0 (the annulus median) and a stretch: ``clip`` to ``±clip`` or ``asinh``,
+3. optional colour-difference channel ``g - α z`` (Gavazzi et al. 2014, ApJ 785, 144: the lens
+   galaxy's light cancels where a blue source's does not), α the g/z flux ratio of the
+   azimuthal-median profile in the core r < 5 px, in units of its noise ``hypot(σ_g, α σ_z)``:
+   an arc inside the PSF is nearly round, so the radial profile absorbs it and the residual
+   channels lose it, while its colour still differs from the host's;
+4. NaN -> 0 (the annulus median) and a stretch: ``clip`` to ``±clip`` or ``asinh``,
    ``softening * asinh(z / softening)``, linear for faint pixels and logarithmic for bright ones,
    so an arc on top of a bright host core keeps its flux instead of being cut at the clip (a
    ±10σ clip removed a median 15 % of the arc flux, 40 % for θ_E < 1″, where host cores exceed
@@ -55,6 +60,7 @@ class PreprocessSpec:
         (3 residual channels only).
     stretch: 'clip' (clip to ±clip) or 'asinh' (softening * asinh(z / softening), no clip).
     softening: scale of the asinh stretch (units of the annulus sigma).
+    colour_difference: append the ``g - α z`` channel (one more channel).
     """
 
     annulus_frac: tuple[float, float] = (0.65, 0.9)
@@ -63,6 +69,7 @@ class PreprocessSpec:
     residual: str = "none"
     stretch: str = "clip"
     softening: float = 3.0
+    colour_difference: bool = False
 
     def __post_init__(self) -> None:
         lo, hi = (float(v) for v in self.annulus_frac)
@@ -82,7 +89,8 @@ class PreprocessSpec:
 
     def out_channels(self, in_channels: int = 3) -> int:
         """Number of channels produced from ``in_channels`` input bands."""
-        return 2 * in_channels if self.residual == "append" else in_channels
+        base = 2 * in_channels if self.residual == "append" else in_channels
+        return base + int(self.colour_difference)
 
     def out_size(self, size: int) -> int:
         """Output side in pixels for an input stamp of side ``size``."""
@@ -97,7 +105,7 @@ class PreprocessSpec:
     def from_dict(cls, d: dict) -> "PreprocessSpec":
         if not isinstance(d, dict):
             raise InputError(f"preprocessing spec must be a JSON object, got {type(d).__name__}")
-        unknown = set(d) - {"annulus_frac", "clip", "crop", "residual", "stretch", "softening"}
+        unknown = set(d) - {"annulus_frac", "clip", "crop", "residual", "stretch", "softening", "colour_difference"}
         if unknown:
             raise InputError(f"preprocessing spec has unknown fields {sorted(unknown)}")
         kw = dict(d)
@@ -185,12 +193,43 @@ def radial_profile(x: torch.Tensor, width: float = 1.0, statistic: str = "median
     raise InputError(f"radial_profile statistic must be 'median' or 'mean', got {statistic!r}")
 
 
-def subtract_radial_profile(x: torch.Tensor, width: float = 1.0) -> torch.Tensor:
-    """(N, C, H, W) images minus their azimuthal-median radial profile (1 px bins by default)."""
+def subtract_radial_profile(x: torch.Tensor, width: float = 1.0, prof: torch.Tensor | None = None) -> torch.Tensor:
+    """(N, C, H, W) images minus their azimuthal-median radial profile (1 px bins by default);
+    ``prof``: that profile if already computed (``radial_profile(x, width)``)."""
     n, c, h, w = x.shape
-    prof = radial_profile(x, width, "median")
+    if prof is None:
+        prof = radial_profile(x, width, "median")
     _, b = _bin_gather_index(h, w, float(width))
     return x - prof[:, :, b.to(x.device)].reshape(n, c, h, w)
+
+
+#: Radii [px] of the host's g/z flux ratio α of the colour-difference channel: the core, so that the
+#: channel's core depends on the core's light alone (a ratio taken where resolved arcs lie, 6-12 px,
+#: carried their colour into the core: the core-only gate then separated injections whose arcs
+#: clear the core from their own hosts); and the bounds α is clamped to (a negative or absurdly
+#: blue ratio is noise).
+COLOUR_RATIO_RADII_PX = (0, 5)
+COLOUR_RATIO_RANGE = (0.0, 2.0)
+
+
+def colour_difference(z: torch.Tensor, scale: torch.Tensor, prof: torch.Tensor) -> torch.Tensor:
+    """(N, 1, H, W) ``g - α z`` in units of its noise ``hypot(σ_g, α σ_z)``.
+
+    z: (N, 3, H, W) stamps normalised per band (``(x - median) / scale``, bands g, r, z); scale:
+    (N, 3, 1, 1) the bands' annulus sigma [nanomaggies]; prof: z's azimuthal-median profile in 1 px
+    bins (N, 3, B). α = Σ n_b s_g prof_g / Σ n_b s_z prof_z over the bins of
+    :data:`COLOUR_RATIO_RADII_PX` (n_b pixels each): the core's flux ratio, the host's where no
+    arc lies in the core."""
+    n, _, h, w = z.shape
+    _, b = _bin_gather_index(h, w, 1.0)
+    counts = torch.bincount(b, minlength=prof.shape[-1]).to(z.device, z.dtype)
+    lo, hi = COLOUR_RATIO_RADII_PX
+    sg, sz = scale[:, 0, 0, 0], scale[:, 2, 0, 0]
+    fg = sg * torch.nansum(prof[:, 0, lo:hi] * counts[lo:hi], dim=-1)
+    fz = sz * torch.nansum(prof[:, 2, lo:hi] * counts[lo:hi], dim=-1)
+    alpha = torch.where(fz > 0, fg / fz, torch.zeros_like(fz)).clamp_(*COLOUR_RATIO_RANGE)
+    d = (sg[:, None, None] * z[:, 0] - (alpha * sz)[:, None, None] * z[:, 2]) / torch.hypot(sg, alpha * sz)[:, None, None]
+    return d.unsqueeze(1)
 
 
 # ----------------------------------------------------------------------------- preprocessing
@@ -255,10 +294,14 @@ def preprocess(batch, spec: PreprocessSpec) -> torch.Tensor:
         y0, x0 = (h - spec.crop) // 2, (w - spec.crop) // 2
         x = x[:, :, y0 : y0 + spec.crop, x0 : x0 + spec.crop]
     z = (x - med) / scale
+    prof = radial_profile(z, 1.0, "median") if spec.residual != "none" or spec.colour_difference else None
+    colour = colour_difference(z, scale, prof) if spec.colour_difference else None
     if spec.residual == "append":
-        z = torch.cat([z, subtract_radial_profile(z)], dim=1)
+        z = torch.cat([z, subtract_radial_profile(z, prof=prof)], dim=1)
     elif spec.residual == "replace":
-        z = subtract_radial_profile(z)
+        z = subtract_radial_profile(z, prof=prof)
+    if colour is not None:
+        z = torch.cat([z, colour], dim=1)
     if spec.stretch == "asinh":
         z = spec.softening * asinh(torch.nan_to_num(z, nan=0.0, posinf=1e30, neginf=-1e30) / spec.softening)
     else:

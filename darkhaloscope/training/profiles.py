@@ -1,8 +1,11 @@
 """Training profiles: the one place that sizes the lens finder's training per profile.
 
 * ``demo`` learns on 2 CPU cores in about 3 minutes: the early-downsampling ``strided_resnet`` on
-  the central 49 px (arcs of θ_E ≤ 3″ reach r ≈ 16 px), host-subtracted residual channels and an
-  asinh stretch, fresh injections into every host each epoch rendered in the central 57 px,
+  the central 49 px (arcs of θ_E ≤ 3″ reach r ≈ 16 px), host-subtracted residual channels, a
+  g − α z colour-difference channel (an arc inside the PSF, which the residual removes with the
+  host, keeps its blue colour there) and an asinh stretch, the azimuthally shuffled arcs of 5 % of
+  the injections added as labelled negatives (hard negatives: with the colour channel alone the
+  finder accepts blue light without an arc's shape), fresh injections into every host each epoch rendered in the central 57 px,
   the r < 5 px core of the input zeroed in 30 % of the rows (so no decision rests on the host's
   core alone: the masked-core gate) but never on an injection whose arc reaches into that core (it
   would be a positive without its evidence), a fixed number of epochs (the budget is in epochs, never
@@ -41,14 +44,14 @@ class TrainingProfile:
 
 PROFILES = {
     "demo": TrainingProfile(
-        preprocess=PreprocessSpec(crop=49, residual="append", stretch="asinh", softening=3.0),
+        preprocess=PreprocessSpec(crop=49, residual="append", stretch="asinh", softening=3.0, colour_difference=True),
         stream=StreamSpec(injections_per_host=1, val_injections_per_host=2, min_arc_snr=5.0, window=57),
         members=(TrainConfig(arch="strided_resnet", epochs=28, batch_size=64, lr=3e-3, warmup_epochs=0.5, patience=0,
-                             val_smoothing=0.5, hard_negative_prob=0.0, core_dropout=0.3, core_dropout_spares_inner_arcs=True,
+                             val_smoothing=0.5, hard_negative_prob=0.05, core_dropout=0.3, core_dropout_spares_inner_arcs=True,
                              dihedral_views=2, num_workers=0, checkpoint_every_steps=0),),
     ),
     "full": TrainingProfile(
-        preprocess=PreprocessSpec(residual="append", stretch="asinh", softening=3.0),
+        preprocess=PreprocessSpec(residual="append", stretch="asinh", softening=3.0, colour_difference=True),
         stream=StreamSpec(injections_per_host=1, val_injections_per_host=1, min_arc_snr=5.0, window=65, render_chunk=1024),
         members=(
             TrainConfig(arch="bottleneck_resnet", epochs=60, batch_size=512, lr=1e-3, patience=10, val_smoothing=0.5,
