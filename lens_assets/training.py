@@ -98,8 +98,9 @@ def _graded_cutouts(store, graded: pa.Table, rows: pa.Table, open_source) -> pa.
 
 class LensFinderConfig(dg.Config):
     """core_threshold: threshold of the blocking core-only gate (cross-validated AUROC of a logistic
-    regression on the r < 5 px core alone; at or above it the training set carries a core
-    shortcut). Changing it re-runs the gates on the completed model without training again."""
+    regression on the r < 5 px core alone, on the validation rows whose core holds no lensed light;
+    at or above it the classes differ in the core by something other than an arc: a shortcut).
+    Changing it re-runs the gates on the completed model without training again."""
 
     core_threshold: float = GATES["core_lr_auc"].threshold
 

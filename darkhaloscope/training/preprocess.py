@@ -203,11 +203,10 @@ def subtract_radial_profile(x: torch.Tensor, width: float = 1.0, prof: torch.Ten
     return x - prof[:, :, b.to(x.device)].reshape(n, c, h, w)
 
 
-#: Radii [px] of the host's g/z flux ratio α of the colour-difference channel: the core, so that the
+#: Radii [px] of the g/z flux ratio α of the colour-difference channel: the core, so that the
 #: channel's core depends on the core's light alone (a ratio taken where resolved arcs lie, 6-12 px,
-#: carried their colour into the core: the core-only gate then separated injections whose arcs
-#: clear the core from their own hosts); and the bounds α is clamped to (a negative or absurdly
-#: blue ratio is noise).
+#: would carry their colour into the whole channel, its core included: BENCHMARKS.md); and the
+#: bounds α is clamped to (a negative or absurdly blue ratio is noise).
 COLOUR_RATIO_RADII_PX = (0, 5)
 COLOUR_RATIO_RANGE = (0.0, 2.0)
 
