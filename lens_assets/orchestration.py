@@ -4,9 +4,10 @@
   any Dagster selection string (``group:catalog``, ``key:"imaging/*"``); upstream assets are
   included (``+`` in Dagster's syntax), external assets (``ops/alerts``) are not materializable.
 * **Staleness**: the selected assets run for every partition; an upstream asset partition runs
-  only when Dagster's stale-status resolver says it is MISSING or STALE (code version or an
-  upstream data version changed since its last materialization) — Dagster's own records, not the
-  presence of lake files.
+  when Dagster's stale-status resolver says it is MISSING or STALE (code version or an upstream
+  data version changed since its last materialization), or when the lake holds no committed data
+  for it (a lake deleted or moved while the instance kept its records: skipping it would leave
+  the assets downstream nothing to read).
 * **Execution**: each asset (a multi-asset with all its tables) runs through Dagster's in-process
   executor on the implicit asset job, one run per partition (a range of partitions in one run for
   assets with a single-run backfill policy), in topological order; every run is in the instance
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from darkhaloscope.lake import host_tag
+from io_managers.parquet import partition_for_key, table_location
 
 from .partitions import INJECTION_PLAN_KEY, injection_batch_change, sweep_file_change
 from .runs import HOST_TAG, reap_dead_runs
@@ -119,7 +121,9 @@ class Materializer:
             keys = list(unit.partitions_def.get_partition_keys(dynamic_partitions_store=self.instance))
         if targets & set(unit.keys):
             return keys
-        return sorted({pk for k in unit.keys for pk in stale_or_missing(self.instance, self.graph, k, keys)}, key=keys.index)
+        lake = self.resources["lake"].lake()
+        absent = {pk for k in unit.keys for pk in keys if not lake.exists(*table_location(k), partition_for_key(unit.partitions_def, pk))}
+        return sorted(absent | {pk for k in unit.keys for pk in stale_or_missing(self.instance, self.graph, k, keys)}, key=keys.index)
 
     # ----------------------------------------------------------- execution
     def run(self, args: list[str]) -> None:

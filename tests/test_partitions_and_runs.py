@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -98,6 +99,11 @@ def test_materialize_takes_dagster_selections_and_reruns_only_what_dagster_calls
     again = io.StringIO()
     Materializer(defs, instance, out=again).run(["survey/sweeps"])  # upstream fresh: only the target runs
     assert "[1/2] sweep_files: up to date, skipped" in again.getvalue() and f"[2/2] sweeps [{A}] ok" in again.getvalue()
+    # a table gone from the lake runs again, though the instance still records it
+    shutil.rmtree(tmp_path / "lake" / "survey" / "sweep_files")
+    gone = io.StringIO()
+    Materializer(defs, instance, out=gone).run(["survey/sweeps"])
+    assert "[1/2] sweep_files ok" in gone.getvalue() and lake.exists("survey", "sweep_files")
     # a new code version of sweep_files makes it stale in Dagster's eyes: it runs again
     changed = sweep_files.map_asset_specs(lambda spec: spec.replace_attributes(code_version="changed"))
     stale = dg.Definitions(assets=[changed, sweeps, known_lenses], resources=defs.resources)
