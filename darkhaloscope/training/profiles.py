@@ -5,8 +5,8 @@
   g − α z colour-difference channel (an arc inside the PSF, which the residual removes with the
   host, keeps its blue colour there) and an asinh stretch, the azimuthally shuffled arcs of 5 % of
   the injections added as labelled negatives (hard negatives: with the colour channel alone the
-  finder accepts blue light without an arc's shape), fresh injections into every host each epoch rendered in the central 57 px,
-  the r < 5 px core of the input zeroed in 30 % of the rows (so no decision rests on the host's
+  finder accepts blue light without an arc's shape), fresh injections into every host each epoch
+  rendered in the central 57 px, the r < 5 px core of the input zeroed in 30 % of the rows (so no decision rests on the host's
   core alone: the masked-core gate) but never on an injection whose arc reaches into that core (it
   would be a positive without its evidence), a fixed number of epochs (the budget is in epochs, never
   wall-clock), the score the mean logit of the stamp and its 180° rotation (2 of the 8 flips and
