@@ -1,17 +1,17 @@
 """Training profiles: the one place that sizes the lens finder's training per profile.
 
 * ``demo`` learns on 2 CPU cores in about 3 minutes: the early-downsampling ``strided_resnet`` on
-  the central 49 px (arcs of θ_E ≤ 3″ reach r ≈ 16 px), host-subtracted residual channels, a
-  g − α z colour-difference channel (an arc inside the PSF, which the residual removes with the
-  host, keeps its blue colour there) and an asinh stretch, the azimuthally shuffled arcs of 5 % of
-  the injections added as labelled negatives (hard negatives: with the colour channel alone the
-  finder accepts blue light without an arc's shape), fresh injections into every host each epoch
-  rendered in the central 57 px, the r < 5 px core of the input zeroed in 30 % of the rows (so no decision rests on the host's
-  core alone: the masked-core gate) but never on an injection whose arc reaches into that core (it
-  would be a positive without its evidence), a fixed number of epochs (the budget is in epochs, never
-  wall-clock), the score the mean logit of the stamp and its 180° rotation (2 of the 8 flips and
-  rotations: nearly all of the 8's gain in recall and completeness, for 8–12 % less throughput
-  of the CPU search where the 8 cost 56 %; BENCHMARKS.md).
+  the central 49 px (arcs of θ_E ≤ 3″ reach r ≈ 16 px), host-subtracted residual channels, a g − α z
+  colour-difference channel (an arc inside the PSF, which the residual removes with the host, keeps
+  its blue colour there) and an asinh stretch, the azimuthally shuffled arcs of 5 % of the
+  injections added as labelled negatives (hard negatives: with the colour channel alone the finder
+  accepts blue light without an arc's shape), fresh injections into every host each epoch rendered
+  in the central 57 px, the r < 5 px core of the input zeroed in 30 % of the rows (so no decision
+  rests on the host's core alone: the masked-core gate) but never on an injection whose arc reaches
+  into that core (it would be a positive without its evidence), a fixed number of epochs (the budget
+  is in epochs, never wall-clock), the score the mean logit of the stamp and its 180° rotation (2 of
+  the 8 flips and rotations: nearly all of the 8's gain in recall and completeness, for 8–12 % less
+  throughput of the CPU search where the 8 cost 56 %; BENCHMARKS.md).
 * ``full`` is sized for a GPU: Paper IV's compact shielded bottleneck ResNet on full 101 px stamps
   and the strided ResNet as the second member of the stacked ensemble (one hidden layer of 300
   nodes over the two members' probabilities, Paper IV), each member's logit averaged over the
