@@ -67,11 +67,11 @@ def aperture_snr(arc: np.ndarray, sigma: np.ndarray, smooth_px: float = 1.5, lev
     px, exceeds ``level`` sigma, over sigma * sqrt(pixels). Linear in the arc, so the arc's own
     Poisson noise averages out; it counts the light of an arc spread thinly over many pixels, which
     the bank's arc S/N (pixels above 1 sigma) does not."""
-    out = np.zeros(arc.shape[:2])
-    for i, j in np.ndindex(*out.shape):
-        m = gaussian_filter(arc[i, j].astype(np.float64), smooth_px) > level * sigma[i, j]
-        out[i, j] = arc[i, j][m].sum() / (sigma[i, j] * np.sqrt(m.sum())) if m.any() else 0.0
-    return out
+    arc = np.asarray(arc, np.float64)
+    inside = gaussian_filter(arc, (0, 0, smooth_px, smooth_px)) > level * sigma[..., None, None]
+    npix = inside.sum(axis=(-2, -1))
+    flux = np.where(inside, arc, 0.0).sum(axis=(-2, -1))
+    return np.where(npix > 0, flux / (sigma * np.sqrt(np.maximum(npix, 1))), 0.0)
 
 
 def faint_arcs_aperture_snr(lake: Lake, ids: np.ndarray, found: np.ndarray) -> dict:

@@ -114,14 +114,13 @@ class Materializer:
                               policy is not None and policy.max_partitions_per_run is None))
         return units
 
-    def _todo(self, unit: Unit, targets: set[dg.AssetKey]) -> list[str | None]:
+    def _todo(self, unit: Unit, targets: set[dg.AssetKey], lake) -> list[str | None]:
         if unit.partitions_def is None:
             keys: list[str | None] = [None]
         else:
             keys = list(unit.partitions_def.get_partition_keys(dynamic_partitions_store=self.instance))
         if targets & set(unit.keys):
             return keys
-        lake = self.resources["lake"].lake()
         absent = {pk for k in unit.keys for pk in keys if not lake.exists(*table_location(k), partition_for_key(unit.partitions_def, pk))}
         return sorted(absent | {pk for k in unit.keys for pk in stale_or_missing(self.instance, self.graph, k, keys)}, key=keys.index)
 
@@ -132,9 +131,10 @@ class Materializer:
         sweep_file_change(self.instance, self.resources["survey"]).apply(self.instance)
         targets = set(self.selection(args).resolve(self.graph))
         units = self.plan(targets)
+        lake = self.resources["lake"].lake()
         for i, unit in enumerate(units, start=1):
             label = f"[{i}/{len(units)}] {unit.label}"
-            todo = self._todo(unit, targets)
+            todo = self._todo(unit, targets, lake)
             if not todo:
                 self._say(f"{label}: up to date, skipped")
             elif unit.single_run and len(todo) > 1:
@@ -143,7 +143,7 @@ class Materializer:
                 for pk in todo:
                     self._execute(unit, [pk], label + (f" [{pk}]" if pk else ""))
             if INJECTION_PLAN_KEY in unit.keys:
-                injection_batch_change(self.instance, self.resources["lake"].lake()).apply(self.instance)
+                injection_batch_change(self.instance, lake).apply(self.instance)
 
     def _execute(self, unit: Unit, partition_keys: list[str | None], label: str) -> None:
         t0 = time.monotonic()

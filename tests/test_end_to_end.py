@@ -105,6 +105,11 @@ def check_the_finder_finds_lenses(tmp_path, env):
     assert head["test_auroc_real_vs_negatives"] >= 0.92 and detected / n >= 0.65, head
     assert completeness["50-inf"] >= 0.75 and completeness["20-50"] >= 0.65 and completeness["0-2"] <= 0.15, head
     assert head["spearman_theta_e"] > 0.5, head
+    # the faint arcs found are found by their light: their hosts without the arc rarely pass, and
+    # the arcs found carry more light in an aperture than those missed
+    assert head["controls_above_threshold_by_arc_snr"]["0-2"][0] <= 0.05, head
+    faint = head["arc_snr_lt_2_aperture_snr"]
+    assert faint["found"]["median_aperture_snr_g_r_z"][1] > faint["missed"]["median_aperture_snr_g_r_z"][1], head
     # the mock's hidden lenses are real lenses: without them among the negatives the threshold can only fall
     assert head["without_hidden_lenses"]["threshold_value"] <= head["threshold_value"]
 
