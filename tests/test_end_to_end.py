@@ -103,13 +103,11 @@ def check_the_finder_finds_lenses(tmp_path, env):
     detected, n = head["recall_test_known_lenses"]
     assert head["val_auroc"] >= 0.90 and head["test_auroc_injections_snr_ge_5_vs_controls"] >= 0.93, head
     assert head["test_auroc_real_vs_negatives"] >= 0.92 and detected / n >= 0.65, head
-    assert completeness["50-inf"] >= 0.75 and completeness["20-50"] >= 0.65 and completeness["0-2"] <= 0.15, head
+    assert completeness["50-inf"] >= 0.75 and completeness["20-50"] >= 0.65 and completeness["0-2"] <= 0.10, head
     assert head["spearman_theta_e"] > 0.5, head
-    # the faint arcs found are found by their light: their hosts without the arc rarely pass, and
-    # the arcs found carry more light in an aperture than those missed
+    # arcs below matched-filter S/N 2 are invisible to any finder, and so are their hosts without the arc
     assert head["controls_above_threshold_by_arc_snr"]["0-2"][0] <= 0.05, head
-    faint = head["arc_snr_lt_2_aperture_snr"]
-    assert faint["found"]["median_aperture_snr_g_r_z"][1] > faint["missed"]["median_aperture_snr_g_r_z"][1], head
+    assert completeness["2-5"] < completeness["10-20"] < completeness["50-inf"], head
     # the mock's hidden lenses are real lenses: without them among the negatives the threshold can only fall
     assert head["without_hidden_lenses"]["threshold_value"] <= head["threshold_value"]
 

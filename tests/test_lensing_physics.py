@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from darkhaloscope.constants import flux_to_mag, mag_to_flux
+from darkhaloscope.constants import PIXEL_SCALE_ARCSEC, flux_to_mag, mag_to_flux
 from darkhaloscope.errors import InputError
 from darkhaloscope.lensing.randomize import RandomizationConfig, draw_psf_anisotropy, randomize_pair
 from darkhaloscope.lensing.render import (RenderConfig, add_poisson_noise, arc_snr, convolve_psf,
@@ -179,15 +179,31 @@ def test_poisson_noise_zero_where_no_arc_and_seeded():
         add_poisson_noise(arc, 0.0, gens())
 
 
-def test_arc_snr_definition():
+def test_arc_snr_is_the_matched_filter_snr():
     arc = torch.zeros((1, 3, 5, 5), dtype=F64)
     arc[0, :, 2, 1:4] = torch.tensor([0.5, 2.0, 3.0], dtype=F64)
-    iv = torch.ones_like(arc)  # sigma = 1 per pixel
+    iv = torch.full_like(arc, 4.0)  # sigma = 0.5 per pixel
     iv[0, 2, 2, 2] = 0.0  # masked pixel is excluded
-    snr = arc_snr(arc, iv, threshold=1.0)[0]
-    assert float(snr[0]) == pytest.approx(5.0 / math.sqrt(2))  # pixels 2.0 and 3.0 pass, 0.5 does not
-    assert float(snr[2]) == pytest.approx(3.0)  # the 2.0 pixel is masked, 3.0 remains
+    snr = arc_snr(arc, iv)[0]
+    assert float(snr[0]) == pytest.approx(math.sqrt(4.0 * (0.25 + 4.0 + 9.0)))  # every pixel counts, 0.5 sigma ones too
+    assert float(snr[2]) == pytest.approx(math.sqrt(4.0 * (0.25 + 9.0)))
     assert float(arc_snr(arc * 0, iv)[0, 1]) == 0.0
+    assert torch.allclose(arc_snr(7.0 * arc, iv), 7.0 * arc_snr(arc, iv))  # linear in the source flux
+    # at or above every aperture S/N sum(arc)/sqrt(sum sigma^2) (Cauchy-Schwarz), here that of all three pixels
+    assert float(snr[0]) >= 5.5 / math.sqrt(3 * 0.25)
+
+
+def test_arc_snr_of_a_point_source_is_its_psf_weighted_snr():
+    """An unresolved source of flux F in a Gaussian PSF of width s px on a sky of sigma per pixel has
+    matched-filter S/N F / (sigma sqrt(4 pi s^2)): the noise-equivalent area 4 pi s^2 (the point-source
+    depth of the Legacy Surveys' PSFDEPTH)."""
+    n, s_px, flux, sigma = 61, 2.0, 3.0, 0.05
+    img = torch.zeros((1, 3, n, n), dtype=F64)
+    img[0, :, n // 2, n // 2] = flux
+    fwhm = s_px * 2.0 * math.sqrt(2.0 * math.log(2.0)) * PIXEL_SCALE_ARCSEC
+    psf = convolve_psf(img, torch.full((1, 3), fwhm, dtype=F64), RenderConfig(n_pix=n, psf_profile="gaussian"))
+    snr = arc_snr(psf, torch.full_like(psf, sigma**-2))[0]
+    assert torch.allclose(snr, torch.full((3,), flux / (sigma * math.sqrt(4 * math.pi * s_px**2)), dtype=F64), rtol=2e-3)
 
 
 def test_magnitudes_and_colours():

@@ -408,11 +408,11 @@ def render_injection_batch(tasks: pa.Table, host_images: np.ndarray, host_invvar
         res = render_lensed_sources(lens, src, torch.as_tensor(psf[sel], dtype=torch.float32, device=device),
                                     config.render)
         a = res.arc
+        iv_t = torch.as_tensor(iv[sel], dtype=torch.float32, device=device)
+        snr[sel] = arc_snr(a, iv_t).double().cpu().numpy()
         if config.poisson_gain is not None:
             gens = [torch_generator_for("poisson", int(sd), device=str(a.device)) for sd in seeds[sel]]
             a = add_poisson_noise(a, config.poisson_gain, gens)
-        iv_t = torch.as_tensor(iv[sel], dtype=torch.float32, device=device)
-        snr[sel] = arc_snr(a, iv_t, config.render.snr_threshold).double().cpu().numpy()
         arc[sel] = a.cpu().numpy().astype(np.float32)
         mu[sel] = res.magnification.double().cpu().numpy()
         lensed_flux[sel] = res.lensed_flux.double().cpu().numpy()

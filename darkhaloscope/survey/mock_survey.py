@@ -61,7 +61,7 @@ from .sweeps import SweepBox, read_sweep, sweep_filename
 #: Version of the sweep rows (written as MOCKVER in every sweep header); change it when they change.
 GENERATOR_VERSION = "dhs-mock-survey-6"
 #: Version of the truth tables (in the config digest); change it when the truth draws change.
-TRUTH_VERSION = "dhs-mock-truth-1"
+TRUTH_VERSION = "dhs-mock-truth-2"
 #: Hidden lenses per profile: 10 among the demo's 2,467 negative-pool galaxies (seed 0: 0.4 %)
 #: and 400 in the full profile's 3 M catalog rows (its pool is not measured; at the demo's 5 % of
 #: rows passing the cuts, 0.3 %). Lenses are rarer in the real survey: Collett 2015

@@ -126,7 +126,8 @@ def plot_training_curves(history: list[dict], path: str | os.PathLike) -> str:
     return str(path)
 
 
-#: Arc S/N bins [edges] of the validation completeness (the selection function's own bins above 5).
+#: Arc S/N bins [edges] of the validation completeness: the selection function's own bins above 10
+#: (the stream's ``min_arc_snr``; the first bin holds the slots that kept a fainter try).
 VAL_SNR_EDGES = (0.0, 10.0, 20.0, 50.0, float("inf"))
 
 
