@@ -263,8 +263,7 @@ def arc_snr(arc: torch.Tensor, invvar: torch.Tensor) -> torch.Tensor:
     if arc.shape != invvar.shape:
         raise InputError(f"arc shape {tuple(arc.shape)} != invvar shape {tuple(invvar.shape)}")
     good = (invvar > 0) & torch.isfinite(invvar)
-    weighted = torch.where(good, arc * arc * torch.where(good, invvar, torch.zeros_like(invvar)), torch.zeros_like(arc))
-    return torch.sqrt(weighted.sum(dim=(-2, -1)))
+    return torch.sqrt((arc * arc * torch.where(good, invvar, torch.zeros_like(invvar))).sum(dim=(-2, -1)))
 
 
 def add_poisson_noise(arc: torch.Tensor, gain_e_per_nmgy: float, generators) -> torch.Tensor:

@@ -15,9 +15,9 @@ Hosts and acceptance: every host receives ``injections_per_host`` arcs per epoch
 also the paired control of its own injections, as a negative of the same epoch). A slot's arc is
 the first of its tries whose r-band matched-filter S/N against that host's noise (``render.arc_snr``)
 reaches ``min_arc_snr``: positives whose arc is barely visible teach the network noise (training on
-arcs of S/N >= 5 rather than 10 lowered the demo's validation AUROC from 0.95 to 0.92 and its
-completeness at S/N >= 50 from 0.92 to 0.87; BENCHMARKS.md), and re-drawing per host keeps shallow and deep hosts equally
-represented among the positives; the selection function measures completeness at every S/N.
+arcs of S/N >= 5 rather than 10 cost the demo 0.05 of completeness at S/N >= 50 and 3 of 60 known
+lenses; BENCHMARKS.md), and re-drawing per host keeps shallow and deep hosts equally represented
+among the positives; the selection function measures completeness at every S/N.
 
 Speed: arcs are rendered only in the central ``window`` x ``window`` pixels (an arc of θ_E = 3″
 with β ≤ 0.4 θ_E and its PSF wings loses < 0.1 % of its flux outside 65 px; tested), without the
@@ -51,10 +51,10 @@ class StreamSpec:
 
     injections_per_host: injections into every training host per epoch (each host is also a
     negative of the epoch: the paired control of its injections); val_injections_per_host: the
-    same for the fixed validation set on val hosts; min_arc_snr:
-    acceptance threshold on the r-band arc S/N (matched filter); window: side [pixels, odd] of the central window
-    the arcs are rendered in; render_chunk: candidates per render call (memory bound; it changes
-    the arcs by float round-off only); injection: priors, render numerics (its n_pix is replaced by ``window``),
+    same for the fixed validation set on val hosts; min_arc_snr: acceptance threshold on the r-band
+    arc S/N (matched filter); window: side [pixels, odd] of the central window the arcs are rendered
+    in; render_chunk: candidates per render call (memory bound; it changes the arcs by float
+    round-off only); injection: priors, render numerics (its n_pix is replaced by ``window``),
     sigma_v range [km/s], cosmology, Poisson gain and the seed salt.
     """
 
