@@ -37,7 +37,7 @@ VALIDATION_AUDITS = (au.CUTOUT_VALIDATION_CONTRACT, au.POSITIVES_ALL_VALID, au.N
 
 
 @dg.asset(
-    key=list(CUTOUTS_KEY), group_name=GROUP, partitions_def=sweep_partitions, kinds={"parquet"}, owners=OWNERS, code_version="2",
+    key=list(CUTOUTS_KEY), group_name=GROUP, partitions_def=sweep_partitions, kinds={"parquet"}, owners=OWNERS, code_version="3",
     ins={"negatives": dg.AssetIn(list(NEG)), "positives": dg.AssetIn(list(POS)), "training_catalog": dg.AssetIn(list(CAT))},
     # the mock sky is drawn from every sweeps partition (a stamp near a file's edge sees its neighbours)
     deps=[dg.AssetDep(sweeps, partition_mapping=dg.AllPartitionMapping())],

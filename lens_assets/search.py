@@ -88,9 +88,9 @@ class SearchConfig(dg.Config):
 
 
 @dg.multi_asset(
-    outs={"search_scores": dg.AssetOut(key=list(SCORES), kinds={"pytorch", "parquet"}, owners=OWNERS, code_version="1",
+    outs={"search_scores": dg.AssetOut(key=list(SCORES), kinds={"pytorch", "parquet"}, owners=OWNERS, code_version="2",
                                        description="lens-finder score of every search target (unscorable rows with their reason)"),
-          "search_stamps": dg.AssetOut(key=list(STAMPS), kinds={"parquet"}, owners=OWNERS, code_version="1",
+          "search_stamps": dg.AssetOut(key=list(STAMPS), kinds={"parquet"}, owners=OWNERS, code_version="2",
                                        description="the stamps of search targets scoring at or above the keep-threshold")},
     ins={"search_targets": dg.AssetIn(list(TARGETS))}, deps=[LENS_FINDER], group_name=GROUP, partitions_def=sweep_partitions, pool="gpu",
     check_specs=check_specs(SCORES, (au.SEARCH_SCORES_CONTRACT, au.SEARCH_SCORES_COVER_TARGETS)) + check_specs(STAMPS, (au.SEARCH_STAMPS_CONTRACT,)),

@@ -49,7 +49,7 @@ class TrainingSetConfig(dg.Config):
 
 
 @dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[cutouts, cutout_validation, SEARCH_TARGETS, VISUAL_GRADES], kinds={"parquet"},
-          owners=OWNERS, code_version="4")
+          owners=OWNERS, code_version="5")
 def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, lake: LakeResource, compute: ComputeResource,
                  survey: SurveyResource, imaging: ImagingResource) -> dg.MaterializeResult:
     """Real positives (tier weights A 1.0, B 0.5) and the training catalog's negatives of the train

@@ -23,7 +23,7 @@ MARGINALS = {
     "depth_mag_r": ("5σ depth r [AB]", [22.5, 23.0, 23.5, 24.0, 24.5, 25.0]),
     "source_mag_r": ("source r (unlensed) [AB]", [22.0, 23.0, 24.0, 25.0, 26.0]),
     "lensed_mag_r": ("lensed r [AB]", [18.0, 20.0, 21.0, 22.0, 23.0, 24.0, 26.0]),
-    "arc_snr": ("arc S/N (r)", [0.0, 2.0, 5.0, 10.0, 20.0, 50.0, 1e6]),
+    "arc_snr": ("arc S/N (r, matched filter)", [0.0, 2.0, 5.0, 10.0, 20.0, 50.0, 1e6]),
 }
 #: Sub-folder of the selection function's table holding its figures.
 FIGURES = {"artifact": "figures"}
