@@ -108,7 +108,7 @@ def thresholds(context: dg.AssetExecutionContext, lake: LakeResource, cutout_sco
 @dg.multi_asset(
     outs={"selection_function": dg.AssetOut(key=list(SEL), kinds={"parquet"}, owners=OWNERS, code_version="3",
                                             description="C(θ_E, z_l) per threshold on the injection plan's grid, with heatmaps"),
-          "selection_marginals": dg.AssetOut(key=list(MARG), kinds={"parquet"}, owners=OWNERS, code_version="3",
+          "selection_marginals": dg.AssetOut(key=list(MARG), kinds={"parquet"}, owners=OWNERS, code_version="4",
                                              description="completeness against PSF, depth, source and lensed magnitude, arc S/N")},
     ins={"thresholds": dg.AssetIn(list(THR)), "injection_scores": dg.AssetIn(list(INJ_SCORES)), "injection_plan": dg.AssetIn(list(PLAN_KEY))},
     group_name=GROUP,
