@@ -57,12 +57,18 @@ def _by_snr(p: np.ndarray, snr: np.ndarray, t: float) -> dict:
 
 
 def without_hidden_lenses(neg_scores: np.ndarray, neg_ids: np.ndarray, hidden_ids: np.ndarray, real: np.ndarray,
-                          p: np.ndarray, snr: np.ndarray, resolved: np.ndarray) -> dict:
+                          p: np.ndarray, snr: np.ndarray, resolved: np.ndarray, inj_host: np.ndarray,
+                          ctrl: np.ndarray, ctrl_host: np.ndarray) -> dict:
     """The fpr=1e-2 threshold, recall and completeness had the held-out negatives held no hidden
-    lens of the mock sky (a diagnostic with the truth: no pipeline step can do this)."""
+    lens of the mock sky, and the AUROC of injections against their paired controls had no hidden
+    lens been an injection host (its control is then a lens: a diagnostic with the truth, no
+    pipeline step can do this before inspection grades it)."""
     clean = neg_scores[~np.isin(neg_ids, hidden_ids)]
     t, _ = order_statistic_threshold(np.sort(clean)[::-1], 1e-2)
+    lens_host, lens_ctrl = np.isin(inj_host, hidden_ids), np.isin(ctrl_host, hidden_ids)
     return {"hidden_lenses_among_held_out_negatives": int(neg_scores.size - clean.size), "threshold_value": float(t),
+            "hidden_lenses_among_injection_hosts": int(np.unique(inj_host[lens_host]).size),
+            "test_auroc_injections_vs_controls": auroc_of(p[~lens_host], ctrl[~lens_ctrl]),
             "test_auroc_real_vs_negatives": auroc_of(real, clean), "recall_test_known_lenses": round(float(np.mean(real > t)), 3),
             "completeness_by_arc_snr": _by_snr(p, snr, t), "completeness_by_arc_snr_resolved": _by_snr(p[resolved], snr[resolved], t)}
 
@@ -79,16 +85,27 @@ def headline(lake: Lake, hidden_ids: np.ndarray | None = None) -> dict:
     thr = lake.read_table("evaluation", "thresholds").to_pylist()
     t = next(r["threshold"] for r in thr if r["name"] == THRESHOLD)
     ok, ctrl_ok = (rows.column("valid").to_numpy(zero_copy_only=False) for rows in (inj, ctrl))
-    p, snr, te, fwhm = (inj.column(c).to_numpy(zero_copy_only=False)[ok] for c in ("score", "arc_snr", "theta_e_arcsec", "psf_fwhm_r"))
+    p, snr, te, fwhm, inj_host = (inj.column(c).to_numpy(zero_copy_only=False)[ok]
+                                  for c in ("score", "arc_snr", "theta_e_arcsec", "psf_fwhm_r", "host_object_id"))
+    ctrl_p, ctrl_host = (ctrl.column(c).to_numpy(zero_copy_only=False)[ctrl_ok] for c in ("score", "host_object_id"))
+    pools = lake.read_table("imaging", "cutouts", columns=["object_id", "pool"]).to_pydict()
+    pool_of = dict(zip(pools["object_id"], pools["pool"]))
+    inj_pool, ctrl_pool = (np.array([pool_of[h] for h in hosts]) for hosts in (inj_host, ctrl_host))
     resolved = arc_clears_core(te, fwhm, radius=0.0)
     by_te = {float(v): float(np.mean(p[te == v] > t)) for v in np.unique(te)}
     recall = [r for r in lake.read_table("evaluation", "real_lens_recall").to_pylist() if r["threshold_name"] == THRESHOLD and r["tier"] == "all"][0]
     out = {
         "val_auroc": round(finder["val_auroc"], 4),
-        "test_auroc_injections_vs_controls": auroc_of(_scores(inj), _scores(ctrl)),
+        "test_auroc_injections_vs_controls": auroc_of(p, ctrl_p),
         # the arcs of S/N < 5 (a quarter of the bank) are those the finder rarely ranks above other
         # hosts; this ranks the others against every control
-        "test_auroc_injections_snr_ge_5_vs_controls": auroc_of(p[snr >= 5], _scores(ctrl)),
+        "test_auroc_injections_snr_ge_5_vs_controls": auroc_of(p[snr >= 5], ctrl_p),
+        # the bank reuses each host across cells: how many hosts its controls are, and the AUROC on
+        # the N1 (representative) and N2 (confuser) hosts alone
+        "injection_hosts": int(np.unique(inj_host).size),
+        "test_auroc_injections_vs_controls_by_host_pool": {
+            str(k): [auroc_of(p[inj_pool == k], ctrl_p[ctrl_pool == k]), int(np.unique(inj_host[inj_pool == k]).size)]
+            for k in np.unique(inj_pool)},
         "test_auroc_real_vs_negatives": auroc_of(_scores(real), _scores(neg)),
         "threshold": THRESHOLD, "threshold_value": t, "n_held_out_negatives": int(neg.num_rows),
         "completeness_by_arc_snr": _by_snr(p, snr, t),
@@ -109,7 +126,7 @@ def headline(lake: Lake, hidden_ids: np.ndarray | None = None) -> dict:
         ok_neg = neg.column("valid").to_numpy(zero_copy_only=False)
         out["without_hidden_lenses"] = without_hidden_lenses(
             neg.column("score").to_numpy(zero_copy_only=False)[ok_neg], neg.column("object_id").to_numpy()[ok_neg], hidden_ids,
-            _scores(real), p, snr, resolved)
+            _scores(real), p, snr, resolved, inj_host, ctrl_p, ctrl_host)
     return out
 
 

@@ -27,11 +27,13 @@ from darkhaloscope.lensing.bank import (
     selection_hosts,
 )
 from darkhaloscope.lensing.verify import lenstronomy_agreement, physics_problems
+from darkhaloscope.search.grades import published_graded_lens_ids
 from resources import ComputeResource, LakeResource
 
 from .common import OWNERS, as_metadata, check_specs, fail_fast_on_bad_input, gate
 from .imaging import CUTOUTS_KEY, VALIDATION_KEY
 from .partitions import injection_batches
+from .training import VISUAL_GRADES
 
 GROUP = "injection"
 PLAN_KEY, BANK_KEY = (GROUP, "injection_plan"), (GROUP, "injection_bank")
@@ -53,25 +55,29 @@ class InjectionPlanConfig(dg.Config):
     batch_size: int = 0
 
 
-@dg.asset(key=list(PLAN_KEY), group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="2",
-          ins={"cutouts": dg.AssetIn(list(CUTOUTS_KEY))}, deps=[dg.AssetKey(list(VALIDATION_KEY))],
+@dg.asset(key=list(PLAN_KEY), group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="3",
+          ins={"cutouts": dg.AssetIn(list(CUTOUTS_KEY))}, deps=[dg.AssetKey(list(VALIDATION_KEY)), VISUAL_GRADES],
           check_specs=check_specs(PLAN_KEY, (au.INJECTION_PLAN_CONTRACT,)))
 def injection_plan(context: dg.AssetExecutionContext, config: InjectionPlanConfig, lake: LakeResource, compute: ComputeResource, cutouts: ds.Dataset):
     """One task per injection over the θ_E × z_l grid: host (a quality-checked DEV/SER cutout of the
-    test split, so injections never share hosts with training or model selection), z_s from its
+    test split, so injections never share hosts with training or model selection, and never one
+    that visual inspection graded a lens, as the held-out negatives never hold one), z_s from its
     prior, σ_v derived (cells needing an unphysical σ_v skipped and counted), every source and lens
     parameter and the seed; the grid itself is recorded with the plan (the selection function is
     measured on it)."""
     with fail_fast_on_bad_input():
-        hosts = selection_hosts(cutouts, config.host_types)
+        lenses = published_graded_lens_ids(lake.lake())
+        hosts = selection_hosts(cutouts, config.host_types, lenses)
         if hosts.num_rows == 0:
-            raise InputError(f"no quality-checked {config.host_types} hosts in the cutouts table")
+            raise InputError(f"no quality-checked {config.host_types} hosts in the cutouts table"
+                             f"{f' ({lenses.size} graded lenses excluded)' if lenses.size else ''}")
         cfg = injection_config(compute.profile, config.per_cell, config.batch_size, config.theta_e_grid, config.z_l_grid, config.host_splits)
         tasks = plan_injection_grid(hosts, cfg)
     staged = lake.stage(context).table(*PLAN_KEY)
     staged.write(tasks)
     outcomes = [au.contract_audit(au.INJECTION_PLAN_CONTRACT, staged.read(), INJECTION_PLAN)]
-    md = as_metadata({"plan": plan_summary(tasks), "n_hosts": hosts.num_rows, "batches": len(set(tasks.column("batch").to_pylist()))})
+    md = as_metadata({"plan": plan_summary(tasks), "n_hosts": hosts.num_rows, "hosts_graded_lenses_excluded": int(lenses.size),
+                      "batches": len(set(tasks.column("batch").to_pylist()))})
     yield from gate(context, {PLAN_KEY: ([staged], outcomes)}, {PLAN_KEY: md})
 
 

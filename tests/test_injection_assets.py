@@ -36,18 +36,29 @@ def _hosts(lake: Lake, n: int = 8) -> None:
     }), partition={"sweep_file": SWEEP})
 
 
-@pytest.fixture
-def planned(tmp_path):
-    """A lake with host cutouts and a published injection plan; its batches registered."""
-    from lens_assets.partitions import injection_batch_change
-
+def _plan(tmp_path):
+    """A lake with host cutouts, its instance and resources, and a function that materializes the
+    injection plan and returns its hosts' ids."""
     lake = Lake(str(tmp_path / "lake"))
     _hosts(lake)
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("sweep_file", [SWEEP])
     resource = LakeResource(uri=lake.uri)
     resources = {"lake": resource, "io_manager": LakeIOManager(uri=resource.uri), "compute": ComputeResource(device="cpu", profile="demo")}
-    run_assets([injection.injection_plan.key], resources, instance, run_config={"ops": {"injection__injection_plan": {"config": PLAN}}})
+
+    def plan_hosts() -> set[int]:
+        run_assets([injection.injection_plan.key], resources, instance, run_config={"ops": {"injection__injection_plan": {"config": PLAN}}})
+        return set(lake.read_table("injection", "injection_plan").column("host_object_id").to_pylist())
+    return lake, instance, resources, plan_hosts
+
+
+@pytest.fixture
+def planned(tmp_path):
+    """A lake with host cutouts and a published injection plan; its batches registered."""
+    from lens_assets.partitions import injection_batch_change
+
+    lake, instance, resources, plan_hosts = _plan(tmp_path)
+    plan_hosts()
     injection_batch_change(instance, lake).apply(instance)
     return lake, instance, resources
 
@@ -62,6 +73,17 @@ def test_plan_records_its_grid_and_bank_audits_pass_on_real_renders(planned):
     assert {e.check_name: e.passed for e in bank.get_asset_check_evaluations()} == {
         "injection_matches_lenstronomy": True, "injection_physics_valid": True}
     assert lake.exists("injection", "injection_bank", {"injection_batch": key})
+
+
+def test_hosts_graded_a_lens_are_not_injection_hosts(tmp_path):
+    """After an inspection round grades a host a lens, the plan leaves it out: its control would be a lens."""
+    from darkhaloscope.search.grades import GRADES_TABLE, new_round, parse_grades_csv
+
+    lake, _, _, plan_hosts = _plan(tmp_path)
+    assert plan_hosts() == {1, 3, 5, 7}  # the test-split hosts
+    csv = b"object_id,grade,ra,dec,score,model_version,known\n3,A,31.3,-2.0,0.99,v1,false\n5,not_a_lens,31.6,-2.0,0.9,v1,false\n"
+    lake.write_table(*GRADES_TABLE, new_round(None, parse_grades_csv(csv, "round1.csv"), "round1.csv", csv))
+    assert plan_hosts() == {1, 5, 7}
 
 
 def test_a_batch_failing_the_flux_audit_is_rejected_once_and_the_published_batch_is_kept(planned, monkeypatch):

@@ -103,14 +103,17 @@ def injection_config(profile: str, per_cell: int = 0, batch_size: int = 0, theta
     )
 
 
-def selection_hosts(cutouts, host_types) -> pa.Table:
+def selection_hosts(cutouts, host_types, graded_lens_ids=()) -> pa.Table:
     """Injection hosts from the cutouts table (a dataset or table): negatives passing the quality
-    gate whose TYPE is in ``host_types``, with :data:`HOST_COLUMNS`."""
+    gate whose TYPE is in ``host_types``, less the objects visual inspection graded a lens
+    (``graded_lens_ids``: the control of an injection into a lens is a lens, not the bare host the
+    selection function compares against), with :data:`HOST_COLUMNS`."""
     import pyarrow.compute as pc
 
     cols = list(HOST_COLUMNS) + ["label", "quality_ok"]
     hosts = cutouts.to_table(columns=cols) if hasattr(cutouts, "to_table") else cutouts.select(cols)
     mask = pc.and_(pc.and_(pc.equal(hosts.column("label"), 0), hosts.column("quality_ok")), pc.is_in(hosts.column("type"), pa.array(list(host_types))))
+    mask = pc.and_(mask, pc.invert(pc.is_in(hosts.column("object_id"), pa.array(np.asarray(graded_lens_ids, dtype=np.int64)))))
     return hosts.filter(mask).select(list(HOST_COLUMNS))
 
 
