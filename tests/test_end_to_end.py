@@ -110,6 +110,9 @@ def check_the_finder_finds_lenses(tmp_path, env):
     assert completeness["2-5"] < completeness["10-20"] < completeness["50-inf"], head
     # the mock's hidden lenses are real lenses: without them among the negatives the threshold can only fall
     assert head["without_hidden_lenses"]["threshold_value"] <= head["threshold_value"]
+    # every injection host is an N1 or N2 negative, counted once
+    assert sum(n for _, n in head["test_auroc_injections_vs_controls_by_host_pool"].values()) == head["injection_hosts"], head
+    assert set(head["test_auroc_injections_vs_controls_by_host_pool"]) <= {"N1", "N2"}, head
 
     views = str(training_profile("demo").members[0].dihedral_views)
     [published] = script("ablate_dihedral_views.py", "--views", views)
