@@ -11,9 +11,11 @@ also given for resolved arcs (θ_E at least the host's PSF FWHM), and by θ_E fo
 (S/N >= 20) with the fraction of them unresolved, which shows where the bright arcs are missed;
 and the fraction of the paired controls above the threshold by their injection's arc S/N (arcs
 of S/N < 2, invisible to any finder, found while their controls are not would point at a leak of
-the arc into its host's pixels; found with their controls, at the host). ``--without-hidden-lenses``
+the arc into its host's pixels; found with their controls, at the host); and how many hosts the
+injections share, with their AUROC on the N1 and on the N2 hosts alone. ``--without-hidden-lenses``
 adds the threshold, recall and completeness had the held-out negatives held none of the mock sky's
-hidden lenses (a diagnostic with the truth).
+hidden lenses, and the injections' AUROC had no hidden lens been an injection host (a diagnostic
+with the truth).
 
     python benchmarks/demo_headline.py --lake /path/to/lake [--without-hidden-lenses]
 """
