@@ -69,8 +69,7 @@ def injection_plan(context: dg.AssetExecutionContext, config: InjectionPlanConfi
         lenses = published_graded_lens_ids(lake.lake())
         hosts = selection_hosts(cutouts, config.host_types, lenses)
         if hosts.num_rows == 0:
-            raise InputError(f"no quality-checked {config.host_types} hosts in the cutouts table"
-                             f"{f' ({lenses.size} graded lenses excluded)' if lenses.size else ''}")
+            raise InputError(f"no quality-checked {config.host_types} hosts in the cutouts table ({lenses.size} graded lenses excluded)")
         cfg = injection_config(compute.profile, config.per_cell, config.batch_size, config.theta_e_grid, config.z_l_grid, config.host_splits)
         tasks = plan_injection_grid(hosts, cfg)
     staged = lake.stage(context).table(*PLAN_KEY)

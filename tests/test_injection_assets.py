@@ -79,11 +79,23 @@ def test_hosts_graded_a_lens_are_not_injection_hosts(tmp_path):
     """After an inspection round grades a host a lens, the plan leaves it out: its control would be a lens."""
     from darkhaloscope.search.grades import GRADES_TABLE, new_round, parse_grades_csv
 
-    lake, _, _, plan_hosts = _plan(tmp_path)
+    lake, instance, resources, plan_hosts = _plan(tmp_path)
     assert plan_hosts() == {1, 3, 5, 7}  # the test-split hosts
     csv = b"object_id,grade,ra,dec,score,model_version,known\n3,A,31.3,-2.0,0.99,v1,false\n5,not_a_lens,31.6,-2.0,0.9,v1,false\n"
-    lake.write_table(*GRADES_TABLE, new_round(None, parse_grades_csv(csv, "round1.csv"), "round1.csv", csv))
+    first = new_round(None, parse_grades_csv(csv, "round1.csv"), "round1.csv", csv)
+    lake.write_table(*GRADES_TABLE, first)
     assert plan_hosts() == {1, 5, 7}
+
+    # every test-split host graded a lens: the plan fails, naming the split it found no host in, and
+    # the published plan stays
+    csv = b"object_id,grade,ra,dec,score,model_version,known\n1,B,31.0,-2.0,0.9,v1,false\n5,A,31.6,-2.0,0.9,v1,false\n7,A,31.9,-2.0,0.9,v1,false\n"
+    lake.write_table(*GRADES_TABLE, new_round(first, parse_grades_csv(csv, "round2.csv"), "round2.csv", csv))
+    failed = run_assets([injection.injection_plan.key], resources, instance, raise_on_error=False,
+                        run_config={"ops": {"injection__injection_plan": {"config": PLAN}}})
+    assert not failed.success
+    [event] = failed.get_step_failure_events()
+    assert "no host has split in ('test',)" in event.step_failure_data.error.message
+    assert set(lake.read_table("injection", "injection_plan").column("host_object_id").to_pylist()) == {1, 5, 7}
 
 
 def test_a_batch_failing_the_flux_audit_is_rejected_once_and_the_published_batch_is_kept(planned, monkeypatch):
