@@ -106,9 +106,9 @@ def thresholds(context: dg.AssetExecutionContext, lake: LakeResource, cutout_sco
 
 
 @dg.multi_asset(
-    outs={"selection_function": dg.AssetOut(key=list(SEL), kinds={"parquet"}, owners=OWNERS, code_version="3",
+    outs={"selection_function": dg.AssetOut(key=list(SEL), kinds={"parquet"}, owners=OWNERS, code_version="4",
                                             description="C(θ_E, z_l) per threshold on the injection plan's grid, with heatmaps"),
-          "selection_marginals": dg.AssetOut(key=list(MARG), kinds={"parquet"}, owners=OWNERS, code_version="4",
+          "selection_marginals": dg.AssetOut(key=list(MARG), kinds={"parquet"}, owners=OWNERS, code_version="5",
                                              description="completeness against PSF, depth, source and lensed magnitude, arc S/N")},
     ins={"thresholds": dg.AssetIn(list(THR)), "injection_scores": dg.AssetIn(list(INJ_SCORES)), "injection_plan": dg.AssetIn(list(PLAN_KEY))},
     group_name=GROUP,
@@ -117,7 +117,8 @@ def thresholds(context: dg.AssetExecutionContext, lake: LakeResource, cutout_sco
 def selection_function(context: dg.AssetExecutionContext, lake: LakeResource, thresholds: pa.Table, injection_scores: ds.Dataset, injection_plan: pa.Table):
     """C(θ_E, z_l) for each threshold on the grid the injection plan was built on: n_injected,
     n_failed (excluded from the denominator and counted), n_detected, completeness with Jeffreys
-    68%/95% intervals, cells below the minimum count flagged; marginal completeness; heatmaps and
+    68%/95% intervals on the injections' effective number (n_effective: a host's injections share
+    their outcome), cells below the minimum count flagged; marginal completeness; heatmaps and
     marginal curves stored as PNG beside the table (``artifact=figures``)."""
     with fail_fast_on_bad_input():
         theta_e, z_l = plan_grid(injection_plan)

@@ -163,7 +163,7 @@ class CandidatesConfig(dg.Config):
     dedup_arcsec: float = DEFAULT_DEDUP_ARCSEC
 
 
-@dg.asset(key=list(CANDS), group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="1",
+@dg.asset(key=list(CANDS), group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="2",
           ins={"search_scores": dg.AssetIn(list(SCORES)), "thresholds": dg.AssetIn(list(THR)), "known_lenses": dg.AssetIn(known_lenses.key),
                "injection_scores": dg.AssetIn(list(INJ_SCORES))},
           check_specs=check_specs(CANDS, (au.CANDIDATES_CONTRACT, au.CANDIDATES_ONE_MODEL)))
@@ -172,7 +172,7 @@ def candidates(context: dg.AssetExecutionContext, config: CandidatesConfig, lake
     """Searched galaxies scoring above the threshold, ranked by score, de-duplicated within 3″,
     matched to the known lenses (known vs new, separation and name of the nearest), with the rank
     percentile of their score among all scored galaxies and the search's completeness at the
-    threshold (valid injections above it, with the Jeffreys 68% interval)."""
+    threshold (valid injections above it, with the Jeffreys 68% interval on their effective number)."""
     columns = ["object_id", "sweep_file", "brickname", "ra", "dec", "type", "mag_r", "split", "score", "model_version", "valid"]
     with fail_fast_on_bad_input():
         table = build_candidates(search_scores.to_table(columns=columns), thresholds, known_lenses,

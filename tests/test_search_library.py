@@ -14,6 +14,7 @@ from scipy import stats
 from darkhaloscope import sky
 from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_table, select_negatives
 from darkhaloscope.errors import InputError
+from darkhaloscope.evaluation import marginal_completeness
 from darkhaloscope.imaging.batch import BAND_MISSING_BIT, CutoutBatch
 from darkhaloscope.lake import Lake
 from darkhaloscope.search.candidates import build_candidates, choose_threshold, deduplicate, score_percentiles
@@ -390,3 +391,22 @@ def test_graded_lenses_leave_the_held_out_negatives():
                        "split": ["test"] * 4 + ["train"], "in_training_catalog": [True] * 5})
     assert held_out_negatives(scores).column("object_id").to_pylist() == [10, 11, 12, 13]
     assert held_out_negatives(scores, graded_lens_ids(both)).column("object_id").to_pylist() == [10, 13]
+
+
+def test_candidates_completeness_counts_a_hosts_injections_as_the_marginals_do():
+    """Injections share hosts (each host carries several over the grid): the candidates' completeness
+    interval is the selection function's pooled one, wider than nine independent trials per host give."""
+    rng = np.random.default_rng(2)
+    host = np.repeat(np.arange(12), 9)
+    score = np.where(rng.random(12)[host] < 0.5, 0.9, 0.1) + rng.normal(0, 0.01, host.size)
+    n = host.size
+    injections = pa.table({"injection_id": np.arange(n), "success": np.ones(n, bool), "valid": np.ones(n, bool),
+                           "score": score, "host_object_id": host, "theta_e_arcsec": np.full(n, 1.0)})
+    cand = build_candidates(_scores([150.0], [1.0], [0.95]), _thresholds(), known_lenses_table([]), injections)
+    pooled = [r for r in marginal_completeness(injections, _thresholds(), "theta_e_arcsec", [0.5, 1.5]).to_pylist()
+              if r["threshold_name"] == "fpr_1e-03" and r["bin"] == "all"][0]
+    row = cand.to_pylist()[0]
+    assert row["completeness"] == pooled["completeness"]
+    assert (row["completeness_ci68_lo"], row["completeness_ci68_hi"]) == (pooled["ci68_lo"], pooled["ci68_hi"])
+    lo, hi = jeffreys_interval(pooled["n_detected"], n, 0.68)
+    assert row["completeness_ci68_hi"] - row["completeness_ci68_lo"] > 2 * (hi - lo)

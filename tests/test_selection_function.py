@@ -180,3 +180,61 @@ def test_theta_e_50_crossing():
                                          min_count=11)
     with pytest.raises(InputError, match="no sufficient bins"):
         completeness_crossing(insufficient, "t0.5")
+
+
+def _clustered_banks(replicates: int, hosts: int, per_host: int, seed: int = 11) -> pa.Table:
+    """``replicates`` banks, told apart by ``arc_snr`` = replicate + 0.5: ``hosts`` hosts each with
+    ``per_host`` injections, detected with the host's own probability, drawn from Beta(1, 1) (mean
+    0.5, intra-host correlation 1/3), as a host's depth and light hide or show all its arcs."""
+    rng = np.random.default_rng(seed)
+    n = replicates * hosts * per_host
+    host = np.arange(n) // per_host
+    p_host = rng.beta(1.0, 1.0, replicates * hosts)
+    detected = rng.random(n) < p_host[host]
+    return pa.table({
+        "injection_id": np.arange(n, dtype=np.int64), "success": np.ones(n, bool), "valid": np.ones(n, bool),
+        "score": pa.array(np.where(detected, 0.9, 0.1), pa.float32()),
+        "arc_snr": np.arange(n) // (hosts * per_host) + 0.5, "host_object_id": host,
+    })
+
+
+def test_marginal_intervals_cover_when_hosts_carry_several_injections():
+    """Monte Carlo truth: the population completeness is 0.5. Counting the 9 injections of a host
+    as 9 independent trials, the Jeffreys 68 % interval would cover it about 40 % of the time
+    (deff ≈ 1 + 8/3); on n_effective = n_valid / deff trials it covers at about the nominal rate."""
+    replicates, hosts, per_host = 600, 40, 9
+    m = marginal_completeness(_clustered_banks(replicates, hosts, per_host), THR, "arc_snr", np.arange(replicates + 1.0))
+    m = m.filter(pa.compute.and_(pa.compute.equal(m.column("threshold_name"), "t0.5"), pa.compute.not_equal(m.column("bin"), "all")))
+    lo, hi = (np.asarray(m.column(c).to_pylist(), float) for c in ("ci68_lo", "ci68_hi"))
+    coverage = np.mean((lo <= 0.5) & (0.5 <= hi))
+    assert 0.60 <= coverage <= 0.76, coverage
+    n_valid, k = (np.asarray(m.column(c).to_pylist(), float) for c in ("n_valid", "n_detected"))
+    naive_lo, naive_hi = _jeffreys(k, n_valid, 0.68)
+    assert np.mean((naive_lo <= 0.5) & (0.5 <= naive_hi)) < 0.5
+    n_eff = np.asarray(m.column("n_effective").to_pylist(), float)
+    assert np.all(n_eff <= n_valid) and 2.0 < np.median(n_valid / n_eff) < 5.0
+
+
+def test_cells_with_one_injection_per_host_keep_binomial_intervals():
+    """The grid draws each host once per cell: there n_effective = n_valid and the intervals are the
+    plain Jeffreys ones, while the pooled marginal, where the hosts repeat, is wider."""
+    rng = np.random.default_rng(5)
+    n_hosts, cells = 30, 4
+    host = np.tile(np.arange(n_hosts), cells)
+    detected = rng.random(n_hosts)[host] < 0.5  # a host's injections all found or all missed
+    n = host.size
+    bank = pa.table({
+        "injection_id": np.arange(n, dtype=np.int64), "theta_e_arcsec": np.repeat([1.0, 2.0], n // 2),
+        "z_l": np.tile(np.repeat([0.3, 0.5], n_hosts), 2), "success": np.ones(n, bool), "valid": np.ones(n, bool),
+        "score": pa.array(np.where(detected, 0.9, 0.1), pa.float32()), "host_object_id": host.astype(str),
+    })
+    sel = selection_function(bank, THR, theta_e_centres=[1.0, 2.0], z_l_centres=[0.3, 0.5]).to_pylist()
+    for row in (r for r in sel if r["threshold_name"] == "t0.5"):
+        assert row["n_effective"] == row["n_valid"] == n_hosts
+        lo, hi = _jeffreys(row["n_detected"], row["n_valid"], 0.68)
+        assert (row["ci68_lo"], row["ci68_hi"]) == pytest.approx((lo, hi), abs=1e-12)
+    overall = [r for r in marginal_completeness(bank, THR, "theta_e_arcsec", [0.5, 2.5]).to_pylist()
+               if r["threshold_name"] == "t0.5" and r["bin"] == "all"][0]
+    k = overall["n_detected"]
+    assert overall["n_effective"] == pytest.approx(n / ((n - 1) / (n_hosts - 1)), rel=1e-12)
+    assert overall["ci68_hi"] - overall["ci68_lo"] > np.subtract(*_jeffreys(k, n, 0.68)[::-1]) * 1.5

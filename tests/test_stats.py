@@ -14,6 +14,7 @@ from darkhaloscope.stats import (
     auc_rows,
     average_precision,
     bootstrap_interval,
+    design_effect,
     jeffreys_interval,
     roc_auc,
     roc_curve,
@@ -123,3 +124,29 @@ def test_jeffreys_matches_astropy():
     assert np.isnan(lo[0]) and np.isnan(hi[0])
     with pytest.raises(InputError):
         jeffreys_interval([5], [4])
+
+
+def test_design_effect_of_independent_and_of_wholly_shared_outcomes():
+    rng = np.random.default_rng(3)
+    hits = rng.random(90) < 0.4
+    # every trial its own cluster: exactly 1
+    assert design_effect(hits, np.arange(90))[0] == 1.0
+    # H clusters of m trials that all succeed or all fail together: (Hm - 1) / (H - 1), from
+    # v_cluster = p(1-p)/(H-1) against p(1-p)/(Hm-1)
+    h_count, m = 10, 9
+    cluster_hit = np.arange(h_count) < 4
+    deff = design_effect(np.repeat(cluster_hit, m), np.repeat(np.arange(h_count), m))[0]
+    assert deff == pytest.approx((h_count * m - 1) / (h_count - 1), rel=1e-12)
+    # per group it is each group's own
+    group = np.repeat([0, 1], 45)
+    both = design_effect(hits, np.arange(90) // 3, group, 2)
+    for g in (0, 1):
+        sel = group == g
+        assert both[g] == pytest.approx(design_effect(hits[sel], (np.arange(90) // 3)[sel])[0], rel=1e-12)
+    # undefined (all succeed, one cluster, no trials) -> 1
+    np.testing.assert_array_equal(design_effect([True, True], [0, 1], [0, 2], 3), [1.0, 1.0, 1.0])
+    assert design_effect([True, False, True], [7, 7, 7])[0] == 1.0
+    with pytest.raises(InputError, match="differ in length"):
+        design_effect([True], [0, 1])
+    with pytest.raises(InputError, match="group ids"):
+        design_effect([True], [0], [2], 2)

@@ -104,7 +104,7 @@ def selection_heatmap_png(selection: pa.Table, threshold_name: str) -> bytes:
 
 
 def marginal_png(marginal: pa.Table, xlabel: str | None = None) -> bytes:
-    """Completeness against one binned column, one curve per threshold, 68 % Jeffreys bars.
+    """Completeness against one binned column, one curve per threshold, 68 % Jeffreys bars (on n_effective).
 
     Takes a table from :func:`marginal_completeness` (one ``by``). Insufficient bins are drawn
     with open markers; the legend gives each threshold's overall completeness (the ``'all'`` row).

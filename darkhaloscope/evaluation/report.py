@@ -248,7 +248,7 @@ def _selection_sections(ids: _Ids, selection, selection_heatmaps, marginals, max
     if marginals:
         for label, (png, table) in marginals.items():
             parts.append(f"<h3>{html.escape(label)}</h3>")
-            parts.append(_img(png, f"Completeness against {label}, 68% Jeffreys intervals",
+            parts.append(_img(png, f"Completeness against {label}, 68% Jeffreys intervals on the effective number of injections (a host's injections share their outcome)",
                               ids("fig-marginal", label)))
             parts.append(table_html(table, max_rows=max_rows, el_id=ids("table-marginal", label)))
     else:

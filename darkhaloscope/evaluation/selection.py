@@ -7,6 +7,14 @@ the completeness):
   score null or NaN) is **excluded from the denominator** and counted in ``n_failed``.
 * ``completeness = n_detected / n_valid`` with detection ``score > threshold``; null when
   ``n_valid = 0``. Jeffreys 68 % and 95 % intervals come from :func:`darkhaloscope.stats.jeffreys_interval`.
+* Injections that share a host are not independent trials: a host that hides faint arcs hides
+  all of them. Each row's intervals are Jeffreys intervals on ``n_effective = n_valid / deff``
+  trials (``k n_effective / n_valid`` of them detected), deff the design effect of the rows'
+  hosts (:func:`darkhaloscope.stats.design_effect`, floored at 1, so n_effective <= n_valid;
+  Korn & Graubard 1998). A cell of the grid draws each host once, so there n_effective =
+  n_valid; a marginal pools the cells, and each host carries ~9 injections of the bank, so its
+  intervals widen by what the hosts' shared outcomes cost. Without ``host_object_id`` every
+  injection counts as its own host.
 * A cell with ``n_valid < min_count`` keeps its completeness but is flagged ``sufficient = False``.
 * Coarser bins are built by **adding counts**, never by averaging sub-bin completeness (an average
   gives a near-empty sub-bin the weight of a full one and can be off by a factor of several).
@@ -23,7 +31,7 @@ import pyarrow as pa
 
 from ..constants import depth_mag_from_psfdepth
 from ..errors import InputError
-from ..stats import jeffreys_interval
+from ..stats import design_effect, jeffreys_interval
 from .thresholds import require_columns, usable_thresholds, valid_scores
 
 #: Columns :func:`marginal_completeness` may bin by.
@@ -39,6 +47,7 @@ _COUNT_FIELDS = [
     ("n_failed", pa.int64()),  # render failures + unscorable; excluded from n_valid
     ("n_render_failed", pa.int64()),
     ("n_valid", pa.int64()),
+    ("n_effective", pa.float64()),  # n_valid / the design effect of the injections' hosts; the intervals' trials
     ("n_detected", pa.int64()),
     ("completeness", pa.float64()),
     ("ci68_lo", pa.float64()),
@@ -67,16 +76,23 @@ MARGINAL_SCHEMA = pa.schema(
 )
 
 
-def proportion_columns(k, n, min_count: int) -> dict[str, np.ndarray | list]:
+def proportion_columns(k, n, min_count: int, n_effective=None) -> dict[str, np.ndarray | list]:
     """Proportion k/n with Jeffreys 68 %/95 % intervals and the sufficiency flag.
 
+    n_effective: the number of independent trials the n are worth (n / design effect, <= n;
+    None: n), the intervals then being those of k n_effective / n successes in n_effective trials.
     Returns columns ``completeness`` (None where n = 0), ``ci68_lo/hi``, ``ci95_lo/hi`` (None
     where n = 0) and ``sufficient`` (n >= min_count), as Python lists ready for pyarrow.
     """
     k = np.asarray(k, dtype=np.int64)
     n = np.asarray(n, dtype=np.int64)
-    lo68, hi68 = jeffreys_interval(k, n, 0.68)
-    lo95, hi95 = jeffreys_interval(k, n, 0.95)
+    k_eff, n_eff = k, n
+    if n_effective is not None:
+        n_eff = np.minimum(np.asarray(n_effective, dtype=np.float64), n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            k_eff = np.where(n > 0, k * n_eff / np.maximum(n, 1), 0.0)
+    lo68, hi68 = jeffreys_interval(k_eff, n_eff, 0.68)
+    lo95, hi95 = jeffreys_interval(k_eff, n_eff, 0.95)
     with np.errstate(invalid="ignore", divide="ignore"):
         frac = np.where(n > 0, k / np.maximum(n, 1), np.nan)
     return {
@@ -138,7 +154,8 @@ def _axis(values: np.ndarray, edges, centres, column: str):
 
 
 def _injection_arrays(injection_scores: pa.Table) -> dict[str, np.ndarray]:
-    """Score, usable mask, render-failure mask and arc S/N of the injections, with guards."""
+    """Score, usable mask, render-failure mask, arc S/N and host (an int per distinct
+    ``host_object_id``; each row its own where the column is absent) of the injections, with guards."""
     what = "injection scores"
     require_columns(injection_scores, ("injection_id", "success", "score", "valid"), what)
     score, usable = valid_scores(injection_scores, what)
@@ -159,7 +176,14 @@ def _injection_arrays(injection_scores: pa.Table) -> dict[str, np.ndarray]:
         arc = _column_f64(injection_scores, "arc_snr")
     else:
         arc = np.full(score.shape, np.nan)
-    return {"score": score, "usable": usable, "render_failed": ~success, "arc_snr": arc}
+    if "host_object_id" in injection_scores.column_names:
+        host_col = injection_scores.column("host_object_id")
+        if host_col.null_count:
+            raise InputError(f"{what}: column 'host_object_id' has {host_col.null_count} null value(s)")
+        _, host = np.unique(np.asarray(host_col.to_pylist()), return_inverse=True)
+    else:
+        host = np.arange(score.size)
+    return {"score": score, "usable": usable, "render_failed": ~success, "arc_snr": arc, "host": host}
 
 
 def _count_cells(cell: np.ndarray, n_cells: int, arr: dict[str, np.ndarray], thr: float,
@@ -173,7 +197,10 @@ def _count_cells(cell: np.ndarray, n_cells: int, arr: dict[str, np.ndarray], thr
     n_inj = bc().astype(np.int64)
     n_valid = bc(usable.astype(np.float64)).astype(np.int64)
     n_render = bc(arr["render_failed"].astype(np.float64)).astype(np.int64)
-    n_det = bc((usable & (np.where(usable, score, -np.inf) > thr)).astype(np.float64)).astype(np.int64)
+    detected = usable & (np.where(usable, score, -np.inf) > thr)
+    n_det = bc(detected.astype(np.float64)).astype(np.int64)
+    deff = design_effect(detected[usable], arr["host"][usable], cell[usable], n_cells)
+    n_effective = n_valid / np.maximum(deff, 1.0)
     sum_score = bc(np.where(usable, score, 0.0))
     arc_ok = usable & np.isfinite(arc)
     n_arc = bc(arc_ok.astype(np.float64))
@@ -186,9 +213,10 @@ def _count_cells(cell: np.ndarray, n_cells: int, arr: dict[str, np.ndarray], thr
         "n_failed": (n_inj - n_valid).tolist(),
         "n_render_failed": n_render.tolist(),
         "n_valid": n_valid.tolist(),
+        "n_effective": n_effective.tolist(),
         "n_detected": n_det.tolist(),
     }
-    out.update(proportion_columns(n_det, n_valid, min_count))
+    out.update(proportion_columns(n_det, n_valid, min_count, n_effective))
     out["mean_score"] = _nullable(mean_score)
     out["mean_arc_snr"] = _nullable(mean_arc)
     return out

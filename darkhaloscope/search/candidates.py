@@ -29,8 +29,9 @@ from astropy.coordinates import SkyCoord
 
 from ..catalog.crossmatch import DEFAULT_MATCH_RADIUS_ARCSEC
 from ..errors import InputError
+from ..evaluation.selection import proportion_columns
 from ..evaluation.thresholds import usable_thresholds
-from ..stats import jeffreys_interval
+from ..stats import design_effect
 
 DEFAULT_DEDUP_ARCSEC = 3.0
 #: Score columns a candidate keeps from its search_scores row.
@@ -116,16 +117,20 @@ def nearest_known(ra: np.ndarray, dec: np.ndarray, known_lenses: pa.Table) -> tu
 
 
 def injection_completeness(injections: pa.Table | None, threshold: float) -> tuple[float | None, float | None, float | None, int]:
-    """(completeness, 68 % low, 68 % high, n valid injections) above ``threshold``."""
+    """(completeness, 68 % low, 68 % high, n valid injections) above ``threshold``; the interval
+    counts the injections of one host (``host_object_id``, where present) as the design effect of
+    their shared outcomes allows, as the selection function's marginals do (``proportion_columns``)."""
     if injections is None or injections.num_rows == 0:
         return None, None, None, 0
     ok = injections.filter(pc.fill_null(injections.column("valid"), False))
     n = ok.num_rows
     if n == 0:
         return None, None, None, 0
-    k = int(np.sum(ok.column("score").to_numpy(zero_copy_only=False) > threshold))
-    lo, hi = jeffreys_interval(k, n, 0.68)
-    return k / n, float(lo), float(hi), n
+    detected = ok.column("score").to_numpy(zero_copy_only=False) > threshold
+    host = ok.column("host_object_id").to_pylist() if "host_object_id" in ok.column_names else np.arange(n)
+    n_effective = n / max(float(design_effect(detected, np.asarray(host))[0]), 1.0)
+    props = proportion_columns([int(detected.sum())], [n], 1, [n_effective])
+    return props["completeness"][0], props["ci68_lo"][0], props["ci68_hi"][0], n
 
 
 def build_candidates(scores: pa.Table, thresholds: pa.Table, known_lenses: pa.Table, injections: pa.Table | None = None,
