@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from scipy import stats as st
 
@@ -204,7 +205,7 @@ def test_marginal_intervals_cover_when_hosts_carry_several_injections():
     (deff ≈ 1 + 8/3); on n_effective = n_valid / deff trials it covers at about the nominal rate."""
     replicates, hosts, per_host = 600, 40, 9
     m = marginal_completeness(_clustered_banks(replicates, hosts, per_host), THR, "arc_snr", np.arange(replicates + 1.0))
-    m = m.filter(pa.compute.and_(pa.compute.equal(m.column("threshold_name"), "t0.5"), pa.compute.not_equal(m.column("bin"), "all")))
+    m = m.filter(pc.and_(pc.equal(m.column("threshold_name"), "t0.5"), pc.not_equal(m.column("bin"), "all")))
     lo, hi = (np.asarray(m.column(c).to_pylist(), float) for c in ("ci68_lo", "ci68_hi"))
     coverage = np.mean((lo <= 0.5) & (0.5 <= hi))
     assert 0.60 <= coverage <= 0.76, coverage
