@@ -161,7 +161,7 @@ def real_lens_recall(context: dg.AssetExecutionContext, lake: LakeResource, thre
 
 
 @dg.asset(
-    key=list(REPORT), group_name=GROUP, kinds={"html"}, owners=OWNERS, code_version="2",
+    key=list(REPORT), group_name=GROUP, kinds={"html"}, owners=OWNERS, code_version="3",
     ins={"thresholds": dg.AssetIn(list(THR)), "selection_function": dg.AssetIn(list(SEL)), "selection_marginals": dg.AssetIn(list(MARG)),
          "real_lens_recall": dg.AssetIn(list(RECALL)), "fpr_by_confuser": dg.AssetIn(list(FPR)), "cutout_scores": dg.AssetIn(list(CUT_SCORES)),
          "injection_scores": dg.AssetIn(list(INJ_SCORES)), "injection_bank": dg.AssetIn(list(BANK_KEY)), "cutouts": dg.AssetIn(list(CUTOUTS_KEY)),
