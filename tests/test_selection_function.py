@@ -13,8 +13,10 @@ from darkhaloscope.evaluation import (
     completeness_crossing,
     depth_mag_from_psfdepth,
     marginal_completeness,
+    marginal_png,
     selection_function,
 )
+from darkhaloscope.evaluation.plots import bin_tick_labels
 
 THR = pa.table({"name": ["t0.5", "t-unresolvable"], "threshold": pa.array([0.5, None], pa.float64())})
 
@@ -239,3 +241,13 @@ def test_cells_with_one_injection_per_host_keep_binomial_intervals():
     k = overall["n_detected"]
     assert overall["n_effective"] == pytest.approx(n / ((n - 1) / (n_hosts - 1)), rel=1e-12)
     assert overall["ci68_hi"] - overall["ci68_lo"] > np.subtract(*_jeffreys(k, n, 0.68)[::-1]) * 1.5
+
+
+def test_marginal_figure_places_bins_by_their_edges_not_their_centres():
+    """The arc S/N bins span decades and end in an open bin ([50, 1e6], centre 5e5): on an axis in
+    S/N units every other bin would sit at zero. The figure spaces the bins evenly and labels them."""
+    assert bin_tick_labels([0, 2, 5, 10, 20, 50], [2, 5, 10, 20, 50, 1e6]) == ["0–2", "2–5", "5–10", "10–20", "20–50", "≥ 50"]
+    assert bin_tick_labels([0.8, 1.0], [1.0, 1.2]) == ["0.8–1", "1–1.2"]
+    assert bin_tick_labels([22.0, 25.0], [25.0, 26.0]) == ["22–25", "25–26"]
+    png = marginal_png(marginal_completeness(_bank(), THR, "arc_snr", [0, 12, 25, 1e6]), "arc S/N")
+    assert png.startswith(b"\x89PNG")

@@ -103,19 +103,38 @@ def selection_heatmap_png(selection: pa.Table, threshold_name: str) -> bytes:
         return _png(fig)
 
 
+#: An upper edge this many times the lower one (and above it by as much in absolute terms) stands
+#: for "no upper bound" (e.g. the arc S/N bins' [50, 1e6]).
+OPEN_EDGE_RATIO = 1e4
+
+
+def bin_tick_labels(lo, hi) -> list[str]:
+    """Tick labels ``'lo–hi'`` of bins with edges ``lo``, ``hi``; a last bin whose upper edge is a
+    stand-in for infinity (:data:`OPEN_EDGE_RATIO`) reads ``'≥ lo'``."""
+    labels = [f"{a:g}–{b:g}" for a, b in zip(lo, hi)]
+    if labels and hi[-1] >= OPEN_EDGE_RATIO * max(abs(lo[-1]), 1.0):
+        labels[-1] = f"≥ {lo[-1]:g}"
+    return labels
+
+
 def marginal_png(marginal: pa.Table, xlabel: str | None = None) -> bytes:
     """Completeness against one binned column, one curve per threshold, 68 % Jeffreys bars (on n_effective).
 
-    Takes a table from :func:`marginal_completeness` (one ``by``). Insufficient bins are drawn
-    with open markers; the legend gives each threshold's overall completeness (the ``'all'`` row).
+    Takes a table from :func:`marginal_completeness` (one ``by``). The bins sit at equal spacing,
+    labelled by their edges (:func:`bin_tick_labels`): edges may span decades (arc S/N 0–2 to
+    ≥ 50), which an axis in the column's units would crush into one point. Insufficient bins are
+    drawn with open markers; the legend gives each threshold's overall completeness (the ``'all'``
+    row).
     """
-    require_columns(marginal, ("threshold_name", "by", "bin", "bin_centre", "completeness",
+    require_columns(marginal, ("threshold_name", "by", "bin", "bin_lo", "bin_hi", "bin_centre", "completeness",
                                "ci68_lo", "ci68_hi", "sufficient"), "marginal completeness")
     d = {c: marginal.column(c).to_pylist() for c in marginal.column_names}
     bys = sorted(set(d["by"]))
     if len(bys) != 1:
         raise InputError(f"marginal completeness: expected one 'by' column, got {bys}")
     names = list(dict.fromkeys(d["threshold_name"]))
+    bins = sorted({(lo, hi) for lo, hi in zip(d["bin_lo"], d["bin_hi"]) if lo is not None and hi is not None})
+    position = {b: i for i, b in enumerate(bins)}
     with matplotlib.style.context(_STYLE):
         fig = Figure(figsize=(5.0, 3.2), layout="constrained")
         ax = fig.subplots()
@@ -124,7 +143,7 @@ def marginal_png(marginal: pa.Table, xlabel: str | None = None) -> bytes:
             pts = [j for j in rows if d["bin_centre"][j] is not None and d["completeness"][j] is not None]
             overall = [d["completeness"][j] for j in rows if d["bin"][j] == "all"]
             label = name if not overall or overall[0] is None else f"{name} (all: {100 * overall[0]:.2f}%)"
-            x = np.array([d["bin_centre"][j] for j in pts], dtype=float)
+            x = np.array([position[(d["bin_lo"][j], d["bin_hi"][j])] for j in pts], dtype=float)
             y = np.array([d["completeness"][j] for j in pts], dtype=float)
             err = np.array([[y[m] - d["ci68_lo"][j], d["ci68_hi"][j] - y[m]] for m, j in enumerate(pts)],
                            dtype=float).reshape(-1, 2).T
@@ -133,6 +152,7 @@ def marginal_png(marginal: pa.Table, xlabel: str | None = None) -> bytes:
             suff = np.array([bool(d["sufficient"][j]) for j in pts], dtype=bool)
             ax.plot(x[suff], y[suff], "o", color=color, ms=4)
             ax.plot(x[~suff], y[~suff], "o", mfc="white", mec=color, ms=4)
+        ax.set_xticks(range(len(bins)), bin_tick_labels([b[0] for b in bins], [b[1] for b in bins]), fontsize=6)
         ax.set_xlabel(xlabel or bys[0])
         ax.set_ylabel("completeness")
         ax.set_ylim(0.0, 1.0)
