@@ -103,8 +103,8 @@ def selection_heatmap_png(selection: pa.Table, threshold_name: str) -> bytes:
         return _png(fig)
 
 
-#: An upper edge this many times the lower one (and above it by as much in absolute terms) stands
-#: for "no upper bound" (e.g. the arc S/N bins' [50, 1e6]).
+#: An upper edge at least this many times max(|lower edge|, 1) stands for "no upper bound" (e.g.
+#: the arc S/N bins' [50, 1e6]).
 OPEN_EDGE_RATIO = 1e4
 
 
