@@ -81,7 +81,7 @@ def injection_plan(context: dg.AssetExecutionContext, config: InjectionPlanConfi
 
 
 @dg.asset(key=list(BANK_KEY), group_name=GROUP, partitions_def=injection_batches, kinds={"pytorch", "parquet"}, owners=OWNERS,
-          code_version="3", pool="gpu",
+          code_version="4", pool="gpu",
           ins={"injection_plan": dg.AssetIn(list(PLAN_KEY)),
                "cutouts": dg.AssetIn(list(CUTOUTS_KEY), partition_mapping=dg.AllPartitionMapping())},
           check_specs=check_specs(BANK_KEY, (au.INJECTION_MATCHES_LENSTRONOMY, au.INJECTION_PHYSICS_VALID)))

@@ -105,7 +105,7 @@ def test_window_keeps_the_arc_flux_of_a_full_stamp_render():
                             np.full(4, -1), "training", cfg, params, host_row=d.host_row)
     lens, src = task_batches(tasks, "cpu", torch.float32, cfg.priors)
     psf = torch.as_tensor(np.stack([_col(tasks, f"psf_fwhm_{b}") for b in "grz"], axis=1), dtype=torch.float32)
-    full = render_lensed_sources(lens, src, psf, RenderConfig(), with_magnification=False).arc.numpy()
+    full = render_lensed_sources(lens, src, psf, RenderConfig()).arc.numpy()
     inner = window_of(full, 65)
     assert np.all(1 - d.arcs.sum(axis=(1, 2, 3)) / full.sum(axis=(1, 2, 3)) < 1e-3)
     np.testing.assert_allclose(d.arcs, inner, atol=2e-3 * full.max())

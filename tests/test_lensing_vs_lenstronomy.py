@@ -157,6 +157,20 @@ def test_render_matches_lenstronomy_image_model(adaptive):
         assert float(res.magnification[i]) == pytest.approx(mu_ref, rel=5e-3), label
 
 
+def test_magnification_of_a_compact_source_near_the_caustic():
+    """A bank system (θ_E 0.75″, a 0.18″ n = 1.9 source at 0.21 θ_E from the lens centre) against
+    lenstronomy at 12x supersampling, where its mu has converged (8.40 / 8.45 / 8.44 at 5x / 8x / 12x). Taken as
+    the ratio to the unlensed source on the same 4x grid, mu came out 7.69: a source under a pixel
+    across is sampled near its cusp by a few sub-pixels, and the unlensed total was 1.10."""
+    lp = dict(theta_e=0.75, e1=0.000575, e2=-0.003963, center_x=-0.1320, center_y=0.0715, gamma1=0.003576, gamma2=0.009568)
+    sp = dict(r_sersic=0.1764, n_sersic=1.9097, e1=-0.2825, e2=0.2236, center_x=-0.1620, center_y=0.2292)
+    lens = LensBatch.from_arrays(dtype=F64, **{k: [v] for k, v in lp.items()})
+    src = SourceBatch.from_arrays(flux=[[1.0] * 3], dtype=F64, **{k: [v] for k, v in sp.items()})
+    mu = float(render_lensed_sources(lens, src, torch.tensor([[1.41] * 3], dtype=F64), RenderConfig()).magnification[0])
+    _, mu_ref = lenstronomy_reference(lp, sp, 1.41, 1.0, RenderConfig(supersample=12))
+    assert mu == pytest.approx(mu_ref, rel=5e-3)
+
+
 def test_moffat_render_matches_lenstronomy_pixel_kernel_and_float32():
     lp, sp, f = _grid_cases()[6]
     cfg = RenderConfig(psf_profile="moffat")

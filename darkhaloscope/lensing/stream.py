@@ -170,7 +170,7 @@ def _render_chunk(tasks: pa.Table, invvar_window: np.ndarray, cfg: InjectionConf
     """(arcs (n, 3, W, W) float32, r-band arc S/N (n,)) of task rows against their hosts' noise."""
     lens, src = task_batches(tasks, device, torch.float32, cfg.priors)
     psf = torch.as_tensor(np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1), dtype=torch.float32, device=device)
-    arc = render_lensed_sources(lens, src, psf, cfg.render, with_magnification=False).arc
+    arc = render_lensed_sources(lens, src, psf, cfg.render).arc
     iv = torch.as_tensor(np.ascontiguousarray(invvar_window), dtype=torch.float32, device=device)
     snr = arc_snr(arc, iv)[:, 1]
     if cfg.poisson_gain is not None:
