@@ -114,13 +114,9 @@ def _max2x2(a: torch.Tensor) -> torch.Tensor:
     return torch.maximum(torch.maximum(a[:, :-1, :-1], a[:, :-1, 1:]), torch.maximum(a[:, 1:, :-1], a[:, 1:, 1:]))
 
 
-def _map(x: torch.Tensor, y: torch.Tensor, lens: LensBatch | None):
-    return (x, y) if lens is None else ray_shoot(x, y, lens)
-
-
-def pixel_flux_fraction(lens: LensBatch | None, src: SourceBatch, cfg: RenderConfig):
+def pixel_flux_fraction(lens: LensBatch, src: SourceBatch, cfg: RenderConfig):
     """Fraction of the source's total flux in each pixel (B, n, n) [dimensionless], and the number of
-    supersampled pixels per system (B,). ``lens=None`` renders the unlensed source on the same grid.
+    supersampled pixels per system (B,).
 
     Equals mean(unit-flux surface brightness over ss x ss sub-pixels) x pix^2 (see module docstring).
     """
@@ -140,7 +136,7 @@ def pixel_flux_fraction(lens: LensBatch | None, src: SourceBatch, cfg: RenderCon
         xc = (-uc * pix).reshape(1, 1, n + 1).expand(m, n + 1, n + 1)
         yc = (uc * pix).reshape(1, n + 1, 1).expand(m, n + 1, n + 1)
         rows = torch.arange(s0, s1, device=device)
-        bx[s0:s1], by[s0:s1] = _map(xc, yc, None if lens is None else lens.index(rows))
+        bx[s0:s1], by[s0:s1] = ray_shoot(xc, yc, lens.index(rows))
         sb_c[s0:s1] = unit_flux_surface_brightness(bx[s0:s1], by[s0:s1], src.index(rows))
     out = 0.25 * (sb_c[:, :-1, :-1] + sb_c[:, :-1, 1:] + sb_c[:, 1:, :-1] + sb_c[:, 1:, 1:]) * pix * pix
 
@@ -150,11 +146,10 @@ def pixel_flux_fraction(lens: LensBatch | None, src: SourceBatch, cfg: RenderCon
         dx = torch.clamp(torch.maximum(_min2x2(bx) - ex(src.center_x), ex(src.center_x) - _max2x2(bx)), min=0)
         dy = torch.clamp(torch.maximum(_min2x2(by) - ex(src.center_y), ex(src.center_y) - _max2x2(by)), min=0)
         active = dx * dx + dy * dy < ex(r_cut) ** 2
-        if lens is not None:
-            xp, yp = pixel_coordinates(n, pix, dtype, device)
-            rx = xp.reshape(1, 1, n) - ex(lens.center_x)
-            ry = yp.reshape(1, n, 1) - ex(lens.center_y)
-            active |= rx * rx + ry * ry < (2.0 * pix) ** 2
+        xp, yp = pixel_coordinates(n, pix, dtype, device)
+        rx = xp.reshape(1, 1, n) - ex(lens.center_x)
+        ry = yp.reshape(1, n, 1) - ex(lens.center_y)
+        active |= rx * rx + ry * ry < (2.0 * pix) ** 2
     else:
         active = torch.ones((b, n, n), dtype=torch.bool, device=device)
     idx = active.nonzero()  # (M, 3) rows of (b, j, i), in a fixed order
@@ -170,7 +165,7 @@ def pixel_flux_fraction(lens: LensBatch | None, src: SourceBatch, cfg: RenderCon
             bi, j, i = sel[:, 0], sel[:, 1].to(dtype), sel[:, 2].to(dtype)
             x = -((i - c)[:, None] + ox) * pix
             y = ((j - c)[:, None] + oy) * pix
-            sx, sy = _map(x, y, None if lens is None else lens.index(bi))
+            sx, sy = ray_shoot(x, y, lens.index(bi))
             sb = unit_flux_surface_brightness(sx, sy, src.index(bi))
             flat[(sel[:, 0] * n + sel[:, 1]) * n + sel[:, 2]] = sb.mean(dim=1) * (pix * pix)
     return out, active.sum(dim=(1, 2))

@@ -19,8 +19,9 @@ from .priors import DEFAULT_PRIORS, PriorRegistry
 from .render import RenderConfig
 
 #: Stamp-flux bookkeeping tolerance: at most FLUX_TAIL_FRACTION of systems beyond FLUX_TOL, none
-#: beyond FLUX_TOL_MAX. Poisson noise on faint arcs, pixelisation near the caustic and PSF light
-#: past the stamp edge scatter single systems, so the bulk and the tail are bounded separately.
+#: beyond FLUX_TOL_MAX. μ is the lensed flux itself (render module docstring), so what scatters single
+#: systems is Poisson noise on faint arcs and PSF light past the stamp edge; the bulk and the tail are
+#: bounded separately.
 FLUX_TOL, FLUX_TAIL_FRACTION, FLUX_TOL_MAX = 0.02, 0.05, 0.10
 #: Agreement with lenstronomy required of the re-rendered sample: max pixel error over the peak, total flux.
 MAX_PIXEL_ERR_OVER_PEAK, MAX_FLUX_REL_ERR = 0.01, 0.005
