@@ -38,7 +38,11 @@ class TrainingSetConfig(dg.Config):
     injections rendered on the fly while training, the class ratio (at most
     ``negatives_per_positive`` negatives per positive in each split; 0 = every training-catalog
     negative, whose ratio the catalog's ``negatives_per_positive`` sets) and the visual grades used:
-    ``grades_round`` -1 every landed round, 0 none, N rounds 1..N."""
+    ``grades_round`` -1 every landed round, 0 none, N rounds 1..N; ``min_arc_snr``: the injection
+    stream's acceptance threshold on the arc S/N (r-band matched filter) of its training and
+    validation arcs, None for the profile's. A lower one ranks faint arcs higher and costs
+    validation AUROC (its arcs are fainter too) and some bright-arc completeness (BENCHMARKS.md,
+    *The stream's S/N threshold sets how faint arcs rank*)."""
 
     weight_tier_a: float = TIER_WEIGHTS["A"]
     weight_tier_b: float = TIER_WEIGHTS["B"]
@@ -46,6 +50,7 @@ class TrainingSetConfig(dg.Config):
     injections: bool = True
     negatives_per_positive: float = 0.0
     grades_round: int = -1
+    min_arc_snr: float | None = None
 
 
 @dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[cutouts, cutout_validation, SEARCH_TARGETS, VISUAL_GRADES], kinds={"parquet"},
@@ -63,6 +68,7 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
     store = lake.lake()
     profile = training_profile(compute.profile)
     with fail_fast_on_bad_input():
+        stream = profile.stream if config.min_arc_snr is None else replace(profile.stream, min_arc_snr=config.min_arc_snr)
         rows = training_rows(store.read_table(IMAGING, "cutouts", columns=list(CUTOUT_COLUMNS)))
         (images, invvar), _ = load_stamps(store.dataset(IMAGING, "cutouts"), rows.column("object_id").to_numpy(), ("image", "invvar"))
         graded, awaiting, used = grades_for_training(store.read_table(*GRADES_TABLE) if store.exists(*GRADES_TABLE) else None,
@@ -70,7 +76,7 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
         rows, images, invvar, counts = with_graded(rows, images, invvar, graded,
                                                    _graded_cutouts(store, graded, rows, lambda: imaging.source(survey, store)), awaiting)
         table = assemble_training_set(
-            rows, images, invvar, preprocess=profile.preprocess, stream=profile.stream if config.injections else None,
+            rows, images, invvar, preprocess=profile.preprocess, stream=stream if config.injections else None,
             tier_weights={"A": config.weight_tier_a, "B": config.weight_tier_b, "C": config.weight_tier_c},
             negatives_per_positive=config.negatives_per_positive, host_types=profile.injection_host_types, grades={**used, **counts})
     info = store.write_table(GROUP, "training_set", table)

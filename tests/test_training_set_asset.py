@@ -5,6 +5,7 @@ of search candidates joining it (graded lenses as positives, graded non-lenses a
 rounds used recorded)."""
 
 import json
+from dataclasses import replace
 
 import dagster as dg
 import numpy as np
@@ -92,6 +93,24 @@ def test_training_set_asset_records_the_profile(tmp_path):
     md = result.asset_materializations_for_node("training__training_set")[0].metadata
     assert md["counts"].value["train/injection_host"] + md["counts"].value["val/injection_host"] == n_hosts
     assert md["injection_stream"].value["min_arc_snr"] == prof.stream.min_arc_snr
+
+
+def test_training_set_min_arc_snr_sets_the_stream_threshold(tmp_path):
+    lake = Lake(str(tmp_path / "lake"))
+    lake.write_table("imaging", "cutouts", _cutouts(), partition={"sweep_file": SWEEP})
+    config = lambda snr: {"ops": {"training__training_set": {"config": {"min_arc_snr": snr}}}}  # noqa: E731
+    result = dg.materialize([training_set], resources=_resources(lake, tmp_path), run_config=config(3.0))
+    assert result.success
+    prof = training_profile("demo")
+    assert recorded_specs(lake.read_schema("training", "training_set")) == (prof.preprocess, replace(prof.stream, min_arc_snr=3.0))
+    md = result.asset_materializations_for_node("training__training_set")[0].metadata
+    assert md["injection_stream"].value["min_arc_snr"] == 3.0 != prof.stream.min_arc_snr
+    # a threshold no arc S/N can mean is refused by name, and the published table stays as it was
+    bad = dg.materialize([training_set], resources=_resources(lake, tmp_path), run_config=config(-1.0), raise_on_error=False)
+    assert not bad.success
+    failure = next(e for e in bad.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "min_arc_snr must be a finite number >= 0, got -1.0" in str(failure.event_specific_data.error.message)
+    assert recorded_specs(lake.read_schema("training", "training_set"))[1].min_arc_snr == 3.0
 
 
 def _resources(lake: Lake, tmp_path, cutout_source: str = "auto") -> dict:
