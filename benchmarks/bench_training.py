@@ -3,7 +3,7 @@
 Measured in one run, with the demo profile's settings (``darkhaloscope.training.profiles``):
 
 * the stream: accepted injections per second (``lensing.stream.draw_injections``: arcs in the
-  central window, no μ render, S/N acceptance with re-draws) into 101 px hosts, and the render of
+  central window, S/N acceptance with re-draws) into 101 px hosts, and the render of
   the same systems the injection bank's way (whole 101 px stamp, with μ) as the baseline;
 * the data path: augmented, preprocessed batches per second from the epoch dataset (catalog rows
   and injections, the profile's preprocessing);

@@ -40,7 +40,7 @@ class TrainingSetConfig(dg.Config):
     negative, whose ratio the catalog's ``negatives_per_positive`` sets) and the visual grades used:
     ``grades_round`` -1 every landed round, 0 none, N rounds 1..N; ``min_arc_snr``: the injection
     stream's acceptance threshold on the arc S/N (r-band matched filter) of its training and
-    validation arcs, None for the profile's. A lower one ranks faint arcs higher and costs
+    validation arcs, None for the profile's (with ``injections`` false it is refused). A lower one ranks faint arcs higher and costs
     validation AUROC (its arcs are fainter too) and some bright-arc completeness (BENCHMARKS.md,
     *The stream's S/N threshold sets how faint arcs rank*)."""
 
@@ -68,6 +68,9 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
     store = lake.lake()
     profile = training_profile(compute.profile)
     with fail_fast_on_bad_input():
+        if config.min_arc_snr is not None and not config.injections:
+            raise InputError(f"training_set config min_arc_snr={config.min_arc_snr} sets the injection stream's threshold, "
+                             "but injections is false: there is no stream")
         stream = profile.stream if config.min_arc_snr is None else replace(profile.stream, min_arc_snr=config.min_arc_snr)
         rows = training_rows(store.read_table(IMAGING, "cutouts", columns=list(CUTOUT_COLUMNS)))
         (images, invvar), _ = load_stamps(store.dataset(IMAGING, "cutouts"), rows.column("object_id").to_numpy(), ("image", "invvar"))

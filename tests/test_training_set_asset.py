@@ -111,6 +111,11 @@ def test_training_set_min_arc_snr_sets_the_stream_threshold(tmp_path):
     failure = next(e for e in bad.all_events if e.event_type_value == "STEP_FAILURE")
     assert "min_arc_snr must be a finite number >= 0, got -1.0" in str(failure.event_specific_data.error.message)
     assert recorded_specs(lake.read_schema("training", "training_set"))[1].min_arc_snr == 3.0
+    # a threshold without a stream to apply it to is refused too, not silently ignored
+    off = {"ops": {"training__training_set": {"config": {"min_arc_snr": 3.0, "injections": False}}}}
+    bad = dg.materialize([training_set], resources=_resources(lake, tmp_path), run_config=off, raise_on_error=False)
+    failure = next(e for e in bad.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "injections is false" in str(failure.event_specific_data.error.message)
 
 
 def _resources(lake: Lake, tmp_path, cutout_source: str = "auto") -> dict:

@@ -21,8 +21,8 @@ Re-drawing per host keeps shallow and deep hosts equally represented among the p
 selection function measures completeness at every S/N.
 
 Speed: arcs are rendered only in the central ``window`` x ``window`` pixels (an arc of θ_E = 3″
-with β ≤ 0.4 θ_E and its PSF wings loses < 0.1 % of its flux outside 65 px; tested), without the
-unlensed render that μ needs, in chunks of ``render_chunk`` systems on the training device.
+with β ≤ 0.4 θ_E and its PSF wings loses < 0.1 % of its flux outside 65 px; tested), in chunks of
+``render_chunk`` systems on the training device.
 """
 
 from __future__ import annotations
