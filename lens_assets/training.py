@@ -40,9 +40,11 @@ class TrainingSetConfig(dg.Config):
     negative, whose ratio the catalog's ``negatives_per_positive`` sets) and the visual grades used:
     ``grades_round`` -1 every landed round, 0 none, N rounds 1..N; ``min_arc_snr``: the injection
     stream's acceptance threshold on the arc S/N (r-band matched filter) of its training and
-    validation arcs, None for the profile's (with ``injections`` false it is refused). A lower one ranks faint arcs higher and costs
-    validation AUROC (its arcs are fainter too) and some bright-arc completeness (BENCHMARKS.md,
-    *The stream's S/N threshold sets how faint arcs rank*)."""
+    validation arcs; ``faint_fraction``: the share of the training arcs accepted at the stream's
+    lower ``faint_min_arc_snr`` instead; None keeps the profile's value, and either is refused with
+    ``injections`` false. A lower threshold for every arc ranks faint arcs higher and costs
+    validation AUROC (its arcs are fainter too) and some bright-arc completeness; the faint share
+    keeps the bright arcs (BENCHMARKS.md, *The stream's S/N threshold sets how faint arcs rank*)."""
 
     weight_tier_a: float = TIER_WEIGHTS["A"]
     weight_tier_b: float = TIER_WEIGHTS["B"]
@@ -51,10 +53,11 @@ class TrainingSetConfig(dg.Config):
     negatives_per_positive: float = 0.0
     grades_round: int = -1
     min_arc_snr: float | None = None
+    faint_fraction: float | None = None
 
 
 @dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[cutouts, cutout_validation, SEARCH_TARGETS, VISUAL_GRADES], kinds={"parquet"},
-          owners=OWNERS, code_version="5")
+          owners=OWNERS, code_version="6")
 def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, lake: LakeResource, compute: ComputeResource,
                  survey: SurveyResource, imaging: ImagingResource) -> dg.MaterializeResult:
     """Real positives (tier weights A 1.0, B 0.5) and the training catalog's negatives of the train
@@ -68,10 +71,11 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
     store = lake.lake()
     profile = training_profile(compute.profile)
     with fail_fast_on_bad_input():
-        if config.min_arc_snr is not None and not config.injections:
-            raise InputError(f"training_set config min_arc_snr={config.min_arc_snr} sets the injection stream's threshold, "
+        overrides = {k: v for k, v in (("min_arc_snr", config.min_arc_snr), ("faint_fraction", config.faint_fraction)) if v is not None}
+        if overrides and not config.injections:
+            raise InputError(f"training_set config {overrides} sets the injection stream's acceptance, "
                              "but injections is false: there is no stream")
-        stream = profile.stream if config.min_arc_snr is None else replace(profile.stream, min_arc_snr=config.min_arc_snr)
+        stream = replace(profile.stream, **overrides)
         rows = training_rows(store.read_table(IMAGING, "cutouts", columns=list(CUTOUT_COLUMNS)))
         (images, invvar), _ = load_stamps(store.dataset(IMAGING, "cutouts"), rows.column("object_id").to_numpy(), ("image", "invvar"))
         graded, awaiting, used = grades_for_training(store.read_table(*GRADES_TABLE) if store.exists(*GRADES_TABLE) else None,

@@ -13,7 +13,7 @@ import torch
 from darkhaloscope.errors import InputError
 from darkhaloscope.lensing.bank import InjectionConfig, _col, task_batches
 from darkhaloscope.lensing.render import RenderConfig, arc_snr, render_lensed_sources
-from darkhaloscope.lensing.stream import StreamSpec, add_window, draw_injections, window_of
+from darkhaloscope.lensing.stream import StreamSpec, add_window, draw_injections, slot_thresholds, window_of
 from darkhaloscope.training.data import make_arrays, validation_arrays, with_hosts
 from darkhaloscope.training.dataset import AugmentedStampDataset
 from darkhaloscope.training.preprocess import PreprocessSpec, arc_clears_core, core_mask, preprocess
@@ -88,6 +88,27 @@ def test_accepted_by_arc_snr_against_the_host_noise(drawn):
     assert hard.n_below_min == 2 and np.all(hard.candidate >= 0) and np.all(np.isfinite(hard.arc_snr))
 
 
+def test_faint_slots_take_the_lower_threshold_in_training_only():
+    """A stable-hash share of the slots is accepted at faint_min_arc_snr; the rest, and every
+    validation slot, at min_arc_snr; with faint_fraction 0 the stream is the single-threshold one."""
+    spec = _spec(min_arc_snr=8.0, faint_fraction=0.5, faint_min_arc_snr=2.0)
+    ids = np.arange(4000, dtype=np.int64)
+    thr = slot_thresholds(spec, ("train", 0, 0), ids, np.zeros_like(ids))
+    assert set(np.unique(thr)) == {2.0, 8.0} and abs(np.mean(thr == 2.0) - 0.5) < 0.03
+    assert np.array_equal(thr, slot_thresholds(spec, ("train", 0, 0), ids, np.zeros_like(ids)))
+    assert not np.array_equal(thr, slot_thresholds(spec, ("train", 0, 1), ids, np.zeros_like(ids)))  # re-drawn each epoch
+    assert np.all(slot_thresholds(spec.validation, ("val",), ids, np.zeros_like(ids)) == 8.0)
+    _, iv = _stamps(40)
+    hosts = _hosts(40)
+    mixed = draw_injections(hosts, iv, spec, ("train", 0, 0), 1)
+    faint = slot_thresholds(spec, ("train", 0, 0), _col(hosts, "object_id", np.int64), np.zeros(40, np.int64)) == 2.0
+    assert mixed.n_below_min == 0 and np.all(mixed.arc_snr[~faint] >= 8.0) and np.all(mixed.arc_snr[faint] >= 2.0)
+    assert np.any(mixed.arc_snr[faint] < 8.0)  # the faint slots keep arcs the single threshold would redraw
+    single = draw_injections(hosts, iv, _spec(min_arc_snr=8.0), ("train", 0, 0), 1)
+    same = draw_injections(hosts, iv, _spec(min_arc_snr=8.0, faint_fraction=0.0, faint_min_arc_snr=2.0), ("train", 0, 0), 1)
+    assert same.arcs.tobytes() == single.arcs.tobytes()
+
+
 def test_window_keeps_the_arc_flux_of_a_full_stamp_render():
     """The 65 px window of the largest arcs (θ_E near 3″) against the same systems on 101 px."""
     hosts = _hosts(4)
@@ -114,7 +135,13 @@ def test_window_keeps_the_arc_flux_of_a_full_stamp_render():
 def test_spec_round_trips_and_rejects_bad_values():
     spec = _spec()
     assert StreamSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
-    for bad in ({"window": 32}, {"min_arc_snr": -1.0}, {"injections_per_host": 0}):
+    mixed = _spec(faint_fraction=0.25, faint_min_arc_snr=3.0)
+    assert StreamSpec.from_dict(json.loads(json.dumps(mixed.to_dict()))) == mixed
+    # a spec recorded before the faint slots existed reads as a single-threshold stream
+    old = {k: v for k, v in spec.to_dict().items() if k not in ("faint_fraction", "faint_min_arc_snr")}
+    assert StreamSpec.from_dict(old) == spec and spec.faint_fraction == 0.0
+    for bad in ({"window": 32}, {"min_arc_snr": -1.0}, {"injections_per_host": 0}, {"faint_fraction": 1.5},
+                {"faint_min_arc_snr": float("nan")}):
         with pytest.raises(InputError):
             _spec(**bad)
     with pytest.raises(InputError, match="unknown fields"):

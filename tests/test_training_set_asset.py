@@ -95,7 +95,7 @@ def test_training_set_asset_records_the_profile(tmp_path):
     assert md["injection_stream"].value["min_arc_snr"] == prof.stream.min_arc_snr
 
 
-def test_training_set_min_arc_snr_sets_the_stream_threshold(tmp_path):
+def test_training_set_config_sets_the_stream_acceptance(tmp_path):
     lake = Lake(str(tmp_path / "lake"))
     lake.write_table("imaging", "cutouts", _cutouts(), partition={"sweep_file": SWEEP})
     config = lambda snr: {"ops": {"training__training_set": {"config": {"min_arc_snr": snr}}}}  # noqa: E731
@@ -116,6 +116,15 @@ def test_training_set_min_arc_snr_sets_the_stream_threshold(tmp_path):
     bad = dg.materialize([training_set], resources=_resources(lake, tmp_path), run_config=off, raise_on_error=False)
     failure = next(e for e in bad.all_events if e.event_type_value == "STEP_FAILURE")
     assert "injections is false" in str(failure.event_specific_data.error.message)
+    # the faint share of the training arcs, and a share no fraction can be, refused by name
+    faint = {"ops": {"training__training_set": {"config": {"faint_fraction": 0.25}}}}
+    assert dg.materialize([training_set], resources=_resources(lake, tmp_path), run_config=faint).success
+    assert recorded_specs(lake.read_schema("training", "training_set"))[1] == replace(prof.stream, faint_fraction=0.25)
+    over = {"ops": {"training__training_set": {"config": {"faint_fraction": 2.0}}}}
+    bad = dg.materialize([training_set], resources=_resources(lake, tmp_path), run_config=over, raise_on_error=False)
+    failure = next(e for e in bad.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "faint_fraction must be a number in [0, 1], got 2.0" in str(failure.event_specific_data.error.message)
+    assert recorded_specs(lake.read_schema("training", "training_set"))[1].faint_fraction == 0.25
 
 
 def _resources(lake: Lake, tmp_path, cutout_source: str = "auto") -> dict:

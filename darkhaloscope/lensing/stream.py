@@ -14,11 +14,13 @@ chunk, nothing else does). So a stream is a pure function of (hosts, spec, key),
 Hosts and acceptance: every host receives ``injections_per_host`` arcs per epoch (so each host is
 also the paired control of its own injections, as a negative of the same epoch). A slot's arc is
 the first of its tries whose r-band matched-filter S/N against that host's noise (``render.arc_snr``)
-reaches ``min_arc_snr``. The threshold trades the bright arcs against the faint ones: training on
-arcs of S/N >= 3 rather than 10 ranks the demo's S/N 2-5 injections higher (AUROC 0.77-0.79 against
-0.71-0.74) and costs 0.01-0.03 of completeness at S/N >= 50, below its 0.90 target (BENCHMARKS.md).
-Re-drawing per host keeps shallow and deep hosts equally represented among the positives; the
-selection function measures completeness at every S/N.
+reaches the slot's threshold: ``min_arc_snr``, or ``faint_min_arc_snr`` for the share
+``faint_fraction`` of the training slots (:func:`slot_thresholds`). One threshold trades the bright
+arcs against the faint ones: training on arcs of S/N >= 3 rather than 10 ranks the demo's S/N 2-5
+injections higher (AUROC 0.77-0.79 against 0.71-0.74) and costs 0.01-0.03 of completeness at
+S/N >= 50, below its 0.90 target. Half the slots at each keeps both (BENCHMARKS.md, *Half the
+training arcs faint*). Re-drawing per host keeps shallow and deep hosts equally represented among
+the positives; the selection function measures completeness at every S/N.
 
 Speed: arcs are rendered only in the central ``window`` x ``window`` pixels (an arc of θ_E = 3″
 with β ≤ 0.4 θ_E and its PSF wings loses < 0.1 % of its flux outside 65 px; tested), in chunks of
@@ -28,7 +30,7 @@ with β ≤ 0.4 θ_E and its PSF wings loses < 0.1 % of its flux outside 65 px; 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -53,15 +55,19 @@ class StreamSpec:
     injections_per_host: injections into every training host per epoch (each host is also a
     negative of the epoch: the paired control of its injections); val_injections_per_host: the
     same for the fixed validation set on val hosts; min_arc_snr: acceptance threshold on the r-band
-    arc S/N (matched filter); window: side [pixels, odd] of the central window the arcs are rendered
-    in; render_chunk: candidates per render call (memory bound; it changes the arcs by float
-    round-off only); injection: priors, render numerics (its n_pix is replaced by ``window``),
+    arc S/N (matched filter); faint_fraction, faint_min_arc_snr: the share of training slots
+    (chosen by a stable hash of the stream key, host and slot) accepted at the lower threshold
+    ``faint_min_arc_snr`` instead (0: none; validation never takes it, :attr:`validation`);
+    window: side [pixels, odd] of the central window the arcs are rendered in; render_chunk:
+    candidates per render call (memory bound; it changes the arcs by float round-off only); injection: priors, render numerics (its n_pix is replaced by ``window``),
     sigma_v range [km/s], cosmology, Poisson gain and the seed salt.
     """
 
     injections_per_host: int = 1
     val_injections_per_host: int = 2
     min_arc_snr: float = 10.0
+    faint_fraction: float = 0.0
+    faint_min_arc_snr: float = 3.0
     window: int = 65
     render_chunk: int = 256
     injection: InjectionConfig = field(default_factory=lambda: InjectionConfig(salt="injection_stream/v1"))
@@ -72,8 +78,19 @@ class StreamSpec:
                 raise InputError(f"StreamSpec.{name} must be >= 1, got {getattr(self, name)}")
         if self.window < 3 or self.window % 2 == 0:
             raise InputError(f"StreamSpec.window must be odd and >= 3 pixels, got {self.window}")
-        if not (math.isfinite(self.min_arc_snr) and self.min_arc_snr >= 0):
-            raise InputError(f"StreamSpec.min_arc_snr must be a finite number >= 0, got {self.min_arc_snr}")
+        for name in ("min_arc_snr", "faint_min_arc_snr"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise InputError(f"StreamSpec.{name} must be a finite number >= 0, got {v!r}")
+        if not (isinstance(self.faint_fraction, (int, float)) and 0.0 <= self.faint_fraction <= 1.0):
+            raise InputError(f"StreamSpec.faint_fraction must be a number in [0, 1], got {self.faint_fraction!r}")
+
+    @property
+    def validation(self) -> "StreamSpec":
+        """The spec of the fixed validation injections: every slot at ``min_arc_snr``. The faint
+        slots are a training curriculum; validation keeps one threshold, so that the epoch chosen,
+        the calibration and the validation AUROC are measured on the same arcs whatever the mix."""
+        return replace(self, faint_fraction=0.0)
 
     @property
     def config(self) -> InjectionConfig:
@@ -87,7 +104,8 @@ class StreamSpec:
         inj = self.injection
         return {
             "injections_per_host": int(self.injections_per_host), "val_injections_per_host": int(self.val_injections_per_host),
-            "min_arc_snr": float(self.min_arc_snr), "window": int(self.window), "render_chunk": int(self.render_chunk),
+            "min_arc_snr": float(self.min_arc_snr), "faint_fraction": float(self.faint_fraction),
+            "faint_min_arc_snr": float(self.faint_min_arc_snr), "window": int(self.window), "render_chunk": int(self.render_chunk),
             "priors": {k: [p.kind, p.lo, p.hi, p.mu, p.sigma] for k, p in sorted(inj.priors.priors.items())},
             "clump_prob": inj.priors.clump_prob, "n_clumps": list(inj.priors.n_clumps),
             "render": {k: v for k, v in asdict(inj.render).items() if k != "n_pix"},
@@ -97,8 +115,8 @@ class StreamSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> "StreamSpec":
-        known = {"injections_per_host", "val_injections_per_host", "min_arc_snr", "window", "render_chunk", "priors", "clump_prob",
-                 "n_clumps", "render", "sigma_v_range", "cosmology", "poisson_gain", "salt"}
+        known = {"injections_per_host", "val_injections_per_host", "min_arc_snr", "faint_fraction", "faint_min_arc_snr", "window",
+                 "render_chunk", "priors", "clump_prob", "n_clumps", "render", "sigma_v_range", "cosmology", "poisson_gain", "salt"}
         if not isinstance(d, dict) or set(d) - known:
             raise InputError(f"injection stream spec has unknown fields {sorted(set(d) - known) if isinstance(d, dict) else d!r}")
         try:
@@ -108,6 +126,9 @@ class StreamSpec:
                                   cosmology=d["cosmology"], poisson_gain=d["poisson_gain"], salt=d["salt"])
             return cls(injections_per_host=int(d["injections_per_host"]), val_injections_per_host=int(d["val_injections_per_host"]),
                        min_arc_snr=float(d["min_arc_snr"]), window=int(d["window"]), render_chunk=int(d["render_chunk"]),
+                       # streams recorded before the faint slots existed accept every slot at min_arc_snr
+                       faint_fraction=float(d.get("faint_fraction", 0.0)),
+                       faint_min_arc_snr=float(d.get("faint_min_arc_snr", cls.faint_min_arc_snr)),
                        injection=inj)
         except (KeyError, TypeError) as exc:
             raise InputError(f"injection stream spec is incomplete or malformed: {exc!r}") from exc
@@ -120,7 +141,7 @@ class StreamDraw:
     host_row: (n,) row of the hosts table; arcs: (n, 3, W, W) float32 PSF-convolved arcs
     [nmgy/pixel] centred on the stamp centre; arc_snr: (n,) r-band S/N; theta_e_arcsec: (n,);
     seed: (n,) int64 system seeds; candidate: (n,) int64 the try j that each slot took;
-    n_below_min: slots that kept their brightest try below ``min_arc_snr``.
+    n_below_min: slots that kept their brightest try below their threshold (:func:`slot_thresholds`).
     """
 
     host_row: np.ndarray
@@ -180,11 +201,24 @@ def _render_chunk(tasks: pa.Table, invvar_window: np.ndarray, cfg: InjectionConf
     return arc.cpu().numpy().astype(np.float32), snr.double().cpu().numpy()
 
 
+def _slot_hashes(prefix: tuple, host_id: np.ndarray, slot: np.ndarray, *suffix) -> np.ndarray:
+    """(n,) uint64 ``stable_hash64(*prefix, host object id, slot index, *suffix)`` of each slot."""
+    return np.array([stable_hash64(*prefix, int(h), int(i), *suffix) for h, i in zip(host_id, slot)], dtype=np.uint64)
+
+
 def _slot_seeds(spec: StreamSpec, key: tuple, host_id: np.ndarray, slot: np.ndarray, j: int) -> np.ndarray:
     """Seeds (n,) int64 of try ``j`` of slots (host object id, slot index) of the stream keyed ``key``."""
-    salt = spec.injection.salt
-    return np.array([stable_hash64(salt, *key, int(h), int(i), j) & 0x7FFF_FFFF_FFFF_FFFF for h, i in zip(host_id, slot)],
-                    dtype=np.int64)
+    return (_slot_hashes((spec.injection.salt, *key), host_id, slot, j) & np.uint64(0x7FFF_FFFF_FFFF_FFFF)).astype(np.int64)
+
+
+def slot_thresholds(spec: StreamSpec, key: tuple, host_id: np.ndarray, slot: np.ndarray) -> np.ndarray:
+    """(n,) r-band S/N each slot (host object id, slot index) of the stream keyed ``key`` must reach:
+    ``faint_min_arc_snr`` for a stable-hash share ``faint_fraction`` of the slots, else ``min_arc_snr``."""
+    threshold = np.full(host_id.shape, float(spec.min_arc_snr))
+    if spec.faint_fraction > 0:
+        u = _slot_hashes((spec.injection.salt, "faint", *key), host_id, slot) / np.float64(2**64)
+        threshold[u < spec.faint_fraction] = float(spec.faint_min_arc_snr)
+    return threshold
 
 
 def _try_slots(hosts: pa.Table, iv_win: np.ndarray, spec: StreamSpec, key: tuple, slot_host: np.ndarray,
@@ -227,6 +261,7 @@ def draw_injections(hosts: pa.Table, host_invvar: np.ndarray, spec: StreamSpec, 
     slot_index = np.tile(np.arange(per_host, dtype=np.int64), hosts.num_rows)
     arcs = np.zeros((n, len(BANDS), spec.window, spec.window), np.float32)
     snr, theta_e, seed, tries = np.full(n, -np.inf), np.full(n, np.nan), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    threshold = slot_thresholds(spec, key, _col(hosts, "object_id", np.int64)[slot_host], slot_index)
     pending = np.arange(n)
     for j in range(MAX_TRIES_PER_SLOT):
         for c in range(0, pending.size, spec.render_chunk):
@@ -235,7 +270,7 @@ def draw_injections(hosts: pa.Table, host_invvar: np.ndarray, spec: StreamSpec, 
             better = kept & (s > snr[sl])  # the first accepted try, or the brightest so far
             upd = sl[better]
             arcs[upd], snr[upd], theta_e[upd], seed[upd], tries[upd] = a[better], s[better], te[better], sd[better], j
-        pending = pending[snr[pending] < spec.min_arc_snr]
+        pending = pending[snr[pending] < threshold[pending]]
         if not pending.size:
             break
     if np.any(~np.isfinite(snr)):

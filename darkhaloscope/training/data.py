@@ -365,7 +365,8 @@ def validation_arrays(val: TrainingArrays, device="cpu") -> TrainingArrays:
     validation set."""
     if not val.n_hosts or val.stream is None:
         return val
-    draw = draw_injections(val.host_columns, val.invvar, val.stream, VAL_STREAM_KEY, val.stream.val_injections_per_host, device)
+    draw = draw_injections(val.host_columns, val.invvar, val.stream.validation, VAL_STREAM_KEY, val.stream.val_injections_per_host,
+                           device)
     return concat_arrays([val, injected_arrays(val, draw)])
 
 

@@ -6,12 +6,15 @@
   its blue colour there) and an asinh stretch, the azimuthally shuffled arcs of 5 % of the
   injections added as labelled negatives (hard negatives: with the colour channel alone the finder
   accepts blue light without an arc's shape), fresh injections into every host each epoch rendered
-  in the central 57 px, the r < 5 px core of the input zeroed in 30 % of the rows (so no decision
-  rests on the host's core alone: the masked-core gate) but never on an injection whose arc reaches
-  into that core (it would be a positive without its evidence), a fixed number of epochs (the budget
-  is in epochs, never wall-clock), the score the mean logit of the stamp and its 180° rotation (2 of
-  the 8 flips and rotations: nearly all of the 8's gain in recall and completeness, for 8–12 % less
-  throughput of the CPU search where the 8 cost 56 %; BENCHMARKS.md).
+  in the central 57 px, half of them accepted at arc S/N ≥ 3 and half at S/N ≥ 10 (the faint half
+  ranks the S/N 2–10 arcs higher, the bright half keeps the bright arcs' completeness, which
+  training on S/N ≥ 3 alone loses; validation stays at S/N ≥ 10), the r < 5 px core of the input
+  zeroed in 30 % of the rows (so no decision rests on the host's core alone: the masked-core gate)
+  but never on an injection whose arc reaches into that core (it would be a positive without its
+  evidence), a fixed number of epochs (the budget is in epochs, never wall-clock), the score the
+  mean logit of the stamp and its 180° rotation (2 of the 8 flips and rotations: nearly all of the
+  8's gain in recall and completeness, for 8–12 % less throughput of the CPU search where the 8
+  cost 56 %; BENCHMARKS.md).
 * ``full`` is sized for a GPU: Paper IV's compact shielded bottleneck ResNet on full 101 px stamps
   and the strided ResNet as the second member of the stacked ensemble (one hidden layer of 300
   nodes over the two members' probabilities, Paper IV), each member's logit averaged over the
@@ -45,14 +48,15 @@ class TrainingProfile:
 PROFILES = {
     "demo": TrainingProfile(
         preprocess=PreprocessSpec(crop=49, residual="append", stretch="asinh", softening=3.0, colour_difference=True),
-        stream=StreamSpec(injections_per_host=1, val_injections_per_host=2, min_arc_snr=10.0, window=57),
+        stream=StreamSpec(injections_per_host=1, val_injections_per_host=2, min_arc_snr=10.0, faint_fraction=0.5, window=57),
         members=(TrainConfig(arch="strided_resnet", epochs=28, batch_size=64, lr=3e-3, warmup_epochs=0.5, patience=0,
                              val_smoothing=0.5, hard_negative_prob=0.05, core_dropout=0.3, core_dropout_spares_inner_arcs=True,
                              dihedral_views=2, num_workers=0, checkpoint_every_steps=0),),
     ),
     "full": TrainingProfile(
         preprocess=PreprocessSpec(residual="append", stretch="asinh", softening=3.0, colour_difference=True),
-        stream=StreamSpec(injections_per_host=1, val_injections_per_host=1, min_arc_snr=10.0, window=65, render_chunk=1024),
+        stream=StreamSpec(injections_per_host=1, val_injections_per_host=1, min_arc_snr=10.0, faint_fraction=0.5, window=65,
+                          render_chunk=1024),
         members=(
             TrainConfig(arch="bottleneck_resnet", epochs=60, batch_size=512, lr=1e-3, patience=10, val_smoothing=0.5,
                         hard_negative_prob=0.1, core_dropout=0.3, core_dropout_spares_inner_arcs=True,
