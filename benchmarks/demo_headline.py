@@ -136,7 +136,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lake", required=True)
     ap.add_argument("--without-hidden-lenses", action="store_true",
-                    help="also the numbers had the held-out negatives held no hidden lens (reads the mock's truth; DHS_MOCK_SEED names it)")
+                    help="also the numbers had the held-out negatives held no hidden lens (reads the truth of the mock DHS_MOCK_SEED and "
+                         "DHS_MOCK_DIR name, and refuses one whose hidden lenses the lake did not search)")
     a = ap.parse_args()
     hidden = None
     if a.without_hidden_lenses:
@@ -144,7 +145,15 @@ def main() -> None:
 
         from resources.config import build_resources
 
-        hidden = pq.read_table(build_resources()["survey"].mock_manifest().hidden_truth_path, columns=["object_id"]).column("object_id").to_numpy()
+        truth = build_resources()["survey"].mock_manifest().hidden_truth_path
+        hidden = pq.read_table(truth, columns=["object_id"]).column("object_id").to_numpy()
+        # the truth is the mock named by DHS_MOCK_SEED / DHS_MOCK_DIR, not necessarily the lake's: every
+        # hidden lens of the lake's own mock is a searched galaxy, and another seed's are (nearly) not
+        searched = Lake(a.lake).read_table("search", "search_targets", columns=["object_id"]).column("object_id").to_numpy()
+        if not np.isin(hidden, searched).all():
+            raise SystemExit(f"{truth}: {int((~np.isin(hidden, searched)).sum())} of its {hidden.size} hidden lenses are not among "
+                             f"the search targets of {a.lake}, so it is the truth of another mock; set DHS_MOCK_SEED and "
+                             "DHS_MOCK_DIR to those the lake was built with")
     print(json.dumps(headline(Lake(a.lake), hidden)))
 
 
