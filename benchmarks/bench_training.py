@@ -15,7 +15,9 @@ The renderer is not the bottleneck when the render time an epoch needs (its inje
 next to the time its training steps take: ``render_share_of_epoch`` = render time / (render time +
 step time) for the demo's epoch (one injection per host, hosts ~ 80 % of the rows).
 
-    python benchmarks/bench_training.py [--threads 2] [--hosts 128] [--steps 6]
+    python benchmarks/bench_training.py [--threads 2] [--hosts 128] [--steps 6] [--stream '{"faint_fraction": 0}']
+
+``--stream`` overrides fields of the demo profile's stream (the threshold mix against one threshold).
 
 Prints one JSON line (with the load average: compare ratios, not absolute rates, on a shared machine).
 """
@@ -27,6 +29,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -107,23 +110,25 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--hosts", type=int, default=128)
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--stream", default="{}", help="StreamSpec fields over the demo profile's stream (JSON)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     demo, full = training_profile("demo"), training_profile("full")
     member = demo.members[0]
+    stream = replace(demo.stream, **json.loads(args.stream))
     cols, images, invvar = synthetic_hosts(args.hosts)
 
-    draw_injections(cols.slice(0, 8), invvar[:8], demo.stream, ("warm-up",), 1)
+    draw_injections(cols.slice(0, 8), invvar[:8], stream, ("warm-up",), 1)
     t = time.perf_counter()
-    draw = draw_injections(cols, invvar, demo.stream, ("train", 0, 0), 1)
+    draw = draw_injections(cols, invvar, stream, ("train", 0, 0), 1)
     stream_rate = len(draw) / (time.perf_counter() - t)
     tries = float(draw.candidate.mean() + 1)
-    bank_rate = bank_style_rate(cols, draw, demo.stream)
+    bank_rate = bank_style_rate(cols, draw, stream)
 
     # the demo's epoch: 20 % real positives, 80 % negatives that host one injection each
     n_pos = args.hosts // 4
     arrays = make_arrays(np.concatenate([images[:n_pos], images]), np.r_[np.ones(n_pos), np.zeros(args.hosts)].astype(np.int8))
-    arrays = with_hosts(arrays, np.arange(n_pos, n_pos + args.hosts), invvar, cols, demo.stream)
+    arrays = with_hosts(arrays, np.arange(n_pos, n_pos + args.hosts), invvar, cols, stream)
     ds = AugmentedStampDataset(arrays, demo.preprocess, seed=0)
     ds._draw = (0, draw)  # the epoch's injections, rendered above
     batches = batches_for_plan(ds.epoch_plan(0), 0, member.batch_size)
@@ -138,7 +143,7 @@ def main() -> None:
     per_sample_injections = ds.m / len(ds.epoch_plan(0))
     render_s, step_s = per_sample_injections / stream_rate, 1.0 / demo_rate + 1.0 / loader_rate
     print(json.dumps({
-        "bench": "training", "device": "cpu", "threads": args.threads, "load_average_1min": os.getloadavg()[0],
+        "bench": "training", "stream": json.loads(args.stream), "device": "cpu", "threads": args.threads, "load_average_1min": os.getloadavg()[0],
         "stream_accepted_injections_per_s": round(stream_rate, 1), "stream_tries_per_injection": round(tries, 2),
         "bank_style_render_systems_per_s": round(bank_rate, 1),
         "stream_vs_bank_style_render": round(stream_rate * tries / bank_rate, 2),

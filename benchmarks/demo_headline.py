@@ -139,6 +139,7 @@ def main() -> None:
                     help="also the numbers had the held-out negatives held no hidden lens (reads the truth of the mock DHS_MOCK_SEED and "
                          "DHS_MOCK_DIR name, and refuses one whose hidden lenses the lake did not search)")
     a = ap.parse_args()
+    lake = Lake(a.lake)
     hidden = None
     if a.without_hidden_lenses:
         import pyarrow.parquet as pq
@@ -149,12 +150,12 @@ def main() -> None:
         hidden = pq.read_table(truth, columns=["object_id"]).column("object_id").to_numpy()
         # the truth is the mock named by DHS_MOCK_SEED / DHS_MOCK_DIR, not necessarily the lake's: every
         # hidden lens of the lake's own mock is a searched galaxy, and another seed's are (nearly) not
-        searched = Lake(a.lake).read_table("search", "search_targets", columns=["object_id"]).column("object_id").to_numpy()
-        if not np.isin(hidden, searched).all():
-            raise SystemExit(f"{truth}: {int((~np.isin(hidden, searched)).sum())} of its {hidden.size} hidden lenses are not among "
+        unsearched = ~np.isin(hidden, lake.read_table("search", "search_targets", columns=["object_id"]).column("object_id").to_numpy())
+        if unsearched.any():
+            raise SystemExit(f"{truth}: {int(unsearched.sum())} of its {hidden.size} hidden lenses are not among "
                              f"the search targets of {a.lake}, so it is the truth of another mock; set DHS_MOCK_SEED and "
                              "DHS_MOCK_DIR to those the lake was built with")
-    print(json.dumps(headline(Lake(a.lake), hidden)))
+    print(json.dumps(headline(lake, hidden)))
 
 
 if __name__ == "__main__":

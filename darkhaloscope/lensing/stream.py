@@ -59,8 +59,9 @@ class StreamSpec:
     (chosen by a stable hash of the stream key, host and slot) accepted at the lower threshold
     ``faint_min_arc_snr`` instead (0: none; validation never takes it, :attr:`validation`);
     window: side [pixels, odd] of the central window the arcs are rendered in; render_chunk:
-    candidates per render call (memory bound; it changes the arcs by float round-off only); injection: priors, render numerics (its n_pix is replaced by ``window``),
-    sigma_v range [km/s], cosmology, Poisson gain and the seed salt.
+    candidates per render call (memory bound; it changes the arcs by float round-off only);
+    injection: priors, render numerics (its n_pix is replaced by ``window``), sigma_v range [km/s],
+    cosmology, Poisson gain and the seed salt.
     """
 
     injections_per_host: int = 1
@@ -79,11 +80,10 @@ class StreamSpec:
         if self.window < 3 or self.window % 2 == 0:
             raise InputError(f"StreamSpec.window must be odd and >= 3 pixels, got {self.window}")
         for name in ("min_arc_snr", "faint_min_arc_snr"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise InputError(f"StreamSpec.{name} must be a finite number >= 0, got {v!r}")
-        if not (isinstance(self.faint_fraction, (int, float)) and 0.0 <= self.faint_fraction <= 1.0):
-            raise InputError(f"StreamSpec.faint_fraction must be a number in [0, 1], got {self.faint_fraction!r}")
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise InputError(f"StreamSpec.{name} must be a finite number >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.faint_fraction <= 1.0:  # NaN fails too
+            raise InputError(f"StreamSpec.faint_fraction must be a number in [0, 1], got {self.faint_fraction}")
 
     @property
     def validation(self) -> "StreamSpec":
