@@ -5,8 +5,9 @@ Measured in one run, with the demo profile's settings (``darkhaloscope.training.
 * the stream: accepted injections per second (``lensing.stream.draw_injections``: arcs in the
   central window, S/N acceptance with re-draws) into 101 px hosts, and the render of
   the same systems the injection bank's way (whole 101 px stamp, with μ) as the baseline;
-* the data path: augmented, preprocessed batches per second from the epoch dataset (catalog rows
-  and injections, the profile's preprocessing);
+* the data path: augmented, preprocessed batches per second from the epoch dataset over an epoch
+  (catalog rows and injections, the profile's preprocessing), its catalog rows preprocessed once
+  (what training does) against every batch preprocessing them again (the baseline);
 * the model: optimizer steps per second (forward, weighted BCE, backward, clipping, AdamW) of the
   demo's strided ResNet on the profile's input, and of the full profile's bottleneck ResNet on
   101 px.
@@ -44,6 +45,7 @@ from darkhaloscope.lensing.priors import draw_system_parameters  # noqa: E402
 from darkhaloscope.lensing.render import RenderConfig, render_lensed_sources  # noqa: E402
 from darkhaloscope.lensing.stream import draw_injections  # noqa: E402
 from darkhaloscope.training.data import make_arrays, with_hosts  # noqa: E402
+from darkhaloscope.training import dataset as dataset_module  # noqa: E402
 from darkhaloscope.training.dataset import AugmentedStampDataset, batches_for_plan  # noqa: E402
 from darkhaloscope.training.models import build_model, count_parameters  # noqa: E402
 from darkhaloscope.training.profiles import training_profile  # noqa: E402
@@ -51,6 +53,20 @@ from darkhaloscope.training.profiles import training_profile  # noqa: E402
 SIZE = 101
 #: r-band noise of a DR10 coadd pixel [nmgy] (psfdepth_r ~ 1000 / nmgy^2 at 1.2" seeing)
 SIGMA = 0.0045
+
+
+def epoch_loader_rate(arrays, spec, draw, batch_size: int) -> tuple[float, float, list, AugmentedStampDataset]:
+    """(augmented, preprocessed images per second over one epoch's batches, seconds the dataset took
+    to set up (its catalog rows preprocessed once, when they fit), the batches, the dataset) of the
+    epoch dataset with the epoch's injections ``draw``."""
+    t = time.perf_counter()
+    ds = AugmentedStampDataset(arrays, spec, seed=0)
+    setup_s = time.perf_counter() - t
+    ds._draw = (0, draw)  # the epoch's injections, rendered by the caller
+    batches = batches_for_plan(ds.epoch_plan(0), 0, batch_size)
+    t = time.perf_counter()
+    xs = [ds.__getitems__(b) for b in batches]
+    return sum(x[0].shape[0] for x in xs) / (time.perf_counter() - t), setup_s, xs, ds
 
 
 def synthetic_hosts(n: int, seed: int = 0):
@@ -129,12 +145,11 @@ def main() -> None:
     n_pos = args.hosts // 4
     arrays = make_arrays(np.concatenate([images[:n_pos], images]), np.r_[np.ones(n_pos), np.zeros(args.hosts)].astype(np.int8))
     arrays = with_hosts(arrays, np.arange(n_pos, n_pos + args.hosts), invvar, cols, stream)
-    ds = AugmentedStampDataset(arrays, demo.preprocess, seed=0)
-    ds._draw = (0, draw)  # the epoch's injections, rendered above
-    batches = batches_for_plan(ds.epoch_plan(0), 0, member.batch_size)
-    t = time.perf_counter()
-    xs = [ds.__getitems__(b) for b in batches[:4]]
-    loader_rate = sum(x[0].shape[0] for x in xs) / (time.perf_counter() - t)
+    loader_rate, setup_s, xs, ds = epoch_loader_rate(arrays, demo.preprocess, draw, member.batch_size)
+    # the baseline: every batch preprocesses its catalog rows again (rows over the memory bound)
+    max_bytes, dataset_module.PREPROCESSED_ROWS_MAX_BYTES = dataset_module.PREPROCESSED_ROWS_MAX_BYTES, 0
+    every_batch_rate, _, _, _ = epoch_loader_rate(arrays, demo.preprocess, draw, member.batch_size)
+    dataset_module.PREPROCESSED_ROWS_MAX_BYTES = max_bytes
     x, y, _ = xs[0]
     demo_rate, demo_params = step_rate(member.arch, x, y, args.steps)
     xf = torch.randn(member.batch_size, full.preprocess.out_channels(3), SIZE, SIZE)
@@ -147,7 +162,8 @@ def main() -> None:
         "stream_accepted_injections_per_s": round(stream_rate, 1), "stream_tries_per_injection": round(tries, 2),
         "bank_style_render_systems_per_s": round(bank_rate, 1),
         "stream_vs_bank_style_render": round(stream_rate * tries / bank_rate, 2),
-        "loader_images_per_s": round(loader_rate, 1),
+        "loader_images_per_s": round(loader_rate, 1), "loader_rows_preprocessed_each_batch_images_per_s": round(every_batch_rate, 1),
+        "loader_rows_once_vs_each_batch": round(loader_rate / every_batch_rate, 2), "loader_rows_preprocessing_once_s": round(setup_s, 3),
         f"{member.arch}_params": demo_params, f"{member.arch}_train_images_per_s": round(demo_rate, 1),
         f"{full.members[0].arch}_params": full_params, f"{full.members[0].arch}_101px_train_images_per_s": round(full_rate, 2),
         "injections_per_training_sample": round(per_sample_injections, 3),

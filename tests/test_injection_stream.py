@@ -15,7 +15,8 @@ from darkhaloscope.lensing.bank import InjectionConfig, _col, task_batches
 from darkhaloscope.lensing.render import RenderConfig, arc_snr, render_lensed_sources
 from darkhaloscope.lensing.stream import StreamSpec, add_window, draw_injections, slot_thresholds, window_of
 from darkhaloscope.training.data import make_arrays, validation_arrays, with_hosts
-from darkhaloscope.training.dataset import AugmentedStampDataset
+from darkhaloscope.training import dataset as dataset_module
+from darkhaloscope.training.dataset import AugmentedStampDataset, batches_for_plan
 from darkhaloscope.training.preprocess import PreprocessSpec, arc_clears_core, core_mask, preprocess
 
 torch.set_num_threads(1)
@@ -182,6 +183,21 @@ def test_epoch_holds_rows_and_an_injection_into_every_host():
     assert hn.epoch_plan(0).size == n + 2 * m
     _, y_hn, _ = hn.__getitems__([(0, f + m + k) for k in range(m)])
     assert torch.all(y_hn == 0)
+
+
+def test_rows_preprocessed_once_give_the_batches_preprocessed_every_time(monkeypatch):
+    a = _arrays()
+    kw = dict(seed=3, hard_negative_prob=0.5, core_dropout_prob=0.3, core_dropout_spares_inner_arcs=True)
+    a.psfsize_r = np.full(len(a), 1.1, np.float32)
+    once = AugmentedStampDataset(a, PreprocessSpec(crop=33, residual="append", stretch="asinh", colour_difference=True), **kw)
+    assert once._rows_x is not None and once._rows_x.shape == (len(a), 7, 33, 33)
+    monkeypatch.setattr(dataset_module, "PREPROCESSED_ROWS_MAX_BYTES", 0)
+    every = AugmentedStampDataset(a, once.spec, **kw)
+    assert every._rows_x is None
+    for epoch in (0, 1):
+        for keys in batches_for_plan(once.epoch_plan(epoch), epoch, 5):  # mixed batches: rows, injections, hard negatives
+            for p, q in zip(once.__getitems__(keys), every.__getitems__(keys)):
+                assert torch.equal(p, q)
 
 
 def test_validation_set_is_fixed_and_pairs_each_injection_with_its_host():

@@ -37,6 +37,12 @@ from .preprocess import PreprocessSpec, arc_clears_core, core_mask, dihedral, pr
 #: Radial bin width (px) of the azimuthal shuffle used for hard negatives and the hard-negative gate.
 SHUFFLE_BIN_PX = 2.0
 
+#: Memory [bytes] the catalog rows' preprocessed stamps may take. A catalog row's network input
+#: changes between epochs only by its augmentation, which follows the preprocessing, so up to this
+#: size the rows are preprocessed once instead of in every batch of every epoch (the demo's 1,607
+#: training rows: 108 MB; an eighth of an epoch's time on 2 CPU cores, BENCHMARKS.md).
+PREPROCESSED_ROWS_MAX_BYTES = 1 << 30
+
 
 def azimuthal_shuffle(x: np.ndarray, rng: np.random.Generator, bin_px: float = SHUFFLE_BIN_PX) -> np.ndarray:
     """Permute the pixels of (C, H, W) ``x`` within radial bins of ``bin_px`` px, the same permutation
@@ -62,7 +68,8 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
 
     With hosts and a stream spec in ``arrays`` (and ``stream`` True), each epoch renders
     ``arrays.stream.injections_per_host`` fresh injections into every host; call :meth:`prepare_epoch` before
-    DataLoader workers fork so that they share the epoch's arcs. Use :meth:`epoch_plan` for the
+    DataLoader workers fork so that they share the epoch's arcs. The catalog rows are preprocessed once
+    when the dataset is built, while they fit in :data:`PREPROCESSED_ROWS_MAX_BYTES`. Use :meth:`epoch_plan` for the
     shuffled list of an epoch's virtual indices and fetch batches with ``__getitems__([(epoch, v),
     ...])`` -> (x (B, C, H', W') float32, y (B,) float32, w (B,) float32).
     """
@@ -102,6 +109,16 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
         # virtual-index segments: rows, row hard negatives, injections, injection hard negatives
         self.first_injection = self.n + self.hn_rows.size
         self._draw: tuple[int, StreamDraw] | None = None
+        size = spec.out_size(arrays.image.shape[-1])
+        self._out_shape = (spec.out_channels(arrays.image.shape[1]), size, size)
+        self._rows_x = self._preprocess_rows()
+
+    def _preprocess_rows(self, chunk: int = 256) -> torch.Tensor | None:
+        """(N, C, H', W') float32 network input of the N catalog rows before augmentation, or None when it
+        would exceed PREPROCESSED_ROWS_MAX_BYTES (every batch then preprocesses its rows)."""
+        if not self.n or self.n * int(np.prod(self._out_shape)) * 4 > PREPROCESSED_ROWS_MAX_BYTES:
+            return None
+        return torch.cat([preprocess(self.a.image[i : i + chunk], self.spec) for i in range(0, self.n, chunk)])
 
     def __len__(self) -> int:
         return self.first_injection + 2 * self.m
@@ -175,8 +192,16 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
         if np.unique(epochs).size > 1:
             raise InputError("a batch must come from one epoch (see batches_for_plan)")
         epoch = int(epochs[0]) if epochs.size else 0
-        raw, y, w = self._raw(epoch, v)
-        x = preprocess(raw, self.spec)
+        cached = v < self.n if self._rows_x is not None else np.zeros(v.size, bool)
+        fresh = ~cached
+        y, w = np.zeros(v.size, np.float32), np.ones(v.size, np.float32)
+        x = torch.empty((v.size, *self._out_shape), dtype=torch.float32)
+        if cached.any():
+            rows = v[cached]
+            x[torch.from_numpy(cached)], y[cached], w[cached] = self._rows_x[torch.from_numpy(rows)], self.a.label[rows], self.a.weight[rows]
+        if fresh.any():
+            raw, y[fresh], w[fresh] = self._raw(epoch, v[fresh])
+            x[torch.from_numpy(fresh)] = preprocess(raw, self.spec)
         if self.augment:
             # one hash per (epoch, sample) and purpose; keys vary with the epoch so augmentations do too
             code = np.minimum((self._u(epoch, v, "dihedral") * 8).astype(np.int64), 7)
