@@ -221,12 +221,13 @@ def slot_thresholds(spec: StreamSpec, key: tuple, host_id: np.ndarray, slot: np.
     return threshold
 
 
-def _try_slots(hosts: pa.Table, iv_win: np.ndarray, spec: StreamSpec, key: tuple, slot_host: np.ndarray,
+def _try_slots(hosts: pa.Table, iv_win: np.ndarray, spec: StreamSpec, key: tuple, slot_host: np.ndarray, slot_id: np.ndarray,
                slot_index: np.ndarray, j: int, device) -> tuple:
-    """Try ``j`` of the given slots: (rendered (n,) bool, arcs, S/N, θ_E, seeds) (arcs of unrendered
-    candidates, which fail the physical cuts, are zero with S/N -inf)."""
+    """Try ``j`` of the given slots (their hosts' rows and object ids, and slot indices): (rendered (n,)
+    bool, arcs, S/N, θ_E, seeds) (arcs of unrendered candidates, which fail the physical cuts, are zero
+    with S/N -inf)."""
     cfg = spec.config
-    seeds = _slot_seeds(spec, key, _col(hosts, "object_id", np.int64)[slot_host], slot_index, j)
+    seeds = _slot_seeds(spec, key, slot_id, slot_index, j)
     params = draw_system_parameters(seeds, cfg.priors, extra=("theta_e_arcsec", "z_l"))
     m = seeds.size
     tasks, reason = _build_tasks(hosts, params["theta_e_arcsec"], params["z_l"], seeds, np.zeros(m, np.int64),
@@ -261,12 +262,13 @@ def draw_injections(hosts: pa.Table, host_invvar: np.ndarray, spec: StreamSpec, 
     slot_index = np.tile(np.arange(per_host, dtype=np.int64), hosts.num_rows)
     arcs = np.zeros((n, len(BANDS), spec.window, spec.window), np.float32)
     snr, theta_e, seed, tries = np.full(n, -np.inf), np.full(n, np.nan), np.zeros(n, np.int64), np.zeros(n, np.int64)
-    threshold = slot_thresholds(spec, key, _col(hosts, "object_id", np.int64)[slot_host], slot_index)
+    slot_id = _col(hosts, "object_id", np.int64)[slot_host]
+    threshold = slot_thresholds(spec, key, slot_id, slot_index)
     pending = np.arange(n)
     for j in range(MAX_TRIES_PER_SLOT):
         for c in range(0, pending.size, spec.render_chunk):
             sl = pending[c : c + spec.render_chunk]
-            kept, a, s, te, sd = _try_slots(hosts, iv_win, spec, key, slot_host[sl], slot_index[sl], j, device)
+            kept, a, s, te, sd = _try_slots(hosts, iv_win, spec, key, slot_host[sl], slot_id[sl], slot_index[sl], j, device)
             better = kept & (s > snr[sl])  # the first accepted try, or the brightest so far
             upd = sl[better]
             arcs[upd], snr[upd], theta_e[upd], seed[upd], tries[upd] = a[better], s[better], te[better], sd[better], j
@@ -274,7 +276,7 @@ def draw_injections(hosts: pa.Table, host_invvar: np.ndarray, spec: StreamSpec, 
         if not pending.size:
             break
     if np.any(~np.isfinite(snr)):
-        bad = _col(hosts, "object_id", np.int64)[slot_host[~np.isfinite(snr)]]
+        bad = slot_id[~np.isfinite(snr)]
         raise InputError(f"injection stream {key}: hosts {np.unique(bad)[:5].tolist()} got no physical system in "
                          f"{MAX_TRIES_PER_SLOT} tries; check the priors and sigma_v_range")
     return StreamDraw(host_row=slot_host, arcs=arcs, arc_snr=snr, theta_e_arcsec=theta_e, seed=seed, candidate=tries,

@@ -32,7 +32,7 @@ from ..errors import InputError
 from ..lensing.stream import StreamDraw, add_window, draw_injections
 from ..seeding import rng_for, stable_hash64, unit_hash_array
 from .data import TrainingArrays
-from .preprocess import PreprocessSpec, arc_clears_core, core_mask, dihedral, preprocess, radial_bins
+from .preprocess import PreprocessSpec, arc_clears_core, core_mask, dihedral, preprocess, preprocess_in_batches, radial_bins
 
 #: Radial bin width (px) of the azimuthal shuffle used for hard negatives and the hard-negative gate.
 SHUFFLE_BIN_PX = 2.0
@@ -113,12 +113,12 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
         self._out_shape = (spec.out_channels(arrays.image.shape[1]), size, size)
         self._rows_x = self._preprocess_rows()
 
-    def _preprocess_rows(self, chunk: int = 256) -> torch.Tensor | None:
+    def _preprocess_rows(self) -> torch.Tensor | None:
         """(N, C, H', W') float32 network input of the N catalog rows before augmentation, or None when it
         would exceed PREPROCESSED_ROWS_MAX_BYTES (every batch then preprocesses its rows)."""
         if not self.n or self.n * int(np.prod(self._out_shape)) * 4 > PREPROCESSED_ROWS_MAX_BYTES:
             return None
-        return torch.cat([preprocess(self.a.image[i : i + chunk], self.spec) for i in range(0, self.n, chunk)])
+        return preprocess_in_batches(self.a.image, self.spec)
 
     def __len__(self) -> int:
         return self.first_injection + 2 * self.m
@@ -192,16 +192,18 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
         if np.unique(epochs).size > 1:
             raise InputError("a batch must come from one epoch (see batches_for_plan)")
         epoch = int(epochs[0]) if epochs.size else 0
-        cached = v < self.n if self._rows_x is not None else np.zeros(v.size, bool)
-        fresh = ~cached
-        y, w = np.zeros(v.size, np.float32), np.ones(v.size, np.float32)
-        x = torch.empty((v.size, *self._out_shape), dtype=torch.float32)
-        if cached.any():
-            rows = v[cached]
+        cached = v < self.n
+        if self._rows_x is None or not cached.any():
+            raw, y, w = self._raw(epoch, v)
+            x = preprocess(raw, self.spec)
+        else:
+            rows, fresh = v[cached], ~cached
+            x = torch.empty((v.size, *self._out_shape), dtype=torch.float32)
+            y, w = np.empty(v.size, np.float32), np.empty(v.size, np.float32)
             x[torch.from_numpy(cached)], y[cached], w[cached] = self._rows_x[torch.from_numpy(rows)], self.a.label[rows], self.a.weight[rows]
-        if fresh.any():
-            raw, y[fresh], w[fresh] = self._raw(epoch, v[fresh])
-            x[torch.from_numpy(fresh)] = preprocess(raw, self.spec)
+            if fresh.any():
+                raw, y[fresh], w[fresh] = self._raw(epoch, v[fresh])
+                x[torch.from_numpy(fresh)] = preprocess(raw, self.spec)
         if self.augment:
             # one hash per (epoch, sample) and purpose; keys vary with the epoch so augmentations do too
             code = np.minimum((self._u(epoch, v, "dihedral") * 8).astype(np.int64), 7)

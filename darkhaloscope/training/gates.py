@@ -39,7 +39,7 @@ from ..stats import roc_auc
 from .data import TrainingArrays
 from .dataset import SHUFFLE_BIN_PX, hard_negative
 from .inference import score_stamps
-from .preprocess import PreprocessSpec, arc_clears_core, core_mask, preprocess, radial_profile
+from .preprocess import PreprocessSpec, arc_clears_core, core_mask, preprocess_in_batches, radial_profile
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,6 @@ def _gate(name: str, value: float, threshold: float | None = None, **details) ->
     return {"name": name, "value": float(value), "threshold": t, "passed": ok, "blocking": g.blocking, **details}
 
 
-def _preprocessed(images, spec: PreprocessSpec, batch_size: int = 512) -> torch.Tensor:
-    return torch.cat([preprocess(images[i : i + batch_size], spec) for i in range(0, len(images), batch_size)])
-
-
 def cross_validated_lr_auc(features: np.ndarray, labels: np.ndarray, seed: object = 0, folds: int = 5) -> float:
     """AUROC of out-of-fold logistic-regression probabilities (standardised features, L2, stratified k-fold)."""
     from sklearn.linear_model import LogisticRegression
@@ -104,14 +100,14 @@ def core_features(x: torch.Tensor, radius: float = 5.0) -> np.ndarray:
 def core_lr_gate(images, labels, spec: PreprocessSpec, radius: float = 5.0, threshold: float | None = None,
                  seed: object = 0, folds: int = 5, name: str = "core_lr_auc") -> dict:
     """Core-only LR gate ``name`` on raw stamps ``images`` (N, 3, H, W) nanomaggies preprocessed with ``spec``."""
-    auc = cross_validated_lr_auc(core_features(_preprocessed(images, spec), radius), labels, (seed, "core"), folds)
+    auc = cross_validated_lr_auc(core_features(preprocess_in_batches(images, spec), radius), labels, (seed, "core"), folds)
     return _gate(name, auc, threshold, radius_px=radius, folds=folds, n=int(len(labels)))
 
 
 def radial_profile_lr_gate(images, labels, spec: PreprocessSpec, threshold: float | None = None,
                            seed: object = 0, folds: int = 5) -> dict:
     """Radial-profile LR gate: azimuthal-mean profile (channels x 1 px bins to the stamp edge)."""
-    x = _preprocessed(images, spec)
+    x = preprocess_in_batches(images, spec)
     n_bins = x.shape[-1] // 2 + 1  # out to the stamp edge, not its corners
     feats = radial_profile(x, 1.0, "mean")[:, :, :n_bins].reshape(x.shape[0], -1).cpu().numpy()
     auc = cross_validated_lr_auc(feats, labels, (seed, "radial"), folds)

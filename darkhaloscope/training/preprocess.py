@@ -308,6 +308,12 @@ def preprocess(batch, spec: PreprocessSpec) -> torch.Tensor:
     return z.contiguous()
 
 
+def preprocess_in_batches(images, spec: PreprocessSpec, batch_size: int = 512) -> torch.Tensor:
+    """:func:`preprocess` of (N, 3, H, W) stamps ``batch_size`` at a time (bounded temporaries), as one
+    (N, C, H', W') tensor; each stamp's result does not depend on the batch it is in."""
+    return torch.cat([preprocess(images[i : i + batch_size], spec) for i in range(0, len(images), batch_size)])
+
+
 #: Subgroups of the stamp's dihedral group by their size, as :func:`dihedral` codes: the stamp as
 #: is; with its 180° rotation; with its two mirror images about the axes too (the Klein four-group);
 #: all 8 flips and rotations. Scoring averages over one (``CheckpointSpec.dihedral_views``).
