@@ -8,6 +8,9 @@ Measured in one run, with the demo profile's settings (``darkhaloscope.training.
 * the data path: augmented, preprocessed batches per second from the epoch dataset over an epoch
   (catalog rows and injections, the profile's preprocessing), its catalog rows preprocessed once
   (what training does) against every batch preprocessing them again (the baseline);
+* the validation every epoch: validation stamps scored per second (one view, as the training loop
+  picks its epoch), preprocessed once when training starts (what training does) against
+  preprocessing them at every epoch (the baseline);
 * the model: optimizer steps per second (forward, weighted BCE, backward, clipping, AdamW) of the
   demo's strided ResNet on the profile's input, and of the full profile's bottleneck ResNet on
   101 px.
@@ -47,6 +50,7 @@ from darkhaloscope.lensing.stream import draw_injections  # noqa: E402
 from darkhaloscope.training.data import make_arrays, with_hosts  # noqa: E402
 from darkhaloscope.training import dataset as dataset_module  # noqa: E402
 from darkhaloscope.training.dataset import AugmentedStampDataset, batches_for_plan  # noqa: E402
+from darkhaloscope.training.inference import PreprocessedStamps, stamp_logits  # noqa: E402
 from darkhaloscope.training.models import build_model, count_parameters  # noqa: E402
 from darkhaloscope.training.profiles import training_profile  # noqa: E402
 
@@ -67,6 +71,21 @@ def epoch_loader_rate(arrays, spec, draw, batch_size: int) -> tuple[float, float
     t = time.perf_counter()
     xs = [ds.__getitems__(b) for b in batches]
     return sum(x[0].shape[0] for x in xs) / (time.perf_counter() - t), setup_s, xs, ds
+
+
+def validation_rate(images, spec, batch_size: int, once: bool, repeats: int = 3) -> tuple[float, float]:
+    """(validation stamps scored per second by a demo network, seconds the one-off preprocessing
+    took) with the stamps preprocessed once (``once``) or at each validation."""
+    torch.manual_seed(0)
+    net = build_model("strided_resnet", spec.out_channels(3)).eval()
+    t = time.perf_counter()
+    stamps = PreprocessedStamps(images, spec, torch.device("cpu"), batch_size) if once else images
+    setup_s = time.perf_counter() - t
+    stamp_logits(net, spec, stamps, "cpu", batch_size)  # warm-up
+    t = time.perf_counter()
+    for _ in range(repeats):
+        stamp_logits(net, spec, stamps, "cpu", batch_size)
+    return repeats * len(images) / (time.perf_counter() - t), setup_s
 
 
 def synthetic_hosts(n: int, seed: int = 0):
@@ -150,6 +169,10 @@ def main() -> None:
     max_bytes, dataset_module.PREPROCESSED_ROWS_MAX_BYTES = dataset_module.PREPROCESSED_ROWS_MAX_BYTES, 0
     every_batch_rate, _, _, _ = epoch_loader_rate(arrays, demo.preprocess, draw, member.batch_size)
     dataset_module.PREPROCESSED_ROWS_MAX_BYTES = max_bytes
+    # the hosts twice stand in for the validation set (the demo's: its val rows and 2 fixed injections per val host)
+    val_images = np.concatenate([images, images])
+    val_once, val_setup_s = validation_rate(val_images, demo.preprocess, member.val_batch_size, once=True)
+    val_each, _ = validation_rate(val_images, demo.preprocess, member.val_batch_size, once=False)
     x, y, _ = xs[0]
     demo_rate, demo_params = step_rate(member.arch, x, y, args.steps)
     xf = torch.randn(member.batch_size, full.preprocess.out_channels(3), SIZE, SIZE)
@@ -164,6 +187,8 @@ def main() -> None:
         "stream_vs_bank_style_render": round(stream_rate * tries / bank_rate, 2),
         "loader_images_per_s": round(loader_rate, 1), "loader_rows_preprocessed_each_batch_images_per_s": round(every_batch_rate, 1),
         "loader_rows_once_vs_each_batch": round(loader_rate / every_batch_rate, 2), "loader_rows_preprocessing_once_s": round(setup_s, 3),
+        "validation_stamps_per_s": round(val_once, 1), "validation_preprocessing_each_time_stamps_per_s": round(val_each, 1),
+        "validation_once_vs_each_time": round(val_once / val_each, 2), "validation_preprocessing_once_s": round(val_setup_s, 3),
         f"{member.arch}_params": demo_params, f"{member.arch}_train_images_per_s": round(demo_rate, 1),
         f"{full.members[0].arch}_params": full_params, f"{full.members[0].arch}_101px_train_images_per_s": round(full_rate, 2),
         "injections_per_training_sample": round(per_sample_injections, 3),

@@ -7,9 +7,10 @@ from torch import nn
 
 from darkhaloscope.training.data import synthetic_arrays
 from darkhaloscope.training.gates import (
-    arcs_outside_core, core_lr_gate, core_masked_drop_gate, cross_validated_lr_auc, hard_negative_gate, radial_profile_lr_gate, run_gates,
+    arcs_outside_core, core_features, core_lr_gate, core_masked_drop_gate, cross_validated_lr_auc, hard_negative_gate,
+    radial_profile_lr_gate, run_gates,
 )
-from darkhaloscope.training.preprocess import PreprocessSpec, core_mask, radius_grid
+from darkhaloscope.training.preprocess import PreprocessSpec, core_mask, preprocess, radius_grid
 
 torch.set_num_threads(1)
 SPEC = PreprocessSpec()
@@ -61,6 +62,22 @@ def test_arc_data_with_matched_cores_passes_core_gate(arc):
     # the radial profile does see a ring: informative, non-blocking by default
     r = radial_profile_lr_gate(arc.image, arc.label, SPEC)
     assert r["value"] > 0.8 and not r["blocking"]
+
+
+def test_core_features_keep_one_of_each_mirrored_pair_of_the_antisymmetric_channels(core):
+    """An antisymmetric channel's core pixel is the negative of its mirror image, so the core gate
+    reads half of that core (no information lost) and the planted core shortcut still fails it."""
+    spec = PreprocessSpec(residual="append", stretch="asinh", colour_difference=True, antisymmetric=True)
+    x = preprocess(core.image[:8], spec)
+    k = int(core_mask(33, 33, 5.0).sum())  # 69 pixels, the centre among them
+    f = core_features(x, spec)
+    assert f.shape == (8, 7 * k + 3 * (k // 2))
+    m = torch.from_numpy(core_mask(33, 33, 5.0))
+    anti = x[:, spec.antisymmetric_channels()]
+    assert torch.equal(anti, -torch.flip(anti, dims=(-2, -1))) and torch.all(anti[:, :, 16, 16] == 0)
+    assert np.array_equal(f[:, : 7 * k], x[:, :7][:, :, m].reshape(8, -1).numpy())
+    g = core_lr_gate(core.image, core.label, spec)
+    assert not g["passed"] and g["value"] > 0.7
 
 
 def test_cross_validation_is_not_train_on_train():

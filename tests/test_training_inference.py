@@ -9,7 +9,7 @@ import torch
 
 from darkhaloscope.errors import InputError
 from darkhaloscope.training.checkpoint import CheckpointSpec
-from darkhaloscope.training.inference import resolve_device, score_stamps, stamp_logits, validate_stamps
+from darkhaloscope.training.inference import PreprocessedStamps, resolve_device, score_stamps, stamp_logits, validate_stamps
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.preprocess import PreprocessSpec
 
@@ -42,6 +42,27 @@ def test_streaming_iterator_equals_array_and_batch_size_independent(model):
     c, _, _ = score_stamps(model, PreprocessSpec(), torch.from_numpy(x), device="cpu", batch_size=1)
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+
+
+def test_stamps_preprocessed_once_score_to_the_same_bytes(model):
+    """The training loop preprocesses its validation stamps once and scores them every epoch: the
+    same logits, invalid rows included, as preprocessing them at each call; another spec or batch
+    size is refused."""
+    x = np.random.default_rng(4).normal(1, 0.1, (9, 3, 33, 33)).astype(np.float32)
+    x[2, 1, 5, 5] = np.nan
+    x[7, 0] = 0.0
+    spec = PreprocessSpec(residual="append", stretch="asinh", colour_difference=True, antisymmetric=True)
+    net = build_model("strided_resnet", spec.out_channels(3)).eval()
+    once = PreprocessedStamps(x, spec, torch.device("cpu"), batch_size=4)
+    for _ in range(2):
+        a, ok_a, reason_a = stamp_logits(net, spec, once, device="cpu", batch_size=4)
+        b, ok_b, reason_b = stamp_logits(net, spec, x, device="cpu", batch_size=4)
+        assert np.array_equal(a, b, equal_nan=True) and np.array_equal(ok_a, ok_b) and list(reason_a) == list(reason_b)
+    assert ok_a.tolist().count(False) == 2
+    with pytest.raises(InputError, match="batches of 4"):
+        stamp_logits(net, spec, once, device="cpu", batch_size=8)
+    with pytest.raises(InputError, match="cannot be scored"):
+        stamp_logits(model, PreprocessSpec(), once, device="cpu", batch_size=4)
 
 
 def test_device_resolution(monkeypatch):

@@ -91,16 +91,23 @@ def cross_validated_lr_auc(features: np.ndarray, labels: np.ndarray, seed: objec
     return roc_auc(p, y)
 
 
-def core_features(x: torch.Tensor, radius: float = 5.0) -> np.ndarray:
-    """(N, C*K) pixels of preprocessed stamps inside r < radius px (K pixels per channel)."""
-    m = torch.from_numpy(core_mask(x.shape[-2], x.shape[-1], radius)).to(x.device)
-    return x[:, :, m].reshape(x.shape[0], -1).cpu().numpy()
+def core_features(x: torch.Tensor, spec: PreprocessSpec, radius: float = 5.0) -> np.ndarray:
+    """Pixels of stamps preprocessed with ``spec`` inside r < radius px, (N, F): all K core pixels of
+    each channel, but of the antisymmetric channels only those before the centre pixel in raster
+    order, since each of the others is the negative of its mirror image (duplicated features
+    make the logistic regression ill-conditioned: 4x the fitting time, no information)."""
+    n, _, h, w = x.shape
+    m = core_mask(h, w, radius)
+    first_half = m & (np.arange(h * w).reshape(h, w) < (h * w) // 2)
+    anti = spec.antisymmetric_channels()
+    parts = (x[:, : anti.start][:, :, torch.from_numpy(m).to(x.device)], x[:, anti][:, :, torch.from_numpy(first_half).to(x.device)])
+    return torch.cat([p.reshape(n, -1) for p in parts], dim=1).cpu().numpy()
 
 
 def core_lr_gate(images, labels, spec: PreprocessSpec, radius: float = 5.0, threshold: float | None = None,
                  seed: object = 0, folds: int = 5, name: str = "core_lr_auc") -> dict:
     """Core-only LR gate ``name`` on raw stamps ``images`` (N, 3, H, W) nanomaggies preprocessed with ``spec``."""
-    auc = cross_validated_lr_auc(core_features(preprocess_in_batches(images, spec), radius), labels, (seed, "core"), folds)
+    auc = cross_validated_lr_auc(core_features(preprocess_in_batches(images, spec), spec, radius), labels, (seed, "core"), folds)
     return _gate(name, auc, threshold, radius_px=radius, folds=folds, n=int(len(labels)))
 
 

@@ -91,6 +91,29 @@ def stamp_logits(
     return logits, valid, reason
 
 
+def _preprocessed_batches(images, spec: PreprocessSpec, dev: torch.device, batch_size: int) -> Iterable:
+    """(valid (n,), reason (n,), network input of the valid rows or None) per batch of ``batch_size`` stamps."""
+    for batch in _batches(images, batch_size):
+        ok, reason = validate_stamps(batch)
+        x = None
+        if ok.any():
+            sel = np.flatnonzero(ok)
+            xb = batch[torch.from_numpy(sel)] if isinstance(batch, torch.Tensor) else np.asarray(batch)[sel]
+            x = preprocess(torch.as_tensor(xb).to(dev, non_blocking=True), spec)
+        yield ok, reason, x
+
+
+class PreprocessedStamps:
+    """Stamps preprocessed once, for a caller that scores the same stamps many times (the training
+    loop's validation set, every epoch): pass it as the ``images`` of :func:`stamp_logits` with the
+    same spec and ``batch_size``. It holds the batches that call would preprocess, so the logits are
+    the same bytes; the memory is the network input's, (N, C, H', W') float32 on ``device``."""
+
+    def __init__(self, images, spec: PreprocessSpec, device: torch.device, batch_size: int = 256):
+        self.spec, self.batch_size = spec, int(batch_size)
+        self.batches = list(_preprocessed_batches(images, spec, device, self.batch_size))
+
+
 def _view_logits(net: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, views: int) -> torch.Tensor:
     """Mean of net(view) in float32 over ``views`` dihedral views of x (module docstring)."""
     if views == 1:
@@ -110,18 +133,22 @@ def _forward(model, spec, images, dev: torch.device, batch_size: int, input_tran
     views = int(getattr(spec, "dihedral_views", 1))
     if views not in DIHEDRAL_SUBGROUPS:
         raise InputError(f"dihedral_views of the checkpoint spec must be one of {sorted(DIHEDRAL_SUBGROUPS)}, got {views}")
+    if isinstance(images, PreprocessedStamps):
+        if images.spec != pspec or images.batch_size != batch_size:
+            raise InputError(f"stamps preprocessed with {images.spec} in batches of {images.batch_size} cannot be scored "
+                             f"with {pspec} in batches of {batch_size}")
+        batches = images.batches
+    else:
+        batches = _preprocessed_batches(images, pspec, dev, batch_size)
     model = model.to(dev).eval()
     n_members = len(model.members) if members and hasattr(model, "member_logits") else 0
     logits, member, valids, reasons = [], [], [], []
     with torch.inference_mode():
-        for batch in _batches(images, batch_size):
-            ok, reason = validate_stamps(batch)
+        for ok, reason, x in batches:
             out = np.full(ok.shape[0], np.nan, dtype=np.float64)
             mout = np.full((ok.shape[0], n_members), np.nan, dtype=np.float64)
-            if ok.any():
+            if x is not None:
                 sel = np.flatnonzero(ok)
-                xb = batch[torch.from_numpy(sel)] if isinstance(batch, torch.Tensor) else np.asarray(batch)[sel]
-                x = preprocess(torch.as_tensor(xb).to(dev, non_blocking=True), pspec)
                 if input_transform is not None:
                     x = input_transform(x)
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and dev.type == "cuda"):

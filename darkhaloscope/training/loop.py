@@ -46,8 +46,8 @@ from .checkpoint import (
     write_spec,
 )
 from .data import TrainingArrays
-from .dataset import AugmentedStampDataset, batches_for_plan, collate_prebatched, seed_int
-from .inference import calibrated_probability, resolve_device, stamp_logits
+from .dataset import PREPROCESSED_ROWS_MAX_BYTES, AugmentedStampDataset, batches_for_plan, collate_prebatched, seed_int
+from .inference import PreprocessedStamps, calibrated_probability, resolve_device, stamp_logits
 from .metrics import evaluate_scores, json_safe, plot_training_curves, validation_breakdown
 from .models import ARCHITECTURES, build_model
 from .preprocess import DIHEDRAL_SUBGROUPS, PreprocessSpec
@@ -280,6 +280,11 @@ class _Run:
             core_dropout_radius=config.core_dropout_radius, core_dropout_spares_inner_arcs=config.core_dropout_spares_inner_arcs,
             hard_negative_prob=config.hard_negative_prob, device=self.device,
         )
+        # the validation stamps are the same every epoch: preprocessed once while they fit the bound
+        # the training rows have (the logits are the same bytes either way)
+        n, _, h, _ = val_arrays.image.shape
+        fits = n * in_ch * spec.out_size(h) ** 2 * 4 <= PREPROCESSED_ROWS_MAX_BYTES
+        self.val_inputs = PreprocessedStamps(val_arrays.image, spec, self.device, config.val_batch_size) if fits else val_arrays.image
         steps = [len(batches_for_plan(self.ds.epoch_plan(e), e, config.batch_size)) for e in range(config.epochs)]
         self.total_steps = int(sum(steps))
         self.warmup_steps = int(round(config.warmup_epochs * steps[0]))
@@ -354,7 +359,7 @@ class _Run:
     def end_epoch(self, epoch: int, seconds: float) -> None:
         """Validate, record history, keep the best epoch and decide early stopping."""
         c, st = self.config, self.st
-        logits, ok, _ = stamp_logits(self.model, self.spec, self.val.image, self.device, c.val_batch_size, amp=self.amp)
+        logits, ok, _ = stamp_logits(self.model, self.spec, self.val_inputs, self.device, c.val_batch_size, amp=self.amp)
         auroc = roc_auc(logits[ok], self.val.label[ok])
         smoothed = auroc if st["smoothed"] is None else c.val_smoothing * st["smoothed"] + (1 - c.val_smoothing) * auroc
         improved = st["best_auroc"] is None or auroc > st["best_auroc"]

@@ -17,7 +17,13 @@ Pipeline per stamp and band, vectorised over the batch:
    azimuthal-median profile in the core r < 5 px, in units of its noise ``hypot(σ_g, α σ_z)``:
    an arc inside the PSF is nearly round, so the radial profile absorbs it and the residual
    channels lose it, while its colour still differs from the host's;
-4. NaN -> 0 (the annulus median) and a stretch: ``clip`` to ``±clip`` or ``asinh``,
+4. optional antisymmetric channels ``(I - R₁₈₀ I) / √2`` per band, R₁₈₀ the 180° rotation about the
+   host's light centre: an elliptical lens galaxy seen through a point-symmetric PSF is symmetric
+   under that rotation (the rotational asymmetry of Abraham et al. 1996, MNRAS 279, L47; Conselice
+   2003, ApJS 147, 1), so it cancels to its sub-pixel centring, with its ellipticity, its
+   off-centre light and its colour gradient, all of which the radial profile leaves; an arc and its
+   counter-image are not each other's rotation, so they stay; the noise keeps unit sigma;
+5. NaN -> 0 (the annulus median) and a stretch: ``clip`` to ``±clip`` or ``asinh``,
    ``softening * asinh(z / softening)``, linear for faint pixels and logarithmic for bright ones,
    so an arc on top of a bright host core keeps its flux instead of being cut at the clip (a
    ±10σ clip removed a median 15 % of the arc flux, 40 % for θ_E < 1″, where host cores exceed
@@ -32,6 +38,7 @@ centre), which training draws augmentations from and scoring averages over.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
@@ -61,6 +68,8 @@ class PreprocessSpec:
     stretch: 'clip' (clip to ±clip) or 'asinh' (softening * asinh(z / softening), no clip).
     softening: scale of the asinh stretch (units of the annulus sigma).
     colour_difference: append the ``g - α z`` channel (one more channel).
+    antisymmetric: append the stamp's antisymmetric part about the host's light centre (three more
+        channels, :func:`antisymmetric_part`).
     """
 
     annulus_frac: tuple[float, float] = (0.65, 0.9)
@@ -70,6 +79,7 @@ class PreprocessSpec:
     stretch: str = "clip"
     softening: float = 3.0
     colour_difference: bool = False
+    antisymmetric: bool = False
 
     def __post_init__(self) -> None:
         lo, hi = (float(v) for v in self.annulus_frac)
@@ -90,7 +100,12 @@ class PreprocessSpec:
     def out_channels(self, in_channels: int = 3) -> int:
         """Number of channels produced from ``in_channels`` input bands."""
         base = 2 * in_channels if self.residual == "append" else in_channels
-        return base + int(self.colour_difference)
+        return base + int(self.colour_difference) + in_channels * int(self.antisymmetric)
+
+    def antisymmetric_channels(self, in_channels: int = 3) -> slice:
+        """The output channels :func:`antisymmetric_part` fills: the last ``in_channels``, or none."""
+        n = self.out_channels(in_channels)
+        return slice(n - in_channels * int(self.antisymmetric), n)
 
     def out_size(self, size: int) -> int:
         """Output side in pixels for an input stamp of side ``size``."""
@@ -105,7 +120,7 @@ class PreprocessSpec:
     def from_dict(cls, d: dict) -> "PreprocessSpec":
         if not isinstance(d, dict):
             raise InputError(f"preprocessing spec must be a JSON object, got {type(d).__name__}")
-        unknown = set(d) - {"annulus_frac", "clip", "crop", "residual", "stretch", "softening", "colour_difference"}
+        unknown = set(d) - {"annulus_frac", "clip", "crop", "residual", "stretch", "softening", "colour_difference", "antisymmetric"}
         if unknown:
             raise InputError(f"preprocessing spec has unknown fields {sorted(unknown)}")
         kw = dict(d)
@@ -231,6 +246,59 @@ def colour_difference(z: torch.Tensor, scale: torch.Tensor, prof: torch.Tensor) 
     return d.unsqueeze(1)
 
 
+#: The light centre the antisymmetric channels rotate about: the centroid of the r + z light (the
+#: bands where a lens galaxy outshines a blue source) in a Gaussian window of this sigma [px],
+#: re-centred this many times from the stamp centre and held within this many pixels of it, so
+#: that a neighbour cannot pull it away (cutouts are centred on the catalog position, to 0.3 px
+#: in the median on the mock).
+CENTROID_WINDOW_SIGMA_PX = 2.0
+CENTROID_ITERATIONS = 5
+CENTROID_MAX_OFFSET_PX = 3.0
+
+
+@lru_cache(maxsize=8)
+def _centred_axis(size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Offsets [px] of a (size, size) stamp's pixels from its centre pixel along one axis, and the
+    axis's full and real-input FFT frequencies [cycles/px]; float32 on the CPU."""
+    off = torch.arange(size, dtype=torch.float32) - (size - 1) / 2
+    return off, torch.fft.fftfreq(size, dtype=torch.float32), torch.fft.rfftfreq(size, dtype=torch.float32)
+
+
+def light_centre(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, y) offsets [px] of the host's light centre from the stamp centre, each (N, 1, 1), for
+    normalised stamps z (N, 3, H, W) square, NaN-free (see :data:`CENTROID_WINDOW_SIGMA_PX`). The
+    Gaussian window is the product of its x and y factors, so each iteration takes 2 H
+    exponentials per stamp, not H²."""
+    n, _, h, _ = z.shape
+    off = _centred_axis(h)[0].to(z.device, z.dtype)
+    xx, yy = off.view(1, 1, h), off.view(1, h, 1)
+    light = (z[:, 1] + z[:, 2]).clamp(min=0)
+    cx = torch.zeros(n, 1, 1, dtype=z.dtype, device=z.device)
+    cy = torch.zeros_like(cx)
+    for _ in range(CENTROID_ITERATIONS):
+        weight = light * torch.exp(-((yy - cy) ** 2) / (2 * CENTROID_WINDOW_SIGMA_PX**2)) \
+            * torch.exp(-((xx - cx) ** 2) / (2 * CENTROID_WINDOW_SIGMA_PX**2))
+        total = weight.sum((1, 2), keepdim=True) + 1e-9
+        cx = ((weight * xx).sum((1, 2), keepdim=True) / total).clamp(-CENTROID_MAX_OFFSET_PX, CENTROID_MAX_OFFSET_PX)
+        cy = ((weight * yy).sum((1, 2), keepdim=True) / total).clamp(-CENTROID_MAX_OFFSET_PX, CENTROID_MAX_OFFSET_PX)
+    return cx, cy
+
+
+def antisymmetric_part(z: torch.Tensor) -> torch.Tensor:
+    """(N, 3, H, W) ``(I - R₁₈₀ I) / √2`` of normalised stamps z (N, 3, H, W) square, in the same
+    units (a band's noise keeps unit sigma), with R₁₈₀ the 180° rotation about the host's
+    :func:`light_centre`: the stamp is shifted by the Fourier shift theorem so that centre falls on
+    the centre pixel, then rotated there. NaN pixels count as 0 (the annulus median)."""
+    z = torch.nan_to_num(z, nan=0.0, posinf=0.0, neginf=0.0)
+    h, w = z.shape[-2:]
+    _, ky, kx = (t.to(z.device, z.dtype) for t in _centred_axis(h))
+    cx, cy = light_centre(z)
+    # a shift by (-cx, -cy): the spectrum times exp(2πi (kx cx + ky cy)), one factor per axis
+    phase = torch.exp(2j * math.pi * ky.view(1, h, 1) * cy) * torch.exp(2j * math.pi * kx.view(1, 1, -1) * cx)
+    shifted = torch.fft.irfft2(torch.fft.rfft2(z) * phase[:, None], s=(h, w))
+    return (shifted - torch.flip(shifted, dims=(-2, -1))) / math.sqrt(2)
+
+
 # ----------------------------------------------------------------------------- preprocessing
 
 
@@ -294,13 +362,15 @@ def preprocess(batch, spec: PreprocessSpec) -> torch.Tensor:
         x = x[:, :, y0 : y0 + spec.crop, x0 : x0 + spec.crop]
     z = (x - med) / scale
     prof = radial_profile(z, 1.0, "median") if spec.residual != "none" or spec.colour_difference else None
-    colour = colour_difference(z, scale, prof) if spec.colour_difference else None
+    extra = [colour_difference(z, scale, prof)] if spec.colour_difference else []
+    if spec.antisymmetric:
+        extra.append(antisymmetric_part(z))
     if spec.residual == "append":
         z = torch.cat([z, subtract_radial_profile(z, prof=prof)], dim=1)
     elif spec.residual == "replace":
         z = subtract_radial_profile(z, prof=prof)
-    if colour is not None:
-        z = torch.cat([z, colour], dim=1)
+    if extra:
+        z = torch.cat([z, *extra], dim=1)
     if spec.stretch == "asinh":
         z = spec.softening * asinh(torch.nan_to_num(z, nan=0.0, posinf=1e30, neginf=-1e30) / spec.softening)
     else:

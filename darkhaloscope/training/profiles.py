@@ -3,7 +3,9 @@
 * ``demo`` learns on 2 CPU cores in about 3 minutes: the early-downsampling ``strided_resnet`` on
   the central 49 px (arcs of θ_E ≤ 3″ reach r ≈ 16 px), host-subtracted residual channels, a g − α z
   colour-difference channel (an arc inside the PSF, which the residual removes with the host, keeps
-  its blue colour there) and an asinh stretch, the azimuthally shuffled arcs of 5 % of the
+  its blue colour there), the stamp's antisymmetric part about the host's light centre (the host
+  cancels with its ellipticity and off-centre light, an arc stays; it cleans the negatives' tail:
+  higher completeness at the 1e-2 FPR threshold on every seed) and an asinh stretch, the azimuthally shuffled arcs of 5 % of the
   injections added as labelled negatives (hard negatives: with the colour channel alone the finder
   accepts blue light without an arc's shape), fresh injections into every host each epoch rendered
   in the central 57 px, half of them accepted at arc S/N ≥ 3 and half at S/N ≥ 10 (the faint half
@@ -47,14 +49,15 @@ class TrainingProfile:
 
 PROFILES = {
     "demo": TrainingProfile(
-        preprocess=PreprocessSpec(crop=49, residual="append", stretch="asinh", softening=3.0, colour_difference=True),
+        preprocess=PreprocessSpec(crop=49, residual="append", stretch="asinh", softening=3.0, colour_difference=True,
+                                  antisymmetric=True),
         stream=StreamSpec(injections_per_host=1, val_injections_per_host=2, min_arc_snr=10.0, faint_fraction=0.5, window=57),
         members=(TrainConfig(arch="strided_resnet", epochs=28, batch_size=64, lr=3e-3, warmup_epochs=0.5, patience=0,
                              val_smoothing=0.5, hard_negative_prob=0.05, core_dropout=0.3, core_dropout_spares_inner_arcs=True,
                              dihedral_views=2, num_workers=0, checkpoint_every_steps=0),),
     ),
     "full": TrainingProfile(
-        preprocess=PreprocessSpec(residual="append", stretch="asinh", softening=3.0, colour_difference=True),
+        preprocess=PreprocessSpec(residual="append", stretch="asinh", softening=3.0, colour_difference=True, antisymmetric=True),
         stream=StreamSpec(injections_per_host=1, val_injections_per_host=1, min_arc_snr=10.0, faint_fraction=0.5, window=65,
                           render_chunk=1024),
         members=(
