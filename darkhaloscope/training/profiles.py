@@ -4,10 +4,11 @@
   the central 49 px (arcs of θ_E ≤ 3″ reach r ≈ 16 px), host-subtracted residual channels, a g − α z
   colour-difference channel (an arc inside the PSF, which the residual removes with the host, keeps
   its blue colour there), the stamp's antisymmetric part about the host's light centre (the host
-  cancels with its ellipticity and off-centre light, an arc stays; it cleans the negatives' tail:
-  higher completeness at the 1e-2 FPR threshold on every seed) and an asinh stretch, the azimuthally shuffled arcs of 5 % of the
-  injections added as labelled negatives (hard negatives: with the colour channel alone the finder
-  accepts blue light without an arc's shape), fresh injections into every host each epoch rendered
+  cancels with its ellipticity and off-centre light, an arc stays; the non-lenses that scored like
+  lenses score lower, so the completeness at the 1e-2 FPR threshold rises) and an asinh stretch,
+  the azimuthally shuffled arcs of 5 % of the injections added as labelled negatives (hard
+  negatives: with the colour channel alone the finder accepts blue light without an arc's shape),
+  fresh injections into every host each epoch rendered
   in the central 57 px, half of them accepted at arc S/N ≥ 3 and half at S/N ≥ 10 (the faint half
   ranks the S/N 2–10 arcs higher, the bright half keeps the bright arcs' completeness, which
   training on S/N ≥ 3 alone loses; validation stays at S/N ≥ 10), the r < 5 px core of the input
