@@ -44,6 +44,14 @@ SHUFFLE_BIN_PX = 2.0
 PREPROCESSED_ROWS_MAX_BYTES = 1 << 30
 
 
+def fits_preprocessed(images, spec: PreprocessSpec) -> bool:
+    """Whether the float32 network input of stamps ``images`` (N, C, H, W) fits in
+    :data:`PREPROCESSED_ROWS_MAX_BYTES`, the bound on stamps kept preprocessed across epochs (the
+    training rows here, the validation stamps in the training loop)."""
+    n, c, h, _ = images.shape
+    return n * spec.out_channels(c) * spec.out_size(h) ** 2 * 4 <= PREPROCESSED_ROWS_MAX_BYTES
+
+
 def azimuthal_shuffle(x: np.ndarray, rng: np.random.Generator, bin_px: float = SHUFFLE_BIN_PX) -> np.ndarray:
     """Permute the pixels of (C, H, W) ``x`` within radial bins of ``bin_px`` px, the same permutation
     for every band: the radial profile per band (and colours) is kept, the tangential shape is destroyed."""
@@ -116,7 +124,7 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
     def _preprocess_rows(self) -> torch.Tensor | None:
         """(N, C, H', W') float32 network input of the N catalog rows before augmentation, or None when it
         would exceed PREPROCESSED_ROWS_MAX_BYTES (every batch then preprocesses its rows)."""
-        if not self.n or self.n * int(np.prod(self._out_shape)) * 4 > PREPROCESSED_ROWS_MAX_BYTES:
+        if not self.n or not fits_preprocessed(self.a.image, self.spec):
             return None
         return preprocess_in_batches(self.a.image, self.spec)
 

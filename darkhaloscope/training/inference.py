@@ -107,7 +107,8 @@ class PreprocessedStamps:
     """Stamps preprocessed once, for a caller that scores the same stamps many times (the training
     loop's validation set, every epoch): pass it as the ``images`` of :func:`stamp_logits` with the
     same spec and ``batch_size``. It holds the batches that call would preprocess, so the logits are
-    the same bytes; the memory is the network input's, (N, C, H', W') float32 on ``device``."""
+    the same bytes; the memory is the network input's, (N, C, H', W') float32 on ``device`` (scoring
+    on another device copies each batch there)."""
 
     def __init__(self, images, spec: PreprocessSpec, device: torch.device, batch_size: int = 256):
         self.spec, self.batch_size = spec, int(batch_size)
@@ -149,6 +150,7 @@ def _forward(model, spec, images, dev: torch.device, batch_size: int, input_tran
             mout = np.full((ok.shape[0], n_members), np.nan, dtype=np.float64)
             if x is not None:
                 sel = np.flatnonzero(ok)
+                x = x.to(dev, non_blocking=True)
                 if input_transform is not None:
                     x = input_transform(x)
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and dev.type == "cuda"):

@@ -46,7 +46,7 @@ from .checkpoint import (
     write_spec,
 )
 from .data import TrainingArrays
-from .dataset import PREPROCESSED_ROWS_MAX_BYTES, AugmentedStampDataset, batches_for_plan, collate_prebatched, seed_int
+from .dataset import AugmentedStampDataset, batches_for_plan, collate_prebatched, fits_preprocessed, seed_int
 from .inference import PreprocessedStamps, calibrated_probability, resolve_device, stamp_logits
 from .metrics import evaluate_scores, json_safe, plot_training_curves, validation_breakdown
 from .models import ARCHITECTURES, build_model
@@ -282,9 +282,8 @@ class _Run:
         )
         # the validation stamps are the same every epoch: preprocessed once while they fit the bound
         # the training rows have (the logits are the same bytes either way)
-        n, _, h, _ = val_arrays.image.shape
-        fits = n * in_ch * spec.out_size(h) ** 2 * 4 <= PREPROCESSED_ROWS_MAX_BYTES
-        self.val_inputs = PreprocessedStamps(val_arrays.image, spec, self.device, config.val_batch_size) if fits else val_arrays.image
+        self.val_inputs = (PreprocessedStamps(val_arrays.image, spec, self.device, config.val_batch_size)
+                           if fits_preprocessed(val_arrays.image, spec) else val_arrays.image)
         steps = [len(batches_for_plan(self.ds.epoch_plan(e), e, config.batch_size)) for e in range(config.epochs)]
         self.total_steps = int(sum(steps))
         self.warmup_steps = int(round(config.warmup_epochs * steps[0]))
