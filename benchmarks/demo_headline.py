@@ -144,9 +144,15 @@ def main() -> None:
     if a.without_hidden_lenses:
         import pyarrow.parquet as pq
 
+        from darkhaloscope.survey.manifest import survey_origin
         from resources.config import build_resources
 
-        truth = build_resources()["survey"].mock_manifest().hidden_truth_path
+        survey = build_resources()["survey"]
+        built = survey_origin(lake.dataset("survey", "sweep_files").schema)
+        named = survey.location().origin()
+        if built is not None and built != named:
+            raise SystemExit(f"{a.lake} was built from {built}, but DHS_SURVEY / DHS_MOCK_SEED name {named}; set them to the lake's")
+        truth = survey.mock_manifest().hidden_truth_path
         hidden = pq.read_table(truth, columns=["object_id"]).column("object_id").to_numpy()
         # the truth is the mock named by DHS_MOCK_SEED / DHS_MOCK_DIR, not necessarily the lake's: every
         # hidden lens of the lake's own mock is a searched galaxy, and another seed's are (nearly) not

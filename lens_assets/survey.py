@@ -28,8 +28,9 @@ KNOWN_LENSES_AUDITS = (au.KNOWN_LENSES_CONTRACT,)
 @dg.asset(key=[GROUP, "sweep_files"], group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="2",
           check_specs=check_specs([GROUP, "sweep_files"], SWEEP_FILES_AUDITS))
 def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource, lake: LakeResource):
-    """Manifest of the survey's sweep files (name, sky box in degrees, size in bytes); two files
-    for overlapping sky boxes are refused. The partitions of files that left the survey are
+    """Manifest of the survey's sweep files (name, sky box in degrees, size in bytes), recording in
+    its schema and metadata which survey they come from (the mock realisation's seed and profile,
+    or the mirror's root); two files for overlapping sky boxes are refused. The partitions of files that left the survey are
     removed from every table partitioned by sweep file (logged and in the metadata); the
     ``sweep_file`` partitions themselves are kept in step by ``sweep_file_sensor`` (and by ``dhs``)."""
     from resources.survey import SWEEP_DIR
@@ -39,7 +40,8 @@ def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource, lake:
         check_one_file_per_box(names)
         fs, root = survey.filesystem()
         sizes = [i.size for i in fs.get_file_info([f"{root}/{SWEEP_DIR}/{n}" for n in names])]
-        table = sweep_manifest(names, sizes)
+        origin = survey.location().origin()
+        table = sweep_manifest(names, sizes, origin)
     staged = lake.stage(context).table(GROUP, "sweep_files")
     staged.write(table)
     outcomes = [au.contract_audit(au.SWEEP_FILES_CONTRACT, staged.read(), SWEEP_FILES)]
@@ -47,7 +49,7 @@ def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource, lake:
         removed = remove_vanished_sweeps(lake.lake(), names) if not au.blocking_failures(outcomes) else []
     for r in removed:
         context.log.warning(f"removed {r['table']} partition {r['partition']}: its sweep file is no longer in the survey")
-    md = as_metadata({"removed_partitions": removed, "n_removed_partitions": len(removed)})
+    md = as_metadata({"removed_partitions": removed, "n_removed_partitions": len(removed), "survey_origin": origin})
     yield from gate(context, {(GROUP, "sweep_files"): ([staged], outcomes)}, {(GROUP, "sweep_files"): md})
 
 

@@ -12,6 +12,8 @@ import lens_assets.survey as survey
 from darkhaloscope.lake import PART_FILE, Lake
 from darkhaloscope.staging import rejected
 from darkhaloscope.survey import sweep_model as sm
+from darkhaloscope.survey.location import SurveyLocation
+from darkhaloscope.survey.manifest import survey_origin
 from io_managers import LakeIOManager
 from lens_assets.orchestration import MaterializeError, Materializer
 from resources import LakeResource, SurveyResource
@@ -50,6 +52,9 @@ def test_sweeps_published_after_their_audits_pass_in_the_same_step(tmp_path):
     assert lines[0] == "[1/2] sweep_files ..." and lines[-1].startswith(f"[2/2] sweeps [{NAME}] ok in ") and "rows=25" in lines[-1]
     assert lake.read_table("survey", "sweeps", partition={"sweep_file": NAME}).num_rows == 25
     assert lake.tables() == [("survey", "sweep_files"), ("survey", "sweeps")]  # nothing staged is listed
+    # the lake records which survey its catalogs come from: this mirror (a mock survey: its seed and profile)
+    assert survey_origin(lake.dataset("survey", "sweep_files").schema) == {"survey": str(tmp_path / "mirror")}
+    assert SurveyLocation(mock_seed=2, profile="demo").origin() == {"survey": "mock", "mock_seed": 2, "profile": "demo"}
 
 
 def test_a_contract_violation_is_rejected_and_the_published_partition_stays_byte_for_byte(tmp_path, monkeypatch):

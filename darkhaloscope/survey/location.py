@@ -29,6 +29,13 @@ class SurveyLocation:
     def is_mock(self) -> bool:
         return self.survey == "mock"
 
+    def origin(self) -> dict:
+        """What the lake's catalogs come from, recorded with the sweep manifest: the mock survey's
+        realisation (seed and profile) or the mirror's root (no credentials are part of it)."""
+        if self.is_mock:
+            return {"survey": "mock", "mock_seed": int(self.mock_seed), "profile": self.profile}
+        return {"survey": self.survey.rstrip("/")}
+
     def root(self) -> str:
         """Root of the DR10-like mirror; the mock survey is generated there on first use."""
         if not self.is_mock:
