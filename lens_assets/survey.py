@@ -25,14 +25,15 @@ SWEEPS_AUDITS = (au.SWEEPS_CONTRACT, au.SWEEPS_ROW_COUNT, au.SWEEPS_INSIDE_BOX, 
 KNOWN_LENSES_AUDITS = (au.KNOWN_LENSES_CONTRACT,)
 
 
-@dg.asset(key=[GROUP, "sweep_files"], group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="2",
+@dg.asset(key=[GROUP, "sweep_files"], group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="3",
           check_specs=check_specs([GROUP, "sweep_files"], SWEEP_FILES_AUDITS))
 def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource, lake: LakeResource):
     """Manifest of the survey's sweep files (name, sky box in degrees, size in bytes), recording in
     its schema and metadata which survey they come from (the mock realisation's seed and profile,
-    or the mirror's root); two files for overlapping sky boxes are refused. The partitions of files that left the survey are
-    removed from every table partitioned by sweep file (logged and in the metadata); the
-    ``sweep_file`` partitions themselves are kept in step by ``sweep_file_sensor`` (and by ``dhs``)."""
+    or the mirror's root); two files for overlapping sky boxes are refused. The partitions of
+    files that left the survey are removed from every table partitioned by sweep file (logged and
+    in the metadata); the ``sweep_file`` partitions themselves are kept in step by
+    ``sweep_file_sensor`` (and by ``dhs``)."""
     from resources.survey import SWEEP_DIR
 
     with fail_fast_on_bad_input():

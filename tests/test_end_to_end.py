@@ -110,14 +110,16 @@ def check_the_finder_finds_lenses(tmp_path, env):
     assert completeness["2-5"] < completeness["10-20"] < completeness["50-inf"], head
     # the mock's hidden lenses are real lenses: without them among the negatives the threshold can only fall
     assert head["without_hidden_lenses"]["threshold_value"] <= head["threshold_value"]
-    # ... and the truth of another mock realisation is refused, not used: its hidden lenses are not
-    # among this lake's search targets (a silent mix-up reported none among the held-out negatives)
+    # ... and the truth of another mock realisation is refused, not used: the lake records the seed it
+    # was built from (a silent mix-up reported none among the held-out negatives), and the other
+    # realisation is not even generated
     other_seed = str(int(env.get("DHS_MOCK_SEED", "0") or "0") + 1)
     other = subprocess.run([sys.executable, str(REPO / "benchmarks" / "demo_headline.py"), "--lake", env["DHS_LAKE"], "--without-hidden-lenses"],
                            cwd=tmp_path, env={**env, "DHS_MOCK_SEED": other_seed, "DHS_MOCK_DIR": str(tmp_path / "other_mock")},
                            capture_output=True, text=True)
     assert other.returncode == 1 and other.stdout == "", other.stdout[-2000:] + other.stderr[-2000:]
-    assert "hidden_lens_truth.parquet" in other.stderr and "are not among the search targets" in other.stderr, other.stderr[-2000:]
+    assert f"'mock_seed': {int(other_seed) - 1}" in other.stderr and f"'mock_seed': {other_seed}" in other.stderr, other.stderr[-2000:]
+    assert "set them to the lake's" in other.stderr and not (tmp_path / "other_mock").exists(), other.stderr[-2000:]
     # every injection host is an N1 or N2 negative, counted once
     assert sum(n for _, n in head["test_auroc_injections_vs_controls_by_host_pool"].values()) == head["injection_hosts"], head
     assert set(head["test_auroc_injections_vs_controls_by_host_pool"]) <= {"N1", "N2"}, head
