@@ -1,10 +1,11 @@
 """The lens finder's ceiling with a perfectly known host: the demo recipe on arcs in pure noise.
 
 Trains the lake's demo recipe (as ``ablate_lens_finder.py`` does) with every injection host's stamp
-replaced by pure Gaussian noise of that host's depth (σ from its inverse variance), so the stream
-puts its arcs on a host that has been subtracted exactly; the real positives are left out (their
-hosts cannot be). It then scores the injection bank's arcs (injection minus its paired control: the
-arc alone, noise-free) in fresh noise of the control's annulus σ, against controls of pure noise,
+replaced by pure Gaussian noise of that host's σ, so the stream puts its arcs on a host that has
+been subtracted exactly; the real positives are left out (their hosts cannot be). It then scores
+the injection bank's arcs (injection minus its paired control: the arc alone, noise-free) in fresh
+noise of the control's σ, against controls of pure noise (every σ per band as the preprocessing
+measures it, ``preprocess.annulus_stats``),
 and prints one JSON line: validation AUROC and best epoch, the AUROC of injections against
 controls over the bank, by arc S/N and by θ_E. Against the published model's figures on the same
 bank this splits the all-injection AUROC's shortfall into what the arcs themselves cost (faint or
@@ -47,9 +48,11 @@ S_N_EDGES = (0, 3, 5, 10, 20, np.inf)
 THETA_E_EDGES_ARCSEC = (0.0, 1.01, 2.0, 3.1)
 
 
-def noise_like(shape: tuple, sigma: np.ndarray, *key) -> np.ndarray:
-    """Gaussian noise (N, 3, H, W) float32 with per-stamp, per-band σ ``sigma`` (N, 3) [nmgy], seeded by ``key``."""
-    return (rng_for("host_oracle", *key).standard_normal(shape, dtype=np.float32) * sigma[:, :, None, None].astype(np.float32))
+def noise_like(stamps: np.ndarray, spec, *key) -> np.ndarray:
+    """Gaussian noise shaped like ``stamps`` (N, 3, H, W) [nmgy] with each stamp's per-band σ as
+    ``spec``'s preprocessing measures it (the annulus MAD), seeded by ``key``."""
+    sigma = annulus_stats(torch.from_numpy(np.ascontiguousarray(stamps)), spec)[1].numpy().astype(np.float32)
+    return rng_for("host_oracle", *key).standard_normal(stamps.shape, dtype=np.float32) * sigma
 
 
 def _by(edges, values, p_inj, p_ctrl) -> dict:
@@ -64,18 +67,16 @@ def main() -> None:
     arrays = load_training_set(lake.dataset("training", "training_set").to_table())
     arrays = arrays.subset(arrays.host_index >= 0)
     rows = arrays.host_rows()
-    sigma = 1.0 / np.sqrt(np.median(arrays.invvar.reshape(*arrays.invvar.shape[:2], -1), axis=-1))
     image = arrays.image.copy()
-    image[rows] = noise_like(image[rows].shape, sigma, "hosts")
+    image[rows] = noise_like(image[rows], profile.preprocess, "hosts")
     tr, va = split_for_training(replace(arrays, image=image), "cpu")
     cfg = replace(profile.members[0], device="cpu", **json.loads(a.member))
 
     bank = lake.read_table("injection", "injection_bank", columns=["success", "arc_snr", "theta_e_arcsec", "image", "control"])
     bank = bank.filter(bank.column("success"))
     inj, ctrl = from_tensor_column(bank.column("image")), from_tensor_column(bank.column("control"))
-    ctrl_sigma = annulus_stats(torch.from_numpy(ctrl), profile.preprocess)[1][:, :, 0, 0].numpy()
-    arcs_in_noise = (inj - ctrl) + noise_like(inj.shape, ctrl_sigma, "injections")
-    noise_controls = noise_like(ctrl.shape, ctrl_sigma, "controls")
+    arcs_in_noise = (inj - ctrl) + noise_like(ctrl, profile.preprocess, "injections")
+    noise_controls = noise_like(ctrl, profile.preprocess, "controls")
     snr, theta_e = bank.column("arc_snr").to_numpy(), bank.column("theta_e_arcsec").to_numpy()
 
     with tempfile.TemporaryDirectory(prefix="dhs_oracle_") as out:

@@ -393,15 +393,17 @@ class _Run:
 
 
 def finalize_best(out: Path, val: TrainingArrays, seed: int, device, batch_size: int = 256, amp: bool = False,
-                  dihedral_views: int = 1) -> tuple[CheckpointSpec, dict]:
+                  dihedral_views: int = 1, stamps=None) -> tuple[CheckpointSpec, dict]:
     """Calibrate checkpoint 'best' of ``out`` on the validation arrays (temperature scaling) and
     attach the full validation metrics: rewrites its spec (same tensors) with ``dihedral_views``,
     ``temperature`` and ``metrics['validation']`` / ``metrics['calibration']``; writes
     ``metrics.json``. The temperature is fitted on the logits scoring will produce, so on the
-    view-averaged ones when ``dihedral_views`` > 1."""
+    view-averaged ones when ``dihedral_views`` > 1. ``stamps``: the validation stamps already
+    preprocessed in batches of ``batch_size`` (the run's ``PreprocessedStamps``; the same logits),
+    else ``val.image``."""
     model, spec = load_checkpoint(out, "best", device=device)
     spec = replace(spec, dihedral_views=int(dihedral_views))
-    logits, ok, _ = stamp_logits(model, spec, val.image, device=device, batch_size=batch_size, amp=amp)
+    logits, ok, _ = stamp_logits(model, spec, val.image if stamps is None else stamps, device=device, batch_size=batch_size, amp=amp)
     z, y, w = logits[ok], val.label[ok], val.weight[ok]
     temperature = fit_temperature(z, y, w)
     # the calibration says which logits it was fitted on (the report shows it)
@@ -464,6 +466,6 @@ def train(
         result = run.result()
         if st["finished"] and has_checkpoint(out, "best"):
             result.best, result.val_metrics = finalize_best(out, val_arrays, config.seed, run.device, config.val_batch_size, run.amp,
-                                                               config.dihedral_views)
+                                                               config.dihedral_views, run.val_inputs)
             result.curves_png = plot_training_curves(st["history"], out / "training_curves.png")
     return result
