@@ -4,7 +4,8 @@ Reads only published tables: the ``lens_finder`` registry row (validation AUROC,
 the score tables, ``thresholds``, ``real_lens_recall`` and ``visual_grades``, and prints one JSON
 line with what the targets of the demo are stated in: validation AUROC; test AUROC of injections
 (all, and those of arc S/N >= 5) against their paired controls and of test-split known lenses
-against held-out negatives (less any graded a lens); at the fpr=1e-2 threshold the
+against held-out negatives (less any graded a lens), with the evaluation report's 95 % bootstrap
+intervals (the injections resampled by host); at the fpr=1e-2 threshold the
 completeness of the injections by arc S/N and the recall of the test-split known lenses; whether
 C(θ_E) rises with θ_E (Spearman rank correlation of the θ_E marginal); the gates. Completeness is
 also given for resolved arcs (θ_E at least the host's PSF FWHM), and by θ_E for the bright arcs
@@ -33,6 +34,7 @@ import numpy as np  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
+from darkhaloscope.evaluation.comparison import auroc_intervals  # noqa: E402
 from darkhaloscope.evaluation.scoring import held_out_negatives, injection_rows  # noqa: E402
 from darkhaloscope.evaluation.thresholds import order_statistic_threshold  # noqa: E402
 from darkhaloscope.lake import Lake  # noqa: E402
@@ -109,6 +111,9 @@ def headline(lake: Lake, hidden_ids: np.ndarray | None = None) -> dict:
             str(k): [auroc_of(p[inj_pool == k], ctrl_p[ctrl_pool == k]), int(np.unique(inj_host[inj_pool == k]).size)]
             for k in np.unique(inj_pool)},
         "test_auroc_real_vs_negatives": auroc_of(_scores(real), _scores(neg)),
+        # the evaluation report's intervals: the injections resampled by host, the rest by galaxy
+        "test_auroc_ci95": {r["comparison"]: [round(r["ci95_lo"], 4), round(r["ci95_hi"], 4)]
+                            for r in auroc_intervals(inj, ctrl, real, neg).to_pylist()},
         "threshold": THRESHOLD, "threshold_value": t, "n_held_out_negatives": int(neg.num_rows),
         "completeness_by_arc_snr": _by_snr(p, snr, t),
         "completeness_by_arc_snr_resolved": _by_snr(p[resolved], snr[resolved], t),

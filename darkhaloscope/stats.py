@@ -5,13 +5,14 @@ target FPR is read off that ROC curve; Jeffreys binomial intervals are ``scipy.s
 quantiles; percentile bootstrap intervals resample with ``scipy.stats.bootstrap``. Scores are any
 finite real numbers; labels are 0/1; a metric needing both classes is NaN when one is absent.
 
-Two functions here are the project's own. :func:`auc_rows`, the Mann–Whitney AUC of many
-resamples at once, which the AUC bootstrap uses because scikit-learn's per-call input checks cost
-~2 ms per resample (``benchmarks/bench_stats.py``); ``tests/test_stats.py`` holds it equal to
-``sklearn.metrics.roc_auc_score`` on random and tied scores. :func:`design_effect`, the variance
-inflation of a proportion whose trials share clusters (none of the kept libraries computes it);
-the tests hold it to its closed forms and the intervals built on it to their nominal coverage in
-a Monte Carlo of clustered trials (``tests/test_selection_function.py``).
+Two functions here are the project's own. :func:`weighted_auc_rows`, the Mann–Whitney AUC under
+many weightings at once (a bootstrap resample's counts of the rows or clusters it drew), which the
+AUC bootstrap uses because scikit-learn's per-call input checks cost ~2 ms per resample
+(``benchmarks/bench_stats.py``); ``tests/test_stats.py`` holds it equal to
+``sklearn.metrics.roc_auc_score`` with ``sample_weight`` on random and tied scores.
+:func:`design_effect`, the variance inflation of a proportion whose trials share clusters (none of
+the kept libraries computes it); the tests hold it to its closed forms and the intervals built on
+it to their nominal coverage in a Monte Carlo of clustered trials (``tests/test_selection_function.py``).
 """
 
 from __future__ import annotations
@@ -177,21 +178,59 @@ def bootstrap_interval(
     return float(np.quantile(vals, a)), float(np.quantile(vals, 1.0 - a))
 
 
-def auc_rows(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Mann–Whitney ROC AUC of each row of (B, n) ``scores`` against 0/1 ``labels`` (tie-averaged
-    ranks); nan for a row with one class. Equals ``roc_auc_score`` row by row (tested)."""
-    s = np.asarray(scores, dtype=np.float64)
-    y = np.asarray(labels) == 1
-    n_pos = y.sum(axis=-1)
-    n_neg = y.shape[-1] - n_pos
-    ranks = _st.rankdata(s, axis=-1)
-    u = np.where(y, ranks, 0.0).sum(axis=-1) - n_pos * (n_pos + 1) / 2.0
+def weighted_auc_rows(scores, labels, weights) -> np.ndarray:
+    """Mann–Whitney ROC AUC of fixed (n,) ``scores`` against 0/1 ``labels`` under each row of (B, n)
+    nonnegative ``weights`` (a row of bootstrap counts is one resample), ties counted half; nan for
+    a row whose positives or whose negatives weigh nothing. Equals ``roc_auc_score`` with that row as
+    ``sample_weight`` (tested). O(B n) after one sort, whatever the ties."""
+    s, y = _check(scores, labels)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 2 or w.shape[1] != s.size:
+        raise InputError(f"weights must have shape (B, {s.size}), got {w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise InputError("weights must be finite and nonnegative")
+    order = np.argsort(s, kind="stable")
+    ss = s[order]
+    starts = np.flatnonzero(np.r_[True, ss[1:] != ss[:-1]])  # one group per distinct score, ascending
+    pos = y[order].astype(bool)
+    wo = w[:, order]
+    wp = np.add.reduceat(np.where(pos, wo, 0.0), starts, axis=1)
+    wn = np.add.reduceat(np.where(pos, 0.0, wo), starts, axis=1)
+    below = np.cumsum(wn, axis=1) - wn
+    num = (wp * (below + 0.5 * wn)).sum(axis=1)
+    tp, tn = wp.sum(axis=1), wn.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where((n_pos > 0) & (n_neg > 0), u / (n_pos * n_neg), np.nan)
+        return np.where((tp > 0) & (tn > 0), num / (tp * tn), np.nan)
 
 
 def auc_bootstrap_interval(scores, labels, rng: np.random.Generator, n_boot: int = 200,
-                           level: float = 0.68) -> tuple[float, float]:
-    """Percentile bootstrap interval of the ROC AUC (resampling (score, label) pairs)."""
+                           level: float = 0.68, clusters=None) -> tuple[float, float]:
+    """Percentile bootstrap interval of the ROC AUC, resampling (score, label) pairs, or with
+    ``clusters`` ((n,) ids) whole clusters with every row they hold: rows that share a cluster (the
+    injections into one host and that host's controls) are not independent draws, and resampling
+    them one by one misstates the interval, too narrow where a cluster's rows agree, too wide where
+    its positives and negatives rise and fall together as in a paired design (the cluster bootstrap:
+    Davison & Hinkley 1997, *Bootstrap Methods and their Application*, §3.8). Each resample is the
+    counts of the rows (or clusters) it drew, scored by :func:`weighted_auc_rows`."""
     s, y = _check(scores, labels)
-    return bootstrap_interval(lambda idx: auc_rows(s[idx], y[idx]), s.size, rng, n_boot, level, vectorized=True)
+    if clusters is None:
+        row_cluster = np.arange(s.size)
+    else:
+        ids = np.asarray(clusters).ravel()
+        if ids.shape != s.shape:
+            raise InputError(f"clusters ({ids.shape}) and scores ({s.shape}) differ in length")
+        row_cluster = np.unique(ids, return_inverse=True)[1].ravel()
+    k = int(row_cluster.max()) + 1 if s.size else 0
+    rows_per_call = max(1, BOOTSTRAP_BATCH_VALUES // max(1, s.size))
+
+    def statistic(idx: np.ndarray) -> np.ndarray:
+        idx = idx.reshape(-1, k)
+        out = np.empty(idx.shape[0])
+        for a in range(0, idx.shape[0], rows_per_call):  # (resamples, n) weights stay within the batch bound
+            draws = idx[a : a + rows_per_call]
+            counts = np.zeros((draws.shape[0], k))
+            np.add.at(counts, (np.arange(draws.shape[0])[:, None], draws), 1.0)
+            out[a : a + rows_per_call] = weighted_auc_rows(s, y, counts[:, row_cluster])
+        return out
+
+    return bootstrap_interval(statistic, k, rng, n_boot, level, vectorized=True)

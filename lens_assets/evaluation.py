@@ -161,7 +161,7 @@ def real_lens_recall(context: dg.AssetExecutionContext, lake: LakeResource, thre
 
 
 @dg.asset(
-    key=list(REPORT), group_name=GROUP, kinds={"html"}, owners=OWNERS, code_version="3",
+    key=list(REPORT), group_name=GROUP, kinds={"html"}, owners=OWNERS, code_version="4",
     ins={"thresholds": dg.AssetIn(list(THR)), "selection_function": dg.AssetIn(list(SEL)), "selection_marginals": dg.AssetIn(list(MARG)),
          "real_lens_recall": dg.AssetIn(list(RECALL)), "fpr_by_confuser": dg.AssetIn(list(FPR)), "cutout_scores": dg.AssetIn(list(CUT_SCORES)),
          "injection_scores": dg.AssetIn(list(INJ_SCORES)), "injection_bank": dg.AssetIn(list(BANK_KEY)), "cutouts": dg.AssetIn(list(CUTOUTS_KEY)),
@@ -171,9 +171,9 @@ def real_lens_recall(context: dg.AssetExecutionContext, lake: LakeResource, thre
 def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource, thresholds: pa.Table, selection_function: pa.Table,
                       selection_marginals: pa.Table, real_lens_recall: pa.Table, fpr_by_confuser: pa.Table, cutout_scores: ds.Dataset,
                       injection_scores: ds.Dataset, injection_bank: ds.Dataset, cutouts: ds.Dataset, lens_finder: pa.Table):
-    """One static HTML page beside its index row: ROC curves, the selection function and its
-    marginals, the recall table, the lens finder's gates, mosaics of example cutouts and a link to
-    the search's candidate gallery."""
+    """One static HTML page beside its index row: ROC curves and their areas with bootstrap
+    intervals, the selection function and its marginals, the recall table, the lens finder's
+    gates, mosaics of example cutouts and a link to the search's candidate gallery."""
     store = lake.lake()
     cut = cutout_scores.to_table()
     real_test = cut.filter(pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test")))

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from darkhaloscope.errors import InputError
+from darkhaloscope.evaluation.comparison import auroc_intervals
 from darkhaloscope.evaluation.plots import reliability_png
 from darkhaloscope.evaluation import (
     build_report,
@@ -58,9 +59,11 @@ def _inputs():
         "arc_snr": rng.gamma(2.0, 8.0, n_inj),
         "psf_fwhm_r": rng.uniform(0.9, 1.8, n_inj),
     })
+    host = np.arange(n_inj, dtype=np.int64) // 6  # a host under six injections, as the bank reuses hosts
+    inj = inj.append_column("host_object_id", pa.array(host))
     ctrl = pa.table({"injection_id": inj.column("injection_id"),
-                     "score": rng.beta(1, 30, n_inj).astype(np.float32),
-                     "valid": np.ones(n_inj, dtype=bool)})
+                     "score": rng.beta(1, 30, n_inj // 6).astype(np.float32)[host],  # one score per host
+                     "valid": np.ones(n_inj, dtype=bool), "host_object_id": host})
     real = pa.table({
         "object_id": np.arange(10_000, 10_040, dtype=np.int64),
         "name": [f"J{i:04d}" for i in range(40)],
@@ -96,7 +99,7 @@ def _report() -> tuple[str, dict[str, bytes]]:
         figs[label] = mosaic_png(stamps[6 * i: 6 * i + len(ids)], captions=[str(x) for x in ids],
                                  ncols=6)
     page = build_report(
-        roc=figs["roc"], thresholds=thr, selection=sel,
+        roc=figs["roc"], aurocs=auroc_intervals(inj, ctrl, real, neg, n_boot=50), thresholds=thr, selection=sel,
         selection_heatmaps={"fpr=1e-2": figs["heatmap"]},
         marginals={"PSF FWHM r": (figs["marginal"], marg)},
         recall=real_lens_recall(real, thr, training_object_ids=[1, 2, 3]),
@@ -145,7 +148,7 @@ def test_report_structure(report):
     assert len(parser.ids) == len(set(parser.ids))
     assert not re.search(r"(src|href)=\"(https?:)?//", page)  # self-contained
     for el in ("table-thresholds", "table-recall", "table-selection", "table-gates",
-               "table-fpr-by-confuser", "fig-roc", "fig-selection-fpr-1e-2", "table-calibration", "fig-reliability"):
+               "table-fpr-by-confuser", "fig-roc", "table-aurocs", "fig-selection-fpr-1e-2", "table-calibration", "fig-reliability"):
         assert f'id="{el}"' in page
     assert "1 of 2 gates passed" in page and "FAIL" in page
     assert "Not provided" not in page

@@ -11,7 +11,6 @@ from sklearn import metrics as skm
 from darkhaloscope.errors import InputError
 from darkhaloscope.stats import (
     auc_bootstrap_interval,
-    auc_rows,
     average_precision,
     bootstrap_interval,
     design_effect,
@@ -19,6 +18,7 @@ from darkhaloscope.stats import (
     roc_auc,
     roc_curve,
     tpr_at_fpr,
+    weighted_auc_rows,
 )
 
 
@@ -71,17 +71,6 @@ def test_one_class_and_bad_input():
         roc_auc([0.1, 0.2, 0.3], [0, 1])
 
 
-def test_auc_rows_matches_sklearn_row_by_row():
-    rng = np.random.default_rng(5)
-    s, y = _cases()[2]
-    idx = rng.integers(0, s.size, (50, s.size))
-    got = auc_rows(s[idx], y[idx])
-    want = [skm.roc_auc_score(y[i], s[i]) for i in idx]
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
-    one_class = auc_rows(np.array([[0.1, 0.2, 0.3]]), np.array([[1, 1, 1]]))
-    assert np.isnan(one_class[0])
-
-
 def test_bootstrap_interval_is_scipys_percentile_bootstrap():
     rng_data = np.random.default_rng(2)
     x = rng_data.normal(size=300)
@@ -110,6 +99,40 @@ def test_auc_bootstrap_leaves_out_one_class_resamples():
     y = np.r_[1, np.zeros(19, np.int8)]
     lo, hi = auc_bootstrap_interval(s, y, np.random.default_rng(0), n_boot=200)
     assert lo == hi == 1.0
+
+
+def test_weighted_auc_rows_matches_sklearn_sample_weight():
+    rng = np.random.default_rng(8)
+    for s, y in _cases():
+        w = rng.integers(0, 4, (20, s.size)).astype(float)  # bootstrap-like counts, zeros included
+        w[0] = rng.random(s.size)  # and real-valued weights
+        got = weighted_auc_rows(s, y, w)
+        want = [skm.roc_auc_score(y, s, sample_weight=row) for row in w]
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    s, y = _cases()[0]
+    assert np.isnan(weighted_auc_rows(s, y, np.where(y == 1, 0.0, 1.0)[None]))[0]  # no weight on the positives
+    with pytest.raises(InputError, match="weights must have shape"):
+        weighted_auc_rows(s, y, np.ones(s.size))
+    with pytest.raises(InputError, match="nonnegative"):
+        weighted_auc_rows(s, y, -np.ones((1, s.size)))
+
+
+def test_cluster_bootstrap_resamples_whole_clusters():
+    s, y = _cases()[0]
+    # every cluster its own row (ids in row order): the same resamples as the row bootstrap, so the
+    # same interval
+    rows = auc_bootstrap_interval(s, y, np.random.default_rng(4), n_boot=300)
+    assert auc_bootstrap_interval(s, y, np.random.default_rng(4), n_boot=300, clusters=np.arange(s.size) * 7 + 3) == rows
+    # each row repeated 9 times as one cluster (a host's injections and controls): the cluster
+    # bootstrap's interval is the 400 rows' interval; resampling the 3,600 rows one by one would
+    # make it about three times narrower, as if the repeats were independent draws
+    s9, y9, c9 = np.repeat(s, 9), np.repeat(y, 9), np.repeat(np.arange(s.size), 9)
+    lo, hi = auc_bootstrap_interval(s9, y9, np.random.default_rng(4), n_boot=300, clusters=c9)
+    assert (lo, hi) == pytest.approx(rows, abs=1e-12)
+    lo_r, hi_r = auc_bootstrap_interval(s9, y9, np.random.default_rng(4), n_boot=300)
+    assert 2.5 < (hi - lo) / (hi_r - lo_r) < 3.5
+    with pytest.raises(InputError, match="clusters"):
+        auc_bootstrap_interval(s, y, np.random.default_rng(0), clusters=np.arange(3))
 
 
 def test_jeffreys_matches_astropy():

@@ -1,4 +1,5 @@
-"""The published stacked ensemble against each of its members on the same test rows.
+"""The test rows' AUROCs with their intervals, and the published stacked ensemble against each
+of its members on the same test rows.
 
 The score tables hold, beside ``score`` (the published model), one ``score_<member>`` column per
 member of a stacked ensemble, from the same forward pass. Each model gets its own threshold at the
@@ -11,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..stats import roc_auc
+from ..seeding import rng_for
+from ..stats import auc_bootstrap_interval, roc_auc
 from .thresholds import order_statistic_threshold
 
 #: Prefix of the member score columns written beside ``score`` for a stacked ensemble.
@@ -23,10 +25,45 @@ def member_score_columns(table: pa.Table) -> list[str]:
     return [c for c in table.column_names if c.startswith(MEMBER_SCORE_PREFIX)]
 
 
-def _scores(table: pa.Table, column: str) -> np.ndarray:
+#: Bootstrap resamples behind each interval of :func:`auroc_intervals`.
+AUROC_BOOTSTRAP_RESAMPLES = 1000
+
+
+def _scorable(table: pa.Table, column: str) -> np.ndarray:
     s = np.asarray(table.column(column).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
     valid = np.asarray(table.column("valid").to_numpy(zero_copy_only=False), dtype=bool) if "valid" in table.column_names else np.ones(len(s), bool)
-    return s[valid & np.isfinite(s)]
+    return valid & np.isfinite(s)
+
+
+def _scores(table: pa.Table, column: str) -> np.ndarray:
+    return np.asarray(table.column(column).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)[_scorable(table, column)]
+
+
+def auroc_intervals(injections: pa.Table, controls: pa.Table, real: pa.Table, negatives: pa.Table,
+                    n_boot: int = AUROC_BOOTSTRAP_RESAMPLES, seed_key: tuple = ("evaluation", "auroc_intervals")) -> pa.Table:
+    """The published score's AUROC on the test rows, one row per comparison, with percentile
+    bootstrap 68 % and 95 % intervals: injections against their paired controls, resampled by host
+    (``host_object_id``: the bank puts each host under several injections, and its controls are one
+    host's score repeated, so the host, not the row, is the independent draw), and real positives
+    against held-out negatives, resampled by row (each a different galaxy). Unscorable rows are left
+    out. Each interval's resamples are seeded by ``seed_key``, the comparison and the level."""
+    inj_ok, ctrl_ok = _scorable(injections, "score"), _scorable(controls, "score")
+    host = np.r_[injections.column("host_object_id").to_numpy(zero_copy_only=False)[inj_ok],
+                 controls.column("host_object_id").to_numpy(zero_copy_only=False)[ctrl_ok]]
+    comparisons = (("injections vs paired controls", _scores(injections, "score"), _scores(controls, "score"), host, "host"),
+                   ("real positives vs held-out negatives", _scores(real, "score"), _scores(negatives, "score"), None, "object"))
+    rows = []
+    for name, pos, neg, clusters, unit in comparisons:
+        s, y = np.r_[pos, neg], np.r_[np.ones(pos.size), np.zeros(neg.size)]
+        row = {"comparison": name, "auroc": _auroc(pos, neg)}
+        for level in (0.68, 0.95):
+            lo, hi = (auc_bootstrap_interval(s, y, rng_for(*seed_key, name, level), n_boot, level, clusters)
+                      if pos.size and neg.size else (float("nan"), float("nan")))
+            row[f"ci{round(level * 100)}_lo"], row[f"ci{round(level * 100)}_hi"] = lo, hi
+        row.update(n_pos=int(pos.size), n_neg=int(neg.size), resampled=unit,
+                   n_resampled=int(np.unique(clusters).size) if clusters is not None else int(s.size))
+        rows.append(row)
+    return pa.Table.from_pylist(rows)
 
 
 def _auroc(pos: np.ndarray, neg: np.ndarray) -> float:

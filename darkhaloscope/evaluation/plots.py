@@ -21,7 +21,7 @@ from matplotlib.patches import Rectangle
 
 from ..errors import InputError
 from ..imaging.cutout_io import asinh_rgb
-from ..stats import roc_curve
+from ..stats import roc_auc, roc_curve
 from .thresholds import require_columns, valid_scores
 
 _STYLE = ["default", {"font.size": 8, "figure.dpi": 100, "savefig.dpi": 100,
@@ -175,7 +175,8 @@ def roc_png(curves: Mapping[str, tuple[np.ndarray, np.ndarray]],
     """ROC curves on a log false-positive-rate axis.
 
     ``curves`` maps a label (e.g. 'injections vs controls', 'real lenses vs negatives') to
-    (scores, labels) as from :func:`roc_inputs`; curves come from :func:`darkhaloscope.stats.roc_curve`.
+    (scores, labels) as from :func:`roc_inputs`; curves come from :func:`darkhaloscope.stats.roc_curve`,
+    each labelled with its AUC (:func:`darkhaloscope.stats.roc_auc`) and its counts.
     The axis starts at half of 1/n_neg (FPR = 0 cannot be drawn on a log axis); ``fpr_marks``
     draws dashed verticals at target false-positive rates.
     """
@@ -196,7 +197,7 @@ def roc_png(curves: Mapping[str, tuple[np.ndarray, np.ndarray]],
             floor = min(floor, lo)
             # step through the first non-zero FPR from the floor, so the low-FPR TPR stays visible
             ax.step(np.maximum(fpr, lo), tpr, where="post", color=f"C{i}", lw=1.2,
-                    label=f"{label} (n+={int(np.sum(y == 1))}, n−={n_neg})")
+                    label=f"{label} (AUC {roc_auc(scores, y):.3f}, n+={int(np.sum(y == 1))}, n−={n_neg})")
         for f in fpr_marks:
             ax.axvline(f, color="0.5", ls="--", lw=0.7)
         ax.set_xscale("log")

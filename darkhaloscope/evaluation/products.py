@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .comparison import model_comparison
+from .comparison import auroc_intervals, model_comparison
 from .plots import marginal_png, mosaic_png, reliability_png, roc_inputs, roc_png, selection_heatmap_png
 from .report import build_report, example_ids
 from .selection import marginal_completeness, selection_function
@@ -72,7 +72,7 @@ def report_html(*, thresholds: pa.Table, selection: pa.Table, marginals: pa.Tabl
     ``gallery_uri`` where the search's candidate gallery is published."""
     usable = usable_thresholds(thresholds)
     curves = {"injections vs paired controls": roc_inputs(injections, controls),
-              "held-out negatives vs test-split known lenses": roc_inputs(real_test, held_out)}
+              "test-split known lenses vs held-out negatives": roc_inputs(real_test, held_out)}
     marg = {label: (figure(marginal_file(by)), marginals.filter(pc.equal(marginals.column("by"), by))) for by, (label, _) in MARGINALS.items()}
     mosaics = {}
     if usable:
@@ -91,6 +91,7 @@ def report_html(*, thresholds: pa.Table, selection: pa.Table, marginals: pa.Tabl
         recall=recall, fpr_by_confuser=fpr, gates=report_gates(lens_finder_row),
         calibration=calibration, reliability=reliability_png(calibration) if calibration else None,
         model_choice=metrics.get("ensemble") or None, comparison=model_comparison(injections, controls, real_test, held_out),
+        aurocs=auroc_intervals(injections, controls, real_test, held_out),
         mosaics=mosaics,
         provenance={"checkpoint": lens_finder_row["checkpoint_uri"], "checkpoint version": lens_finder_row["data_version"], "lake": lake_uri},
         gallery_uri=gallery_uri,

@@ -212,12 +212,17 @@ def _model_sections(ids: _Ids, gates, calibration, reliability, model_choice, co
     return parts
 
 
-def _score_sections(ids: _Ids, roc, thresholds, recall, max_rows: int) -> list[str]:
-    """ROC curves, the thresholds set on negatives and the recall of real lenses."""
+def _score_sections(ids: _Ids, roc, aurocs, thresholds, recall, max_rows: int) -> list[str]:
+    """ROC curves and their areas, the thresholds set on negatives and the recall of real lenses."""
     parts = ["<h2>ROC curves</h2>"]
     parts.append(_img(roc, "ROC curves: injections vs paired controls and real lenses vs "
                            "negatives, log false-positive-rate axis", ids("fig", "roc"))
                  if roc is not None else _MISSING)
+    if aurocs is not None:
+        parts.append('<p class="note">Areas under the curves, with percentile bootstrap intervals: the injections '
+                     "and their controls are resampled by host (a host holds several injections, and its controls "
+                     "are one score repeated), the real positives and negatives by galaxy.</p>")
+        parts.append(table_html(aurocs, max_rows=max_rows, el_id=ids("table", "aurocs")))
     parts.append("<h2>Thresholds from negatives</h2>")
     parts.append(table_html(thresholds, max_rows=max_rows, el_id=ids("table", "thresholds"))
                  if thresholds is not None else _MISSING)
@@ -282,6 +287,7 @@ def build_report(
     reliability: bytes | None = None,
     model_choice: Mapping | None = None,
     comparison: pa.Table | None = None,
+    aurocs: pa.Table | None = None,
     mosaics: Mapping[str, bytes] | None = None,
     provenance: Mapping[str, object] | None = None,
     gallery_uri: str | None = None,
@@ -291,7 +297,7 @@ def build_report(
 
     Parameters (all optional; an absent one is shown as "not provided")
     ----------
-    roc : PNG of :func:`plots.roc_png`.
+    roc : PNG of :func:`plots.roc_png`; ``aurocs`` the table of :func:`comparison.auroc_intervals`.
     thresholds : table of :func:`thresholds_from_negatives`.
     selection : long table of :func:`selection_function`; ``selection_heatmaps`` maps a threshold
         name to the PNG of :func:`plots.selection_heatmap_png`.
@@ -316,7 +322,7 @@ def build_report(
     if provenance:
         parts.append(_provenance_html(provenance))
     parts += _model_sections(ids, gates, calibration, reliability, model_choice, comparison, max_table_rows)
-    parts += _score_sections(ids, roc, thresholds, recall, max_table_rows)
+    parts += _score_sections(ids, roc, aurocs, thresholds, recall, max_table_rows)
     parts += _selection_sections(ids, selection, selection_heatmaps, marginals, max_table_rows)
     parts.append("<h2>False-positive rate by pool and confuser category</h2>")
     parts.append(table_html(fpr_by_confuser, max_rows=max_table_rows, el_id=ids("table", "fpr-by-confuser"))
