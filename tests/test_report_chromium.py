@@ -106,6 +106,8 @@ def _report() -> tuple[str, dict[str, bytes]]:
         fpr_by_confuser=fpr_by_confuser(neg, thr),
         gates=[{"name": "tier-A recall at fpr=1e-3", "value": 0.8, "threshold": 0.75, "passed": True},
                {"name": "AUC injections vs controls", "value": 0.97, "threshold": 0.98, "passed": False}],
+        validation={"val_auroc": 0.9645, "val_auroc_injections_vs_negatives": 0.951, "val_auroc_real_vs_negatives": 0.99,
+                    "best_epoch": 19, "epochs_run": 28},
         calibration={**calibration, "dihedral_views": 2}, reliability=figs["reliability"],
         mosaics={k: figs[k] for k in ex},
         provenance={"model": "test-model", "code_version": "0"},
@@ -153,6 +155,7 @@ def test_report_structure(report):
     assert "1 of 2 gates passed" in page and "FAIL" in page
     assert "Not provided" not in page
     assert "the logit is the mean over the stamp and its 180° rotation" in page
+    assert "<th>validation AUROC</th><td class=\"s\">0.9645</td>" in page and "the published epoch, 19 of 28" in page
 
 
 def test_figures_and_page_are_byte_stable(report):

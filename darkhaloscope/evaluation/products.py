@@ -89,7 +89,7 @@ def report_html(*, thresholds: pa.Table, selection: pa.Table, marginals: pa.Tabl
         roc=roc_png(curves), thresholds=thresholds, selection=selection,
         selection_heatmaps={name: figure(heatmap_file(name)) for name, _ in usable}, marginals=marg,
         recall=recall, fpr_by_confuser=fpr, gates=report_gates(lens_finder_row),
-        calibration=calibration, reliability=reliability_png(calibration) if calibration else None,
+        validation=metrics, calibration=calibration, reliability=reliability_png(calibration) if calibration else None,
         model_choice=metrics.get("ensemble") or None, comparison=model_comparison(injections, controls, real_test, held_out),
         aurocs=auroc_intervals(injections, controls, real_test, held_out),
         mosaics=mosaics,

@@ -126,9 +126,19 @@ def gates_html(gates: Sequence[Mapping], el_id: str = "table-gates") -> str:
             f"<th>threshold</th><th>result</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
-def calibration_html(calibration: Mapping | None, model_choice: Mapping | None = None) -> str:
-    """The published model (and, for an ensemble, why) and its calibration as HTML."""
+def calibration_html(calibration: Mapping | None, model_choice: Mapping | None = None, validation: Mapping | None = None) -> str:
+    """The published model (and, for an ensemble, why), its validation AUROC and its calibration as
+    HTML. ``validation``: the lens finder's metrics (``val_auroc``, and where trained by epochs
+    ``best_epoch`` of ``epochs_run``; the AUROCs of the validation injections and real positives
+    against the validation negatives)."""
     rows = []
+    if validation and validation.get("val_auroc") is not None:
+        parts = [f"{name} {validation[key]:.4f}" for key, name in (("val_auroc_injections_vs_negatives", "injections vs negatives"),
+                                                                     ("val_auroc_real_vs_negatives", "real positives vs negatives"))
+                 if validation.get(key) is not None]
+        if validation.get("epochs_run"):
+            parts.append(f"the published epoch, {validation['best_epoch']} of {validation['epochs_run']}, is the one it chose")
+        rows.append(("validation AUROC", f"{validation['val_auroc']:.4f}", "; ".join(parts)))
     if model_choice:
         rows.append(("published model", model_choice.get("published"), model_choice.get("reason")))
         for name, auc in (model_choice.get("member_val_auroc") or {}).items():
@@ -197,11 +207,11 @@ def _provenance_html(provenance: Mapping[str, object]) -> str:
         for k, v in provenance.items()) + "</tbody></table>"
 
 
-def _model_sections(ids: _Ids, gates, calibration, reliability, model_choice, comparison, max_rows: int) -> list[str]:
+def _model_sections(ids: _Ids, gates, validation, calibration, reliability, model_choice, comparison, max_rows: int) -> list[str]:
     """The gates and the published model's calibration and comparison with its members."""
     parts = ["<h2>Gates</h2>", gates_html(gates) if gates else _MISSING]
     parts.append("<h2>Published model and calibration</h2>")
-    parts.append(calibration_html(calibration, model_choice) if calibration or model_choice else _MISSING)
+    parts.append(calibration_html(calibration, model_choice, validation) if calibration or model_choice or validation else _MISSING)
     if reliability is not None:
         parts.append(_img(reliability, "Reliability diagram of validation scores before and after temperature scaling",
                           ids("fig", "reliability")))
@@ -283,6 +293,7 @@ def build_report(
     recall: pa.Table | None = None,
     fpr_by_confuser: pa.Table | None = None,
     gates: Sequence[Mapping] | None = None,
+    validation: Mapping | None = None,
     calibration: Mapping | None = None,
     reliability: bytes | None = None,
     model_choice: Mapping | None = None,
@@ -304,6 +315,7 @@ def build_report(
     marginals : maps a label (e.g. 'PSF FWHM r') to (PNG of :func:`plots.marginal_png`, its table).
     recall : table of :func:`real_lens_recall`; ``fpr_by_confuser`` the table of that function.
     gates : dicts with ``name``, ``value``, ``threshold``, ``passed`` (bool).
+    validation : the lens finder's metrics, for its validation AUROC (see :func:`calibration_html`).
     calibration : the lens finder's calibration summary (temperature, ECE before and after, fitted
         on the validation split); ``reliability`` the PNG of :func:`plots.reliability_png`.
     model_choice : which model is published and why (``published``, ``reason``, each member's
@@ -321,7 +333,7 @@ def build_report(
     parts = [f"<h1>{html.escape(title)}</h1>"]
     if provenance:
         parts.append(_provenance_html(provenance))
-    parts += _model_sections(ids, gates, calibration, reliability, model_choice, comparison, max_table_rows)
+    parts += _model_sections(ids, gates, validation, calibration, reliability, model_choice, comparison, max_table_rows)
     parts += _score_sections(ids, roc, aurocs, thresholds, recall, max_table_rows)
     parts += _selection_sections(ids, selection, selection_heatmaps, marginals, max_table_rows)
     parts.append("<h2>False-positive rate by pool and confuser category</h2>")
