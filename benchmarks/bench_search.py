@@ -12,7 +12,15 @@ brick order (128 per brick, about DR10's density after the preselection: 45 M ga
 Prints one JSON line: galaxies per second per core of each path (both use every core torch is
 given), their ratio and the bytes stored per galaxy.
 
-    python benchmarks/bench_search.py [--per-brick 128] [--bricks 8] [--repeat 2] [--keep-threshold 0.5] [--device cpu|cuda]
+``--spark`` adds the search's Spark launch (``search.spark.search_on_spark``, what ``launch: spark``
+runs): the same targets, finder and bricks, the lens finder published in a lake and the image
+source opened from its settings as an executor does, one task per core of a ``local[cores]``
+session (started before the timing, as the catalog stage's session is up when the search runs),
+each task loading the finder and scoring on one thread, the partition's tables then written as the
+streamed form writes them. Its ratio to the streamed form is what the DR10 projection's per-core
+rate assumes of a Spark cluster.
+
+    python benchmarks/bench_search.py [--per-brick 128] [--bricks 8] [--repeat 2] [--keep-threshold 0.5] [--device cpu|cuda] [--spark]
 """
 
 from __future__ import annotations
@@ -35,14 +43,17 @@ import pyarrow as pa  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks.bench_cutouts import OUT, ensure_bricks, targets  # noqa: E402
-from darkhaloscope.evaluation.scoring import SCORE_BATCH, score_batches  # noqa: E402
+from darkhaloscope.evaluation.scoring import CHECKPOINT, SCORE_BATCH, score_batches  # noqa: E402
 from darkhaloscope.imaging.coadd import BrickImageSource  # noqa: E402
 from darkhaloscope.imaging.cutout_table import cutout_batches  # noqa: E402
+from darkhaloscope.imaging.source_settings import ImageSourceSettings  # noqa: E402
 from darkhaloscope.lake import Lake  # noqa: E402
+from darkhaloscope.search.spark import search_on_spark  # noqa: E402
 from darkhaloscope.search.streaming import (  # noqa: E402
     SCORE_CHUNKS, STAMP_CHUNKS, STAMP_SCHEMA, InflightSearch, SearchSettings, score_chunk, score_schema, search_partition,
 )
 from darkhaloscope.search.targets import TARGET_SCHEMA  # noqa: E402
+from darkhaloscope.survey.location import SurveyLocation  # noqa: E402
 from darkhaloscope.training.checkpoint import load_checkpoint, save_checkpoint, write_spec  # noqa: E402
 from darkhaloscope.training.models import build_model  # noqa: E402
 from darkhaloscope.training.profiles import training_profile  # noqa: E402
@@ -77,16 +88,34 @@ def lens_finder(folder: str, device: str):
     return load_checkpoint(folder, "best", device=device)
 
 
+def _publish(lake: Lake, tgt: pa.Table, inflight: InflightSearch, n_chunks: int) -> dict:
+    """The partition's scores and kept stamps written from the in-flight chunks, as the asset does."""
+    a = lake.write_table("search", "search_scores", inflight.batches(SCORE_CHUNKS, n_chunks), schema=score_schema(tgt.schema))
+    b = lake.write_table("search", "search_stamps", inflight.batches(STAMP_CHUNKS, n_chunks), schema=STAMP_SCHEMA)
+    inflight.clear()
+    return {"bytes": a.bytes + b.bytes, "stamps_kept": b.rows}
+
+
 def streamed(lake: Lake, tgt: pa.Table, source, model, spec, device: str, keep: float) -> tuple[float, dict]:
     """The search_scores asset's path: chunks cut, scored and committed in flight, then the
     partition's scores and kept stamps written from them."""
     t0 = time.perf_counter()
     inflight = InflightSearch(lake, "bench.fits", spec.data_version)
     run = search_partition(tgt, source, model, spec, device, SearchSettings(keep_threshold=keep), inflight, SCORE_BATCH.get(device, 16))
-    a = lake.write_table("search", "search_scores", inflight.batches(SCORE_CHUNKS, run["n_chunks"]), schema=score_schema(tgt.schema))
-    b = lake.write_table("search", "search_stamps", inflight.batches(STAMP_CHUNKS, run["n_chunks"]), schema=STAMP_SCHEMA)
-    inflight.clear()
-    return time.perf_counter() - t0, {"bytes": a.bytes + b.bytes, "stamps_kept": b.rows}
+    out = _publish(lake, tgt, inflight, run["n_chunks"])
+    return time.perf_counter() - t0, out
+
+
+def on_spark(spark, lake: Lake, tgt: pa.Table, ckpt: str, device: str, keep: float) -> tuple[float, dict]:
+    """The Spark launch: the finder published in ``lake``, the chunks scored and committed by Spark
+    tasks (each loading the finder and opening the bricks from the settings), then the partition's
+    tables written from the in-flight chunks."""
+    shutil.copytree(ckpt, lake.partition_path(*CHECKPOINT))
+    settings = ImageSourceSettings(survey=SurveyLocation(survey=str(OUT)))
+    t0 = time.perf_counter()
+    run = search_on_spark(spark, lake, "bench.fits", tgt, settings, device, SearchSettings(keep_threshold=keep))
+    out = _publish(lake, tgt, InflightSearch(lake, "bench.fits", run["model_version"]), run["n_chunks"])
+    return time.perf_counter() - t0, out
 
 
 def materialized(lake: Lake, tgt: pa.Table, source, model, spec, device: str) -> tuple[float, dict]:
@@ -107,6 +136,7 @@ def main() -> None:
     ap.add_argument("--keep-threshold", type=float, default=0.5)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--spark", action="store_true", help="also time the Spark launch (local[cores])")
     args = ap.parse_args()
     cores = len(os.sched_getaffinity(0))
     torch.set_num_threads(cores)
@@ -117,18 +147,31 @@ def main() -> None:
     # and, to tell a masked centre, the invvar of the centre pixel
     source, search_source = BrickImageSource(str(OUT)), BrickImageSource(str(OUT), with_maskbits=False, invvar_centre_only=True)
     work = tempfile.mkdtemp(prefix="bench_search_")
+    spark = None
     try:
         model, spec = lens_finder(f"{work}/ckpt", args.device)
         score_chunk(tgt.slice(0, 16), search_source, model, spec, args.device, SearchSettings())  # warm-up
-        t_base = t_stream = np.inf
+        if args.spark:
+            from darkhaloscope.catalog.spark import spark_session
+
+            spark = spark_session(f"local[{cores}]", app_name="bench-search")
+        t_base = t_stream = t_spark = np.inf
         for i in range(args.repeat):  # the forms take turns; the least time counts
             t, base = materialized(Lake(f"{work}/base{i}"), tgt, source, model, spec, args.device)
             t_base = min(t_base, t)
             t, stream = streamed(Lake(f"{work}/stream{i}"), tgt, search_source, model, spec, args.device, args.keep_threshold)
             t_stream = min(t_stream, t)
+            if spark is not None:
+                t, on = on_spark(spark, Lake(f"{work}/spark{i}"), tgt, f"{work}/ckpt", args.device, args.keep_threshold)
+                assert on == stream, f"the Spark launch stored {on}, the streamed form {stream}"
+                t_spark = min(t_spark, t)
     finally:
+        if spark is not None:
+            spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     n = tgt.num_rows
+    spark_rates = {"spark_galaxies_per_s_per_core": round(n / t_spark / cores, 2),
+                   "speedup_spark_vs_streamed": round(t_stream / t_spark, 2)} if spark is not None else {}
     print(json.dumps({
         "benchmark": "search", "device": args.device, "cores": cores, "galaxies": n, "bricks": len(names),
         "streamed_galaxies_per_s_per_core": round(n / t_stream / cores, 2),
@@ -137,7 +180,7 @@ def main() -> None:
         "streamed_bytes_per_galaxy": round(stream["bytes"] / n, 1), "materialized_bytes_per_galaxy": round(base["bytes"] / n, 1),
         "stamp_bytes_per_galaxy": round(base["cutout_bytes"] / n, 1), "stamps_kept": stream["stamps_kept"],
         "storage_ratio_streamed_to_stamps": round(stream["bytes"] / base["cutout_bytes"], 4),
-        "load_avg_1m": round(os.getloadavg()[0], 2),
+        **spark_rates, "load_avg_1m": round(os.getloadavg()[0], 2),
     }))
 
 
