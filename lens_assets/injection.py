@@ -45,7 +45,10 @@ HOST_COLUMNS = list(BANK_HOST_COLUMNS)
 class InjectionPlanConfig(dg.Config):
     """Grid and host selection of the selection-function injections (defaults: θ_E 0.5–3.0″ step
     0.25″, z_l 0.1–0.9 step 0.1, hosts DEV/SER from the test split: train hosts carry the training
-    injections and val hosts chose the best epoch, so only test hosts are unseen by the lens finder)."""
+    injections and val hosts chose the best epoch, so only test hosts are unseen by the lens finder).
+    ``realisation`` n > 0 draws every injection afresh (sources, lens parameters and which host
+    gets which cell) for the same grid and hosts: the bank, its scores and the selection function
+    follow, the lens finder does not, so the sampling noise of C(θ_E, z_l) can be seen."""
 
     theta_e_grid: list[float] = list(_GRID.theta_e_grid)
     z_l_grid: list[float] = list(_GRID.z_l_grid)
@@ -53,6 +56,7 @@ class InjectionPlanConfig(dg.Config):
     host_splits: list[str] = ["test"]
     per_cell: int = 0  # 0 = the profile's default
     batch_size: int = 0
+    realisation: int = 0
 
 
 @dg.asset(key=list(PLAN_KEY), group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="3",
@@ -70,12 +74,14 @@ def injection_plan(context: dg.AssetExecutionContext, config: InjectionPlanConfi
         hosts = selection_hosts(cutouts, config.host_types, lenses)
         if hosts.num_rows == 0:
             raise InputError(f"no quality-checked {config.host_types} hosts in the cutouts table ({lenses.size} graded lenses excluded)")
-        cfg = injection_config(compute.profile, config.per_cell, config.batch_size, config.theta_e_grid, config.z_l_grid, config.host_splits)
+        cfg = injection_config(compute.profile, config.per_cell, config.batch_size, config.theta_e_grid, config.z_l_grid, config.host_splits,
+                               config.realisation)
         tasks = plan_injection_grid(hosts, cfg)
     staged = lake.stage(context).table(*PLAN_KEY)
     staged.write(tasks)
     outcomes = [au.contract_audit(au.INJECTION_PLAN_CONTRACT, staged.read(), INJECTION_PLAN)]
-    md = as_metadata({"plan": plan_summary(tasks), "n_hosts": hosts.num_rows, "hosts_graded_lenses_excluded": int(lenses.size),
+    md = as_metadata({"plan": plan_summary(tasks), "realisation": config.realisation, "seed_salt": cfg.salt,
+                      "n_hosts": hosts.num_rows, "hosts_graded_lenses_excluded": int(lenses.size),
                       "batches": len(set(tasks.column("batch").to_pylist()))})
     yield from gate(context, {PLAN_KEY: ([staged], outcomes)}, {PLAN_KEY: md})
 

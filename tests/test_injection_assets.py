@@ -120,3 +120,24 @@ def test_a_batch_failing_the_flux_audit_is_rejected_once_and_the_published_batch
     assert (alert["kind"], alert["check"], alert["severity"]) == ("check_failed", "injection_physics_valid", "ERROR")
     [kept] = rejected(lake)
     assert kept["partition"] == {"injection_batch": key} and kept["failed_checks"][0]["check"] == "injection_physics_valid"
+
+
+def test_another_realisation_is_planned_from_the_launchpad_and_a_bad_one_keeps_the_plan(tmp_path):
+    """``realisation`` in the run config draws the plan again (recorded in its metadata); a negative
+    one fails the step, naming the config, and the published plan stays."""
+    lake, instance, resources, plan_hosts = _plan(tmp_path)
+    plan_hosts()
+    first = lake.read_table("injection", "injection_plan")
+    run = run_assets([injection.injection_plan.key], resources, instance,
+                     run_config={"ops": {"injection__injection_plan": {"config": {**PLAN, "realisation": 2}}}})
+    [mat] = [e.materialization for e in run.get_asset_materialization_events()]
+    assert mat.metadata["realisation"].value == 2 and mat.metadata["seed_salt"].value.endswith("/realisation-2")
+    again = lake.read_table("injection", "injection_plan")
+    assert plan_grid(again) == plan_grid(first)
+    assert not set(again.column("seed").to_pylist()) & set(first.column("seed").to_pylist())
+    failed = run_assets([injection.injection_plan.key], resources, instance, raise_on_error=False,
+                        run_config={"ops": {"injection__injection_plan": {"config": {**PLAN, "realisation": -1}}}})
+    assert not failed.success
+    [event] = failed.get_step_failure_events()
+    assert "injection realisation must be an integer >= 0, got -1" in event.step_failure_data.error.message
+    assert lake.read_table("injection", "injection_plan").equals(again)

@@ -5,8 +5,8 @@ import pyarrow as pa
 import pytest
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.lensing.bank import (InjectionConfig, host_psf_fwhm, paint_known_lens_arcs, plan_injection_grid,
-                                        plan_summary, render_injection_batch)
+from darkhaloscope.lensing.bank import (InjectionConfig, host_psf_fwhm, injection_config, paint_known_lens_arcs,
+                                        plan_injection_grid, plan_summary, render_injection_batch)
 from darkhaloscope.lensing.cosmology import sigma_v_from_theta_e
 from darkhaloscope.lensing.priors import DEFAULT_PRIORS, Prior, PriorRegistry, draw_clumps
 from darkhaloscope.lensing.render import RenderConfig
@@ -76,6 +76,28 @@ def test_plan_grid_counts_skips_and_seeds():
     assert counts.max() - counts.min() <= 1 + s["n_candidates"] - s["n_tasks"]
     shuffled = _hosts().take(pa.array(np.random.default_rng(1).permutation(12)))
     assert plan_injection_grid(shuffled, cfg).equals(tasks)
+
+
+def test_another_realisation_redraws_every_injection_on_the_same_grid_and_hosts():
+    hosts = _hosts(30)
+    default = plan_injection_grid(hosts, injection_config("demo", per_cell=3, host_splits=("train", "val", "test")))
+    assert plan_injection_grid(hosts, injection_config("demo", per_cell=3, host_splits=("train", "val", "test"), realisation=0)).equals(default)
+    again = plan_injection_grid(hosts, injection_config("demo", per_cell=3, host_splits=("train", "val", "test"), realisation=1))
+    d, a = default.to_pydict(), again.to_pydict()
+    # the same grid and candidates over the same hosts (which tasks a draw skips, z_s behind the
+    # lens or σ_v out of range, differs) ...
+    sd, sa = plan_summary(default), plan_summary(again)
+    assert (sa["n_cells"], sa["n_candidates"]) == (sd["n_cells"], sd["n_candidates"])
+    assert sa["n_tasks"] == pytest.approx(sd["n_tasks"], rel=0.1)
+    assert set(a["host_object_id"]) == set(d["host_object_id"])
+    # ... and no source, lens or host assignment in common
+    assert not set(a["seed"]) & set(d["seed"])
+    for name in ("src_mag_r", "z_s", "src_x_arcsec", "lens_q"):
+        assert not set(a[name]) & set(d[name]), name
+    assert np.mean(np.array(a["host_object_id"][:50]) == np.array(d["host_object_id"][:50])) < 0.2
+    for bad in (-1, 1.5, True):
+        with pytest.raises(InputError, match="realisation"):
+            injection_config("demo", realisation=bad)
 
 
 def test_plan_skips_cells_with_source_behind_lens_and_filters_splits():

@@ -89,9 +89,13 @@ PROFILE_SIZES = {"demo": {"per_cell": 12, "batch_size": 600}, "full": {"per_cell
 
 
 def injection_config(profile: str, per_cell: int = 0, batch_size: int = 0, theta_e_grid=None, z_l_grid=None,
-                     host_splits=("test",)) -> InjectionConfig:
+                     host_splits=("test",), realisation: int = 0) -> InjectionConfig:
     """The injection settings of a profile (``demo`` or ``full``); 0 / None keep the profile's
-    size and :class:`InjectionConfig`'s grids."""
+    size and :class:`InjectionConfig`'s grids. ``realisation`` n > 0 draws every source, lens and
+    host assignment afresh (its own seed salt), so the selection function can be measured again on
+    independent injections into the same hosts; 0 is the default draw."""
+    if isinstance(realisation, bool) or int(realisation) != realisation or realisation < 0:
+        raise InputError(f"injection realisation must be an integer >= 0, got {realisation!r}")
     sizes = PROFILE_SIZES.get(profile, PROFILE_SIZES["demo"])
     base = InjectionConfig()
     return InjectionConfig(
@@ -100,6 +104,7 @@ def injection_config(profile: str, per_cell: int = 0, batch_size: int = 0, theta
         per_cell=per_cell or sizes["per_cell"],
         batch_size=batch_size or sizes["batch_size"],
         host_splits=tuple(host_splits),
+        salt=base.salt if realisation == 0 else f"{base.salt}/realisation-{int(realisation)}",
     )
 
 
