@@ -95,7 +95,7 @@ def test_another_realisation_redraws_every_injection_on_the_same_grid_and_hosts(
     for name in ("src_mag_r", "z_s", "src_x_arcsec", "lens_q"):
         assert not set(a[name]) & set(d[name]), name
     assert np.mean(np.array(a["host_object_id"][:50]) == np.array(d["host_object_id"][:50])) < 0.2
-    for bad in (-1, 1.5, True):
+    for bad in (-1, 1.5, True, "1"):
         with pytest.raises(InputError, match="realisation"):
             injection_config("demo", realisation=bad)
 

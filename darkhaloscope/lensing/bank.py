@@ -94,7 +94,7 @@ def injection_config(profile: str, per_cell: int = 0, batch_size: int = 0, theta
     size and :class:`InjectionConfig`'s grids. ``realisation`` n > 0 draws every source, lens and
     host assignment afresh (its own seed salt), so the selection function can be measured again on
     independent injections into the same hosts; 0 is the default draw."""
-    if isinstance(realisation, bool) or int(realisation) != realisation or realisation < 0:
+    if isinstance(realisation, bool) or not isinstance(realisation, (int, np.integer)) or realisation < 0:
         raise InputError(f"injection realisation must be an integer >= 0, got {realisation!r}")
     sizes = PROFILE_SIZES.get(profile, PROFILE_SIZES["demo"])
     base = InjectionConfig()
