@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -39,8 +40,18 @@ def cmd_materialize(args) -> int:
 
     from .orchestration import MaterializeError, Materializer
 
+    config = {}
+    for item in args.config:
+        name, sep, text = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError("expected ASSET=JSON")
+            config[name] = json.loads(text)
+        except ValueError as exc:
+            print(f"error: --config {item!r}: {exc}", file=sys.stderr)
+            return 2
     try:
-        Materializer(defs, _instance()).run(args.assets)
+        Materializer(defs, _instance()).run(args.assets, config)
     except MaterializeError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
@@ -171,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser("materialize", help="materialize assets (all partitions; stale or missing upstream assets first)")
     m.add_argument("assets", nargs="+", help="asset names (negatives), keys (catalog/negatives) or Dagster selections (group:catalog)")
+    m.add_argument("--config", action="append", default=[], metavar="ASSET=JSON",
+                   help="run config of one of the named assets, as in the launchpad: injection_plan='{\"realisation\": 1}' (repeatable)")
     m.set_defaults(func=cmd_materialize)
     q = sub.add_parser("query", help="read-only SQL over the lake (every table is a view)")
     q.add_argument("sql")

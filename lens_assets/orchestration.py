@@ -13,6 +13,9 @@
   assets with a single-run backfill policy), in topological order; every run is in the instance
   the UI shows. Dynamic partitions are registered by the same functions as the sensors: sweep
   files before planning, injection batches after ``injection_plan`` is published.
+* **Config**: ``config`` gives named assets their run config (``dhs materialize injection_plan
+  --config 'injection_plan={"realisation": 1}'``), as the UI's launchpad does; only assets named
+  for materialization take it, since an upstream asset that is up to date does not run.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import Mapping
 
 import dagster as dg
 
@@ -74,6 +78,7 @@ class Materializer:
         self.job = defs.resolve_implicit_global_asset_job_def()
         self.resources = defs.resources
         self.sinks = None
+        self.ops: dict[str, dict] = {}
 
     def _say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -124,12 +129,28 @@ class Materializer:
         absent = {pk for k in unit.keys for pk in keys if not lake.exists(*table_location(k), partition_for_key(unit.partitions_def, pk))}
         return sorted(absent | {pk for k in unit.keys for pk in stale_or_missing(self.instance, self.graph, k, keys)}, key=keys.index)
 
+    def op_config(self, config: Mapping[str, dict], targets: set[dg.AssetKey]) -> dict[str, dict]:
+        """Run config of the ops of the assets ``config`` names (a name or key, as in the selection,
+        to its config); each must be one of ``targets``."""
+        ops = {}
+        for name, cfg in config.items():
+            keys = [k for k in targets if name in (k.path[-1], k.to_user_string())]
+            if not keys:
+                raise MaterializeError(f"config for {name!r}: not among the assets to materialize "
+                                       f"({', '.join(sorted(k.path[-1] for k in targets))}); name it too")
+            if not isinstance(cfg, dict):
+                raise MaterializeError(f"config for {name!r} must be a JSON object of its fields, got {cfg!r}")
+            ops[self.graph.assets_def_for_key(keys[0]).node_def.name] = {"config": cfg}
+        return ops
+
     # ----------------------------------------------------------- execution
-    def run(self, args: list[str]) -> None:
+    def run(self, args: list[str], config: Mapping[str, dict] | None = None) -> None:
+        """Materialize the named assets and what they need; ``config`` as :meth:`op_config`."""
         for run_id in reap_dead_runs(self.instance):
             self._say(f"run {run_id} was killed: marked failed")
         sweep_file_change(self.instance, self.resources["survey"]).apply(self.instance)
         targets = set(self.selection(args).resolve(self.graph))
+        self.ops = self.op_config(config or {}, targets)
         units = self.plan(targets)
         lake = self.resources["lake"].lake()
         for i, unit in enumerate(units, start=1):
@@ -153,10 +174,11 @@ class Materializer:
         if len(partition_keys) > 1:
             tags.update({"dagster/asset_partition_range_start": partition_keys[0], "dagster/asset_partition_range_end": partition_keys[-1]})
         where = f"asset {unit.label} partition {pk or (partition_keys[0] + '...' + partition_keys[-1] if len(partition_keys) > 1 else '-')}"
+        ops = {op: cfg for op, cfg in self.ops.items() if op == self.graph.assets_def_for_key(unit.keys[0]).node_def.name}
         try:
             result = self.job.execute_in_process(
                 instance=self.instance, asset_selection=unit.keys, partition_key=pk, tags=tags, raise_on_error=False,
-                run_config=quiet_console(),
+                run_config={**quiet_console(), **({"ops": ops} if ops else {})},
             )
         except Exception as exc:  # definition-time errors (bad partition key, resources)
             raise MaterializeError(f"{where} failed: {exc}") from exc

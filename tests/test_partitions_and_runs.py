@@ -116,6 +116,38 @@ def test_materialize_takes_dagster_selections_and_reruns_only_what_dagster_calls
         Materializer(stale, instance, out=io.StringIO()).run(["key:(("])
 
 
+@dg.asset(key=["injection", "draws"], config_schema={"realisation": dg.Field(int, default_value=0)})
+def draws(context):
+    """A configurable asset (this module's postponed annotations rule out a Config class here)."""
+    return dg.MaterializeResult(metadata={"realisation": context.op_execution_context.op_config["realisation"]})
+
+
+def test_materialize_passes_run_config_to_the_assets_it_names(tmp_path, capsys):
+    from lens_assets.cli import main
+
+    _write_sweep(tmp_path / "mirror", A, SweepBox(30, 35, -5, 0))
+    defs = _survey_defs(tmp_path, Lake(str(tmp_path / "lake")))
+    defs = dg.Definitions(assets=[draws, sweep_files, sweeps, known_lenses], resources=defs.resources)
+    instance = dg.DagsterInstance.ephemeral()
+
+    def realisation() -> int:
+        return instance.get_latest_materialization_event(dg.AssetKey(["injection", "draws"])).asset_materialization.metadata["realisation"].value
+
+    Materializer(defs, instance, out=io.StringIO()).run(["draws", "known_lenses"], {"injection/draws": {"realisation": 3}})
+    assert realisation() == 3
+    Materializer(defs, instance, out=io.StringIO()).run(["draws"])  # config is per command, as in the launchpad
+    assert realisation() == 0
+    with pytest.raises(MaterializeError, match="config for 'sweeps': not among the assets to materialize"):
+        Materializer(defs, instance, out=io.StringIO()).run(["draws"], {"sweeps": {}})
+    with pytest.raises(MaterializeError, match="realisation"):  # Dagster's config check, named
+        Materializer(defs, instance, out=io.StringIO()).run(["draws"], {"draws": {"realisation": "one"}})
+    # the command line: ASSET=JSON, a malformed one refused before anything runs
+    assert main(["materialize", "draws", "--config", "draws={realisation: 1}"]) == 2
+    assert "error: --config 'draws={realisation: 1}'" in capsys.readouterr().err
+    assert main(["materialize", "draws", "--config", "draws"]) == 2
+    assert "expected ASSET=JSON" in capsys.readouterr().err
+
+
 def test_a_killed_run_is_marked_failed_by_the_next_command(tmp_path):
     """A process that starts a run and dies with SIGKILL leaves it STARTED; reap_dead_runs (run by
     every `dhs materialize` and by dead_run_sensor) marks it failed; a live one is left alone."""
