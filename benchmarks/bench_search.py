@@ -14,7 +14,8 @@ given), their ratio and the bytes stored per galaxy.
 
 ``--spark`` adds the search's Spark launch (``search.spark.search_on_spark``, what ``launch: spark``
 runs): the same targets, finder and bricks, the lens finder published in a lake and the image
-source opened from its settings as an executor does, one task per core of a ``local[cores]``
+source opened from its settings as an executor does, the chunks spread over tasks as the launch
+spreads them (one per chunk here, up to the session's default parallelism) on a ``local[cores]``
 session (started before the timing, as the catalog stage's session is up when the search runs),
 each task loading the finder and scoring on one thread, the partition's tables then written as the
 streamed form writes them. Its ratio to the streamed form is what the DR10 projection's per-core
