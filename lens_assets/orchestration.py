@@ -78,7 +78,6 @@ class Materializer:
         self.job = defs.resolve_implicit_global_asset_job_def()
         self.resources = defs.resources
         self.sinks = None
-        self.ops: dict[str, dict] = {}
 
     def _say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -89,7 +88,7 @@ class Materializer:
         keys = {k for k in self.graph.get_all_asset_keys() if self.graph.get(k).is_materializable}
         parts = []
         for arg in args:
-            by_name = [k for k in keys if arg in (k.path[-1], k.to_user_string())]
+            by_name = _named(arg, keys)
             if by_name:
                 parts.append(dg.AssetSelection.assets(*by_name))
             elif ":" in arg or "*" in arg:
@@ -134,14 +133,17 @@ class Materializer:
         to its config); each must be one of ``targets``."""
         ops = {}
         for name, cfg in config.items():
-            keys = [k for k in targets if name in (k.path[-1], k.to_user_string())]
+            keys = _named(name, targets)
             if not keys:
                 raise MaterializeError(f"config for {name!r}: not among the assets to materialize "
                                        f"({', '.join(sorted(k.path[-1] for k in targets))}); name it too")
             if not isinstance(cfg, dict):
                 raise MaterializeError(f"config for {name!r} must be a JSON object of its fields, got {cfg!r}")
-            ops[self.graph.assets_def_for_key(keys[0]).node_def.name] = {"config": cfg}
+            ops[self._op_name(keys[0])] = {"config": cfg}
         return ops
+
+    def _op_name(self, key: dg.AssetKey) -> str:
+        return self.graph.assets_def_for_key(key).node_def.name
 
     # ----------------------------------------------------------- execution
     def run(self, args: list[str], config: Mapping[str, dict] | None = None) -> None:
@@ -150,23 +152,24 @@ class Materializer:
             self._say(f"run {run_id} was killed: marked failed")
         sweep_file_change(self.instance, self.resources["survey"]).apply(self.instance)
         targets = set(self.selection(args).resolve(self.graph))
-        self.ops = self.op_config(config or {}, targets)
+        ops = self.op_config(config or {}, targets)
         units = self.plan(targets)
         lake = self.resources["lake"].lake()
         for i, unit in enumerate(units, start=1):
             label = f"[{i}/{len(units)}] {unit.label}"
             todo = self._todo(unit, targets, lake)
+            op_config = ops.get(self._op_name(unit.keys[0]))
             if not todo:
                 self._say(f"{label}: up to date, skipped")
             elif unit.single_run and len(todo) > 1:
-                self._execute(unit, todo, label)
+                self._execute(unit, todo, label, op_config)
             else:
                 for pk in todo:
-                    self._execute(unit, [pk], label + (f" [{pk}]" if pk else ""))
+                    self._execute(unit, [pk], label + (f" [{pk}]" if pk else ""), op_config)
             if INJECTION_PLAN_KEY in unit.keys:
                 injection_batch_change(self.instance, lake).apply(self.instance)
 
-    def _execute(self, unit: Unit, partition_keys: list[str | None], label: str) -> None:
+    def _execute(self, unit: Unit, partition_keys: list[str | None], label: str, op_config: dict | None = None) -> None:
         t0 = time.monotonic()
         self._say(f"{label} ...")
         tags = {HOST_TAG: host_tag()}
@@ -174,11 +177,12 @@ class Materializer:
         if len(partition_keys) > 1:
             tags.update({"dagster/asset_partition_range_start": partition_keys[0], "dagster/asset_partition_range_end": partition_keys[-1]})
         where = f"asset {unit.label} partition {pk or (partition_keys[0] + '...' + partition_keys[-1] if len(partition_keys) > 1 else '-')}"
-        ops = {op: cfg for op, cfg in self.ops.items() if op == self.graph.assets_def_for_key(unit.keys[0]).node_def.name}
+        # the asset's own run config (op_config's entry), beside the console's
+        ops = {"ops": {self._op_name(unit.keys[0]): op_config}} if op_config else {}
         try:
             result = self.job.execute_in_process(
                 instance=self.instance, asset_selection=unit.keys, partition_key=pk, tags=tags, raise_on_error=False,
-                run_config={**quiet_console(), **({"ops": ops} if ops else {})},
+                run_config={**quiet_console(), **ops},
             )
         except Exception as exc:  # definition-time errors (bad partition key, resources)
             raise MaterializeError(f"{where} failed: {exc}") from exc
@@ -221,6 +225,11 @@ class Materializer:
             errors = f" (delivery errors: {'; '.join(f'{k}: {v}' for k, v in outcome.errors.items())})" if outcome.errors else ""
             self._say(f"ALERT {outcome.alert.summary()} -> {where}{errors}")
         report_alerts_table(self.instance, self.resources["lake"].lake(), len(outcomes))
+
+
+def _named(name: str, keys) -> list[dg.AssetKey]:
+    """The asset keys among ``keys`` that ``name`` names: the last part of the key or the whole key."""
+    return [k for k in keys if name in (k.path[-1], k.to_user_string())]
 
 
 def failure_message(result) -> str:

@@ -139,6 +139,8 @@ def test_materialize_passes_run_config_to_the_assets_it_names(tmp_path, capsys):
     assert realisation() == 0
     with pytest.raises(MaterializeError, match="config for 'sweeps': not among the assets to materialize"):
         Materializer(defs, instance, out=io.StringIO()).run(["draws"], {"sweeps": {}})
+    with pytest.raises(MaterializeError, match="config for 'draws' must be a JSON object of its fields, got 3"):
+        Materializer(defs, instance, out=io.StringIO()).run(["draws"], {"draws": 3})
     with pytest.raises(MaterializeError, match="realisation"):  # Dagster's config check, named
         Materializer(defs, instance, out=io.StringIO()).run(["draws"], {"draws": {"realisation": "one"}})
     # the command line: ASSET=JSON, a malformed one refused before anything runs

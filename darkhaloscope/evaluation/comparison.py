@@ -29,14 +29,16 @@ def member_score_columns(table: pa.Table) -> list[str]:
 AUROC_BOOTSTRAP_RESAMPLES = 1000
 
 
-def _scorable(table: pa.Table, column: str) -> np.ndarray:
+def _scorable(table: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(scores of the scorable rows, which rows those are)."""
     s = np.asarray(table.column(column).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
     valid = np.asarray(table.column("valid").to_numpy(zero_copy_only=False), dtype=bool) if "valid" in table.column_names else np.ones(len(s), bool)
-    return valid & np.isfinite(s)
+    ok = valid & np.isfinite(s)
+    return s[ok], ok
 
 
 def _scores(table: pa.Table, column: str) -> np.ndarray:
-    return np.asarray(table.column(column).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)[_scorable(table, column)]
+    return _scorable(table, column)[0]
 
 
 def auroc_intervals(injections: pa.Table, controls: pa.Table, real: pa.Table, negatives: pa.Table,
@@ -47,10 +49,10 @@ def auroc_intervals(injections: pa.Table, controls: pa.Table, real: pa.Table, ne
     host's score repeated, so the host, not the row, is the independent draw), and real positives
     against held-out negatives, resampled by row (each a different galaxy). Unscorable rows are left
     out. Each interval's resamples are seeded by ``seed_key``, the comparison and the level."""
-    inj_ok, ctrl_ok = _scorable(injections, "score"), _scorable(controls, "score")
+    (inj, inj_ok), (ctrl, ctrl_ok) = _scorable(injections, "score"), _scorable(controls, "score")
     host = np.r_[injections.column("host_object_id").to_numpy(zero_copy_only=False)[inj_ok],
                  controls.column("host_object_id").to_numpy(zero_copy_only=False)[ctrl_ok]]
-    comparisons = (("injections vs paired controls", _scores(injections, "score"), _scores(controls, "score"), host, "host"),
+    comparisons = (("injections vs paired controls", inj, ctrl, host, "host"),
                    ("real positives vs held-out negatives", _scores(real, "score"), _scores(negatives, "score"), None, "object"))
     rows = []
     for name, pos, neg, clusters, unit in comparisons:
