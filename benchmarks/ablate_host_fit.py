@@ -1,0 +1,339 @@
+"""The lens finder on stamps less a fitted host: an elliptical Sérsic convolved with the catalog's PSF.
+
+The mock sky draws every galaxy as an elliptical Sérsic convolved with a Moffat (β = 3.5) of the
+catalog's PSFSIZE in each band, the model Tractor fits to DR10. This diagnostic fits that model to the
+central 49 px of every stamp (one shape for the three bands: centre, half-light radius, Sérsic index,
+e1, e2 by Levenberg–Marquardt with finite-difference Jacobians; a flux and a constant background per
+band solved linearly at each step, variable projection), and trains the demo recipe on the
+residuals (``--preprocess`` over the profile's spec; default three residual channels, no colour or
+antisymmetric channels, which need the host's light). The stream's arcs are projected off their
+host's fitted tangent space, the linearised refit of host plus arc (a host fitted to the noise has
+a residual orthogonal to that space, so a faint arc's refit moves the model by exactly that
+projection); every other stamp (the catalog rows, the validation injections, the test rows and the
+bank's injections) is fitted itself, as a survey would fit it.
+
+It prints one JSON line: the fit's χ² per pixel, validation AUROC, the bank's AUROCs (injections
+against controls, by arc S/N and θ_E, and with the bank's injections replaced by their linearised
+refit, which is what training saw; the spread (sd) of the controls' logits; the bank's arcs in pure noise against pure noise, whole and
+off the fitted host's tangent space), known lenses against held-out negatives, the 1e-2 FPR
+operating point; and two bounds for a detector that knows each arc's shape (the mean over the bank
+of Φ(S/N / √2), S/N the bank's arc S/N): with the host known, and with only the part of the arc
+orthogonal to the fitted host's tangent space.
+
+    python benchmarks/ablate_host_fit.py --lake lakehouse
+
+About 15 minutes on 2 cores for the fits (0.13 s per stamp), then the training. A diagnostic, not a
+pipeline step: the mock's galaxies are exactly this model, so the fit is better than it would be
+on DR10's galaxies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+import torch  # noqa: E402
+from scipy.stats import norm  # noqa: E402
+
+from benchmarks.ablate_host_oracle import S_N_EDGES, THETA_E_EDGES_ARCSEC, noise_like  # noqa: E402
+from benchmarks.ablate_lens_finder import _test_rows, parse_lake_args  # noqa: E402
+from benchmarks.demo_headline import SNR_BINS, auroc_of  # noqa: E402
+from darkhaloscope.constants import PIXEL_SCALE_ARCSEC  # noqa: E402
+from darkhaloscope.evaluation.scoring import held_out_negatives  # noqa: E402
+from darkhaloscope.evaluation.thresholds import order_statistic_threshold  # noqa: E402
+from darkhaloscope.profiles import sersic_surface_brightness, sersic_total_flux  # noqa: E402
+from darkhaloscope.psf import MOFFAT_BETA, psf_kernels  # noqa: E402
+from darkhaloscope.search.grades import published_graded_lens_ids  # noqa: E402
+from darkhaloscope.stamps import from_tensor_column  # noqa: E402
+from darkhaloscope.training.checkpoint import load_checkpoint  # noqa: E402
+from darkhaloscope.training.data import load_training_set  # noqa: E402
+from darkhaloscope.training.dataset import AugmentedStampDataset  # noqa: E402
+from darkhaloscope.training.gates import run_gates  # noqa: E402
+from darkhaloscope.training.inference import score_stamps  # noqa: E402
+from darkhaloscope.training.loop import train  # noqa: E402
+from darkhaloscope.training.preprocess import annulus_stats  # noqa: E402
+from darkhaloscope.training.profiles import training_profile  # noqa: E402
+from darkhaloscope.training.runs import split_for_training  # noqa: E402
+
+#: Side (px) of the fitted region: the demo finder's crop.
+FIT_SIZE = 49
+#: Margin (px) rendered around it, the PSF kernel's radius, so light from outside is convolved in.
+MARGIN = 12
+#: Sub-pixels per pixel side of the rendered Sérsic (pixel-integrated).
+SUPERSAMPLE = 2
+#: Finite-difference steps of the shape parameters: x0, y0 [px], ln R, ln n, e1, e2.
+STEPS = (0.01, 0.01, 0.005, 0.005, 0.003, 0.003)
+N_SHAPE = len(STEPS)
+#: Shape parameters, then a flux and a background per band: the columns of the tangent space.
+N_TANGENT = N_SHAPE + 6
+_DT = torch.float64
+
+
+def _grid() -> tuple[torch.Tensor, torch.Tensor]:
+    """Sub-pixel centres (arcsec from the stamp's centre pixel) of the rendered region, (S, S) each."""
+    g = FIT_SIZE + 2 * MARGIN
+    px = torch.arange(g, dtype=_DT)[:, None] + (torch.arange(SUPERSAMPLE, dtype=_DT) + 0.5) / SUPERSAMPLE - 0.5 - (g - 1) / 2
+    y, x = torch.meshgrid(px.reshape(-1) * PIXEL_SCALE_ARCSEC, px.reshape(-1) * PIXEL_SCALE_ARCSEC, indexing="ij")
+    return x, y
+
+
+_X, _Y = _grid()
+_FFT = FIT_SIZE + 4 * MARGIN  # the rendered region plus the kernel, so the convolution does not wrap
+
+
+def psf_transforms(fwhm_arcsec: np.ndarray) -> torch.Tensor:
+    """(N, 3, F, F//2+1) Fourier transforms of the Moffat kernels of FWHM (N, 3) arcsec."""
+    k = psf_kernels(torch.as_tensor(fwhm_arcsec, dtype=_DT).reshape(-1), MARGIN, "moffat", beta=MOFFAT_BETA, subsample=3)
+    return torch.fft.rfft2(k.reshape(-1, 3, 2 * MARGIN + 1, 2 * MARGIN + 1), s=(_FFT, _FFT))
+
+
+def unit_models(shape: torch.Tensor, psf_ft: torch.Tensor) -> torch.Tensor:
+    """(M, 3, FIT_SIZE, FIT_SIZE) unit-flux host images [per pixel] of shape parameters (M, 6)."""
+    x0, y0, ln_r, ln_n, e1, e2 = (shape[:, i].reshape(-1, 1, 1) for i in range(N_SHAPE))
+    r, n = torch.exp(ln_r), torch.exp(ln_n)
+    one = torch.ones_like(r)
+    sb = sersic_surface_brightness(_X[None], _Y[None], one, r, n, e1, e2, x0 * PIXEL_SCALE_ARCSEC, y0 * PIXEL_SCALE_ARCSEC)
+    g = FIT_SIZE + 2 * MARGIN
+    img = sb.reshape(-1, g, SUPERSAMPLE, g, SUPERSAMPLE).mean((2, 4)) * PIXEL_SCALE_ARCSEC**2 / sersic_total_flux(one, r, n)
+    conv = torch.fft.irfft2(torch.fft.rfft2(img[:, None], s=(_FFT, _FFT)) * psf_ft, s=(_FFT, _FFT))
+    return conv[..., 2 * MARGIN : 2 * MARGIN + FIT_SIZE, 2 * MARGIN : 2 * MARGIN + FIT_SIZE]
+
+
+def linear_fit(models: torch.Tensor, data: torch.Tensor, inv_sigma: torch.Tensor):
+    """Per stamp and band, data ≈ flux · model + background by least squares: (flux (N, 3),
+    background (N, 3) [nmgy per pixel], residual over σ (N, 3·FIT_SIZE²))."""
+    m, y = models.flatten(2), data.flatten(2)
+    npix = m.shape[-1]
+    smm, sm, sy, smy = (m * m).sum(-1), m.sum(-1), y.sum(-1), (m * y).sum(-1)
+    det = smm * npix - sm * sm
+    flux, bg = (smy * npix - sm * sy) / det, (smm * sy - sm * smy) / det
+    return flux, bg, ((y - flux[..., None] * m - bg[..., None]) * inv_sigma[..., None]).flatten(1)
+
+
+def bounded(shape: torch.Tensor) -> torch.Tensor:
+    """Shape parameters held where the model is defined: |offset| ≤ 6 px, 0.02″ ≤ R ≤ 8″, 0.4 ≤ n ≤ 8, |e| ≤ 0.85."""
+    s = shape.clone()
+    s[:, 0:2] = s[:, 0:2].clamp(-6.0, 6.0)
+    s[:, 2] = s[:, 2].clamp(math.log(0.02), math.log(8.0))
+    s[:, 3] = s[:, 3].clamp(math.log(0.4), math.log(8.0))
+    e = torch.hypot(s[:, 4], s[:, 5])
+    s[:, 4:6] *= torch.where(e > 0.85, 0.85 / e.clamp(min=1e-12), torch.ones_like(e))[:, None]
+    return s
+
+
+def moment_start(data: torch.Tensor) -> torch.Tensor:
+    """Shape parameters (N, 6) from the Gaussian-windowed (σ 5 px) moments of the r + z light."""
+    light = data[:, 1] + data[:, 2]
+    o = torch.arange(FIT_SIZE, dtype=_DT) - (FIT_SIZE - 1) / 2
+    yy, xx = torch.meshgrid(o, o, indexing="ij")
+    w = (light * torch.exp(-(xx**2 + yy**2) / 50.0)).clamp(min=0)
+    tot = w.sum((-1, -2)) + 1e-12
+    x0, y0 = (w * xx).sum((-1, -2)) / tot, (w * yy).sum((-1, -2)) / tot
+    dx, dy = xx - x0[:, None, None], yy - y0[:, None, None]
+    mxx, myy, mxy = ((w * p).sum((-1, -2)) / tot for p in (dx * dx, dy * dy, dx * dy))
+    trace = mxx + myy + 1e-9
+    chi1, chi2 = (mxx - myy) / trace, 2 * mxy / trace
+    chi = torch.hypot(chi1, chi2).clamp(max=0.95)
+    # distortion (1 - q²)/(1 + q²) to lenstronomy's ellipticity (1 - q)/(1 + q)
+    f = torch.where(chi > 0, 1.0 / (1.0 + torch.sqrt(1.0 - chi**2)), torch.zeros_like(chi))
+    r = (torch.sqrt(trace / 2) * PIXEL_SCALE_ARCSEC).clamp(0.05, 3.0)
+    return bounded(torch.stack([x0, y0, torch.log(r), torch.full_like(x0, math.log(2.0)), chi1 * f, chi2 * f], 1))
+
+
+def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, iters: int = 8, tangent: bool = False, chunk: int = 48) -> dict:
+    """Fit the host model to the central FIT_SIZE px of stamps (N, 3, H, H) [nmgy] with per-band PSF
+    FWHM (N, 3) [arcsec] and pixel σ (N, 3) [nmgy]: {"model" (N, 3, FIT_SIZE, FIT_SIZE) float32 nmgy,
+    "chi2" (N,) per pixel, "tangent" (N, 3·FIT_SIZE², N_TANGENT) float32 orthonormal basis of the
+    model's tangent space in σ units (shape, flux and background per band; only with ``tangent``)}."""
+    steps = torch.tensor(STEPS, dtype=_DT)
+    out: dict[str, list] = {"model": [], "chi2": [], "tangent": []}
+    lo = (stamps.shape[-1] - FIT_SIZE) // 2
+    for s in range(0, len(stamps), chunk):
+        data = torch.as_tensor(np.ascontiguousarray(stamps[s : s + chunk, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE]), dtype=_DT)
+        n = data.shape[0]
+        inv_sigma = 1.0 / torch.as_tensor(sigma[s : s + chunk], dtype=_DT)
+        psf_ft = psf_transforms(fwhm_arcsec[s : s + chunk])
+        shape = moment_start(data - data.flatten(2).median(-1).values[..., None, None])
+        damping = torch.full((n,), 1e-2, dtype=_DT)
+
+        def residual(p):
+            return linear_fit(unit_models(p, psf_ft), data, inv_sigma)[2]
+
+        r = residual(shape)
+        cost = (r * r).sum(-1)
+        for _ in range(iters):
+            shifted = (shape[:, None, :] + torch.diag(steps)[None]).reshape(-1, N_SHAPE)
+            rp = linear_fit(unit_models(shifted, psf_ft.repeat_interleave(N_SHAPE, 0)), data.repeat_interleave(N_SHAPE, 0),
+                            inv_sigma.repeat_interleave(N_SHAPE, 0))[2]
+            jac = (rp.reshape(n, N_SHAPE, -1) - r[:, None]) / steps[None, :, None]
+            a = jac @ jac.transpose(1, 2)
+            a = a + damping[:, None, None] * torch.diag_embed(torch.diagonal(a, dim1=1, dim2=2)) + 1e-9 * torch.eye(N_SHAPE, dtype=_DT)
+            trial = bounded(shape - torch.linalg.solve(a, jac @ r[..., None])[..., 0])
+            rt = residual(trial)
+            ct = (rt * rt).sum(-1)
+            better = ct < cost
+            shape, r, cost = torch.where(better[:, None], trial, shape), torch.where(better[:, None], rt, r), torch.where(better, ct, cost)
+            damping = torch.where(better, damping * 0.3, damping * 10.0).clamp(1e-6, 1e6)
+        unit = unit_models(shape, psf_ft)
+        flux, bg, _ = linear_fit(unit, data, inv_sigma)
+        out["model"].append((flux[..., None, None] * unit + bg[..., None, None]).float())
+        out["chi2"].append(cost / (3 * FIT_SIZE**2))
+        if tangent:
+            shifted = (shape[:, None, :] + torch.diag(steps)[None]).reshape(-1, N_SHAPE)
+            d_unit = (unit_models(shifted, psf_ft.repeat_interleave(N_SHAPE, 0)).reshape(n, N_SHAPE, 3, FIT_SIZE, FIT_SIZE) - unit[:, None])
+            eye = torch.eye(3, dtype=_DT)[None, :, :, None, None]
+            w = inv_sigma[:, None, :, None, None]
+            cols = torch.cat([d_unit / steps[None, :, None, None, None] * flux[:, None, :, None, None] * w,
+                              unit[:, None] * eye * w, torch.ones_like(unit)[:, None] * eye * w], 1)
+            out["tangent"].append(torch.linalg.qr(cols.reshape(n, N_TANGENT, -1).transpose(1, 2))[0].float())
+    return {k: torch.cat(v) for k, v in out.items() if v}
+
+
+def less_host(stamps: np.ndarray, fit: dict) -> np.ndarray:
+    """Stamps (N, 3, H, H) with the central FIT_SIZE px replaced by stamp minus fitted host (float32)."""
+    out = np.array(stamps, dtype=np.float32, copy=True)
+    lo = (out.shape[-1] - FIT_SIZE) // 2
+    out[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE] -= fit["model"].numpy()
+    return out
+
+
+def refit_change(arcs: np.ndarray, basis: torch.Tensor, sigma: torch.Tensor) -> np.ndarray:
+    """Arcs (N, 3, W, W) [nmgy] with their central FIT_SIZE px less the projection on each host's
+    tangent basis (N, 3·FIT_SIZE², N_TANGENT) in units of its σ (N, 3): what a fit of host plus a
+    faint arc leaves of the arc, to first order (the host's residual is orthogonal to that space)."""
+    out = np.array(arcs, dtype=np.float32, copy=True)
+    lo = (out.shape[-1] - FIT_SIZE) // 2
+    s = sigma[:, :, None, None]
+    a = (torch.from_numpy(out[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE].copy()) / s).flatten(1)
+    a = a - (basis @ (basis.transpose(1, 2) @ a[..., None]))[..., 0]
+    out[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE] = (a.reshape(-1, 3, FIT_SIZE, FIT_SIZE) * s).numpy()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preprocess", default='{"residual": "none", "colour_difference": false, "antisymmetric": false}',
+                    help="PreprocessSpec fields over the demo profile's (JSON)")
+    ap.add_argument("--member", default="{}", help="TrainConfig fields over the demo member (JSON)")
+    ap.add_argument("--iters", type=int, default=8, help="Levenberg–Marquardt steps per stamp")
+    a, lake = parse_lake_args(ap)
+    profile = training_profile("demo")
+
+    def sigma_of(x):
+        return annulus_stats(torch.from_numpy(np.ascontiguousarray(x)), profile.preprocess)[1].numpy().reshape(len(x), 3).astype(np.float64)
+
+    cut = lake.read_table("imaging", "cutouts", columns=["object_id", "label", "split", "in_training_catalog", "quality_ok",
+                                                         "psfsize_g", "psfsize_r", "psfsize_z"])
+    psf = {int(o): (g, r, z) for o, g, r, z in zip(*(cut.column(c).to_numpy() for c in ("object_id", "psfsize_g", "psfsize_r", "psfsize_z")))}
+    g_r, z_r = (float(np.nanmedian(cut.column(f"psfsize_{b}").to_numpy() / cut.column("psfsize_r").to_numpy())) for b in "gz")
+
+    def fwhm_of(ids, psfsize_r=None):
+        # the validation injections carry their host's r-band PSF only; g and z scale by the survey's median ratios
+        return np.array([psf[int(i)] if int(i) in psf else (psfsize_r[j] * g_r, psfsize_r[j], psfsize_r[j] * z_r) for j, i in enumerate(ids)], np.float64)
+
+    fits: dict[str, float] = {}
+
+    def fitted(name, x, fwhm, tangent=False):
+        f = fit_hosts(x, fwhm, sigma_of(x), a.iters, tangent)
+        fits[name] = round(float(f["chi2"].median()), 3)
+        return f
+
+    t0 = time.time()
+    arrays = load_training_set(lake.dataset("training", "training_set").to_table())
+    tr, va = split_for_training(arrays, "cpu")
+    hosts = tr.host_rows()
+    fit_tr = fitted("train", tr.image, fwhm_of(tr.object_id), tangent=True)
+    host_basis = fit_tr["tangent"][torch.from_numpy(hosts)]
+    host_sigma = torch.from_numpy(sigma_of(tr.image[hosts])).float()
+    tr = replace(tr, image=less_host(tr.image, fit_tr))
+    va = replace(va, image=less_host(va.image, fitted("validation", va.image, fwhm_of(va.object_id, va.psfsize_r))))
+
+    neg, real, inj, ctrl, snr = _test_rows(lake)
+    cutq = cut.filter(cut.column("quality_ok"))
+    neg_ids = held_out_negatives(cutq, published_graded_lens_ids(lake)).column("object_id").to_numpy()
+    real_ids = cutq.filter(pc.and_(pc.equal(cutq.column("label"), 1), pc.equal(cutq.column("split"), "test"))).column("object_id").to_numpy()
+    bank = lake.read_table("injection", "injection_bank", columns=["success", "theta_e_arcsec", "psf_fwhm_g", "psf_fwhm_r", "psf_fwhm_z"])
+    bank = bank.filter(bank.column("success"))
+    theta_e = bank.column("theta_e_arcsec").to_numpy()
+    fwhm_bank = np.stack([bank.column(f"psf_fwhm_{b}").to_numpy() for b in "grz"], 1)
+    fit_ctrl = fitted("controls", ctrl, fwhm_bank, tangent=True)
+    sigma_ctrl = torch.from_numpy(sigma_of(ctrl)).float()
+    lo = (ctrl.shape[-1] - FIT_SIZE) // 2
+    arcs = (inj - ctrl)[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE]
+    arcs_left = refit_change(arcs, fit_ctrl["tangent"], sigma_ctrl)
+    s_n = sigma_ctrl.numpy()[:, :, None, None]
+    kept = np.linalg.norm((arcs_left / s_n).reshape(len(arcs), -1), axis=1) / np.linalg.norm((arcs / s_n).reshape(len(arcs), -1), axis=1)
+    ctrl_less = less_host(ctrl, fit_ctrl)
+    inj_linearised = ctrl_less.copy()
+    inj_linearised[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE] += arcs_left
+    # the same finder on the bank's arcs in pure noise of each control's σ against pure noise: the
+    # arcs whole (the host known) and off the fitted host's tangent space (what any fit leaves)
+    arcs_whole = inj - ctrl
+    arcs_off = arcs_whole.copy()
+    arcs_off[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE] = arcs_left
+    in_noise = noise_like(ctrl, profile.preprocess, "injections")
+    test = {"negatives": less_host(neg, fitted("negatives", neg, fwhm_of(neg_ids))),
+            "known_lenses": less_host(real, fitted("known_lenses", real, fwhm_of(real_ids))),
+            "injections": less_host(inj, fitted("injections", inj, fwhm_bank)), "controls": ctrl_less, "linearised": inj_linearised,
+            "whole_arcs_in_noise": arcs_whole + in_noise, "fitted_arcs_in_noise": arcs_off + in_noise,
+            "noise": noise_like(ctrl, profile.preprocess, "controls")}
+    fit_s = time.time() - t0
+
+    draw_epoch = AugmentedStampDataset.prepare_epoch
+    projected = {"draw": None, "draws": 0}  # the last draw projected, held so that it is compared by identity
+
+    def prepare_epoch(self, epoch):
+        draw = draw_epoch(self, epoch)
+        if draw is not None and draw is not projected["draw"]:
+            k = torch.from_numpy(np.asarray(draw.host_row))
+            draw.arcs[...] = refit_change(draw.arcs, host_basis[k], host_sigma[k])
+            projected.update(draw=draw, draws=projected["draws"] + 1)
+        return draw
+
+    AugmentedStampDataset.prepare_epoch = prepare_epoch
+    spec = replace(profile.preprocess, **json.loads(a.preprocess))
+    cfg = replace(profile.members[0], device="cpu", **json.loads(a.member))
+    with tempfile.TemporaryDirectory(prefix="dhs_host_fit_") as out:
+        t1 = time.time()
+        res = train(tr, va, cfg, out, spec, {"ablation": "host_fit"})
+        wall = time.time() - t1
+        model, ck = load_checkpoint(out, "best")
+        gates = {g["name"]: round(float(g["value"]), 4) for g in run_gates(model, ck, va, device="cpu")}
+        p = {k: score_stamps(model, ck, x)[0] for k, x in test.items()}
+    thr, _ = order_statistic_threshold(np.sort(p["negatives"])[::-1], 1e-2)
+
+    def by(edges, values, scores, controls="controls"):
+        return {f"{lo}-{hi}": auroc_of(scores[(values >= lo) & (values < hi)], p[controls]) for lo, hi in zip(edges[:-1], edges[1:])}
+
+    print(json.dumps({
+        "name": "host_fit", "preprocess": json.loads(a.preprocess), "member": json.loads(a.member), "fit_chi2_median": fits,
+        "fit_s": round(fit_s), "val_auroc": round(res.best_val_auroc, 4), "best_epoch": res.best_epoch, "gates": gates,
+        "test_auroc_injections_vs_controls": auroc_of(p["injections"], p["controls"]),
+        "auroc_by_arc_snr": by(S_N_EDGES, snr, p["injections"]), "auroc_by_theta_e_arcsec": by(THETA_E_EDGES_ARCSEC, theta_e, p["injections"]),
+        "linearised_injections_vs_controls": auroc_of(p["linearised"], p["controls"]),
+        "controls_logit_sd": round(float(np.std(np.log(np.clip(p["controls"], 1e-12, 1 - 1e-12) / np.clip(1.0 - p["controls"], 1e-12, 1)))), 3),
+        **{f"{k}_vs_noise": {"all": auroc_of(p[k], p["noise"]), "by_arc_snr": by(S_N_EDGES, snr, p[k], "noise"),
+                             "by_theta_e_arcsec": by(THETA_E_EDGES_ARCSEC, theta_e, p[k], "noise")} for k in ("whole_arcs_in_noise", "fitted_arcs_in_noise")},
+        "test_auroc_real_vs_negatives": auroc_of(p["known_lenses"], p["negatives"]), "threshold_fpr_1e-2": float(thr),
+        "recall_test_known_lenses": round(float((p["known_lenses"] > thr).mean()), 4),
+        "completeness_by_arc_snr": {f"{lo}-{hi}": round(float((p["injections"][(snr >= lo) & (snr < hi)] > thr).mean()), 4) for lo, hi in SNR_BINS},
+        "arc_sn_kept_median_by_theta_e": {f"{lo}-{hi}": round(float(np.median(kept[(theta_e >= lo) & (theta_e < hi)])), 3)
+                                          for lo, hi in zip(THETA_E_EDGES_ARCSEC[:-1], THETA_E_EDGES_ARCSEC[1:])},
+        "bound_known_shape_host_known": round(float(norm.cdf(snr / math.sqrt(2)).mean()), 4),
+        "bound_known_shape_host_fitted": round(float(norm.cdf(kept * snr / math.sqrt(2)).mean()), 4),
+        "draws_projected": projected["draws"], "epochs": res.epochs_run, "s_per_epoch": round(wall / max(res.epochs_run, 1), 1),
+    }))
+
+
+if __name__ == "__main__":
+    main()

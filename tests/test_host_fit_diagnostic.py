@@ -1,0 +1,58 @@
+"""The host fit of ``benchmarks/ablate_host_fit.py``: it fits the mock sky's galaxies to the noise,
+and its linearised refit removes what the host model can absorb and keeps what it cannot."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.ablate_host_fit import FIT_SIZE, fit_hosts, refit_change  # noqa: E402
+from darkhaloscope.imaging.bricks import BrickTable  # noqa: E402
+from darkhaloscope.imaging.mock_sky import MockSky  # noqa: E402
+from darkhaloscope.training.preprocess import PreprocessSpec, annulus_stats  # noqa: E402
+
+RA0, DEC0 = 150.12, 2.13
+FOOT = BrickTable.generate((RA0 - 0.01, RA0 + 0.01), (DEC0 - 0.01, DEC0 + 0.01))
+#: (type, SHAPE_R arcsec, e1, e2, Sérsic n, flux_r nmgy): the mock sky's host types
+HOSTS = [("DEV", 1.2, 0.15, -0.1, 4.0, 25.0), ("SER", 0.8, -0.2, 0.05, 2.5, 15.0), ("EXP", 1.6, 0.0, 0.3, 1.0, 10.0)]
+PSF_FWHM = (1.45, 1.3, 1.2)
+
+
+def _hosts():
+    """Stamps (3, 3, 101, 101) [nmgy] of the three hosts, each alone on the sky with the mock's noise."""
+    wcs = FOOT.wcs(0)
+    pos = [wcs.pixel_to_world(x, 1800.0) for x in (900.0, 1800.0, 2700.0)]
+    ra, dec = (np.array([float(p[i]) for p in pos]) for i in (0, 1))
+    col = lambda i: np.array([h[i] for h in HOSTS])  # noqa: E731
+    cat = {"ra": ra, "dec": dec, "type": col(0), "shape_r": col(1), "shape_e1": col(2), "shape_e2": col(3), "sersic": col(4),
+           "flux_g": col(5) * 0.4, "flux_r": col(5), "flux_z": col(5) * 1.8, "maskbits": np.zeros(3, np.int32),
+           **{f"psfsize_{b}": np.full(3, f) for b, f in zip("grz", PSF_FWHM)},
+           "psfdepth_g": np.full(3, 2500.0), "psfdepth_r": np.full(3, 900.0), "psfdepth_z": np.full(3, 180.0)}
+    return MockSky(cat, bricks=FOOT).cutouts(ra, dec, 101)[0].image
+
+
+def test_the_mock_hosts_fit_to_the_noise_and_the_refit_keeps_what_no_host_absorbs():
+    torch.set_num_threads(1)
+    stamps = _hosts()
+    sigma = annulus_stats(torch.from_numpy(np.ascontiguousarray(stamps)), PreprocessSpec(crop=FIT_SIZE))[1].numpy().reshape(3, 3)
+    fit = fit_hosts(stamps, np.tile(PSF_FWHM, (3, 1)), sigma.astype(np.float64), tangent=True)
+    # χ² per pixel of a model exact to the noise is 1 ± √(2/7203) = 1 ± 0.017
+    assert np.all(np.abs(fit["chi2"].numpy() - 1.0) < 0.08), fit["chi2"]
+    lo = (101 - FIT_SIZE) // 2
+    host = stamps[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE]
+    assert np.all(np.abs(fit["model"].numpy().sum((-1, -2)) / host.sum((-1, -2)) - 1.0) < 0.05)
+
+    s = torch.from_numpy(sigma).float()
+    whitened = lambda x: (x / sigma[:, :, None, None]).reshape(3, -1)  # noqa: E731
+    brighter = 0.05 * fit["model"].numpy()  # 5 % more of the host: a host model absorbs all of it
+    left = refit_change(brighter, fit["tangent"], s)
+    assert np.all(np.linalg.norm(whitened(left), axis=1) < 1e-3 * np.linalg.norm(whitened(brighter), axis=1))
+    yy, xx = np.mgrid[:FIT_SIZE, :FIT_SIZE] - (FIT_SIZE - 1) / 2
+    blob = np.broadcast_to(np.exp(-((xx - 9.0) ** 2 + (yy - 3.0) ** 2) / 4.5), (3, 3, FIT_SIZE, FIT_SIZE)) * sigma[:, :, None, None]
+    kept = np.linalg.norm(whitened(refit_change(blob, fit["tangent"], s)), axis=1) / np.linalg.norm(whitened(blob), axis=1)
+    assert np.all(kept > 0.8), kept  # a compact image 9.5 px off the centre is nothing a Sérsic host makes
