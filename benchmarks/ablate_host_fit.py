@@ -22,7 +22,7 @@ orthogonal to the fitted host's tangent space.
 
     python benchmarks/ablate_host_fit.py --lake lakehouse
 
-About 15 minutes on 2 cores for the fits (0.13 s per stamp), then the training. A diagnostic, not a
+About 14 minutes on 2 cores for the fits of a demo lake (0.14 s per stamp), then the training. A diagnostic, not a
 pipeline step: the mock's galaxies are exactly this model, so the fit is better than it would be
 on DR10's galaxies.
 """
@@ -41,19 +41,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
 import torch  # noqa: E402
 from scipy.stats import norm  # noqa: E402
 
 from benchmarks.ablate_host_oracle import S_N_EDGES, THETA_E_EDGES_ARCSEC, noise_like  # noqa: E402
-from benchmarks.ablate_lens_finder import _test_rows, parse_lake_args  # noqa: E402
+from benchmarks.ablate_lens_finder import held_out_tables, parse_lake_args  # noqa: E402
 from benchmarks.demo_headline import SNR_BINS, auroc_of  # noqa: E402
 from darkhaloscope.constants import PIXEL_SCALE_ARCSEC  # noqa: E402
-from darkhaloscope.evaluation.scoring import held_out_negatives  # noqa: E402
 from darkhaloscope.evaluation.thresholds import order_statistic_threshold  # noqa: E402
 from darkhaloscope.profiles import sersic_surface_brightness, sersic_total_flux  # noqa: E402
 from darkhaloscope.psf import MOFFAT_BETA, psf_kernels  # noqa: E402
-from darkhaloscope.search.grades import published_graded_lens_ids  # noqa: E402
 from darkhaloscope.stamps import from_tensor_column  # noqa: E402
 from darkhaloscope.training.checkpoint import load_checkpoint  # noqa: E402
 from darkhaloscope.training.data import load_training_set  # noqa: E402
@@ -165,17 +162,20 @@ def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, it
         psf_ft = psf_transforms(fwhm_arcsec[s : s + chunk])
         shape = moment_start(data - data.flatten(2).median(-1).values[..., None, None])
         damping = torch.full((n,), 1e-2, dtype=_DT)
+        psf_each = psf_ft.repeat_interleave(N_SHAPE, 0)
+        data_each, inv_sigma_each = data.repeat_interleave(N_SHAPE, 0), inv_sigma.repeat_interleave(N_SHAPE, 0)
 
         def residual(p):
             return linear_fit(unit_models(p, psf_ft), data, inv_sigma)[2]
 
+        def stepped(p):
+            """Unit models (n·N_SHAPE, 3, FIT_SIZE, FIT_SIZE) with each shape parameter in turn moved by its step."""
+            return unit_models((p[:, None, :] + torch.diag(steps)[None]).reshape(-1, N_SHAPE), psf_each)
+
         r = residual(shape)
         cost = (r * r).sum(-1)
         for _ in range(iters):
-            shifted = (shape[:, None, :] + torch.diag(steps)[None]).reshape(-1, N_SHAPE)
-            rp = linear_fit(unit_models(shifted, psf_ft.repeat_interleave(N_SHAPE, 0)), data.repeat_interleave(N_SHAPE, 0),
-                            inv_sigma.repeat_interleave(N_SHAPE, 0))[2]
-            jac = (rp.reshape(n, N_SHAPE, -1) - r[:, None]) / steps[None, :, None]
+            jac = (linear_fit(stepped(shape), data_each, inv_sigma_each)[2].reshape(n, N_SHAPE, -1) - r[:, None]) / steps[None, :, None]
             a = jac @ jac.transpose(1, 2)
             a = a + damping[:, None, None] * torch.diag_embed(torch.diagonal(a, dim1=1, dim2=2)) + 1e-9 * torch.eye(N_SHAPE, dtype=_DT)
             trial = bounded(shape - torch.linalg.solve(a, jac @ r[..., None])[..., 0])
@@ -189,8 +189,7 @@ def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, it
         out["model"].append((flux[..., None, None] * unit + bg[..., None, None]).float())
         out["chi2"].append(cost / (3 * FIT_SIZE**2))
         if tangent:
-            shifted = (shape[:, None, :] + torch.diag(steps)[None]).reshape(-1, N_SHAPE)
-            d_unit = (unit_models(shifted, psf_ft.repeat_interleave(N_SHAPE, 0)).reshape(n, N_SHAPE, 3, FIT_SIZE, FIT_SIZE) - unit[:, None])
+            d_unit = stepped(shape).reshape(n, N_SHAPE, 3, FIT_SIZE, FIT_SIZE) - unit[:, None]
             eye = torch.eye(3, dtype=_DT)[None, :, :, None, None]
             w = inv_sigma[:, None, :, None, None]
             cols = torch.cat([d_unit / steps[None, :, None, None, None] * flux[:, None, :, None, None] * w,
@@ -229,11 +228,8 @@ def main() -> None:
     a, lake = parse_lake_args(ap)
     profile = training_profile("demo")
 
-    def sigma_of(x):
-        return annulus_stats(torch.from_numpy(np.ascontiguousarray(x)), profile.preprocess)[1].numpy().reshape(len(x), 3).astype(np.float64)
-
-    cut = lake.read_table("imaging", "cutouts", columns=["object_id", "label", "split", "in_training_catalog", "quality_ok",
-                                                         "psfsize_g", "psfsize_r", "psfsize_z"])
+    neg_t, real_t, bank = held_out_tables(lake, ("psfsize_g", "psfsize_r", "psfsize_z"), ("theta_e_arcsec", "psf_fwhm_g", "psf_fwhm_r", "psf_fwhm_z"))
+    cut = lake.read_table("imaging", "cutouts", columns=["object_id", "psfsize_g", "psfsize_r", "psfsize_z"])
     psf = {int(o): (g, r, z) for o, g, r, z in zip(*(cut.column(c).to_numpy() for c in ("object_id", "psfsize_g", "psfsize_r", "psfsize_z")))}
     g_r, z_r = (float(np.nanmedian(cut.column(f"psfsize_{b}").to_numpy() / cut.column("psfsize_r").to_numpy())) for b in "gz")
 
@@ -241,33 +237,33 @@ def main() -> None:
         # the validation injections carry their host's r-band PSF only; g and z scale by the survey's median ratios
         return np.array([psf[int(i)] if int(i) in psf else (psfsize_r[j] * g_r, psfsize_r[j], psfsize_r[j] * z_r) for j, i in enumerate(ids)], np.float64)
 
+    def columns_fwhm(table, prefix):
+        return np.stack([table.column(f"{prefix}_{b}").to_numpy() for b in "grz"], 1).astype(np.float64)
+
     fits: dict[str, float] = {}
 
     def fitted(name, x, fwhm, tangent=False):
-        f = fit_hosts(x, fwhm, sigma_of(x), a.iters, tangent)
+        """The fit of stamps ``x``, with their per-band σ (N, 3) float32 as ``sigma``."""
+        sigma = annulus_stats(torch.from_numpy(np.ascontiguousarray(x)), profile.preprocess)[1].reshape(len(x), 3)
+        f = fit_hosts(x, fwhm, sigma.double().numpy(), a.iters, tangent)
         fits[name] = round(float(f["chi2"].median()), 3)
-        return f
+        return {**f, "sigma": sigma.float()}
 
     t0 = time.time()
     arrays = load_training_set(lake.dataset("training", "training_set").to_table())
     tr, va = split_for_training(arrays, "cpu")
-    hosts = tr.host_rows()
+    hosts = torch.from_numpy(tr.host_rows())
     fit_tr = fitted("train", tr.image, fwhm_of(tr.object_id), tangent=True)
-    host_basis = fit_tr["tangent"][torch.from_numpy(hosts)]
-    host_sigma = torch.from_numpy(sigma_of(tr.image[hosts])).float()
+    host_basis, host_sigma = fit_tr["tangent"][hosts], fit_tr["sigma"][hosts]
     tr = replace(tr, image=less_host(tr.image, fit_tr))
     va = replace(va, image=less_host(va.image, fitted("validation", va.image, fwhm_of(va.object_id, va.psfsize_r))))
 
-    neg, real, inj, ctrl, snr = _test_rows(lake)
-    cutq = cut.filter(cut.column("quality_ok"))
-    neg_ids = held_out_negatives(cutq, published_graded_lens_ids(lake)).column("object_id").to_numpy()
-    real_ids = cutq.filter(pc.and_(pc.equal(cutq.column("label"), 1), pc.equal(cutq.column("split"), "test"))).column("object_id").to_numpy()
-    bank = lake.read_table("injection", "injection_bank", columns=["success", "theta_e_arcsec", "psf_fwhm_g", "psf_fwhm_r", "psf_fwhm_z"])
-    bank = bank.filter(bank.column("success"))
-    theta_e = bank.column("theta_e_arcsec").to_numpy()
-    fwhm_bank = np.stack([bank.column(f"psf_fwhm_{b}").to_numpy() for b in "grz"], 1)
+    neg, real = (from_tensor_column(t.column("image")) for t in (neg_t, real_t))
+    inj, ctrl = (from_tensor_column(bank.column(c)) for c in ("image", "control"))
+    snr, theta_e = bank.column("arc_snr").to_numpy(), bank.column("theta_e_arcsec").to_numpy()
+    fwhm_bank = columns_fwhm(bank, "psf_fwhm")
     fit_ctrl = fitted("controls", ctrl, fwhm_bank, tangent=True)
-    sigma_ctrl = torch.from_numpy(sigma_of(ctrl)).float()
+    sigma_ctrl = fit_ctrl["sigma"]
     lo = (ctrl.shape[-1] - FIT_SIZE) // 2
     arcs = (inj - ctrl)[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE]
     arcs_left = refit_change(arcs, fit_ctrl["tangent"], sigma_ctrl)
@@ -282,8 +278,8 @@ def main() -> None:
     arcs_off = arcs_whole.copy()
     arcs_off[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE] = arcs_left
     in_noise = noise_like(ctrl, profile.preprocess, "injections")
-    test = {"negatives": less_host(neg, fitted("negatives", neg, fwhm_of(neg_ids))),
-            "known_lenses": less_host(real, fitted("known_lenses", real, fwhm_of(real_ids))),
+    test = {"negatives": less_host(neg, fitted("negatives", neg, columns_fwhm(neg_t, "psfsize"))),
+            "known_lenses": less_host(real, fitted("known_lenses", real, columns_fwhm(real_t, "psfsize"))),
             "injections": less_host(inj, fitted("injections", inj, fwhm_bank)), "controls": ctrl_less, "linearised": inj_linearised,
             "whole_arcs_in_noise": arcs_whole + in_noise, "fitted_arcs_in_noise": arcs_off + in_noise,
             "noise": noise_like(ctrl, profile.preprocess, "controls")}

@@ -48,17 +48,24 @@ from darkhaloscope.training.loop import train  # noqa: E402
 from darkhaloscope.training.profiles import training_profile  # noqa: E402
 from darkhaloscope.training.runs import split_for_training  # noqa: E402
 
-def _test_rows(lake: Lake):
-    """Stamps of held-out negatives (less those graded a lens), test-split known lenses, and the
-    injection bank's injections and controls with their arc S/N (the selection-function
-    injections, test-split hosts)."""
-    cut = lake.read_table("imaging", "cutouts", columns=["object_id", "label", "split", "in_training_catalog", "quality_ok", "image"])
+
+def held_out_tables(lake: Lake, cutout_columns: tuple = (), bank_columns: tuple = ()):
+    """The test rows as tables, with their ``image`` (and ``control``) and any more columns named:
+    held-out negatives (less those graded a lens), test-split known lenses, and the injection bank's
+    successful rows (the selection-function injections, test-split hosts)."""
+    cut = lake.read_table("imaging", "cutouts", columns=list(dict.fromkeys(
+        ["object_id", "label", "split", "in_training_catalog", "quality_ok", "image", *cutout_columns])))
     cut = cut.filter(cut.column("quality_ok"))
     real = pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test"))
-    bank = lake.read_table("injection", "injection_bank", columns=["success", "arc_snr", "image", "control"])
-    bank = bank.filter(bank.column("success"))
-    graded = published_graded_lens_ids(lake)
-    return (from_tensor_column(held_out_negatives(cut, graded).column("image")), from_tensor_column(cut.filter(real).column("image")),
+    bank = lake.read_table("injection", "injection_bank", columns=list(dict.fromkeys(["success", "arc_snr", "image", "control", *bank_columns])))
+    return held_out_negatives(cut, published_graded_lens_ids(lake)), cut.filter(real), bank.filter(bank.column("success"))
+
+
+def _test_rows(lake: Lake):
+    """Stamps of the :func:`held_out_tables` and the injections' arc S/N: (negatives, known lenses,
+    injections, controls, arc S/N)."""
+    neg, real, bank = held_out_tables(lake)
+    return (from_tensor_column(neg.column("image")), from_tensor_column(real.column("image")),
             from_tensor_column(bank.column("image")), from_tensor_column(bank.column("control")), bank.column("arc_snr").to_numpy())
 
 

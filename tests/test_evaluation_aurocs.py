@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from sklearn import metrics as skm
 
+from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation.comparison import auroc_intervals
 from darkhaloscope.seeding import rng_for
 from darkhaloscope.stats import auc_bootstrap_interval
@@ -60,3 +62,12 @@ def test_aurocs_are_sklearns_with_host_resampled_intervals():
     by_row = auc_bootstrap_interval(s, y, rng_for("evaluation", "auroc_intervals", "injections vs paired controls", 0.95), 400, 0.95)
     assert by_row != (injections["ci95_lo"], injections["ci95_hi"])
     assert auroc_intervals(inj, ctrl, real, neg, n_boot=400).equals(table)
+
+
+def test_a_control_of_unknown_validity_is_refused_by_name():
+    """The comparison reads scores as every evaluation stage does (``thresholds.valid_scores``): a
+    null ``valid`` is ambiguous, not a row to drop."""
+    inj, ctrl, real, neg = _bank()
+    ctrl = ctrl.set_column(1, "valid", pa.array([None] + [True] * (ctrl.num_rows - 1), pa.bool_()))
+    with pytest.raises(InputError, match="control scores: column 'valid' has 1 null value"):
+        auroc_intervals(inj, ctrl, real, neg, n_boot=10)

@@ -41,18 +41,16 @@ def test_the_mock_hosts_fit_to_the_noise_and_the_refit_keeps_what_no_host_absorb
     stamps = _hosts()
     sigma = annulus_stats(torch.from_numpy(np.ascontiguousarray(stamps)), PreprocessSpec(crop=FIT_SIZE))[1].numpy().reshape(3, 3)
     fit = fit_hosts(stamps, np.tile(PSF_FWHM, (3, 1)), sigma.astype(np.float64), tangent=True)
-    # χ² per pixel of a model exact to the noise is 1 ± √(2/7203) = 1 ± 0.017
+    # χ² per pixel of a model exact to the noise is 1 ± √(2/7203) = 1 ± 0.017; the DEV core, rendered
+    # 2 × 2 per pixel, measures 1.05, and a PSF 10 % too broad 1.24
     assert np.all(np.abs(fit["chi2"].numpy() - 1.0) < 0.08), fit["chi2"]
-    lo = (101 - FIT_SIZE) // 2
-    host = stamps[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE]
-    assert np.all(np.abs(fit["model"].numpy().sum((-1, -2)) / host.sum((-1, -2)) - 1.0) < 0.05)
 
     s = torch.from_numpy(sigma).float()
     whitened = lambda x: (x / sigma[:, :, None, None]).reshape(3, -1)  # noqa: E731
     brighter = 0.05 * fit["model"].numpy()  # 5 % more of the host: a host model absorbs all of it
     left = refit_change(brighter, fit["tangent"], s)
-    assert np.all(np.linalg.norm(whitened(left), axis=1) < 1e-3 * np.linalg.norm(whitened(brighter), axis=1))
+    assert np.all(np.linalg.norm(whitened(left), axis=1) < 1e-4 * np.linalg.norm(whitened(brighter), axis=1))  # 0.5–1.2e-5 measured
     yy, xx = np.mgrid[:FIT_SIZE, :FIT_SIZE] - (FIT_SIZE - 1) / 2
     blob = np.broadcast_to(np.exp(-((xx - 9.0) ** 2 + (yy - 3.0) ** 2) / 4.5), (3, 3, FIT_SIZE, FIT_SIZE)) * sigma[:, :, None, None]
     kept = np.linalg.norm(whitened(refit_change(blob, fit["tangent"], s)), axis=1) / np.linalg.norm(whitened(blob), axis=1)
-    assert np.all(kept > 0.8), kept  # a compact image 9.5 px off the centre is nothing a Sérsic host makes
+    assert np.all(kept > 0.9), kept  # 0.94–0.97: a compact image 9.5 px off the centre is nothing a Sérsic host makes

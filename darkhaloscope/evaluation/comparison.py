@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ..seeding import rng_for
 from ..stats import auc_bootstrap_interval, roc_auc
-from .thresholds import order_statistic_threshold
+from .thresholds import order_statistic_threshold, valid_scores
 
 #: Prefix of the member score columns written beside ``score`` for a stacked ensemble.
 MEMBER_SCORE_PREFIX = "score_"
@@ -29,16 +29,10 @@ def member_score_columns(table: pa.Table) -> list[str]:
 AUROC_BOOTSTRAP_RESAMPLES = 1000
 
 
-def _scorable(table: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray]:
-    """(scores of the scorable rows, which rows those are)."""
-    s = np.asarray(table.column(column).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
-    valid = np.asarray(table.column("valid").to_numpy(zero_copy_only=False), dtype=bool) if "valid" in table.column_names else np.ones(len(s), bool)
-    ok = valid & np.isfinite(s)
-    return s[ok], ok
-
-
-def _scores(table: pa.Table, column: str) -> np.ndarray:
-    return _scorable(table, column)[0]
+def _scores(table: pa.Table, what: str, column: str = "score") -> np.ndarray:
+    """The usable scores of ``column`` (:func:`thresholds.valid_scores`)."""
+    score, usable = valid_scores(table, what, column)
+    return score[usable]
 
 
 def auroc_intervals(injections: pa.Table, controls: pa.Table, real: pa.Table, negatives: pa.Table,
@@ -49,11 +43,12 @@ def auroc_intervals(injections: pa.Table, controls: pa.Table, real: pa.Table, ne
     host's score repeated, so the host, not the row, is the independent draw), and real positives
     against held-out negatives, resampled by row (each a different galaxy). Unscorable rows are left
     out. Each interval's resamples are seeded by ``seed_key``, the comparison and the level."""
-    (inj, inj_ok), (ctrl, ctrl_ok) = _scorable(injections, "score"), _scorable(controls, "score")
+    (inj, inj_ok), (ctrl, ctrl_ok) = valid_scores(injections, "injection scores"), valid_scores(controls, "control scores")
     host = np.r_[injections.column("host_object_id").to_numpy(zero_copy_only=False)[inj_ok],
                  controls.column("host_object_id").to_numpy(zero_copy_only=False)[ctrl_ok]]
-    comparisons = (("injections vs paired controls", inj, ctrl, host, "host"),
-                   ("real positives vs held-out negatives", _scores(real, "score"), _scores(negatives, "score"), None, "object"))
+    comparisons = (("injections vs paired controls", inj[inj_ok], ctrl[ctrl_ok], host, "host"),
+                   ("real positives vs held-out negatives", _scores(real, "real positive scores"), _scores(negatives, "negative scores"),
+                    None, "object"))
     rows = []
     for name, pos, neg, clusters, unit in comparisons:
         s, y = np.r_[pos, neg], np.r_[np.ones(pos.size), np.zeros(neg.size)]
@@ -82,12 +77,12 @@ def model_comparison(injections: pa.Table, controls: pa.Table, real: pa.Table, n
     members = member_score_columns(negatives)
     rows = []
     for column in (["score"] + members) if members else []:
-        neg = _scores(negatives, column)
+        neg = _scores(negatives, "negative scores", column)
         t = order_statistic_threshold(np.sort(neg)[::-1], fpr)[0] if fpr * neg.size >= 1 else None
-        inj, real_s = _scores(injections, column), _scores(real, column)
+        inj, real_s = _scores(injections, "injection scores", column), _scores(real, "real positive scores", column)
         rows.append({
             "model": "stacked_ensemble" if column == "score" else column[len(MEMBER_SCORE_PREFIX):],
-            "auroc_injections_vs_controls": _auroc(inj, _scores(controls, column)),
+            "auroc_injections_vs_controls": _auroc(inj, _scores(controls, "control scores", column)),
             "auroc_real_vs_negatives": _auroc(real_s, neg), "threshold": t,
             "completeness": float(np.mean(inj > t)) if t is not None and inj.size else float("nan"),
             "real_recall": float(np.mean(real_s > t)) if t is not None and real_s.size else float("nan"),

@@ -55,20 +55,21 @@ def require_columns(table: pa.Table, columns: Iterable[str], what: str) -> None:
         raise InputError(f"{what}: missing column(s) {missing}; has {table.column_names}")
 
 
-def valid_scores(table: pa.Table, what: str) -> tuple[np.ndarray, np.ndarray]:
-    """(scores as float64 with NaN where unusable, boolean mask of usable rows).
+def valid_scores(table: pa.Table, what: str, column: str = "score") -> tuple[np.ndarray, np.ndarray]:
+    """(scores of ``column`` as float64 with NaN where unusable, boolean mask of usable rows).
 
-    A row is usable when ``valid`` is true and ``score`` is non-null and finite. A null ``valid``
+    A row is usable when ``valid`` is true and the score is non-null and finite. A null ``valid``
     is ambiguous and raises InputError. This is the single definition of "scorable" used by
-    thresholds, the selection function, recall and the ROC curves.
+    thresholds, the selection function, recall, the ROC curves and the model comparison (whose
+    ``column`` may be an ensemble member's score).
     """
-    require_columns(table, ("score", "valid"), what)
+    require_columns(table, (column, "valid"), what)
     valid_col = table.column("valid")
     if valid_col.null_count:
         raise InputError(f"{what}: column 'valid' has {valid_col.null_count} null value(s)")
     flag = np.asarray(valid_col.to_numpy(zero_copy_only=False), dtype=bool)
     score = np.asarray(
-        table.column("score").cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64
+        table.column(column).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64
     )
     usable = flag & np.isfinite(score)
     return np.where(usable, score, np.nan), usable
