@@ -147,13 +147,17 @@ def moment_start(data: torch.Tensor) -> torch.Tensor:
     return bounded(torch.stack([x0, y0, torch.log(r), torch.full_like(x0, math.log(2.0)), chi1 * f, chi2 * f], 1))
 
 
-def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, iters: int = 8, tangent: bool = False, chunk: int = 48) -> dict:
+def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, iters: int = 8, tangent: bool = False, chunk: int = 48,
+              columns: bool = False) -> dict:
     """Fit the host model to the central FIT_SIZE px of stamps (N, 3, H, H) [nmgy] with per-band PSF
     FWHM (N, 3) [arcsec] and pixel σ (N, 3) [nmgy]: {"model" (N, 3, FIT_SIZE, FIT_SIZE) float32 nmgy,
-    "chi2" (N,) per pixel, "tangent" (N, 3·FIT_SIZE², N_TANGENT) float32 orthonormal basis of the
-    model's tangent space in σ units (shape, flux and background per band; only with ``tangent``)}."""
+    "chi2" (N,) per pixel, "flux" (N, 3) nmgy, "tangent" (N, 3·FIT_SIZE², N_TANGENT) float32 orthonormal
+    basis of the model's tangent space in σ units (shape, flux and background per band; only with
+    ``tangent``), "columns" (N, 3·FIT_SIZE², N_TANGENT) float32 the derivatives it spans, in σ units:
+    the model's per unit of each shape parameter (x0, y0 px; ln R; ln n; e1; e2), per nmgy of each
+    band's flux, per nmgy of each band's background (only with ``columns``)}."""
     steps = torch.tensor(STEPS, dtype=_DT)
-    out: dict[str, list] = {"model": [], "chi2": [], "tangent": []}
+    out: dict[str, list] = {"model": [], "chi2": [], "flux": [], "tangent": [], "columns": []}
     lo = (stamps.shape[-1] - FIT_SIZE) // 2
     for s in range(0, len(stamps), chunk):
         data = torch.as_tensor(np.ascontiguousarray(stamps[s : s + chunk, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE]), dtype=_DT)
@@ -188,13 +192,17 @@ def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, it
         flux, bg, _ = linear_fit(unit, data, inv_sigma)
         out["model"].append((flux[..., None, None] * unit + bg[..., None, None]).float())
         out["chi2"].append(cost / (3 * FIT_SIZE**2))
-        if tangent:
+        out["flux"].append(flux.float())
+        if tangent or columns:
             d_unit = stepped(shape).reshape(n, N_SHAPE, 3, FIT_SIZE, FIT_SIZE) - unit[:, None]
             eye = torch.eye(3, dtype=_DT)[None, :, :, None, None]
             w = inv_sigma[:, None, :, None, None]
             cols = torch.cat([d_unit / steps[None, :, None, None, None] * flux[:, None, :, None, None] * w,
-                              unit[:, None] * eye * w, torch.ones_like(unit)[:, None] * eye * w], 1)
-            out["tangent"].append(torch.linalg.qr(cols.reshape(n, N_TANGENT, -1).transpose(1, 2))[0].float())
+                              unit[:, None] * eye * w, torch.ones_like(unit)[:, None] * eye * w], 1).reshape(n, N_TANGENT, -1).transpose(1, 2)
+            if tangent:
+                out["tangent"].append(torch.linalg.qr(cols)[0].float())
+            if columns:
+                out["columns"].append(cols.float())
     return {k: torch.cat(v) for k, v in out.items() if v}
 
 
@@ -216,6 +224,39 @@ def refit_change(arcs: np.ndarray, basis: torch.Tensor, sigma: torch.Tensor) -> 
     a = (torch.from_numpy(out[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE].copy()) / s).flatten(1)
     a = a - (basis @ (basis.transpose(1, 2) @ a[..., None]))[..., 0]
     out[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE] = (a.reshape(-1, 3, FIT_SIZE, FIT_SIZE) * s).numpy()
+    return out
+
+
+def refit_share_kept(arcs: np.ndarray, fit: dict, sigma: torch.Tensor, colour_sd_mag: tuple[float, float] | None = None,
+                     shape_sd: np.ndarray | None = None) -> np.ndarray:
+    """(N,) share of each arc's S/N (its norm in σ units over the central FIT_SIZE px of arcs (N, 3, W,
+    W) nmgy) that a linearised refit of host plus arc leaves, with Gaussian priors of standard
+    deviations ``colour_sd_mag`` = (g − r, r − z) [mag] on the host's colours and ``shape_sd`` (N,
+    N_SHAPE) on its shape parameters (x0, y0 px; ln R; ln n; e1; e2) (None or inf: free, the tangent
+    space's projection; 0: the host's fitted value held). ``fit``: :func:`fit_hosts` of the arcs'
+    hosts with ``columns``; ``sigma`` (N, 3) nmgy. Fisher form: the statistic left is dᵀd −
+    dᵀA(AᵀA + Λ)⁻¹Aᵀd over the columns A of the shape, the backgrounds and the host's magnitudes (all
+    bands together, g − r, r − z), Λ the priors' precisions."""
+    lo = (arcs.shape[-1] - FIT_SIZE) // 2
+    d = (torch.from_numpy(np.ascontiguousarray(arcs[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE])).to(_DT) / sigma.to(_DT)[:, :, None, None]).flatten(1)
+    out = np.empty(len(d))
+    for s in range(0, len(d), 64):
+        cols, flux = fit["columns"][s : s + 64].to(_DT), fit["flux"][s : s + 64].to(_DT)
+        light = cols[..., N_SHAPE : N_SHAPE + 3] * flux[:, None, :]  # each band's host light
+        # d(host)/d(magnitude): z moves every band; g − r at fixed r moves g; r − z at fixed z moves g and r
+        mags = -0.4 * math.log(10.0) * torch.stack([light.sum(-1), light[..., 0], light[..., 0] + light[..., 1]], -1)
+        a = torch.cat([cols[..., :N_SHAPE], cols[..., N_SHAPE + 3 :], mags], -1)
+        precision = torch.zeros((len(a), a.shape[-1]), dtype=_DT)
+        if colour_sd_mag is not None:
+            precision[:, -2:] = 1.0 / torch.tensor(colour_sd_mag, dtype=_DT).clamp(min=1e-9) ** 2
+        if shape_sd is not None:
+            precision[:, :N_SHAPE] = 1.0 / torch.as_tensor(shape_sd[s : s + 64], dtype=_DT).clamp(min=1e-9) ** 2
+        ds = d[s : s + 64]
+        atd = a.transpose(1, 2) @ ds[..., None]
+        normal = a.transpose(1, 2) @ a + torch.diag_embed(precision) + 1e-10 * torch.eye(a.shape[-1], dtype=_DT)
+        explained = (atd.transpose(1, 2) @ torch.linalg.solve(normal, atd))[:, 0, 0]
+        total = (ds * ds).sum(1)
+        out[s : s + 64] = (torch.clamp(total - explained, min=0.0) / total).sqrt().numpy()
     return out
 
 

@@ -11,7 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.ablate_host_fit import FIT_SIZE, fit_hosts, refit_change  # noqa: E402
+from benchmarks.ablate_host_fit import FIT_SIZE, fit_hosts, refit_change, refit_share_kept  # noqa: E402
 from darkhaloscope.imaging.bricks import BrickTable  # noqa: E402
 from darkhaloscope.imaging.mock_sky import MockSky  # noqa: E402
 from darkhaloscope.training.preprocess import PreprocessSpec, annulus_stats  # noqa: E402
@@ -54,3 +54,24 @@ def test_the_mock_hosts_fit_to_the_noise_and_the_refit_keeps_what_no_host_absorb
     blob = np.broadcast_to(np.exp(-((xx - 9.0) ** 2 + (yy - 3.0) ** 2) / 4.5), (3, 3, FIT_SIZE, FIT_SIZE)) * sigma[:, :, None, None]
     kept = np.linalg.norm(whitened(refit_change(blob, fit["tangent"], s)), axis=1) / np.linalg.norm(whitened(blob), axis=1)
     assert np.all(kept > 0.9), kept  # 0.94–0.97: a compact image 9.5 px off the centre is nothing a Sérsic host makes
+
+
+def test_a_prior_on_the_host_colours_keeps_more_of_a_blue_image_and_none_of_a_brighter_host():
+    torch.set_num_threads(1)
+    stamps = _hosts()
+    sigma = annulus_stats(torch.from_numpy(np.ascontiguousarray(stamps)), PreprocessSpec(crop=FIT_SIZE))[1].numpy().reshape(3, 3)
+    fit = fit_hosts(stamps, np.tile(PSF_FWHM, (3, 1)), sigma.astype(np.float64), tangent=True, columns=True)
+    s = torch.from_numpy(sigma).float()
+    whitened = lambda x: (x / sigma[:, :, None, None]).reshape(3, -1)  # noqa: E731
+    # a blue image at the host's centre, the host's shape: what an unresolved ring looks like to the fit
+    model = fit["model"].numpy() - np.median(fit["model"].numpy(), axis=(2, 3), keepdims=True)
+    blue = 0.05 * model * np.array([2.5, 1.0, 0.4])[None, :, None, None] / (fit["flux"].numpy() / fit["flux"].numpy()[:, 1:2])[:, :, None, None]
+    free = refit_share_kept(blue, fit, s)
+    tangent = np.linalg.norm(whitened(refit_change(blue, fit["tangent"], s)), axis=1) / np.linalg.norm(whitened(blue), axis=1)
+    np.testing.assert_allclose(free, tangent, atol=1e-4)  # free colours: the tangent space's projection
+    kept = [refit_share_kept(blue, fit, s, (sd, sd)) for sd in (0.2, 0.05, 0.0)]
+    assert np.all(free < 1e-4), free  # the free fluxes take an image of the host's shape whatever its colour (3e-8–1e-7 measured)
+    assert np.all(np.diff(np.stack([free, *kept]), axis=0) > 0), kept  # the tighter the prior, the more is left
+    assert np.all(kept[-1] > 0.5), kept  # held colours: its colour difference from the host stands (0.71–0.75 measured)
+    brighter = 0.05 * fit["model"].numpy()
+    assert np.all(refit_share_kept(brighter, fit, s, (0.0, 0.0)) < 1e-4)  # more of the host, its own colours: absorbed whole
