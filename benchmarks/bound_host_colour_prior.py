@@ -1,5 +1,6 @@
 """What a prior on the host's colours would give a detector that fits the host: the known-shape bound
-of ``ablate_host_fit.py`` with the host's g − r and r − z held to Gaussian priors.
+of ``ablate_host_fit.py`` with the host's g − r and r − z (and, in one row, its shape) held to
+Gaussian priors.
 
 ``ablate_host_fit.py`` bounds a detector that knows each arc's shape and fits the host to the stamp
 (one Sérsic shape for the three bands, a free flux per band): the part of the arc the refit leaves
@@ -9,7 +10,7 @@ free, and prints the bound at each: the mean over the bank's pairs of Φ(kept ·
 share of the arc's S/N the refit leaves (``ablate_host_fit.refit_share_kept``), S/N the bank's arc
 S/N. The priors include the spread of the mock sky's early-type colours (its DEV and SER galaxies,
 the bank's hosts, ``mock_populations.EARLY_GR`` / ``EARLY_RZ``), which is what a finder trained on
-that sky could learn, and 0.05 mag, the red sequence's intrinsic scatter at a known redshift
+that sky could learn, with and without the spread of their shapes (:func:`mock_shape_sd`), and 0.05 mag, the red sequence's intrinsic scatter at a known redshift
 (Bower, Lucey & Ellis 1992, MNRAS 254, 601), which no single-epoch survey galaxy comes with.
 
 A Fisher (linearised) bound with each prior centred on the host's fitted colours: a population
@@ -35,7 +36,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from scipy.stats import norm  # noqa: E402
 
-from benchmarks.ablate_host_fit import fit_hosts, refit_share_kept  # noqa: E402
+from benchmarks.ablate_host_fit import N_SHAPE, fit_hosts, refit_share_kept  # noqa: E402
 from benchmarks.ablate_host_oracle import THETA_E_EDGES_ARCSEC  # noqa: E402
 from benchmarks.ablate_lens_finder import held_out_tables, parse_lake_args  # noqa: E402
 from darkhaloscope.stamps import from_tensor_column  # noqa: E402
@@ -52,7 +53,7 @@ PRIORS = (("held", (0.0, 0.0), False), ("0.02", (0.02, 0.02), False), ("red_sequ
 
 
 def mock_shape_sd(host_type: np.ndarray) -> np.ndarray:
-    """(N, 6) standard deviations of the mock sky's priors on a DEV or SER host's shape parameters
+    """(N, N_SHAPE) standard deviations of the mock sky's priors on a DEV or SER host's shape parameters
     (x0, y0 px; ln R; ln n; e1; e2): the centre free; ln R the sizes' scatter at a fixed magnitude;
     ln n 0 for DEV (Tractor's de Vaucouleurs profile, n = 4) and the SER indices' log scatter; each
     ellipticity component the rms of |e| = e_max · Beta over √2. Centred on the host's own values,
@@ -60,7 +61,7 @@ def mock_shape_sd(host_type: np.ndarray) -> np.ndarray:
     a, b = ELLIPTICITY_BETA
     e_rms = math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1)) + (a / (a + b)) ** 2)
     dev = host_type == "DEV"
-    sd = np.full((len(host_type), 6), np.inf)
+    sd = np.full((len(host_type), N_SHAPE), np.inf)
     sd[:, 2] = SIZE_LOG_SCATTER
     sd[:, 3] = np.where(dev, 0.0, SER_INDEX_LOG_SCATTER)
     sd[:, 4] = sd[:, 5] = np.where(dev, MAX_ELLIPTICITY[DEV], MAX_ELLIPTICITY[SER]) * e_rms / math.sqrt(2)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -36,39 +37,42 @@ def _hosts():
     return MockSky(cat, bricks=FOOT).cutouts(ra, dec, 101)[0].image
 
 
-def test_the_mock_hosts_fit_to_the_noise_and_the_refit_keeps_what_no_host_absorbs():
+@pytest.fixture(scope="module")
+def fitted():
+    """(per-band σ (3, 3) nmgy, the fit with its tangent basis and columns) of the three hosts."""
     torch.set_num_threads(1)
     stamps = _hosts()
     sigma = annulus_stats(torch.from_numpy(np.ascontiguousarray(stamps)), PreprocessSpec(crop=FIT_SIZE))[1].numpy().reshape(3, 3)
-    fit = fit_hosts(stamps, np.tile(PSF_FWHM, (3, 1)), sigma.astype(np.float64), tangent=True)
+    return sigma, fit_hosts(stamps, np.tile(PSF_FWHM, (3, 1)), sigma.astype(np.float64), tangent=True, columns=True)
+
+
+def _tangent_share(x: np.ndarray, fit: dict, sigma: np.ndarray) -> np.ndarray:
+    """(3,) share of images x (3, 3, FIT_SIZE, FIT_SIZE) [nmgy], in σ units, that the refit leaves."""
+    norm = lambda a: np.linalg.norm((a / sigma[:, :, None, None]).reshape(3, -1), axis=1)  # noqa: E731
+    return norm(refit_change(x, fit["tangent"], torch.from_numpy(sigma).float())) / norm(x)
+
+
+def test_the_mock_hosts_fit_to_the_noise_and_the_refit_keeps_what_no_host_absorbs(fitted):
+    sigma, fit = fitted
     # χ² per pixel of a model exact to the noise is 1 ± √(2/7203) = 1 ± 0.017; the DEV core, rendered
     # 2 × 2 per pixel, measures 1.05, and a PSF 10 % too broad 1.24
     assert np.all(np.abs(fit["chi2"].numpy() - 1.0) < 0.08), fit["chi2"]
-
-    s = torch.from_numpy(sigma).float()
-    whitened = lambda x: (x / sigma[:, :, None, None]).reshape(3, -1)  # noqa: E731
     brighter = 0.05 * fit["model"].numpy()  # 5 % more of the host: a host model absorbs all of it
-    left = refit_change(brighter, fit["tangent"], s)
-    assert np.all(np.linalg.norm(whitened(left), axis=1) < 1e-4 * np.linalg.norm(whitened(brighter), axis=1))  # 0.5–1.2e-5 measured
+    assert np.all(_tangent_share(brighter, fit, sigma) < 1e-4)  # 0.5–1.2e-5 measured
     yy, xx = np.mgrid[:FIT_SIZE, :FIT_SIZE] - (FIT_SIZE - 1) / 2
     blob = np.broadcast_to(np.exp(-((xx - 9.0) ** 2 + (yy - 3.0) ** 2) / 4.5), (3, 3, FIT_SIZE, FIT_SIZE)) * sigma[:, :, None, None]
-    kept = np.linalg.norm(whitened(refit_change(blob, fit["tangent"], s)), axis=1) / np.linalg.norm(whitened(blob), axis=1)
+    kept = _tangent_share(blob, fit, sigma)
     assert np.all(kept > 0.9), kept  # 0.94–0.97: a compact image 9.5 px off the centre is nothing a Sérsic host makes
 
 
-def test_a_prior_on_the_host_colours_keeps_more_of_a_blue_image_and_none_of_a_brighter_host():
-    torch.set_num_threads(1)
-    stamps = _hosts()
-    sigma = annulus_stats(torch.from_numpy(np.ascontiguousarray(stamps)), PreprocessSpec(crop=FIT_SIZE))[1].numpy().reshape(3, 3)
-    fit = fit_hosts(stamps, np.tile(PSF_FWHM, (3, 1)), sigma.astype(np.float64), tangent=True, columns=True)
+def test_a_prior_on_the_host_colours_keeps_more_of_a_blue_image_and_none_of_a_brighter_host(fitted):
+    sigma, fit = fitted
     s = torch.from_numpy(sigma).float()
-    whitened = lambda x: (x / sigma[:, :, None, None]).reshape(3, -1)  # noqa: E731
     # a blue image at the host's centre, the host's shape: what an unresolved ring looks like to the fit
     model = fit["model"].numpy() - np.median(fit["model"].numpy(), axis=(2, 3), keepdims=True)
     blue = 0.05 * model * np.array([2.5, 1.0, 0.4])[None, :, None, None] / (fit["flux"].numpy() / fit["flux"].numpy()[:, 1:2])[:, :, None, None]
     free = refit_share_kept(blue, fit, s)
-    tangent = np.linalg.norm(whitened(refit_change(blue, fit["tangent"], s)), axis=1) / np.linalg.norm(whitened(blue), axis=1)
-    np.testing.assert_allclose(free, tangent, atol=1e-4)  # free colours: the tangent space's projection
+    np.testing.assert_allclose(free, _tangent_share(blue, fit, sigma), atol=1e-4)  # free colours: the tangent space's projection
     kept = [refit_share_kept(blue, fit, s, (sd, sd)) for sd in (0.2, 0.05, 0.0)]
     assert np.all(free < 1e-4), free  # the free fluxes take an image of the host's shape whatever its colour (3e-8–1e-7 measured)
     assert np.all(np.diff(np.stack([free, *kept]), axis=0) > 0), kept  # the tighter the prior, the more is left
