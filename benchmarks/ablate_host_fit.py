@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from scipy.stats import norm  # noqa: E402
 
-from benchmarks.ablate_host_oracle import S_N_EDGES, THETA_E_EDGES_ARCSEC, noise_like  # noqa: E402
+from benchmarks.ablate_host_oracle import S_N_EDGES, THETA_E_EDGES_ARCSEC, band_sigma, noise_like  # noqa: E402
 from benchmarks.ablate_lens_finder import held_out_tables, parse_lake_args  # noqa: E402
 from benchmarks.demo_headline import SNR_BINS, auroc_of  # noqa: E402
 from darkhaloscope.constants import PIXEL_SCALE_ARCSEC  # noqa: E402
@@ -58,7 +58,6 @@ from darkhaloscope.training.dataset import AugmentedStampDataset  # noqa: E402
 from darkhaloscope.training.gates import run_gates  # noqa: E402
 from darkhaloscope.training.inference import score_stamps  # noqa: E402
 from darkhaloscope.training.loop import train  # noqa: E402
-from darkhaloscope.training.preprocess import annulus_stats  # noqa: E402
 from darkhaloscope.training.profiles import training_profile  # noqa: E402
 from darkhaloscope.training.runs import split_for_training  # noqa: E402
 
@@ -285,10 +284,10 @@ def main() -> None:
 
     def fitted(name, x, fwhm, tangent=False):
         """The fit of stamps ``x``, with their per-band σ (N, 3) float32 as ``sigma``."""
-        sigma = annulus_stats(torch.from_numpy(np.ascontiguousarray(x)), profile.preprocess)[1].reshape(len(x), 3)
+        sigma = band_sigma(x, profile.preprocess)
         f = fit_hosts(x, fwhm, sigma.double().numpy(), a.iters, tangent)
         fits[name] = round(float(f["chi2"].median()), 3)
-        return {**f, "sigma": sigma.float()}
+        return {**f, "sigma": sigma}
 
     t0 = time.time()
     arrays = load_training_set(lake.dataset("training", "training_set").to_table())

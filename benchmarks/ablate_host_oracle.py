@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks.ablate_lens_finder import parse_lake_args  # noqa: E402
+from benchmarks.ablate_lens_finder import bank_table, parse_lake_args  # noqa: E402
 from benchmarks.demo_headline import auroc_of  # noqa: E402
 from darkhaloscope.seeding import rng_for  # noqa: E402
 from darkhaloscope.stamps import from_tensor_column  # noqa: E402
@@ -48,10 +48,16 @@ S_N_EDGES = (0, 3, 5, 10, 20, np.inf)
 THETA_E_EDGES_ARCSEC = (0.0, 1.01, 2.0, 3.1)
 
 
+def band_sigma(stamps: np.ndarray, spec) -> torch.Tensor:
+    """(N, 3) float32 pixel σ [nmgy] of each stamp (N, 3, H, W) [nmgy] and band, as ``spec``'s
+    preprocessing measures it (the annulus MAD)."""
+    return annulus_stats(torch.tensor(stamps), spec)[1].reshape(len(stamps), 3).float()
+
+
 def noise_like(stamps: np.ndarray, spec, *key) -> np.ndarray:
-    """Gaussian noise shaped like ``stamps`` (N, 3, H, W) [nmgy] with each stamp's per-band σ as
-    ``spec``'s preprocessing measures it (the annulus MAD), seeded by ``key``."""
-    sigma = annulus_stats(torch.from_numpy(np.ascontiguousarray(stamps)), spec)[1].numpy().astype(np.float32)
+    """Gaussian noise shaped like ``stamps`` (N, 3, H, W) [nmgy] with each stamp's :func:`band_sigma`,
+    seeded by ``key``."""
+    sigma = band_sigma(stamps, spec).numpy()[:, :, None, None]
     return rng_for("host_oracle", *key).standard_normal(stamps.shape, dtype=np.float32) * sigma
 
 
@@ -72,8 +78,7 @@ def main() -> None:
     tr, va = split_for_training(replace(arrays, image=image), "cpu")
     cfg = replace(profile.members[0], device="cpu", **json.loads(a.member))
 
-    bank = lake.read_table("injection", "injection_bank", columns=["success", "arc_snr", "theta_e_arcsec", "image", "control"])
-    bank = bank.filter(bank.column("success"))
+    bank = bank_table(lake, ("theta_e_arcsec",))
     inj, ctrl = from_tensor_column(bank.column("image")), from_tensor_column(bank.column("control"))
     arcs_in_noise = (inj - ctrl) + noise_like(ctrl, profile.preprocess, "injections")
     noise_controls = noise_like(ctrl, profile.preprocess, "controls")

@@ -49,16 +49,21 @@ from darkhaloscope.training.profiles import training_profile  # noqa: E402
 from darkhaloscope.training.runs import split_for_training  # noqa: E402
 
 
+def bank_table(lake: Lake, columns: tuple = ()):
+    """The injection bank's successful rows (the selection-function injections, test-split hosts)
+    with ``arc_snr``, ``image``, ``control`` and any more columns named."""
+    bank = lake.read_table("injection", "injection_bank", columns=list(dict.fromkeys(["success", "arc_snr", "image", "control", *columns])))
+    return bank.filter(bank.column("success"))
+
+
 def held_out_tables(lake: Lake, cutout_columns: tuple = (), bank_columns: tuple = ()):
     """The test rows as tables, with their ``image`` (and ``control``) and any more columns named:
-    held-out negatives (less those graded a lens), test-split known lenses, and the injection bank's
-    successful rows (the selection-function injections, test-split hosts)."""
+    held-out negatives (less those graded a lens), test-split known lenses, and :func:`bank_table`."""
     cut = lake.read_table("imaging", "cutouts", columns=list(dict.fromkeys(
         ["object_id", "label", "split", "in_training_catalog", "quality_ok", "image", *cutout_columns])))
     cut = cut.filter(cut.column("quality_ok"))
     real = pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test"))
-    bank = lake.read_table("injection", "injection_bank", columns=list(dict.fromkeys(["success", "arc_snr", "image", "control", *bank_columns])))
-    return held_out_negatives(cut, published_graded_lens_ids(lake)), cut.filter(real), bank.filter(bank.column("success"))
+    return held_out_negatives(cut, published_graded_lens_ids(lake)), cut.filter(real), bank_table(lake, bank_columns)
 
 
 def _test_rows(lake: Lake):

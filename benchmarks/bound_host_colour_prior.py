@@ -33,17 +33,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 from scipy.stats import norm  # noqa: E402
 
 from benchmarks.ablate_host_fit import N_SHAPE, fit_hosts, refit_share_kept  # noqa: E402
-from benchmarks.ablate_host_oracle import THETA_E_EDGES_ARCSEC  # noqa: E402
-from benchmarks.ablate_lens_finder import held_out_tables, parse_lake_args  # noqa: E402
+from benchmarks.ablate_host_oracle import THETA_E_EDGES_ARCSEC, band_sigma  # noqa: E402
+from benchmarks.ablate_lens_finder import bank_table, parse_lake_args  # noqa: E402
 from darkhaloscope.stamps import from_tensor_column  # noqa: E402
 from darkhaloscope.survey.mock_populations import (  # noqa: E402
     DEV, EARLY_GR, EARLY_RZ, ELLIPTICITY_BETA, MAX_ELLIPTICITY, SER, SER_INDEX_LOG_SCATTER, SIZE_LOG_SCATTER,
 )
-from darkhaloscope.training.preprocess import annulus_stats  # noqa: E402
 from darkhaloscope.training.profiles import training_profile  # noqa: E402
 
 #: (name, (σ g − r, σ r − z) mag or None for free colours, whether the shape has the mock's priors too)
@@ -72,17 +70,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=0, help="evenly spaced pairs of the bank to use (0: all)")
     a, lake = parse_lake_args(ap)
-    bank = held_out_tables(lake, (), ("theta_e_arcsec", "host_type", "psf_fwhm_g", "psf_fwhm_r", "psf_fwhm_z"))[2]
+    bank = bank_table(lake, ("theta_e_arcsec", "host_type", "psf_fwhm_g", "psf_fwhm_r", "psf_fwhm_z"))
     if a.pairs:
         bank = bank.take(np.linspace(0, bank.num_rows - 1, min(a.pairs, bank.num_rows)).astype(np.int64))
     inj, ctrl = (from_tensor_column(bank.column(c)) for c in ("image", "control"))
     snr, theta_e = bank.column("arc_snr").to_numpy(), bank.column("theta_e_arcsec").to_numpy()
     fwhm = np.stack([bank.column(f"psf_fwhm_{b}").to_numpy() for b in "grz"], 1).astype(np.float64)
-    sigma = annulus_stats(torch.tensor(ctrl), training_profile("demo").preprocess)[1].reshape(len(ctrl), 3)
+    sigma = band_sigma(ctrl, training_profile("demo").preprocess)
     shape_sd = mock_shape_sd(bank.column("host_type").to_numpy(zero_copy_only=False))
     t0 = time.time()
     kept = {}
-    for s in range(0, len(ctrl), 192):  # the columns of 192 fits are 0.7 GB in float32
+    for s in range(0, len(ctrl), 192):  # a chunk's columns: 192 × 7,203 px × 12 in float32, 66 MB
         fit = fit_hosts(ctrl[s : s + 192], fwhm[s : s + 192], sigma[s : s + 192].double().numpy(), columns=True)
         for name, sd, shaped in PRIORS:
             kept.setdefault(name, []).append(refit_share_kept(inj[s : s + 192] - ctrl[s : s + 192], fit, sigma[s : s + 192], sd,
