@@ -37,7 +37,7 @@ import torch  # noqa: E402
 from benchmarks.demo_headline import SNR_BINS, auroc_of  # noqa: E402
 from darkhaloscope.evaluation.scoring import held_out_negatives  # noqa: E402
 from darkhaloscope.evaluation.thresholds import order_statistic_threshold  # noqa: E402
-from darkhaloscope.lake import Lake  # noqa: E402
+from lakehouse.lake import Lake  # noqa: E402
 from darkhaloscope.search.grades import published_graded_lens_ids  # noqa: E402
 from darkhaloscope.stamps import from_tensor_column  # noqa: E402
 from darkhaloscope.training.checkpoint import load_checkpoint  # noqa: E402

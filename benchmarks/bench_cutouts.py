@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from darkhaloscope.constants import BANDS  # noqa: E402
 from darkhaloscope.imaging.bricks import BrickTable  # noqa: E402
 from darkhaloscope.imaging.coadd import BrickImageSource, coadd_path  # noqa: E402
-from darkhaloscope.imaging.mock_sky import MockSky  # noqa: E402
+from mock_survey.sky import MockSky  # noqa: E402
 from darkhaloscope.seeding import rng_for  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out" / "mock_dr10_rice"

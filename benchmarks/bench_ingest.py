@@ -41,7 +41,7 @@ def _child(method: str, src: str, dest: str) -> None:
     cpu0 = ru0.ru_utime + ru0.ru_stime
     t0 = time.perf_counter()
     if method == "dhs":
-        from darkhaloscope.lake import Lake
+        from lakehouse.lake import Lake
         from darkhaloscope.survey.sweeps import ingest_sweep
 
         info = ingest_sweep(src, Lake(dest))
@@ -123,7 +123,7 @@ def main() -> None:
         _child(args.child, args.src, args.dest)
         return
 
-    from darkhaloscope.survey.mock_survey import MockSurveyConfig, generate_mock_survey
+    from mock_survey.survey import MockSurveyConfig, generate_mock_survey
 
     out = Path(args.out)
     t0 = time.perf_counter()

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from darkhaloscope.catalog.cuts import KnownLensIndex, NegativeSelectionConfig, cut_masks, select_negatives  # noqa: E402
 from darkhaloscope.catalog.sweep_tasks import build_negative_partition, sweep_file_names  # noqa: E402
 from darkhaloscope.survey.sweeps import SWEEPS_TABLE  # noqa: E402
-from darkhaloscope.lake import PART_FILE, Lake  # noqa: E402
+from lakehouse.lake import PART_FILE, Lake  # noqa: E402
 from tests.spark_fixtures import known_lenses_table, synthetic_sweeps  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out"

@@ -48,7 +48,7 @@ from darkhaloscope.evaluation.scoring import CHECKPOINT, SCORE_BATCH, score_batc
 from darkhaloscope.imaging.coadd import BrickImageSource  # noqa: E402
 from darkhaloscope.imaging.cutout_table import cutout_batches  # noqa: E402
 from darkhaloscope.imaging.source_settings import ImageSourceSettings  # noqa: E402
-from darkhaloscope.lake import Lake  # noqa: E402
+from lakehouse.lake import Lake  # noqa: E402
 from darkhaloscope.search.spark import search_on_spark  # noqa: E402
 from darkhaloscope.search.streaming import (  # noqa: E402
     SCORE_CHUNKS, STAMP_CHUNKS, STAMP_SCHEMA, InflightSearch, SearchSettings, score_chunk, score_schema, search_partition,

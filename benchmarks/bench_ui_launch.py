@@ -28,7 +28,7 @@ from tests.support.dagster_ui import DagsterDev  # noqa: E402
 
 def cli_seconds(asset: str, env: dict) -> float:
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "lens_assets.cli", "materialize", asset], cwd=REPO, env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "dhs.main", "materialize", asset], cwd=REPO, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
     return time.perf_counter() - t0

@@ -39,7 +39,7 @@ from benchmarks.ablate_host_fit import N_SHAPE, fit_hosts, refit_share_kept  # n
 from benchmarks.ablate_host_oracle import THETA_E_EDGES_ARCSEC, band_sigma  # noqa: E402
 from benchmarks.ablate_lens_finder import bank_table, parse_lake_args  # noqa: E402
 from darkhaloscope.stamps import from_tensor_column  # noqa: E402
-from darkhaloscope.survey.mock_populations import (  # noqa: E402
+from mock_survey.populations import (  # noqa: E402
     DEV, EARLY_GR, EARLY_RZ, ELLIPTICITY_BETA, MAX_ELLIPTICITY, SER, SER_INDEX_LOG_SCATTER, SIZE_LOG_SCATTER,
 )
 from darkhaloscope.training.profiles import training_profile  # noqa: E402

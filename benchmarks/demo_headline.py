@@ -37,7 +37,7 @@ from scipy.stats import spearmanr  # noqa: E402
 from darkhaloscope.evaluation.comparison import auroc_intervals  # noqa: E402
 from darkhaloscope.evaluation.scoring import held_out_negatives, injection_rows  # noqa: E402
 from darkhaloscope.evaluation.thresholds import order_statistic_threshold  # noqa: E402
-from darkhaloscope.lake import Lake  # noqa: E402
+from lakehouse.lake import Lake  # noqa: E402
 from darkhaloscope.search.grades import published_graded_lens_ids  # noqa: E402
 from darkhaloscope.stats import roc_auc  # noqa: E402
 from darkhaloscope.training.preprocess import arc_clears_core  # noqa: E402

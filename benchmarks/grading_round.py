@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pyarrow.parquet as pq  # noqa: E402
 
 from darkhaloscope.evaluation.discovery import hidden_lens_recovery  # noqa: E402
-from darkhaloscope.lake import Lake  # noqa: E402
+from lakehouse.lake import Lake  # noqa: E402
 from darkhaloscope.search.gallery import DEFAULT_TOP_N, top_candidates  # noqa: E402
 from darkhaloscope.search.grades import GRADE_COLUMNS  # noqa: E402
 from resources.config import build_resources  # noqa: E402

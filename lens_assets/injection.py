@@ -1,22 +1,19 @@
 """Injection stage: the (θ_E, z_l) injection plan over held-out lens-like hosts and the injection
 bank (one partition per batch): injected stamps with their paired controls and every parameter.
 
-The ``injection_batch`` partitions are registered from the published plan by
+The ``injection_batch`` partitions are registered from the published plan by this stage's
 ``injection_batch_sensor`` (and by ``dhs`` after it materializes the plan), not by the plan itself.
 """
 
+import dagster as dg
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import dagster as dg
 
-from darkhaloscope import audits as au
-from darkhaloscope.contracts import INJECTION_PLAN
 from darkhaloscope.errors import InputError
 from darkhaloscope.imaging.cutout_table import load_stamps
 from darkhaloscope.lensing.bank import (
-    HOST_COLUMNS as BANK_HOST_COLUMNS,
     InjectionConfig,
     bank_table,
     batch_of_key,
@@ -28,18 +25,15 @@ from darkhaloscope.lensing.bank import (
 )
 from darkhaloscope.lensing.verify import lenstronomy_agreement, physics_problems
 from darkhaloscope.search.grades import published_graded_lens_ids
+from lakehouse import audits as au
 from resources import ComputeResource, LakeResource
+from table_registry import audits as checks
+from table_registry.tables import CUTOUT_VALIDATION, CUTOUTS, INJECTION_BANK, INJECTION_PLAN, VISUAL_GRADES
 
-from .common import OWNERS, as_metadata, check_specs, fail_fast_on_bad_input, gate
-from .imaging import CUTOUTS_KEY, VALIDATION_KEY
-from .partitions import injection_batches
-from .training import VISUAL_GRADES
+from .shared.partitions import injection_batch_change
+from .shared.publish import Publish, lake_asset
 
-GROUP = "injection"
-PLAN_KEY, BANK_KEY = (GROUP, "injection_plan"), (GROUP, "injection_bank")
 _GRID = InjectionConfig()
-#: Host columns of a plan (the training stage renders its injections into the same columns).
-HOST_COLUMNS = list(BANK_HOST_COLUMNS)
 
 
 class InjectionPlanConfig(dg.Config):
@@ -59,73 +53,74 @@ class InjectionPlanConfig(dg.Config):
     realisation: int = 0
 
 
-@dg.asset(key=list(PLAN_KEY), group_name=GROUP, kinds={"parquet"}, owners=OWNERS, code_version="3",
-          ins={"cutouts": dg.AssetIn(list(CUTOUTS_KEY))}, deps=[dg.AssetKey(list(VALIDATION_KEY)), VISUAL_GRADES],
-          check_specs=check_specs(PLAN_KEY, (au.INJECTION_PLAN_CONTRACT,)))
-def injection_plan(context: dg.AssetExecutionContext, config: InjectionPlanConfig, lake: LakeResource, compute: ComputeResource, cutouts: ds.Dataset):
+@lake_asset(INJECTION_PLAN, code_version="3", kinds={"parquet"}, ins={"cutouts": dg.AssetIn(list(CUTOUTS.key))},
+            deps=[dg.AssetKey(list(CUTOUT_VALIDATION.key)), dg.AssetKey(list(VISUAL_GRADES.key))])
+def injection_plan(context: dg.AssetExecutionContext, config: InjectionPlanConfig, lake: LakeResource, compute: ComputeResource,
+                   cutouts: ds.Dataset) -> Publish:
     """One task per injection over the θ_E × z_l grid: host (a quality-checked DEV/SER cutout of the
     test split, so injections never share hosts with training or model selection, and never one
     that visual inspection graded a lens, as the held-out negatives never hold one), z_s from its
     prior, σ_v derived (cells needing an unphysical σ_v skipped and counted), every source and lens
     parameter and the seed; the grid itself is recorded with the plan (the selection function is
     measured on it)."""
-    with fail_fast_on_bad_input():
-        lenses = published_graded_lens_ids(lake.lake())
-        hosts = selection_hosts(cutouts, config.host_types, lenses)
-        if hosts.num_rows == 0:
-            raise InputError(f"no quality-checked {config.host_types} hosts in the cutouts table ({lenses.size} graded lenses excluded)")
-        cfg = injection_config(compute.profile, config.per_cell, config.batch_size, config.theta_e_grid, config.z_l_grid, config.host_splits,
-                               config.realisation)
-        tasks = plan_injection_grid(hosts, cfg)
-    staged = lake.stage(context).table(*PLAN_KEY)
-    staged.write(tasks)
-    outcomes = [au.contract_audit(au.INJECTION_PLAN_CONTRACT, staged.read(), INJECTION_PLAN)]
-    md = as_metadata({"plan": plan_summary(tasks), "realisation": config.realisation, "seed_salt": cfg.salt,
-                      "n_hosts": hosts.num_rows, "hosts_graded_lenses_excluded": int(lenses.size),
-                      "batches": len(set(tasks.column("batch").to_pylist()))})
-    yield from gate(context, {PLAN_KEY: ([staged], outcomes)}, {PLAN_KEY: md})
+    lenses = published_graded_lens_ids(lake.lake().table(*VISUAL_GRADES.key))
+    hosts = selection_hosts(cutouts, config.host_types, lenses)
+    if hosts.num_rows == 0:
+        raise InputError(f"no quality-checked {config.host_types} hosts in the cutouts table ({lenses.size} graded lenses excluded)")
+    cfg = injection_config(compute.profile, config.per_cell, config.batch_size, config.theta_e_grid, config.z_l_grid,
+                           config.host_splits, config.realisation)
+    tasks = plan_injection_grid(hosts, cfg)
+    md = {"plan": plan_summary(tasks), "realisation": config.realisation, "seed_salt": cfg.salt,
+          "n_hosts": hosts.num_rows, "hosts_graded_lenses_excluded": int(lenses.size),
+          "batches": len(set(tasks.column("batch").to_pylist()))}
+    return Publish({INJECTION_PLAN: tasks}, metadata={INJECTION_PLAN: md})
 
 
-@dg.asset(key=list(BANK_KEY), group_name=GROUP, partitions_def=injection_batches, kinds={"pytorch", "parquet"}, owners=OWNERS,
-          code_version="4", pool="gpu",
-          ins={"injection_plan": dg.AssetIn(list(PLAN_KEY)),
-               "cutouts": dg.AssetIn(list(CUTOUTS_KEY), partition_mapping=dg.AllPartitionMapping())},
-          check_specs=check_specs(BANK_KEY, (au.INJECTION_MATCHES_LENSTRONOMY, au.INJECTION_PHYSICS_VALID)))
-def injection_bank(context: dg.AssetExecutionContext, lake: LakeResource, compute: ComputeResource, injection_plan: pa.Table, cutouts: ds.Dataset):
+@lake_asset(INJECTION_BANK, code_version="4", kinds={"pytorch", "parquet"}, pool="gpu",
+            ins={"injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
+                 "cutouts": dg.AssetIn(list(CUTOUTS.key), partition_mapping=dg.AllPartitionMapping())})
+def injection_bank(context: dg.AssetExecutionContext, lake: LakeResource, compute: ComputeResource, injection_plan: pa.Table,
+                   cutouts: ds.Dataset) -> Publish:
     """Injected stamps (SIE + shear lensing a Sérsic source, Moffat PSF from the host's PSFSIZE,
     supersampling 4) and their paired controls (the same host without the arc) for one batch, with
     every parameter, μ, arc S/N, lensed magnitudes, PSF used and the seed. A tensor table: rendered
-    on the compute device and staged through the lake resource, audited, then published."""
+    on the compute device, staged, audited, then published."""
     key = context.partition_key
-    with fail_fast_on_bad_input():
-        tasks = injection_plan.filter(pc.equal(injection_plan.column("batch"), batch_of_key(key)))
-        if tasks.num_rows == 0:
-            raise InputError(f"injection batch {key} has no tasks in injection_plan")
-        host_ids = tasks.column("host_object_id").to_numpy()
-        (images, invvar), found = load_stamps(cutouts, host_ids, ("image", "invvar"))
-        if not found.all():
-            raise InputError(f"hosts {host_ids[~found][:5].tolist()} of batch {key} are not in the cutouts table")
+    tasks = injection_plan.filter(pc.equal(injection_plan.column("batch"), batch_of_key(key)))
+    if tasks.num_rows == 0:
+        raise InputError(f"injection batch {key} has no tasks in injection_plan")
+    host_ids = tasks.column("host_object_id").to_numpy()
+    (images, invvar), found = load_stamps(cutouts, host_ids, ("image", "invvar"))
+    if not found.all():
+        raise InputError(f"hosts {host_ids[~found][:5].tolist()} of batch {key} are not in the cutouts table")
     device = compute.torch_device()
     injected, _, params = render_injection_batch(tasks, images, invvar, device=device)
-    staged = lake.stage(context).table(*BANK_KEY, {"injection_batch": key})
-    staged.write(bank_table(tasks, params, injected, images))
-    outcomes = bank_audits(staged.read())
+    bank = bank_table(tasks, params, injected, images)
     ok = params.column("success").to_numpy(zero_copy_only=False)
     mu = params.column("magnification").to_numpy(zero_copy_only=False)
     md = {"n_failed": int((~ok).sum()), "median_mu": float(np.nanmedian(mu)), "device": device}
-    yield from gate(context, {BANK_KEY: ([staged], outcomes)}, {BANK_KEY: md})
+    return Publish({INJECTION_BANK: bank}, audits={INJECTION_BANK: bank_audits(bank)}, metadata={INJECTION_BANK: md})
 
 
 def bank_audits(bank: pa.Table) -> list[au.AuditOutcome]:
-    """The injection bank's audits on one staged batch."""
+    """The injection bank's audits on one batch."""
     agreement = lenstronomy_agreement(bank)
     physics = physics_problems(bank)
     return [
-        au.INJECTION_MATCHES_LENSTRONOMY.outcome(agreement["ok"], agreement,
-                                                 f"re-rendered with lenstronomy: max pixel error {agreement['max_pixel_err_over_peak']:.3g} of peak, "
-                                                 f"flux error {agreement['flux_rel_err']:.3g} (cases: {len(agreement['cases'])})"),
-        au.INJECTION_PHYSICS_VALID.outcome(physics["ok"], physics, "; ".join(physics["problems"])),
+        checks.INJECTION_MATCHES_LENSTRONOMY.outcome(
+            agreement["ok"], agreement,
+            f"re-rendered with lenstronomy: max pixel error {agreement['max_pixel_err_over_peak']:.3g} of peak, "
+            f"flux error {agreement['flux_rel_err']:.3g} (cases: {len(agreement['cases'])})"),
+        checks.INJECTION_PHYSICS_VALID.outcome(physics["ok"], physics, "; ".join(physics["problems"])),
     ]
 
 
-injection_defs = dg.Definitions(assets=[injection_plan, injection_bank])
+@dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Registers one injection_batch partition per batch of the published injection_plan.")
+def injection_batch_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
+    change = injection_batch_change(context.instance, lake.lake())
+    return dg.SensorResult(dynamic_partitions_requests=change.requests(),
+                           skip_reason=None if change.requests() else "injection batches unchanged")
+
+
+injection_defs = dg.Definitions(assets=[injection_plan, injection_bank], sensors=[injection_batch_sensor])

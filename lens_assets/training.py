@@ -1,7 +1,8 @@
 """Training stage: the training set (catalog rows and injection hosts; injections are rendered on
-the fly while training) and the lens finder, trained and audited by a standalone script through
-Dagster Pipes (locally ``PipesSubprocessClient``; on a GPU host another Pipes client runs the same
-script), one GPU run at a time (pool ``gpu``), then published only when its blocking gates passed."""
+the fly while training) and the lens finder, trained by a standalone script through Dagster Pipes
+(locally ``PipesSubprocessClient``; on a GPU host another Pipes client runs the same script), one
+GPU run at a time (pool ``gpu``). Both publish through the one publish path: the lens finder's
+checkpoint is staged and audited by its shortcut gates before any scorer sees it."""
 
 import json
 import os
@@ -14,23 +15,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from darkhaloscope.errors import InputError
+from darkhaloscope.evaluation.scoring import CHECKPOINT_PARTITION
 from darkhaloscope.imaging.cutout_table import cutout_batches, load_stamps
-from darkhaloscope.search.grades import GRADES_TABLE, grades_for_training
-from darkhaloscope.training.gates import BLOCKING_GATES, GATES
+from darkhaloscope.search.grades import grades_for_training
+from darkhaloscope.training.gates import GATES
 from darkhaloscope.training.profiles import training_profile
-from darkhaloscope.training.runs import publish_run
+from darkhaloscope.training.runs import published_files
 from darkhaloscope.training.training_set import (
     CUTOUT_COLUMNS, TIER_WEIGHTS, assemble_training_set, counts_by_split_and_kind, recorded_specs, training_rows, with_graded,
 )
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.imaging import ImagingResource
+from table_registry.tables import CUTOUT_VALIDATION, CUTOUTS, LENS_FINDER, SEARCH_TARGETS, TRAINING_SET, VISUAL_GRADES
 
-from .common import OWNERS, fail_fast_on_bad_input, table_result
-from .imaging import GROUP as IMAGING, cutout_validation, cutouts
-
-GROUP = "training"
-#: The visual grades and the search targets are read by key: ``lens_assets.search`` builds on this module.
-VISUAL_GRADES, SEARCH_TARGETS = dg.AssetKey(list(GRADES_TABLE)), dg.AssetKey(["search", "search_targets"])
+from .shared.publish import Publish, lake_asset, staged_table
 
 
 class TrainingSetConfig(dg.Config):
@@ -56,10 +54,10 @@ class TrainingSetConfig(dg.Config):
     faint_fraction: float | None = None
 
 
-@dg.asset(key_prefix=[GROUP], group_name=GROUP, deps=[cutouts, cutout_validation, SEARCH_TARGETS, VISUAL_GRADES], kinds={"parquet"},
-          owners=OWNERS, code_version="6")
+@lake_asset(TRAINING_SET, code_version="6", kinds={"parquet"},
+            deps=[dg.AssetKey(list(t.key)) for t in (CUTOUTS, CUTOUT_VALIDATION, SEARCH_TARGETS, VISUAL_GRADES)])
 def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, lake: LakeResource, compute: ComputeResource,
-                 survey: SurveyResource, imaging: ImagingResource) -> dg.MaterializeResult:
+                 survey: SurveyResource, imaging: ImagingResource) -> Publish:
     """Real positives (tier weights A 1.0, B 0.5) and the training catalog's negatives of the train
     and val splits (test stays untouched), with the visually graded candidates of those splits
     (graded lenses as positives with their grade as tier, C 0.25; graded non-lenses as labelled
@@ -70,38 +68,35 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
     finder renders fresh injections every epoch from them instead of reading stored ones."""
     store = lake.lake()
     profile = training_profile(compute.profile)
-    with fail_fast_on_bad_input():
-        overrides = {k: v for k, v in (("min_arc_snr", config.min_arc_snr), ("faint_fraction", config.faint_fraction)) if v is not None}
-        if overrides and not config.injections:
-            raise InputError(f"training_set config {overrides} sets the injection stream's acceptance, "
-                             "but injections is false: there is no stream")
-        stream = replace(profile.stream, **overrides)
-        rows = training_rows(store.read_table(IMAGING, "cutouts", columns=list(CUTOUT_COLUMNS)))
-        (images, invvar), _ = load_stamps(store.dataset(IMAGING, "cutouts"), rows.column("object_id").to_numpy(), ("image", "invvar"))
-        graded, awaiting, used = grades_for_training(store.read_table(*GRADES_TABLE) if store.exists(*GRADES_TABLE) else None,
-                                                     config.grades_round)
-        rows, images, invvar, counts = with_graded(rows, images, invvar, graded,
-                                                   _graded_cutouts(store, graded, rows, lambda: imaging.source(survey, store)), awaiting)
-        table = assemble_training_set(
-            rows, images, invvar, preprocess=profile.preprocess, stream=stream if config.injections else None,
-            tier_weights={"A": config.weight_tier_a, "B": config.weight_tier_b, "C": config.weight_tier_c},
-            negatives_per_positive=config.negatives_per_positive, host_types=profile.injection_host_types, grades={**used, **counts})
-    info = store.write_table(GROUP, "training_set", table)
+    overrides = {k: v for k, v in (("min_arc_snr", config.min_arc_snr), ("faint_fraction", config.faint_fraction)) if v is not None}
+    if overrides and not config.injections:
+        raise InputError(f"training_set config {overrides} sets the injection stream's acceptance, "
+                         "but injections is false: there is no stream")
+    stream = replace(profile.stream, **overrides)
+    cutouts = store.table(*CUTOUTS.key)
+    rows = training_rows(cutouts.read(columns=list(CUTOUT_COLUMNS)))
+    (images, invvar), _ = load_stamps(cutouts.dataset(), rows.column("object_id").to_numpy(), ("image", "invvar"))
+    grades = store.table(*VISUAL_GRADES.key)
+    graded, awaiting, used = grades_for_training(grades.read() if grades.exists() else None, config.grades_round)
+    extra = _graded_cutouts(store.table(*SEARCH_TARGETS.key), graded, rows, lambda: imaging.source(survey))
+    rows, images, invvar, counts = with_graded(rows, images, invvar, graded, extra, awaiting)
+    table = assemble_training_set(
+        rows, images, invvar, preprocess=profile.preprocess, stream=stream if config.injections else None,
+        tier_weights={"A": config.weight_tier_a, "B": config.weight_tier_b, "C": config.weight_tier_c},
+        negatives_per_positive=config.negatives_per_positive, host_types=profile.injection_host_types, grades={**used, **counts})
     specs = recorded_specs(table.schema)
-    return table_result(store, info.uri, table.schema, table.num_rows, {
-        "counts": dg.MetadataValue.json(counts_by_split_and_kind(table)),
-        "visual_grades_used": dg.MetadataValue.json({**used, **counts}),
-        "preprocess_spec": dg.MetadataValue.json(specs[0].to_dict()),
-        "injection_stream": dg.MetadataValue.json(specs[1].to_dict() if specs[1] else None)})
+    md = {"counts": counts_by_split_and_kind(table), "visual_grades_used": {**used, **counts},
+          "preprocess_spec": specs[0].to_dict(), "injection_stream": specs[1].to_dict() if specs[1] else None}
+    return Publish({TRAINING_SET: table}, metadata={TRAINING_SET: md})
 
 
-def _graded_cutouts(store, graded: pa.Table, rows: pa.Table, open_source) -> pa.Table | None:
+def _graded_cutouts(targets_table, graded: pa.Table, rows: pa.Table, open_source) -> pa.Table | None:
     """Cutouts (stamps and quality) of the graded objects the training rows lack, cut from the image
     source at their ``search_targets`` rows; None when there are none."""
     missing = pc.filter(graded.column("object_id"), pc.invert(pc.is_in(graded.column("object_id"), rows.column("object_id"))))
     if len(missing) == 0:
         return None
-    targets = store.dataset(*SEARCH_TARGETS.path).to_table(filter=pc.field("object_id").isin(missing))
+    targets = targets_table.dataset().to_table(filter=pc.field("object_id").isin(missing))
     lost = sorted(set(missing.to_pylist()) - set(targets.column("object_id").to_pylist()))
     if lost:
         raise InputError(f"graded objects {lost[:5]} ({len(lost)} in all) are in no search_targets partition: "
@@ -118,49 +113,35 @@ class LensFinderConfig(dg.Config):
     core_threshold: float = GATES["core_lr_auc"].threshold
 
 
-def _checkpoint_locations(store) -> tuple[str, str, str | None]:
-    """(training-set URI for the trainer, local checkpoint folder, s3:// checkpoint URI or None)."""
-    train_uri = store.part_uris(GROUP, "training_set")[0]
+def _run_locations(store) -> tuple[str, str]:
+    """(training-set URI for the trainer, the folder of its training runs). The runs of a local lake
+    live in its in-flight area (a run resumes or is reused from there); those of a lake on S3 in a
+    local temporary folder of this host."""
+    train_uri = store.part_uris(*TRAINING_SET.key)[0]
     if store.is_s3:
-        local = os.path.join(tempfile.gettempdir(), "dhs_lens_finder")
-        return train_uri, local, store.full_uri(store.partition_path(GROUP, "lens_finder", {"artifact": "checkpoint"}))
-    return train_uri.removeprefix("file://"), store.partition_path(GROUP, "lens_finder", {"artifact": "checkpoint"}), None
+        return train_uri, os.path.join(tempfile.gettempdir(), "dhs_lens_finder")
+    return train_uri.removeprefix("file://"), store.inflight().table_path("training", "lens_finder_runs")
 
 
-@dg.asset(
-    key_prefix=[GROUP],
-    group_name=GROUP,
-    deps=[training_set],
-    kinds={"pytorch", "safetensors"},
-    owners=OWNERS,
-    code_version="3",
-    pool="gpu",
-    check_specs=[dg.AssetCheckSpec(name, asset=[GROUP, "lens_finder"], blocking=name in BLOCKING_GATES, description=g.description)
-                 for name, g in GATES.items()],
-    retry_policy=dg.RetryPolicy(max_retries=2, delay=5),
-)
-def lens_finder(
-    context: dg.AssetExecutionContext,
-    config: LensFinderConfig,
-    lake: LakeResource,
-    compute: ComputeResource,
-    pipes_subprocess_client: dg.PipesSubprocessClient,
-):
+@lake_asset(LENS_FINDER, code_version="3", kinds={"pytorch", "safetensors"}, deps=[training_set], pool="gpu",
+            retry_policy=dg.RetryPolicy(max_retries=2, delay=5))
+def lens_finder(context: dg.AssetExecutionContext, config: LensFinderConfig, lake: LakeResource, compute: ComputeResource,
+                pipes_subprocess_client: dg.PipesSubprocessClient) -> Publish:
     """The CNN lens finder of the profile (demo: the strided ResNet; full: the compact bottleneck
     ResNet and the strided ResNet stacked by Paper IV's meta-learner), trained on injections
     rendered on the fly by ``lens_assets/pipes/train_lens_finder.py`` through Dagster Pipes,
     calibrated on the val split, audited by the shortcut gates (reported as checks).
 
-    Write, audit, publish: each run trains in ``runs/<key>/`` under the checkpoint folder (new
-    inputs train a new model, an interrupted run resumes, a completed run is reused and audited
-    again); only when every blocking gate passed is the run published to ``artifact=checkpoint``
-    (what the score assets read) and the ``lens_finder`` registry row written. A failed blocking
-    gate leaves the published checkpoint and the registry untouched and the run folder in place."""
+    Each training run lives in its own folder (new inputs train a new model, an interrupted run
+    resumes, a completed run is reused and audited again). The chosen run's checkpoint
+    (``artifact=checkpoint``, what the score assets read) and the ``lens_finder`` registry row are
+    staged and audited by the gates; a failed blocking gate rejects them, leaving the published
+    checkpoint and registry row byte for byte."""
     store = lake.lake()
-    train_uri, out_dir, ckpt_uri = _checkpoint_locations(store)
+    train_uri, runs_dir = _run_locations(store)
     profile = training_profile(compute.profile)
     extras = {
-        "training_set_uri": train_uri, "out_dir": out_dir, "report_checks": True,
+        "training_set_uri": train_uri, "out_dir": runs_dir,
         "members": [replace(m, device=compute.device).to_dict() for m in profile.members],
         "gate_thresholds": {"core_lr_auc": float(config.core_threshold)}, "ensemble_hidden": profile.ensemble_hidden,
     }
@@ -168,17 +149,19 @@ def lens_finder(
         context=context, command=[sys.executable, "-m", "lens_assets.pipes.train_lens_finder"], extras=extras,
     ).get_materialize_result()
     md = {k: getattr(v, "value", v) for k, v in (result.metadata or {}).items()}
-    if not md.get("blocking_gates_passed"):
-        context.log.error(f"blocking gates failed; run {md.get('run_dir')} kept for inspection, nothing published")
-        return result
-    best = publish_run(md["run_dir"], out_dir, ckpt_uri)
-    uri = ckpt_uri or os.path.abspath(out_dir)
-    store.write_table(GROUP, "lens_finder", pa.table({
-        "checkpoint_uri": [uri], "data_version": [best.data_version], "val_auroc": [float(md["val_auroc"]) if "val_auroc" in md else None],
+    staged = staged_table(context, LENS_FINDER)
+    for name, data in published_files(md["run_dir"]):
+        staged.write_bytes(name, data, subfolder=CHECKPOINT_PARTITION)
+    uri = store.full_uri(f"{staged.published_folder}/{'/'.join(f'{k}={v}' for k, v in CHECKPOINT_PARTITION.items())}")
+    staged.write(pa.table({
+        "checkpoint_uri": [uri], "data_version": [result.data_version.value if result.data_version else None],
+        "val_auroc": [float(md["val_auroc"]) if "val_auroc" in md else None],
         "metrics": [json.dumps(md, default=str, sort_keys=True)],
     }))
-    return dg.MaterializeResult(metadata={**(result.metadata or {}), "dagster/uri": dg.MetadataValue.path(uri), "published": True},
-                                check_results=result.check_results, data_version=result.data_version)
+    outcomes = [LENS_FINDER.audit(g["name"]).outcome(
+        bool(g["passed"]), {"value": g["value"], "threshold": g["threshold"]},
+        f"{g['name']} = {g['value']:.4f} against the threshold {g['threshold']}") for g in md["gates"]]
+    return Publish({LENS_FINDER: staged}, audits={LENS_FINDER: outcomes}, metadata={LENS_FINDER: result.metadata or {}})
 
 
 training_defs = dg.Definitions(assets=[training_set, lens_finder])

@@ -14,12 +14,12 @@ import dagster as dg
 from dagster_slack import SlackResource
 from pydantic import Field
 
-from darkhaloscope.alert_log import JsonlAlertLog
-from darkhaloscope.alerts import DEFAULT_MAX_BACKLOG, DEFAULT_REST_S, Alert, AlertDeliveryError, AlertSinks
+from lakehouse.alert_log import JsonlAlertLog
+from lakehouse.alerts import DEFAULT_MAX_BACKLOG, DEFAULT_REST_S, Alert, AlertDeliveryError, AlertSinks
 from darkhaloscope.errors import InputError
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.retry import TRANSIENT_HTTP_STATUSES, RetriesExhausted, RetryPolicy, call_with_retries, seconds_left
-from darkhaloscope.webhook import WebhookSink
+from lakehouse.webhook import WebhookSink
 
 
 def _slack_transient(exc: BaseException) -> bool:
@@ -98,7 +98,7 @@ class AlertSinksResource(dg.ConfigurableResource):
         return Lake(uri, s3_endpoint=self.s3_endpoint or os.environ.get("DHS_S3_ENDPOINT") or None)
 
     def build_sinks(self) -> AlertSinks:
-        """The alert log and the configured senders, for :func:`darkhaloscope.alerts.deliver`."""
+        """The alert log and the configured senders, for :func:`lakehouse.alerts.deliver`."""
         senders: list = []
         url = self.webhook_url or os.environ.get("DHS_ALERT_WEBHOOK") or None
         if url:

@@ -86,7 +86,7 @@ class CatalogLaunchResource(dg.ConfigurableResource):
         return S3Resource(endpoint_url=self.s3_endpoint, region_name=self.s3_region).get_client()
 
     def run_negatives(self, context, lake_uri: str, s3_endpoint: str | None, staging: str, names: list[str], selection: dict) -> dict:
-        """Launch :mod:`lens_assets.remote.negatives_job`; returns the funnel it reported."""
+        """Launch :mod:`lens_assets.pipes.negatives_job`; returns the funnel it reported."""
         import sys
 
         from dagster_aws.pipes import PipesS3ContextInjector, PipesS3MessageReader
@@ -100,7 +100,7 @@ class CatalogLaunchResource(dg.ConfigurableResource):
                                          message_reader=PipesS3MessageReader(bucket=self.bucket, client=client, interval=1))
         extras = {"lake_uri": lake_uri, "s3_endpoint": s3_endpoint, "staging": staging, "names": names, "selection": selection,
                   "spark_master": spark_settings()["spark.master"], "spark_log": spark_log_file()}
-        done = pipes.run(context=context, command=[sys.executable, "-m", "lens_assets.remote.negatives_job"], extras=extras)
+        done = pipes.run(context=context, command=[sys.executable, "-m", "lens_assets.pipes.negatives_job"], extras=extras)
         return reported(done, "funnel", "the negatives job")
 
 

@@ -4,7 +4,7 @@
 import os
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.survey.mock_paths import DEFAULT_MOCK_DIR
+from mock_survey.paths import DEFAULT_MOCK_DIR
 
 from .compute import ComputeResource
 from .imaging import ImagingResource

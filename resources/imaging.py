@@ -7,8 +7,8 @@ DHS_SURVEY=mock); any other value is the base URL of a cutout service (``.../vie
 import dagster as dg
 
 from darkhaloscope.imaging.source_settings import ImageSourceSettings
-from darkhaloscope.imaging.sources import ImageSource
-from darkhaloscope.lake import Lake
+from darkhaloscope.imaging.sources import ImageSource, ImageSourceOpener
+from mock_survey.sources import MockSkySettings
 
 from .survey import SurveyResource
 
@@ -24,11 +24,13 @@ class ImagingResource(dg.ConfigurableResource):
     timeout_s: float = 30.0
     max_retries: int = 4
 
-    def settings(self, survey: SurveyResource) -> ImageSourceSettings:
+    def settings(self, survey: SurveyResource) -> ImageSourceOpener:
         """The source's settings, from which any process (a Spark executor, a Pipes subprocess) opens it."""
+        if self.cutout_source == "auto" and survey.is_mock:
+            return MockSkySettings(root=str(survey.mock_manifest().root))
         return ImageSourceSettings(cutout_source=self.cutout_source, layer=self.layer, max_concurrency=self.max_concurrency,
                                    timeout_s=self.timeout_s, max_retries=self.max_retries, survey=survey.location())
 
-    def source(self, survey: SurveyResource, lake: Lake) -> ImageSource:
+    def source(self, survey: SurveyResource) -> ImageSource:
         """The configured image source (``cutouts(ra, dec, size) -> (CutoutBatch, failures)``)."""
-        return self.settings(survey).open(lake)
+        return self.settings(survey).open()

@@ -1,6 +1,6 @@
 """Lake storage resource: a local folder or s3://bucket/prefix (DHS_LAKE, DHS_S3_ENDPOINT).
 
-Besides the :class:`~darkhaloscope.lake.Lake` itself, it opens each run's staging area
+Besides the :class:`~lakehouse.lake.Lake` itself, it opens each run's staging area
 (:meth:`LakeResource.stage`): the first step of a run that stages anything first sweeps what dead
 runs and writers left in ``_staging`` (and rejected data past its retention), then records the
 run as the owner of ``_staging/<run id>``.
@@ -14,8 +14,8 @@ import time
 import dagster as dg
 
 from darkhaloscope.errors import PERMANENT_ERRORS
-from darkhaloscope.lake import Lake
-from darkhaloscope.staging import Stage, StageOwner, owner_process_alive, sweep_orphans
+from lakehouse.lake import Lake
+from lakehouse.staging import Stage, StageOwner, owner_process_alive, sweep_orphans
 
 #: Run states in which a run still owns its staging area.
 LIVE_RUN_STATUSES = (
@@ -26,7 +26,7 @@ LIVE_RUN_STATUSES = (
 
 def run_alive(instance: dg.DagsterInstance):
     """Liveness of a staging owner: by its run's status when this instance knows the run (a run
-    killed without a chance to report is marked failed by ``lens_assets.runs.reap_dead_runs``),
+    killed without a chance to report is marked failed by ``lens_assets.ops.reap_dead_runs``),
     else by its process on this host."""
 
     def alive(owner: StageOwner) -> bool:

@@ -1,7 +1,6 @@
 """The survey: the embedded mock DR10 (DHS_SURVEY=mock) or a DR10 mirror, local or s3://."""
 
 
-import dataclasses
 import os
 import tempfile
 from contextlib import contextmanager
@@ -12,13 +11,16 @@ import pyarrow.fs as pafs
 
 from darkhaloscope.constants import DR10_SWEEP_DIR as SWEEP_DIR
 from darkhaloscope.errors import InputError
-from darkhaloscope.lake import translate_storage_error, validate_partition_key
 from darkhaloscope.survey.location import SurveyLocation
-from darkhaloscope.survey.mock_paths import DEFAULT_MOCK_DIR
+from lakehouse.lake import translate_storage_error, validate_partition_key
+from mock_survey.paths import DEFAULT_MOCK_DIR
+from mock_survey.survey import MockSurvey, MockSurveyManifest
 
 
 class SurveyResource(dg.ConfigurableResource):
-    """The fields of :class:`~darkhaloscope.survey.location.SurveyLocation`, as Dagster config."""
+    """``survey``: ``mock`` (the embedded mock survey) or the root of a DR10 mirror, a folder or
+    ``s3://bucket/prefix`` (``s3_endpoint`` overrides its S3 endpoint); for the mock survey,
+    ``profile`` and ``mock_seed`` pick the realisation and ``mock_dir`` caches its files."""
 
     survey: str = "mock"
     profile: str = "demo"
@@ -26,21 +28,36 @@ class SurveyResource(dg.ConfigurableResource):
     mock_seed: int = 0
     s3_endpoint: str | None = None
 
+    @property
+    def is_mock(self) -> bool:
+        return self.survey == "mock"
+
+    def mock(self) -> MockSurvey:
+        """The mock survey's realisation (InputError when the survey is a mirror)."""
+        if not self.is_mock:
+            raise InputError(f"DHS_SURVEY={self.survey!r} is not the mock survey")
+        return MockSurvey(profile=self.profile, cache_dir=os.path.abspath(self.mock_dir), seed=self.mock_seed)
+
     def location(self) -> SurveyLocation:
-        """The survey's settings as the library takes them, with local paths made absolute so that
-        a process started elsewhere (a Spark executor, a Pipes subprocess) finds the same files."""
-        loc = SurveyLocation(survey=self.survey, profile=self.profile, mock_dir=os.path.abspath(self.mock_dir),
-                             mock_seed=self.mock_seed, s3_endpoint=self.s3_endpoint)
-        local = not loc.is_mock and "://" not in loc.survey
-        return dataclasses.replace(loc, survey=os.path.abspath(loc.survey)) if local else loc
+        """The survey as the DR10 mirror the library reads, with local paths made absolute so that
+        a process started elsewhere (a Spark executor, a Pipes subprocess) finds the same files;
+        the mock survey is generated on first use."""
+        if self.is_mock:
+            return self.mock().location()
+        root = self.survey if "://" in self.survey else os.path.abspath(self.survey)
+        return SurveyLocation(root=root, s3_endpoint=self.s3_endpoint)
+
+    def origin(self) -> dict:
+        """What the lake's catalogs come from: the mock survey's realisation or the mirror's root."""
+        return self.mock().origin() if self.is_mock else self.location().origin()
 
     def root(self) -> str:
         """Root of the DR10-like mirror; the mock survey is generated there on first use."""
-        return self.location().root()
+        return self.location().root
 
-    def mock_manifest(self):
-        """The mock survey's manifest (``MockSurveyManifest``), generating the survey on first use."""
-        return self.location().mock_manifest()
+    def mock_manifest(self) -> MockSurveyManifest:
+        """The mock survey's manifest, generating the survey on first use."""
+        return self.mock().manifest()
 
     def filesystem(self) -> tuple[pafs.FileSystem, str]:
         """(pyarrow filesystem, path without scheme) of the mirror root."""

@@ -20,11 +20,11 @@ import time
 import dagster as dg
 import pytest
 
-from darkhaloscope.alert_log import JsonlAlertLog
-from darkhaloscope.alerts import Alert, AlertSinks, deliver
-from darkhaloscope.lake import Lake
-from darkhaloscope.webhook import WebhookSink
-from lens_assets.alerting import alert_sensor
+from lakehouse.alert_log import JsonlAlertLog
+from lakehouse.alerts import Alert, AlertSinks, deliver
+from lakehouse.lake import Lake
+from lakehouse.webhook import WebhookSink
+from lens_assets.ops import alert_sensor
 from resources.alert_sinks import AlertSinksResource
 from tests.support.fault_proxy import FaultProxy
 from tests.support.s3_server import fresh_bucket, s3_server  # noqa: F401  (fixture)
@@ -201,7 +201,7 @@ def test_materialize_on_a_lake_that_is_a_file_fails_once_naming_it_and_still_ale
     """The step fails without retries (the lake's path is a file: a permanent error), `dhs
     materialize` ends with its FAILED: summary rather than a traceback, and the webhook hears it."""
     from io_managers import LakeIOManager
-    from lens_assets.orchestration import MaterializeError, Materializer
+    from dhs.materialize import MaterializeError, Materializer
     from lens_assets.survey import sweep_files
     from resources import LakeResource, SurveyResource
     from resources.survey import SWEEP_DIR

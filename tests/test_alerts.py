@@ -14,13 +14,13 @@ import logging
 import dagster as dg
 import pytest
 
-from darkhaloscope.alert_log import JsonlAlertLog
-from darkhaloscope.alerts import REDACTED, Alert, AlertSinks, deliver, redact
+from lakehouse.alert_log import JsonlAlertLog
+from lakehouse.alerts import REDACTED, Alert, AlertSinks, deliver, redact
 from darkhaloscope.errors import InputError
-from darkhaloscope.lake import Lake
-from lens_assets.alerting import alert_sensor, collect_alerts, deliver_run_alerts
+from lakehouse.lake import Lake
+from lens_assets.ops import alert_sensor, collect_alerts, deliver_run_alerts
 from resources.alert_sinks import AlertSinksResource
-from darkhaloscope.webhook import WebhookSink
+from lakehouse.webhook import WebhookSink
 from tests.support.webhook_receiver import WebhookReceiver
 
 
@@ -192,7 +192,7 @@ def test_webhook_retries_server_errors_and_records_failures(receiver, tmp_path, 
     # A receiver that is down: the failure is logged and recorded as owed, not dropped.
     with WebhookReceiver() as gone:
         dead_url = gone.url
-    with caplog.at_level(logging.ERROR, logger="darkhaloscope.alerts"):
+    with caplog.at_level(logging.ERROR, logger="lakehouse.alerts"):
         outcomes = deliver([_alert(run_id="run-2")], _sinks(lake, dead_url, deadline_s=2, max_attempts=2, backoff_s=0.01))
     # the new alert, and the one the 404 left owed (the round stops at the first failure)
     assert [o.alert.check for o in outcomes] == ["contract", "other"]

@@ -43,7 +43,7 @@ from astropy.io import fits
 from darkhaloscope.errors import CredentialError, InputError
 from darkhaloscope.imaging.legacy_npz import decode_stamp_npz, pad_to_grz
 from darkhaloscope.imaging.service import CutoutServiceClient
-from darkhaloscope.lake import STAGING_DIR, Lake
+from lakehouse.lake import STAGING_DIR, Lake
 from darkhaloscope.stamps import STAMP_SHAPE, from_tensor_column, tensor_type, to_tensor_array
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.known_lenses import load_known_lenses, validate_known_lenses

@@ -9,19 +9,20 @@ import lens_assets.catalog as catalog
 from darkhaloscope.catalog.crossmatch import crossmatch_positives
 from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA, KnownLensIndex, recorded_selection, select_negatives
 from darkhaloscope.catalog.spark import negatives_on_spark, positives_on_spark
-from darkhaloscope.lake import Lake
-from darkhaloscope.staging import rejected
+from lakehouse.lake import Lake
+from lakehouse.staging import rejected
 from darkhaloscope.survey.known_lenses import load_known_lenses
-from darkhaloscope.survey.mock_survey import MockSurveyConfig, generate_mock_survey
+from mock_survey.survey import MockSurveyConfig, generate_mock_survey
 from darkhaloscope.survey.sweeps import read_sweep
 from io_managers import LakeIOManager
-from lens_assets.alerting import deliver_run_alerts
+from lens_assets.ops import deliver_run_alerts
 from resources import ComputeResource, LakeResource
 from resources.alert_sinks import AlertSinksResource
 from resources.compute import QuietPySparkResource
 from resources.config import spark_config
 from tests.spark_fixtures import spark  # noqa: F401  (fixture)
 from tests.support.wap import events, published_files, run_assets
+from table_registry.tables import NEGATIVES, POSITIVES, SELECTION_FUNNEL, TRAINING_CATALOG, TRAINING_STRATA
 
 pytest.importorskip("pyspark")
 
@@ -41,13 +42,13 @@ def mock_lake(tmp_path_factory):
 def test_negatives_and_positives_agree_on_the_mock_survey(spark, mock_lake):  # noqa: F811
     lake, table, lenses = mock_lake
     local, funnel = select_negatives(table, KnownLensIndex.from_table(lenses))
-    spark_funnel = negatives_on_spark(spark, lake, lenses)
+    spark_funnel = negatives_on_spark(spark, lake.table("survey", "sweeps"), lenses, lake.table("catalog", "negatives"))
     remote = lake.read_table("catalog", "negatives").cast(NEGATIVE_SCHEMA)
     assert local.num_rows > 100
     assert remote.sort_by("object_id").equals(local.cast(NEGATIVE_SCHEMA).sort_by("object_id"))
     assert spark_funnel == funnel
     pos_local, _ = crossmatch_positives(table, lenses)
-    pos_spark, _ = positives_on_spark(spark, lake, lenses)
+    pos_spark, _ = positives_on_spark(spark, lake.table("survey", "sweeps"), lenses)
     assert pos_local.num_rows > 50
     assert pos_spark.sort_by("object_id").equals(pos_local.sort_by("object_id"))
 
@@ -79,8 +80,8 @@ def test_catalog_assets_materialize_with_their_checks(spark, mock_lake, tmp_path
     lake, resources, instance = _catalog_lake(source, lenses, tmp_path)
     # a non-default selection: the checks must re-verify the selection that was run, not the defaults
     run_config = {"ops": {"negatives": {"config": {"exclusion_radius_arcsec": 5.0, "zmag_max": 19.5}}}}
-    neg = run_assets([catalog.NEG, catalog.FUNNEL], resources, instance, run_config=run_config, partition_range=_all_sweeps(instance))
-    rest = run_assets([catalog.POS, catalog.CAT, catalog.STRATA], resources, instance)
+    neg = run_assets([NEGATIVES.key, SELECTION_FUNNEL.key], resources, instance, run_config=run_config, partition_range=_all_sweeps(instance))
+    rest = run_assets([POSITIVES.key, TRAINING_CATALOG.key, TRAINING_STRATA.key], resources, instance)
     assert recorded_selection(lake.read_table("catalog", "selection_funnel")).exclusion_radius_arcsec == 5.0
     assert max(lake.read_table("catalog", "negatives").column("mag_z").to_pylist()) < 19.5
     evaluations = neg.get_asset_check_evaluations() + rest.get_asset_check_evaluations()
@@ -103,22 +104,22 @@ def test_a_negative_failing_a_cut_rejects_every_partition_of_the_run(spark, mock
     run fails once without retry and says where the rejected data is."""
     source, _, lenses = mock_lake
     lake, resources, instance = _catalog_lake(source, lenses, tmp_path)
-    run_assets([catalog.NEG, catalog.FUNNEL], resources, instance, partition_range=_all_sweeps(instance))
+    run_assets([NEGATIVES.key, SELECTION_FUNNEL.key], resources, instance, partition_range=_all_sweeps(instance))
     before = published_files(lake)
     real = catalog.negatives_on_spark
 
-    def leaky(spark, store, known, selection, *, names, out):
-        funnel = real(spark, store, known, selection, names=names, out=out)
+    def leaky(spark, sweeps, known, out, selection, *, names):
+        funnel = real(spark, sweeps, known, out, selection, names=names)
         part = {"sweep_file": names[0]}
-        staged = out.read_table("catalog", "negatives", partition=part)
+        staged = out.read(part)
         bad = staged.slice(0, 1)
         bad = bad.set_column(bad.schema.get_field_index("nobs_z"), "nobs_z", pa.array([1], bad.schema.field("nobs_z").type))
         bad = bad.set_column(bad.schema.get_field_index("object_id"), "object_id", pa.array([-1], pa.int64()))
-        out.write_table("catalog", "negatives", pa.concat_tables([staged, bad.cast(staged.schema)]), partition=part)
+        out.write(pa.concat_tables([staged, bad.cast(staged.schema)]), partition=part)
         return funnel
 
     monkeypatch.setattr(catalog, "negatives_on_spark", leaky)
-    result = run_assets([catalog.NEG, catalog.FUNNEL], resources, instance, partition_range=_all_sweeps(instance), raise_on_error=False)
+    result = run_assets([NEGATIVES.key, SELECTION_FUNNEL.key], resources, instance, partition_range=_all_sweeps(instance), raise_on_error=False)
     assert not result.success
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert not checks["negatives_pass_cuts"].passed and checks["negatives_contract"].passed

@@ -7,8 +7,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-import lens_assets.catalog as catalog
-from darkhaloscope.lake import PART_FILE, Lake
+from lakehouse.lake import PART_FILE, Lake
 from io_managers import LakeIOManager
 from resources import ComputeResource, LakeResource
 from resources.compute import CatalogLaunchResource, QuietPySparkResource
@@ -16,6 +15,7 @@ from resources.config import spark_config
 from tests.spark_fixtures import known_lenses_table, spark, synthetic_sweeps  # noqa: F401  (fixture)
 from tests.support.s3_server import fresh_bucket
 from tests.support.wap import run_assets
+from table_registry.tables import NEGATIVES, SELECTION_FUNNEL
 
 pytestmark = [pytest.mark.s3, pytest.mark.spark]
 NAMES = ["sweep-150p000-155p005.fits", "sweep-155p000-160p005.fits"]
@@ -36,7 +36,7 @@ def _negatives(lake: Lake, launch: CatalogLaunchResource):
                  "pyspark": QuietPySparkResource(spark_config=spark_config("local[2]")), "catalog_launch": launch}
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("sweep_file", NAMES)
-    return run_assets([catalog.NEG, catalog.FUNNEL], resources, instance, partition_range=(NAMES[0], NAMES[-1]))
+    return run_assets([NEGATIVES.key, SELECTION_FUNNEL.key], resources, instance, partition_range=(NAMES[0], NAMES[-1]))
 
 
 @pytest.mark.timeout(600)

@@ -10,7 +10,7 @@ import pytest
 from darkhaloscope.catalog.crossmatch import POSITIVE_SCHEMA, crossmatch_positives
 from darkhaloscope.catalog.cuts import CUT_STEPS, NEGATIVE_SCHEMA, merge_funnels, select_negatives
 from darkhaloscope.catalog.sampling import build_training_catalog
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from tests.conftest import require_real_file
 from tests.spark_fixtures import known_lenses_table, spark, synthetic_sweeps  # noqa: F401  (fixture)
 
@@ -55,14 +55,14 @@ def test_negatives_spark_equals_in_process(spark, survey, lake):  # noqa: F811
     files, both, lenses = survey
     _lake_with_sweeps(lake, files)
     local, funnel_local = select_negatives(both, lenses)
-    funnel_spark = negatives_on_spark(spark, lake, lenses)
+    funnel_spark = negatives_on_spark(spark, lake.table("survey", "sweeps"), lenses, lake.table("catalog", "negatives"))
     got = lake.read_table("catalog", "negatives")
     assert got.schema.names == NEGATIVE_SCHEMA.names
     assert local.num_rows > 50
     assert _sorted(got.cast(NEGATIVE_SCHEMA)).equals(_sorted(local))
     assert funnel_spark == merge_funnels(funnel_local)
     assert funnel_spark[files[0].column("sweep_file")[0].as_py()]["known_lens"] > 0
-    assert _sorted(negatives_dataframe(spark, lake).toArrow().cast(NEGATIVE_SCHEMA)).equals(_sorted(local))
+    assert _sorted(negatives_dataframe(spark, lake.table("catalog", "negatives")).toArrow().cast(NEGATIVE_SCHEMA)).equals(_sorted(local))
     for t in files:
         name = t.column("sweep_file")[0].as_py()
         part = lake.read_table("catalog", "negatives", partition={"sweep_file": name})
@@ -77,7 +77,7 @@ def test_positives_spark_equals_in_process(spark, survey, lake):  # noqa: F811
     files, both, lenses = survey
     _lake_with_sweeps(lake, files)
     local, summary_local = crossmatch_positives(both, lenses)
-    got, summary_spark = positives_on_spark(spark, lake, lenses)
+    got, summary_spark = positives_on_spark(spark, lake.table("survey", "sweeps"), lenses)
     assert got.schema == POSITIVE_SCHEMA
     assert got.equals(local)
     assert summary_spark == summary_local
@@ -118,7 +118,7 @@ def test_real_dr8_sweep_runs_through_the_spark_stage(spark, lake):  # noqa: F811
     galaxy = next(i for i, s in enumerate(t.column("type").to_pylist()) if s.strip() in {"SER", "DEV", "REX", "EXP"})
     lenses = known_lenses_table([{"name": "planted", "ra": t.column("ra")[galaxy].as_py(), "dec": t.column("dec")[galaxy].as_py() + 0.3 / 3600}])
     local, funnel_local = select_negatives(t, lenses)
-    funnel = negatives_on_spark(spark, lake, lenses)
+    funnel = negatives_on_spark(spark, lake.table("survey", "sweeps"), lenses, lake.table("catalog", "negatives"))
     assert funnel == funnel_local
     f = funnel[path.name]
     assert f["input"] == t.num_rows > 0
@@ -126,7 +126,7 @@ def test_real_dr8_sweep_runs_through_the_spark_stage(spark, lake):  # noqa: F811
     got = lake.read_table("catalog", "negatives").cast(NEGATIVE_SCHEMA)
     assert got.num_rows > 0 and _sorted(got).equals(_sorted(local))
     assert got.column("sersic").null_count == got.num_rows  # DR8 has no SERSIC: null, never invented
-    positives, summary = positives_on_spark(spark, lake, lenses)
+    positives, summary = positives_on_spark(spark, lake.table("survey", "sweeps"), lenses)
     assert positives.column("name").to_pylist() == ["planted"]
     assert positives.column("row_index").to_pylist() == [t.column("row_index")[galaxy].as_py()]
     assert abs(positives.column("separation_arcsec")[0].as_py() - 0.3) < 0.01

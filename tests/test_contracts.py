@@ -3,7 +3,8 @@
 import pyarrow as pa
 import pytest
 
-from darkhaloscope.contracts import NEGATIVES, SWEEPS, schema_problems, value_problems
+from lakehouse.contracts import schema_problems, value_problems
+from table_registry.contracts import NEGATIVES, SWEEPS
 from darkhaloscope.survey.sweeps import read_sweep
 from tests.conftest import require_real_file
 from tests.support.sweep_rows import dr10_rows

@@ -16,11 +16,11 @@ import pyarrow as pa
 import pytest
 from dagster._serdes import serialize_value
 
-from darkhaloscope.alert_log import JsonlAlertLog
-from darkhaloscope.alerts import AlertSinks
-from darkhaloscope.lake import Lake
-from darkhaloscope.webhook import WebhookSink
-from lens_assets.alerting import deliver_run_alerts
+from lakehouse.alert_log import JsonlAlertLog
+from lakehouse.alerts import AlertSinks
+from lakehouse.lake import Lake
+from lakehouse.webhook import WebhookSink
+from lens_assets.ops import deliver_run_alerts
 from tests.support.s3_server import fresh_bucket, s3_server  # noqa: F401  (fixture)
 from tests.support.webhook_receiver import WebhookReceiver
 

@@ -15,7 +15,7 @@ from astropy.wcs import WCS
 
 from darkhaloscope.imaging.coadd import coadd_path
 from darkhaloscope.imaging.wcs import TanWCS
-from lens_assets.cli import main
+from dhs.main import main
 from tests.support.cutout_server import CutoutServer, expected_cube
 
 BRICK = "0959p805"

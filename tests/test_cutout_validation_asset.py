@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 
 from darkhaloscope.imaging.quality import SATUR_BITS
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.stamps import to_tensor_array
 from io_managers import LakeIOManager
 from lens_assets.imaging import cutout_validation

@@ -6,12 +6,12 @@ import pyarrow as pa
 
 from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA
 from darkhaloscope.catalog.crossmatch import POSITIVE_SCHEMA
-from darkhaloscope.imaging.cutout_table import FETCHES, INFLIGHT_DIR, load_stamps
-from darkhaloscope.lake import Lake
+from darkhaloscope.imaging.cutout_table import FETCHES, load_stamps
+from lakehouse.lake import Lake
 from darkhaloscope.stamps import from_tensor_column
 from io_managers import LakeIOManager
 from lens_assets.imaging import cutouts
-from lens_assets.partitions import sweep_partitions
+from lens_assets.shared.partitions import sweep_partitions
 from resources import LakeResource, SurveyResource
 from resources.imaging import ImagingResource
 from tests.support.cutout_server import CutoutServer
@@ -100,5 +100,5 @@ def test_a_run_that_dies_mid_partition_resumes_chunk_by_chunk(tmp_path, monkeypa
         assert [server.count(r, -2.0) for r in ra] == [1] * 8
     part = lake.read_table("imaging", "cutouts", partition={"sweep_file": SWEEP})
     assert sorted(part.column("object_id").to_pylist()) == list(range(1, 9))
-    assert not lake.subtree(INFLIGHT_DIR).exists(*FETCHES)  # in-flight chunks dropped once published
+    assert not lake.inflight().exists(*FETCHES)  # in-flight chunks dropped once published
     assert lake.tables() == [("catalog", "negatives"), ("catalog", "positives"), ("catalog", "training_catalog"), ("imaging", "cutouts")]

@@ -18,7 +18,7 @@ import dagster as dg
 import pytest
 from astropy.io import fits
 
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import SweepBox
 from resources.survey import SWEEP_DIR

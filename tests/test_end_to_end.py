@@ -23,7 +23,7 @@ def test_demo_runs_end_to_end(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     env.update(DHS_LAKE=str(tmp_path / "lakehouse"), DAGSTER_HOME=str(tmp_path / "dagster_home"), DHS_MOCK_DIR=str(tmp_path / "mock"),
                DHS_PROFILE="demo", DHS_LAKE_READ_LOG=str(reads))
-    run = subprocess.run([sys.executable, "-m", "lens_assets.cli", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "dhs.main", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "Selection function C(theta_E, z_l)" in run.stdout and "Evaluation report:" in run.stdout
     assert "Trained with no visual grades" in run.stdout  # a fresh lake: no grades landed
@@ -34,7 +34,7 @@ def test_demo_runs_end_to_end(tmp_path):
     assert (tmp_path / "dagster_home" / "logs" / "spark.log").stat().st_size > 0
 
     def query(sql):
-        out = subprocess.run([sys.executable, "-m", "lens_assets.cli", "query", sql, "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True)
+        out = subprocess.run([sys.executable, "-m", "dhs.main", "query", sql, "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
 
@@ -49,7 +49,7 @@ def test_demo_runs_end_to_end(tmp_path):
     # dhs cutout: a FITS cube (band, y, x) whose WCS puts the lens at the requested position
     lens = query("select ra, dec from positives order by name limit 1")[0]
     out = tmp_path / "lens.fits"
-    cut = subprocess.run([sys.executable, "-m", "lens_assets.cli", "cutout", str(lens["ra"]), str(lens["dec"]), "--out", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    cut = subprocess.run([sys.executable, "-m", "dhs.main", "cutout", str(lens["ra"]), str(lens["dec"]), "--out", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert cut.returncode == 0, cut.stderr
     from astropy.io import fits
     from astropy.wcs import WCS
@@ -59,7 +59,7 @@ def test_demo_runs_end_to_end(tmp_path):
         x, y = WCS(hdul[0].header).celestial.world_to_pixel_values(lens["ra"], lens["dec"])
     assert abs(x - 50) < 0.5 and abs(y - 50) < 0.5
     # ... and a position outside the survey is refused, not written as an all-zero stamp
-    far = subprocess.run([sys.executable, "-m", "lens_assets.cli", "cutout", "0.5", "-80", "--out", str(tmp_path / "far.fits")], cwd=tmp_path, env=env, capture_output=True, text=True)
+    far = subprocess.run([sys.executable, "-m", "dhs.main", "cutout", "0.5", "-80", "--out", str(tmp_path / "far.fits")], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert far.returncode == 1 and "no imaging data" in far.stderr and not (tmp_path / "far.fits").exists()
 
     # every table in the lake is an asset, and every table an asset read is one of its upstreams
@@ -75,7 +75,7 @@ def test_demo_runs_end_to_end(tmp_path):
     assert undeclared == [], undeclared
 
     # a failing materialization names the asset and exits non-zero
-    bad = subprocess.run([sys.executable, "-m", "lens_assets.cli", "materialize", "no_such_asset"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "dhs.main", "materialize", "no_such_asset"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert bad.returncode == 1 and "unknown asset 'no_such_asset'" in bad.stderr
 
     # last, so that without Chromium everything else has been checked before the test is marked
@@ -149,7 +149,7 @@ MAINTENANCE_LISTINGS = {(("survey/sweep_files",), "survey/sweeps")}
 
 
 def query_tables(tmp_path, env) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "lens_assets.cli", "tables", "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "dhs.main", "tables", "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.ablate_host_fit import FIT_SIZE, fit_hosts, refit_change, refit_share_kept  # noqa: E402
 from darkhaloscope.imaging.bricks import BrickTable  # noqa: E402
-from darkhaloscope.imaging.mock_sky import MockSky  # noqa: E402
+from mock_survey.sky import MockSky  # noqa: E402
 from darkhaloscope.training.preprocess import PreprocessSpec, annulus_stats  # noqa: E402
 
 RA0, DEC0 = 150.12, 2.13

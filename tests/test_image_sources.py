@@ -6,7 +6,7 @@ import numpy as np
 
 from darkhaloscope.imaging.batch import ALL_BANDS_MISSING, CutoutBatch
 from darkhaloscope.imaging.coadd import BrickImageSource
-from darkhaloscope.imaging.mock_sky import MockSky
+from mock_survey.sky import MockSky
 from darkhaloscope.imaging.sources import ImageSource, ServiceSource
 from tests.support.cutout_server import CutoutServer
 from tests.test_mock_sky import DEC0, FOOT, RA0, catalog

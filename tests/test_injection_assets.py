@@ -8,12 +8,12 @@ import pytest
 
 import darkhaloscope.lensing.verify as verify
 import lens_assets.injection as injection
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.lensing.bank import plan_grid
-from darkhaloscope.staging import rejected
+from lakehouse.staging import rejected
 from darkhaloscope.stamps import to_tensor_array
 from io_managers import LakeIOManager
-from lens_assets.alerting import deliver_run_alerts
+from lens_assets.ops import deliver_run_alerts
 from resources import ComputeResource, LakeResource
 from resources.alert_sinks import AlertSinksResource
 from tests.support.wap import events, published_files, run_alerts, run_assets
@@ -55,7 +55,7 @@ def _plan(tmp_path):
 @pytest.fixture
 def planned(tmp_path):
     """A lake with host cutouts and a published injection plan; its batches registered."""
-    from lens_assets.partitions import injection_batch_change
+    from lens_assets.shared.partitions import injection_batch_change
 
     lake, instance, resources, plan_hosts = _plan(tmp_path)
     plan_hosts()
@@ -77,19 +77,20 @@ def test_plan_records_its_grid_and_bank_audits_pass_on_real_renders(planned):
 
 def test_hosts_graded_a_lens_are_not_injection_hosts(tmp_path):
     """After an inspection round grades a host a lens, the plan leaves it out: its control would be a lens."""
-    from darkhaloscope.search.grades import GRADES_TABLE, new_round, parse_grades_csv
+    from darkhaloscope.search.grades import new_round, parse_grades_csv
+    from table_registry.tables import VISUAL_GRADES
 
     lake, instance, resources, plan_hosts = _plan(tmp_path)
     assert plan_hosts() == {1, 3, 5, 7}  # the test-split hosts
     csv = b"object_id,grade,ra,dec,score,model_version,known\n3,A,31.3,-2.0,0.99,v1,false\n5,not_a_lens,31.6,-2.0,0.9,v1,false\n"
     first = new_round(None, parse_grades_csv(csv, "round1.csv"), "round1.csv", csv)
-    lake.write_table(*GRADES_TABLE, first)
+    lake.write_table(*VISUAL_GRADES.key, first)
     assert plan_hosts() == {1, 5, 7}
 
     # every test-split host graded a lens: the plan fails, naming the split it found no host in, and
     # the published plan stays
     csv = b"object_id,grade,ra,dec,score,model_version,known\n1,B,31.0,-2.0,0.9,v1,false\n5,A,31.6,-2.0,0.9,v1,false\n7,A,31.9,-2.0,0.9,v1,false\n"
-    lake.write_table(*GRADES_TABLE, new_round(first, parse_grades_csv(csv, "round2.csv"), "round2.csv", csv))
+    lake.write_table(*VISUAL_GRADES.key, new_round(first, parse_grades_csv(csv, "round2.csv"), "round2.csv", csv))
     failed = run_assets([injection.injection_plan.key], resources, instance, raise_on_error=False,
                         run_config={"ops": {"injection__injection_plan": {"config": PLAN}}})
     assert not failed.success

@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
     from darkhaloscope.catalog.spark_env import ensure_java, system_java
     from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA
     from darkhaloscope.catalog.spark import negatives_on_spark
-    from darkhaloscope.lake import Lake
+    from lakehouse.lake import Lake
     from resources.compute import QuietPySparkResource
     from resources.config import spark_config
     from tests.spark_fixtures import known_lenses_table, synthetic_sweeps
@@ -30,7 +30,7 @@ SCRIPT = textwrap.dedent(
     table = synthetic_sweeps(3000, key="no-java", sweep_file="sweep-150p000-155p005.fits")
     lake.write_table("survey", "sweeps", table, partition={"sweep_file": "sweep-150p000-155p005.fits"})
     spark = QuietPySparkResource(spark_config=spark_config("local[1]")).spark_session
-    funnel = negatives_on_spark(spark, lake, known_lenses_table([]))
+    funnel = negatives_on_spark(spark, lake.table("survey", "sweeps"), known_lenses_table([]), lake.table("catalog", "negatives"))
     print("java", ensure_java())
     print("selected", funnel["sweep-150p000-155p005.fits"]["selected"], lake.read_table("catalog", "negatives").num_rows)
     """

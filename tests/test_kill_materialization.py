@@ -37,7 +37,7 @@ def _materialize(tmp_path: Path, bucket: str, proxy: FaultProxy) -> subprocess.P
     env = dict(os.environ, DHS_LAKE=f"s3://{bucket}/lake", DHS_S3_ENDPOINT=proxy.endpoint_url,
                DHS_SURVEY=str(tmp_path / "mirror"), DAGSTER_HOME=str(tmp_path / "dagster_home"), PYTHONPATH=str(REPO),
                PYTHONWARNINGS="ignore")
-    return subprocess.Popen([sys.executable, "-m", "lens_assets.cli", "materialize", "sweeps"], cwd=tmp_path, env=env,
+    return subprocess.Popen([sys.executable, "-m", "dhs.main", "materialize", "sweeps"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 

@@ -10,7 +10,7 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.stamps import to_tensor_array
 from darkhaloscope.training.data import synthetic_arrays
 from darkhaloscope.training.loop import TrainConfig
@@ -31,7 +31,8 @@ def _write_training_set(lake: Lake) -> None:
 
 
 def _snapshot(folder: Path) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+    """sha256 of every file under ``folder`` by its relative path."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture()
@@ -63,16 +64,14 @@ def test_publishes_only_after_the_blocking_gates_pass(tmp_path, tiny_profile):
     assert "best.json" in published and "gates.json" in published
     registry = lake.read_table("training", "lens_finder")
     assert registry.num_rows == 1 and registry.column("checkpoint_uri")[0].as_py() == str(ckpt.resolve())
-    md = ok.asset_materializations_for_node("training__lens_finder")[0].metadata
-    assert md["published"].value is True
-    reg_bytes = {p.name: p.read_bytes() for p in Path(lake.table_path("training", "lens_finder")).rglob("*.parquet")}
+    table = _snapshot(Path(lake.table_path("training", "lens_finder")))
+    assert set(table) == {"part-0.parquet", *(f"artifact=checkpoint/{name}" for name in published)}
 
     # the same run audited again with a threshold nothing passes: refused, nothing published
     bad = _materialize(lake, 0.0)
     assert not bad.success
-    assert _snapshot(ckpt) == published
-    assert {p.name: p.read_bytes() for p in Path(lake.table_path("training", "lens_finder")).rglob("*.parquet")} == reg_bytes
-    runs = list((ckpt / "runs").iterdir())
+    assert _snapshot(Path(lake.table_path("training", "lens_finder"))) == table  # checkpoint and registry, byte for byte
+    runs = list((Path(lake.inflight().table_path("training", "lens_finder_runs")) / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "complete.json").is_file() and (runs[0] / "gates.json").is_file()
     checks = {e.check_name: e.passed for e in bad.get_asset_check_evaluations()}
     assert checks["core_lr_auc"] is False

@@ -14,13 +14,13 @@ import torch
 
 from darkhaloscope.catalog.cuts import KnownLensIndex
 from darkhaloscope.errors import InputError
-from darkhaloscope.imaging.mock_sky import MOCK_SKY_COLUMNS, mock_sky_noise_key
+from mock_survey.sky import MOCK_SKY_COLUMNS, mock_sky_noise_key
 from darkhaloscope.lensing.render import arc_snr
 from darkhaloscope.survey.known_lenses import load_known_lenses
-from darkhaloscope.survey.mock_hidden_lenses import HIDDEN_LENS_TRUTH_SCHEMA, flux_scale_for_snr
-from darkhaloscope.survey.mock_lenses import lens_catalog_rows, mock_sky_with_lenses
-from darkhaloscope.survey.mock_paths import HIDDEN_LENS_TRUTH_RELPATH, mock_survey_root
-from darkhaloscope.survey.mock_survey import MockSurveyConfig, generate_mock_survey
+from mock_survey.hidden_lenses import HIDDEN_LENS_TRUTH_SCHEMA, flux_scale_for_snr
+from mock_survey.lenses import lens_catalog_rows, mock_sky_with_lenses
+from mock_survey.paths import HIDDEN_LENS_TRUTH_RELPATH, mock_survey_root
+from mock_survey.survey import MockSurveyConfig, generate_mock_survey
 from darkhaloscope.survey.sweeps import read_sweep
 from resources.config import mock_seed_from_env
 

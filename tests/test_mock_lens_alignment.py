@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from darkhaloscope.imaging.bricks import BrickTable
-from darkhaloscope.imaging.mock_sky import MockSky
+from mock_survey.sky import MockSky
 from darkhaloscope.lensing.bank import paint_known_lens_arcs
 from darkhaloscope.lensing.render import pixel_coordinates
 from darkhaloscope.lensing.sie import LensBatch, sie_convergence
-from darkhaloscope.survey.mock_lenses import draw_known_lenses, tractor_to_engine_ellipticity
+from mock_survey.lenses import draw_known_lenses, tractor_to_engine_ellipticity
 
 RA0, DEC0 = 150.12, 2.13
 FOOT = BrickTable.generate((RA0 - 0.01, RA0 + 0.01), (DEC0 - 0.01, DEC0 + 0.01))

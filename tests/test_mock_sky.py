@@ -10,7 +10,7 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.imaging.batch import BAND_MISSING_BIT
 from darkhaloscope.imaging.bricks import BrickTable
 from darkhaloscope.imaging.coadd import BrickImageSource
-from darkhaloscope.imaging.mock_sky import MockSky, gaussian_neff_pix, pixel_sigma
+from mock_survey.sky import MockSky, gaussian_neff_pix, pixel_sigma
 
 RA0, DEC0 = 150.12, 2.13
 FOOT = BrickTable.generate((RA0 - 0.01, RA0 + 0.01), (DEC0 - 0.01, DEC0 + 0.01))

@@ -12,11 +12,11 @@ import pytest
 from astropy.io import fits
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.survey import sweep_model as sm
-from darkhaloscope.survey.mock_conditions import EXTINCTION
-from darkhaloscope.survey.mock_lenses import KNOWN_LENS_TRUTH_SCHEMA, known_lenses_in_footprint
-from darkhaloscope.survey.mock_survey import MockSurveyConfig, block_box, generate_mock_survey
+from mock_survey.conditions import EXTINCTION
+from mock_survey.lenses import KNOWN_LENS_TRUTH_SCHEMA, known_lenses_in_footprint
+from mock_survey.survey import MockSurveyConfig, block_box, generate_mock_survey
 from darkhaloscope.survey.sweeps import ingest_sweep, parse_sweep_filename, read_sweep
 
 SMALL = MockSurveyConfig(profile="demo", n_rows_per_file=3000, chunk_rows=1000, n_hidden_lenses=8)
@@ -39,7 +39,7 @@ def test_layout_and_determinism(two_runs, tmp_path):
     # Same bytes after ingest too.
     outs = []
     for i, p in enumerate((ma.sweep_files[0], mb.sweep_files[0])):
-        info = ingest_sweep(p, Lake(str(tmp_path / f"lake{i}")))
+        info = ingest_sweep(p, Lake(str(tmp_path / f"lake{i}")).table("survey", "sweeps"))
         outs.append(Path(info["uri"]).read_bytes())
     assert outs[0] == outs[1]
 

@@ -15,15 +15,15 @@ import pyarrow as pa
 import pytest
 from astropy.io import fits
 
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.lensing.bank import PLAN_SUMMARY_KEY
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import SweepBox
 from io_managers import LakeIOManager
-from lens_assets.orchestration import MaterializeError, Materializer
-from lens_assets.partitions import injection_batch_sensor, sweep_file_sensor
-from lens_assets.runs import HOST_TAG, reap_dead_runs
-from lens_assets.survey import known_lenses, sweep_files, sweeps
+from dhs.materialize import MaterializeError, Materializer
+from lens_assets.injection import injection_batch_sensor
+from lens_assets.ops import HOST_TAG, reap_dead_runs
+from lens_assets.survey import known_lenses, sweep_file_sensor, sweep_files, sweeps
 from resources import LakeResource, SurveyResource
 from resources.alert_sinks import AlertSinksResource
 from resources.survey import SWEEP_DIR
@@ -123,7 +123,7 @@ def draws(context):
 
 
 def test_materialize_passes_run_config_to_the_assets_it_names(tmp_path, capsys):
-    from lens_assets.cli import main
+    from dhs.main import main
 
     _write_sweep(tmp_path / "mirror", A, SweepBox(30, 35, -5, 0))
     defs = _survey_defs(tmp_path, Lake(str(tmp_path / "lake")))
@@ -163,7 +163,7 @@ def test_a_killed_run_is_marked_failed_by_the_next_command(tmp_path):
         "with dg.DagsterInstance.from_config(sys.argv[1]) as instance:\n"
         "    dg.materialize([slow], instance=instance, tags={'dhs/host': sys.argv[2]})\n"
     )
-    from darkhaloscope.lake import host_tag
+    from lakehouse.lake import host_tag
 
     proc = subprocess.Popen([sys.executable, "-c", script, str(home), host_tag()], stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONWARNINGS="ignore"))

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.query import describe_tables, format_rows, run_query
-from lens_assets.cli import main
+from lakehouse.query import describe_tables, format_rows, run_query
+from dhs.main import main
 
 
 def _fill(lake):
@@ -50,7 +50,7 @@ def test_files_outside_the_lake_cannot_be_read(lake, tmp_path):
 
 
 def test_local_and_s3_lakes_answer_identically(tmp_path, s3_server):
-    from darkhaloscope.lake import Lake
+    from lakehouse.lake import Lake
     from tests.support.s3_server import fresh_bucket
 
     local = Lake(str(tmp_path / "lake"))
@@ -72,7 +72,7 @@ def test_formats(lake):
 
 
 def test_cli_query_and_tables(tmp_path, monkeypatch, capsys):
-    from darkhaloscope.lake import Lake
+    from lakehouse.lake import Lake
 
     monkeypatch.setenv("DHS_LAKE", str(tmp_path / "lake"))
     _fill(Lake(str(tmp_path / "lake")))
@@ -91,7 +91,7 @@ RUNAWAY = "SELECT count(*) FROM range(1000000000000)"  # a trillion rows: minute
 def test_a_runaway_query_is_interrupted_at_its_timeout(tmp_path, monkeypatch, capsys):
     import time
 
-    from darkhaloscope.lake import Lake
+    from lakehouse.lake import Lake
 
     monkeypatch.setenv("DHS_LAKE", str(tmp_path / "lake"))
     _fill(Lake(str(tmp_path / "lake")))

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.stamps import to_tensor_array
 from darkhaloscope.training.checkpoint import save_checkpoint
 from darkhaloscope.training.models import build_model
@@ -15,7 +15,7 @@ from darkhaloscope.training.preprocess import PreprocessSpec
 from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META
 from io_managers import LakeIOManager
 from lens_assets.evaluation import cutout_scores, injection_scores, thresholds
-from lens_assets.partitions import injection_batches, sweep_partitions
+from lens_assets.shared.partitions import injection_batches, sweep_partitions
 from resources import ComputeResource, LakeResource
 from tests.support.wap import run_assets
 

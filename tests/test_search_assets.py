@@ -14,13 +14,16 @@ import pytest
 import torch
 
 from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_with_selection, select_negatives
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.training.checkpoint import save_checkpoint
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.preprocess import PreprocessSpec
 from io_managers import LakeIOManager
-from lens_assets.partitions import injection_batches, sweep_partitions
-from lens_assets.search import CANDS, GALLERY, GRADES, SCORES, STAMPS, TARGETS
+from lens_assets.shared.partitions import injection_batches, sweep_partitions
+from table_registry.tables import CANDIDATE_GALLERY, CANDIDATES, SEARCH_SCORES, SEARCH_STAMPS, SEARCH_TARGETS, VISUAL_GRADES
+
+CANDS, GALLERY, GRADES = CANDIDATES.key, CANDIDATE_GALLERY.key, VISUAL_GRADES.key
+SCORES, STAMPS, TARGETS = SEARCH_SCORES.key, SEARCH_STAMPS.key, SEARCH_TARGETS.key
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.imaging import ImagingResource
 from tests.conftest import require_chromium
@@ -158,7 +161,7 @@ def test_candidates_of_two_models_are_refused_and_nothing_is_published(tmp_path)
 
 
 def test_dhs_grade_lands_rounds_and_refuses_bad_files(tmp_path, monkeypatch, capsys):
-    from lens_assets.cli import main
+    from dhs.main import main
 
     lake = Lake(str(tmp_path / "lake"))
     cand = pa.table({"object_id": pa.array([7, 8], pa.int64()), "ra": [150.0, 150.1], "dec": [1.0, 1.0], "score": [0.9, 0.8],

@@ -8,10 +8,12 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.search.launch import search_with_published_finder
 from darkhaloscope.search.streaming import SearchSettings
-from lens_assets.search import SCORES, STAMPS, TARGETS
+from table_registry.tables import SEARCH_SCORES, SEARCH_STAMPS, SEARCH_TARGETS
+
+SCORES, STAMPS, TARGETS = SEARCH_SCORES.key, SEARCH_STAMPS.key, SEARCH_TARGETS.key
 from resources import ComputeResource, SurveyResource
 from resources.compute import QuietPySparkResource
 from resources.config import spark_config
@@ -72,7 +74,7 @@ def test_spark_launch_publishes_the_local_rows_and_resumes_by_chunk(tmp_path):
         # a run that died after committing its first chunk (the chunk an in-process run commits)
         targets = lake.read_table(*TARGETS, partition=PART)
         source = resources["imaging"].settings(resources["survey"])
-        search_with_published_finder(lake, SWEEP, targets, source, "cpu", SearchSettings(chunk=CHUNK, keep_threshold=0.0), chunks=[0])
+        search_with_published_finder(lake.table("training", "lens_finder"), lake.inflight(), SWEEP, targets, source, "cpu", SearchSettings(chunk=CHUNK, keep_threshold=0.0), chunks=[0])
         positions = list(zip(targets.column("ra").to_pylist(), targets.column("dec").to_pylist()))
         before = [server.count(ra, dec) for ra, dec in positions]
         result = _search(searched, "spark")

@@ -16,7 +16,7 @@ from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_table, se
 from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation import marginal_completeness
 from darkhaloscope.imaging.batch import BAND_MISSING_BIT, CutoutBatch
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.search.candidates import build_candidates, choose_threshold, deduplicate, score_percentiles
 from darkhaloscope.search.grades import (
     GRADES_SCHEMA, awaiting_inspection, changed_earlier_rows, check_against_candidates, graded_lens_ids, grades_for_training, latest_grades,
@@ -126,10 +126,10 @@ def test_streamed_scores_keep_every_row_record_the_model_and_equal_scoring_at_on
     ra = [round(x, 6) for x in targets.column("ra").to_pylist()]
     sky_ = NoiseSky(fail=[ra[0]], empty=[ra[1]], no_r=[ra[2]], masked=[ra[3]])
     settings = SearchSettings(chunk=3, keep_threshold=0.0)
-    inflight = InflightSearch(Lake(str(tmp_path / "lake")), SWEEP, spec.data_version)
+    inflight = InflightSearch(Lake(str(tmp_path / "lake")).inflight(), SWEEP, spec.data_version)
     run = search_partition(targets, sky_, model, spec, "cpu", settings, inflight)
-    scores = pa.Table.from_batches(list(inflight.batches(SCORE_CHUNKS, run["n_chunks"])))
-    stamps = pa.Table.from_batches(list(inflight.batches(STAMP_CHUNKS, run["n_chunks"])))
+    scores = pa.Table.from_batches(list(inflight.batches("scores", run["n_chunks"])))
+    stamps = pa.Table.from_batches(list(inflight.batches("stamps", run["n_chunks"])))
     assert sky_.requests == 3 and scores.column("object_id").to_pylist() == targets.column("object_id").to_pylist()
     assert scores.column("valid").to_pylist() == [False] * 4 + [True] * 3
     assert [r.split(":")[0] for r in scores.column("invalid_reason").to_pylist()[:4]] == ["fetch_failed", "no_data", "missing_band_r", "masked_centre_z"]
@@ -150,15 +150,15 @@ def test_a_search_resumes_from_its_committed_chunks(lens_finder, tmp_path):
     lake = Lake(str(tmp_path / "lake"))
     targets = _targets(5)
     settings = SearchSettings(chunk=2)
-    inflight = InflightSearch(lake, SWEEP, spec.data_version)
+    inflight = InflightSearch(lake.inflight(), SWEEP, spec.data_version)
     first = search_partition(targets, NoiseSky(), model, spec, "cpu", settings, inflight)
     assert first == {"n_chunks": 3, "n_scored_now": 3, "n_resumed": 0}
-    before = pa.Table.from_batches(list(inflight.batches(SCORE_CHUNKS, 3)))
-    inflight.area.delete_partition(*SCORE_CHUNKS, {**inflight.key, "chunk": "00000002"})  # the run died before its last chunk
+    before = pa.Table.from_batches(list(inflight.batches("scores", 3)))
+    inflight.scores.delete({**inflight.key, "chunk": "00000002"})  # the run died before its last chunk
     sky_ = NoiseSky()
     assert search_partition(targets, sky_, model, spec, "cpu", settings, inflight) == {"n_chunks": 3, "n_scored_now": 1, "n_resumed": 2}
-    assert sky_.requests == 1 and pa.Table.from_batches(list(inflight.batches(SCORE_CHUNKS, 3))).equals(before)
-    other_model = InflightSearch(lake, SWEEP, "f" * 64)
+    assert sky_.requests == 1 and pa.Table.from_batches(list(inflight.batches("scores", 3))).equals(before)
+    other_model = InflightSearch(lake.inflight(), SWEEP, "f" * 64)
     assert not other_model.done(0, targets.column("object_id").slice(0, 2).combine_chunks())  # a new model re-scores
     inflight.clear()
     assert not inflight.done(0, targets.column("object_id").slice(0, 2).combine_chunks())
@@ -168,7 +168,7 @@ def test_a_process_scores_its_share_of_the_chunks_and_reports_each(lens_finder, 
     """What a Spark task does: score only its chunks (any order), skip those already in flight."""
     model, spec = lens_finder
     targets, settings = _targets(5), SearchSettings(chunk=2)
-    inflight = InflightSearch(Lake(str(tmp_path / "lake")), SWEEP, spec.data_version)
+    inflight = InflightSearch(Lake(str(tmp_path / "lake")).inflight(), SWEEP, spec.data_version)
     seen = []
     share = search_partition(targets, NoiseSky(), model, spec, "cpu", settings, inflight, chunks=[2, 0],
                              progress=lambda i, n, resumed: seen.append((i, n, resumed)))
@@ -192,7 +192,7 @@ def test_a_source_failing_mid_partition_keeps_the_chunks_before_and_the_torch_th
     committed (a rerun resumes there), nothing after it is, and torch gets its threads back."""
     model, spec = lens_finder
     targets, settings = _targets(5), SearchSettings(chunk=2)
-    inflight = InflightSearch(Lake(str(tmp_path / "lake")), SWEEP, spec.data_version)
+    inflight = InflightSearch(Lake(str(tmp_path / "lake")).inflight(), SWEEP, spec.data_version)
     threads = torch.get_num_threads()
     with pytest.raises(InputError, match="1501p020-image-g.fits.fz: truncated"):
         search_partition(targets, BrokenSky(), model, spec, "cpu", settings, inflight)
@@ -209,7 +209,7 @@ def test_image_source_settings_travel_as_json():
     from darkhaloscope.imaging.sources import ServiceSource
     from darkhaloscope.survey.location import SurveyLocation
 
-    settings = ImageSourceSettings(cutout_source="http://127.0.0.1:1/viewer", max_retries=1, survey=SurveyLocation(survey="/data/dr10"))
+    settings = ImageSourceSettings(cutout_source="http://127.0.0.1:1/viewer", max_retries=1, survey=SurveyLocation(root="/data/dr10"))
     again = ImageSourceSettings.from_dict(json.loads(json.dumps(settings.to_dict())))
     assert again == settings
     source = again.open(Lake("unused-lake"))

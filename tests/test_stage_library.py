@@ -7,12 +7,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from darkhaloscope.audits import SWEEPS_CONTRACT, Audit, combine, contract_audit, inside_box_audit
+from lakehouse.audits import Audit, combine, contract_audit, inside_box_audit
 from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA, NegativeSelectionConfig, funnel_with_selection, recorded_selection
-from darkhaloscope.contracts import SWEEP_FILES
+from table_registry.audits import SWEEPS_CONTRACT
+from table_registry.contracts import SWEEP_FILES
 from darkhaloscope.errors import InputError
 from darkhaloscope.imaging.cutout_table import TARGET_COLUMNS, InflightFetches, cutout_targets, load_stamps, reusable_cutouts
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.lensing.verify import lenstronomy_arguments
 from darkhaloscope.stamps import to_tensor_array
 from darkhaloscope.survey.manifest import sweep_manifest
@@ -41,7 +42,7 @@ def test_cutout_targets_label_negatives_and_positives_of_one_sweep_file():
 
 def test_resume_reuses_fetched_cutouts_once_and_drops_failed_ones(tmp_path):
     lake = Lake(str(tmp_path / "lake"))
-    inflight = InflightFetches(lake, SWEEP)
+    inflight = InflightFetches(lake.inflight(), SWEEP)
     chunk = pa.table({"object_id": pa.array([1, 2], pa.int64()), "fetch_error": ["", "http_404"]})
     list(inflight.recording(chunk.to_batches()))
     published = pa.table({"object_id": pa.array([1, 3], pa.int64()), "fetch_error": ["", ""]})

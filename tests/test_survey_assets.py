@@ -9,13 +9,13 @@ import pytest
 from astropy.io import fits
 
 import lens_assets.survey as survey
-from darkhaloscope.lake import PART_FILE, Lake
-from darkhaloscope.staging import rejected
+from lakehouse.lake import PART_FILE, Lake
+from lakehouse.staging import rejected
 from darkhaloscope.survey import sweep_model as sm
-from darkhaloscope.survey.location import SurveyLocation
+from mock_survey.survey import MockSurvey
 from darkhaloscope.survey.manifest import survey_origin
 from io_managers import LakeIOManager
-from lens_assets.orchestration import MaterializeError, Materializer
+from dhs.materialize import MaterializeError, Materializer
 from resources import LakeResource, SurveyResource
 from resources.alert_sinks import AlertSinksResource
 from resources.survey import SWEEP_DIR
@@ -54,7 +54,7 @@ def test_sweeps_published_after_their_audits_pass_in_the_same_step(tmp_path):
     assert lake.tables() == [("survey", "sweep_files"), ("survey", "sweeps")]  # nothing staged is listed
     # the lake records which survey its catalogs come from: this mirror (a mock survey: its seed and profile)
     assert survey_origin(lake.dataset("survey", "sweep_files").schema) == {"survey": str(tmp_path / "mirror")}
-    assert SurveyLocation(mock_seed=2, profile="demo").origin() == {"survey": "mock", "mock_seed": 2, "profile": "demo"}
+    assert MockSurvey(seed=2, profile="demo").origin() == {"survey": "mock", "mock_seed": 2, "profile": "demo"}
 
 
 def test_a_contract_violation_is_rejected_and_the_published_partition_stays_byte_for_byte(tmp_path, monkeypatch):
@@ -69,11 +69,11 @@ def test_a_contract_violation_is_rejected_and_the_published_partition_stays_byte
 
     real_ingest = survey.ingest_sweep
 
-    def duplicating_ingest(path, out_lake, sweep_file):
-        info = real_ingest(path, out_lake, sweep_file=sweep_file)
+    def duplicating_ingest(path, out, sweep_file):
+        info = real_ingest(path, out, sweep_file=sweep_file)
         part = {"sweep_file": sweep_file}
-        table = out_lake.read_table("survey", "sweeps", partition=part)
-        out_lake.write_table("survey", "sweeps", pa.concat_tables([table, table.slice(0, 3)]), partition=part)
+        table = out.read(part)
+        out.write(pa.concat_tables([table, table.slice(0, 3)]), partition=part)
         return info
 
     monkeypatch.setattr(survey, "ingest_sweep", duplicating_ingest)

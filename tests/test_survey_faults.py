@@ -16,11 +16,11 @@ import pytest
 from astropy.io import fits
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.lake import Lake
-from darkhaloscope.query import run_query
+from lakehouse.lake import Lake
+from lakehouse.query import run_query
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import SweepBox, check_one_file_per_box, ingest_sweep, objects_in_other_sweeps
-from lens_assets.partitions import sweep_file_change
+from lens_assets.shared.partitions import sweep_file_change
 from lens_assets.survey import sweep_files, sweeps
 from resources import LakeResource, SurveyResource
 from resources.survey import SWEEP_DIR
@@ -70,7 +70,7 @@ def test_an_object_in_two_partitions_fails_the_cross_partition_check(tmp_path):
     _write(mirror, B, SweepBox(35, 40, -5, 0))
     lake = Lake(str(tmp_path / "lake"))
     # A lake written before the manifest refused it: the same catalog ingested under its .gz name too.
-    ingest_sweep(path, lake, sweep_file=A + ".gz")
+    ingest_sweep(path, lake.table("survey", "sweeps"), sweep_file=A + ".gz")
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("sweep_file", [A, B])
     resources = _resources(tmp_path, lake)
@@ -80,7 +80,7 @@ def test_an_object_in_two_partitions_fails_the_cross_partition_check(tmp_path):
         assert evaluation.passed is expect, evaluation.description
         assert run.success is expect and lake.exists("survey", "sweeps", {"sweep_file": name}) is expect
     assert evaluation.metadata["duplicates"].value == 12 and evaluation.metadata["with"].value == {A + ".gz": 12}
-    assert objects_in_other_sweeps(lake, B) == {"duplicates": 0, "with": {}, "examples": [], "compared_with": []}
+    assert objects_in_other_sweeps(lake.table("survey", "sweeps"), B) == {"duplicates": 0, "with": {}, "examples": [], "compared_with": []}
 
 
 def test_a_sweep_file_that_left_the_mirror_leaves_the_lake(tmp_path):

@@ -13,7 +13,7 @@ from astropy.io import fits
 
 from darkhaloscope.errors import InputError
 from darkhaloscope.ids import object_id
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import (
     SweepBox,
@@ -206,7 +206,7 @@ def test_rows_outside_box_and_duplicates(tmp_path):
 def test_ingest_sweep_atomic_and_filesystem(tmp_path):
     src = _write(tmp_path / "sweep-030m005-035p000.fits", dr10_rows(30))
     lake = Lake(str(tmp_path / "lake"))
-    info = ingest_sweep(src, lake, batch_rows=8)
+    info = ingest_sweep(src, lake.table("survey", "sweeps"), batch_rows=8)
     assert info["rows"] == 30 and info["data_model"] == "dr10-sweep"
     part = {"sweep_file": src.name}
     t = lake.read_table("survey", "sweeps", partition=part)
@@ -219,15 +219,15 @@ def test_ingest_sweep_atomic_and_filesystem(tmp_path):
     rows["RA"][25] = 99.0
     bad = _write(tmp_path / "bad" / "sweep-030m005-035p000.fits", rows)
     with pytest.raises(InputError, match="row 25"):
-        ingest_sweep(bad, lake, batch_rows=8)
+        ingest_sweep(bad, lake.table("survey", "sweeps"), batch_rows=8)
     assert dest.read_bytes() == before
     assert sorted(p.name for p in dest.parent.iterdir()) == ["part-0.parquet"]
     # Read through a pyarrow filesystem (rooted at tmp_path): the same bytes.
     fs = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
     other = Lake(str(tmp_path / "lake2"))
-    assert ingest_sweep(src.name, other, filesystem=fs, batch_rows=8)["rows"] == 30
+    assert ingest_sweep(src.name, other.table("survey", "sweeps"), filesystem=fs, batch_rows=8)["rows"] == 30
     assert (Path(other.partition_path("survey", "sweeps", part)) / "part-0.parquet").read_bytes() == before
     # An empty table is refused by name.
     empty = _write(tmp_path / "empty" / "sweep-030m005-035p000.fits", dr10_rows(0))
     with pytest.raises(InputError, match="no rows"):
-        ingest_sweep(empty, lake)
+        ingest_sweep(empty, lake.table("survey", "sweeps"))

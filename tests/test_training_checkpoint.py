@@ -151,35 +151,6 @@ def test_half_written_checkpoint_is_not_picked_up(tmp_path):
     assert s.weights_sha256 == before.weights_sha256
 
 
-def test_publish_copies_by_the_commit_rule_and_refuses_a_bad_source(tmp_path):
-    src, dest = tmp_path / "run", tmp_path / "published"
-    model, _, _ = _save(src, "best")
-    _save(src, "last", with_opt=True)
-    s = ck.publish_checkpoint(src, dest, "best")
-    loaded, s2 = ck.load_checkpoint(dest, "best")
-    assert s2 == s == ck.read_spec(src, "best")
-    assert sorted(p.name for p in dest.iterdir()) == sorted(["best.json", s.weights_file])  # no 'last', no optimizer
-    # publishing 'last' leaves its optimizer state behind unless asked for
-    assert ck.publish_checkpoint(src, dest, "last").optimizer_file is None
-    assert ck.publish_checkpoint(src, tmp_path / "full", "last", with_optimizer=True).optimizer_file is not None
-    ck.remove_checkpoint(dest, "last")
-    assert sorted(p.name for p in dest.iterdir()) == sorted(["best.json", s.weights_file])
-    # a newer best replaces the published one; the superseded tensor file goes after the new spec
-    torch.manual_seed(3)
-    m = build_model("bottleneck_resnet_tiny", 3)
-    new = ck.save_checkpoint(src, "best", m, architecture="bottleneck_resnet_tiny", in_channels=3, preprocess=PreprocessSpec())
-    ck.publish_checkpoint(src, dest, "best")
-    assert sorted(p.name for p in dest.iterdir()) == sorted(["best.json", new.weights_file])
-    # a source whose tensors fail their sha256 is not published: the previous checkpoint stays whole
-    torch.manual_seed(4)
-    bad = ck.save_checkpoint(src, "best", build_model("bottleneck_resnet_tiny", 3), architecture="bottleneck_resnet_tiny",
-                             in_channels=3, preprocess=PreprocessSpec())
-    (src / bad.weights_file).write_bytes(b"garbage")
-    with pytest.raises(InputError, match="sha256; not published"):
-        ck.publish_checkpoint(src, dest, "best")
-    assert ck.load_checkpoint(dest, "best")[1].weights_sha256 == new.weights_sha256
-
-
 def test_write_spec_needs_its_tensors_first(tmp_path):
     _, _, s = _save(tmp_path, "best")
     from dataclasses import replace

@@ -3,7 +3,6 @@ data version); new inputs train anew, an interrupted run resumes, a completed ru
 audited again; a run is published only when its blocking gates passed, and a failed audit leaves
 the published checkpoint byte for byte and the run folder in place."""
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -12,11 +11,10 @@ import torch
 
 from darkhaloscope.errors import InputError
 from darkhaloscope.training import runs
-from darkhaloscope.training.checkpoint import read_spec, tensor_files_of
+from darkhaloscope.training.checkpoint import read_spec
 from darkhaloscope.training.data import synthetic_arrays
 from darkhaloscope.training.loop import TrainConfig
 from darkhaloscope.training.preprocess import PreprocessSpec
-from tests.support.s3_server import fresh_bucket
 
 torch.set_num_threads(1)
 SPEC = PreprocessSpec()
@@ -38,10 +36,6 @@ def other():
 
 def _train(data, out, config=CONFIG, version="v1", **kw):
     return runs.train_run(*data, config, SPEC, out, version, say=lambda m: None, **kw)
-
-
-def _snapshot(folder: Path) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
 def _no_training(*a, **k):
@@ -82,49 +76,27 @@ def test_interrupted_run_resumes_to_the_weights_of_an_uninterrupted_one(data, tm
     assert s2["data_version"] == ref["data_version"] and s2["global_step"] == ref["global_step"]
 
 
-def test_publish_only_after_blocking_gates_pass(data, other, tmp_path):
-    out = tmp_path / "ckpt"
-    good = _train(data, out)
-    assert good["blocking_gates_passed"]
-    best = runs.publish_run(good["run_dir"], out)
-    assert best.weights_sha256 == good["data_version"] == read_spec(out, "best").weights_sha256
-    assert {"best.json", best.weights_file, "metrics.json", "gates.json", "training_curves.png"} <= set(_snapshot(out))
-    before = _snapshot(out)
-    # a run whose blocking core gate fails (threshold 0: no AUROC is below it) is refused
-    bad = _train(other, out, version="v2", gate_thresholds={"core_lr_auc": 0.0})
-    assert bad["finished"] and not bad["blocking_gates_passed"]
-    assert [g["name"] for g in bad["gates"] if g["blocking"] and not g["passed"]] == ["core_lr_auc"]
-    with pytest.raises(InputError, match="core_lr_auc.*not published"):
-        runs.publish_run(bad["run_dir"], out)
-    assert _snapshot(out) == before  # the published checkpoint byte for byte
-    assert (Path(bad["run_dir"]) / "complete.json").is_file() and (Path(bad["run_dir"]) / "gates.json").is_file()
-    # an unaudited or incomplete run is refused too
+def test_published_files_are_the_audited_best_in_commit_order(data, other, tmp_path):
+    """What a completed, audited run publishes: the verified weights of 'best', its spec without the
+    optimizer state, then the side files; an incomplete or unaudited run, or a corrupt tensor file,
+    gives nothing. (Whether it is published is the gates' decision: tests/test_lens_finder_asset.py.)"""
+    good = _train(data, tmp_path / "runs")
+    files = runs.published_files(good["run_dir"])
+    spec = read_spec(good["run_dir"], "best")
+    assert [n for n, _ in files] == [spec.weights_file, "best.json", "metrics.json", "training_curves.png", "gates.json"]
+    published = json.loads(dict(files)["best.json"])
+    assert published["weights_sha256"] == good["data_version"] and published["optimizer_file"] is None
+    # a run whose blocking core gate fails (threshold 0: no AUROC is below it) still gives its files
+    bad = _train(other, tmp_path / "runs", version="v2", gate_thresholds={"core_lr_auc": 0.0})
+    assert bad["finished"] and not bad["blocking_gates_passed"] and runs.published_files(bad["run_dir"])
     (Path(bad["run_dir"]) / "gates.json").unlink()
     with pytest.raises(InputError, match="never audited"):
-        runs.publish_run(bad["run_dir"], out)
+        runs.published_files(bad["run_dir"])
     with pytest.raises(InputError, match="not complete"):
-        runs.publish_run(tmp_path / "nowhere", out)
-    assert _snapshot(out) == before
-
-
-def test_publishes_to_s3_in_commit_order(data, other, s3_server, tmp_path, monkeypatch):
-    bucket = fresh_bucket(s3_server)
-    monkeypatch.setenv("DHS_S3_ENDPOINT", s3_server.endpoint_url)
-    uri = f"s3://{bucket}/training/lens_finder/artifact=checkpoint"
-    client = s3_server.client()
-
-    def listed():
-        r = client.list_objects_v2(Bucket=bucket, Prefix="training/lens_finder/artifact=checkpoint/")
-        return sorted(o["Key"].rsplit("/", 1)[1] for o in r.get("Contents", []) if not o["Key"].endswith("/"))
-
-    local = tmp_path / "local"
-    b1 = runs.publish_run(_train(data, local)["run_dir"], local, uri)
-    assert listed() == sorted(["best.json", b1.weights_file, "gates.json", "metrics.json", "training_curves.png"])
-    b2 = runs.publish_run(_train(other, local, version="v2")["run_dir"], local, uri)
-    assert b2.weights_sha256 != b1.weights_sha256
-    assert listed() == sorted(["best.json", b2.weights_file, "gates.json", "metrics.json", "training_curves.png"])
-    spec = json.loads(client.get_object(Bucket=bucket, Key="training/lens_finder/artifact=checkpoint/best.json")["Body"].read())
-    assert spec["weights_sha256"] == b2.weights_sha256 and tensor_files_of("best", listed()) == [b2.weights_file]
+        runs.published_files(tmp_path / "nowhere")
+    (Path(good["run_dir"]) / spec.weights_file).write_bytes(b"garbage")
+    with pytest.raises(InputError, match="fails its sha256"):
+        runs.published_files(good["run_dir"])
 
 
 def test_dataset_version_hashes_the_parquet_files(tmp_path):

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.lake import Lake
+from lakehouse.lake import Lake
 from darkhaloscope.lensing.bank import HOST_COLUMNS
 from darkhaloscope.stamps import from_tensor_column, to_tensor_array
 from darkhaloscope.training.data import load_training_set

@@ -13,7 +13,8 @@ with the hashes computed by :func:`sampling.sample_hash` in ``mapInArrow``. The 
 as the in-process path, so both paths give the same rows.
 
 Executors need the lake as the driver sees it (the same ``DHS_LAKE``, ``DHS_S3_ENDPOINT`` and
-AWS credentials): the :class:`~darkhaloscope.lake.Lake` is shipped to them in the task closure.
+AWS credentials): the tables (:class:`~darkhaloscope.storage.PartitionedTable`) are shipped to them
+in the task closure.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError
-from ..lake import Lake
+from ..storage import PartitionedTable
 from ..survey.sweeps import SWEEP_DIM
 from .crossmatch import (
     DEFAULT_MATCH_RADIUS_ARCSEC,
@@ -48,7 +49,7 @@ from .sampling import (
     stratum_keys,
     stratum_quotas,
 )
-from .sweep_tasks import NEGATIVES_TABLE, build_negative_partition, sweep_file_names, sweeps_partition_batches
+from .sweep_tasks import build_negative_partition, sweep_file_names, sweeps_partition_batches
 
 
 def spark_settings(master: str | None = None) -> dict[str, str]:
@@ -109,45 +110,46 @@ def _over_sweep_files(spark, names: list[str], task: Callable[[str], pa.Table], 
     return files.mapInArrow(run, _spark_schema(out_schema))
 
 
-def map_sweep_files(spark, lake: Lake, task: Callable[[str], pa.Table], out_schema: pa.Schema, names: list[str] | None = None) -> pa.Table:
-    """Run ``task(sweep_file) -> Arrow table`` on the executors, one Spark task per sweeps
-    partition (or per sweep file in ``names``), and collect the (small) results on the driver as
+def map_sweep_files(spark, sweeps: PartitionedTable, task: Callable[[str], pa.Table], out_schema: pa.Schema,
+                    names: list[str] | None = None) -> pa.Table:
+    """Run ``task(sweep_file) -> Arrow table`` on the executors, one Spark task per partition of
+    ``sweeps`` (or per sweep file in ``names``), and collect the (small) results on the driver as
     one table of ``out_schema``."""
-    names = sweep_file_names(lake) if names is None else list(names)
+    names = sweep_file_names(sweeps) if names is None else list(names)
     if not names:
-        raise InputError(f"the lake at {lake.uri} has no sweeps partitions: materialize sweeps first")
+        raise InputError(f"{sweeps.location()} has no sweeps partitions: materialize sweeps first")
     out = _over_sweep_files(spark, names, task, out_schema).toArrow()
     return out.cast(out_schema) if out.num_rows else out_schema.empty_table()
 
 
-def negatives_dataframe(spark, lake: Lake, names: list[str] | None = None):
+def negatives_dataframe(spark, negatives: PartitionedTable, names: list[str] | None = None):
     """The ``negatives`` table (or its partitions of sweep files ``names``) as a Spark DataFrame,
     each partition read by pyarrow on an executor (so an S3 lake needs no Hadoop S3 connector)."""
-    names = sorted(p[SWEEP_DIM] for p in lake.partitions(*NEGATIVES_TABLE)) if names is None else sorted(names)
+    names = sweep_file_names(negatives) if names is None else sorted(names)
     if not names:
-        raise InputError(f"the lake at {lake.uri} has no negatives partitions: materialize negatives first")
-    return _over_sweep_files(spark, names, lambda n: lake.read_table(*NEGATIVES_TABLE, partition={SWEEP_DIM: n}), NEGATIVE_SCHEMA)
+        raise InputError(f"{negatives.location()} has no negatives partitions: materialize negatives first")
+    return _over_sweep_files(spark, names, lambda n: negatives.read(partition={SWEEP_DIM: n}), NEGATIVE_SCHEMA)
 
 
 def negatives_on_spark(
-    spark, lake: Lake, known_lenses: pa.Table, config: NegativeSelectionConfig = NegativeSelectionConfig(),
-    *, names: list[str] | None = None, out: Lake | None = None,
+    spark, sweeps: PartitionedTable, known_lenses: pa.Table, negatives: PartitionedTable,
+    config: NegativeSelectionConfig = NegativeSelectionConfig(), *, names: list[str] | None = None,
 ) -> dict[str, dict[str, int]]:
-    """Build the ``negatives`` partition of every sweep file (or of the files ``names``) on the
-    executors (:func:`sweep_tasks.build_negative_partition`, one task per file), each committed to
-    ``out`` (default ``lake``: a run's staging area when it is audited before publication), and
-    return the funnel of those files (see :func:`cuts.select_negatives`)."""
+    """Build the ``negatives`` partition of every sweep file of ``sweeps`` (or of the files
+    ``names``) on the executors (:func:`sweep_tasks.build_negative_partition`, one task per file),
+    each committed to ``negatives`` (a run's staging area when it is audited before publication),
+    and return the funnel of those files (see :func:`cuts.select_negatives`)."""
     index = spark.sparkContext.broadcast(KnownLensIndex.from_table(known_lenses))
 
     def task(name: str) -> pa.Table:
-        return funnel_table(build_negative_partition(lake, name, index.value, config, out=out))
+        return funnel_table(build_negative_partition(sweeps, name, index.value, negatives, config))
 
-    return funnel_from_table(map_sweep_files(spark, lake, task, FUNNEL_SCHEMA, names=names))
+    return funnel_from_table(map_sweep_files(spark, sweeps, task, FUNNEL_SCHEMA, names=names))
 
 
 def positives_on_spark(
     spark,
-    lake: Lake,
+    sweeps: PartitionedTable,
     known_lenses: pa.Table,
     radius_arcsec: float = DEFAULT_MATCH_RADIUS_ARCSEC,
     config: NegativeSelectionConfig = NegativeSelectionConfig(),
@@ -159,10 +161,10 @@ def positives_on_spark(
     bc = spark.sparkContext.broadcast(lenses)
 
     def task(name: str) -> pa.Table:
-        parts = [match_candidates(b, bc.value, radius_arcsec, config) for b in sweeps_partition_batches(lake, name)]
+        parts = [match_candidates(b, bc.value, radius_arcsec, config) for b in sweeps_partition_batches(sweeps, name)]
         return pa.concat_tables(parts) if parts else POSITIVE_SCHEMA.empty_table()
 
-    positives, dropped = reduce_matches(map_sweep_files(spark, lake, task, POSITIVE_SCHEMA))
+    positives, dropped = reduce_matches(map_sweep_files(spark, sweeps, task, POSITIVE_SCHEMA))
     return positives, crossmatch_summary(positives, known_lenses, int(keep.sum()), dropped)
 
 

@@ -1,4 +1,5 @@
-"""The catalog stage's unit of work: one sweeps partition (one sweep file) read from the lake.
+"""The catalog stage's unit of work: one sweeps partition (one sweep file) read from the lake's
+``sweeps`` table, passed in as a :class:`~darkhaloscope.storage.PartitionedTable`.
 
 :func:`build_negative_partition` turns one sweeps partition into the matching ``negatives``
 partition. The Spark path (:func:`spark.negatives_on_spark`) runs it as one task per sweep file on
@@ -9,7 +10,7 @@ the same reader (:func:`sweeps_partition_batches`).
 A sweep file is streamed in record batches, so memory holds one batch of the input plus the
 survivors: the cuts are row-wise and the known-lens exclusion is per row, so batching changes
 neither the rows selected nor the funnel (funnels of batches add up). The partition is sorted by
-``object_id`` and committed atomically (:meth:`Lake.write_table`), so a task retried or run twice
+``object_id`` and committed atomically (``PartitionedTable.write``), so a task retried or run twice
 rewrites the same bytes. A sweep file with no survivors gets an empty partition: its presence
 records that the file was processed.
 """
@@ -21,12 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
-from ..lake import Lake
-from ..survey.sweeps import SWEEP_DIM, SWEEPS_TABLE
+from ..storage import PartitionedTable
+from ..survey.sweeps import SWEEP_DIM
 from .cuts import NEGATIVE_SCHEMA, OBJECT_FIELDS, KnownLensIndex, NegativeSelectionConfig, merge_funnels, select_negatives
-
-#: Lake table (group, asset) of the negatives, partitioned like the sweeps (by SWEEP_DIM).
-NEGATIVES_TABLE = ("catalog", "negatives")
 
 #: Sweep columns the catalog functions read; the rest of a sweeps table (dchisq, ivars, ...) is
 #: never read from disk.
@@ -47,49 +45,50 @@ SWEEP_INPUT_COLUMNS = tuple(
 BATCH_ROWS = 262_144
 
 
-def sweep_file_names(lake: Lake) -> list[str]:
-    """Sweep file names of every committed ``sweeps`` partition, sorted."""
-    return sorted(p[SWEEP_DIM] for p in lake.partitions(*SWEEPS_TABLE))
+def sweep_file_names(table: PartitionedTable) -> list[str]:
+    """Sweep file names of every committed partition of ``table`` (partitioned by sweep file), sorted."""
+    return sorted(p[SWEEP_DIM] for p in table.partitions())
 
 
-def sweeps_partition_batches(lake: Lake, sweep_file: str, batch_rows: int = BATCH_ROWS):
-    """Record batches of one sweeps partition with the columns of :data:`SWEEP_INPUT_COLUMNS` it
-    has (older data models lack some); raises InputError when a row belongs to another sweep file."""
+def sweeps_partition_batches(sweeps: PartitionedTable, sweep_file: str, batch_rows: int = BATCH_ROWS):
+    """Record batches of one partition of the ``sweeps`` table with the columns of
+    :data:`SWEEP_INPUT_COLUMNS` it has (older data models lack some); raises InputError when a row
+    belongs to another sweep file."""
     partition = {SWEEP_DIM: sweep_file}
-    names = set(lake.read_schema(*SWEEPS_TABLE, partition=partition).names)
+    names = set(sweeps.schema(partition).names)
     columns = [c for c in SWEEP_INPUT_COLUMNS if c in names]
-    for batch in lake.iter_batches(*SWEEPS_TABLE, columns=columns, batch_size=batch_rows, partition=partition):
+    for batch in sweeps.batches(columns=columns, batch_size=batch_rows, partition=partition):
         if batch.num_rows and SWEEP_DIM in names:
             files = pc.unique(batch.column(SWEEP_DIM)).to_pylist()
             if files != [sweep_file]:
                 raise InputError(
-                    f"sweeps partition {sweep_file!r} ({lake.full_uri(lake.partition_path(*SWEEPS_TABLE, partition))}) "
+                    f"sweeps partition {sweep_file!r} ({sweeps.location(partition)}) "
                     f"holds rows of sweep_file {sorted(map(str, files))}: one partition must hold one sweep file"
                 )
         yield batch
 
 
 def build_negative_partition(
-    lake: Lake,
+    sweeps: PartitionedTable,
     sweep_file: str,
     known_lenses: KnownLensIndex,
+    negatives: PartitionedTable,
     config: NegativeSelectionConfig = NegativeSelectionConfig(),
     batch_rows: int = BATCH_ROWS,
-    out: Lake | None = None,
 ) -> dict[str, dict[str, int]]:
-    """Select the negatives of one sweep file and commit them as its ``negatives`` partition of
-    ``out`` (default ``lake``; a run's staging area when the partition is audited before publication).
+    """Select the negatives of one sweep file of ``sweeps`` and commit them as its partition of
+    ``negatives`` (a run's staging area when the partition is audited before publication).
 
     Returns the funnel of that file (see :func:`cuts.select_negatives`).
     """
     parts, funnels = [], []
-    for batch in sweeps_partition_batches(lake, sweep_file, batch_rows):
-        negatives, funnel = select_negatives(batch, known_lenses, config)
-        parts.append(negatives)
+    for batch in sweeps_partition_batches(sweeps, sweep_file, batch_rows):
+        selected, funnel = select_negatives(batch, known_lenses, config)
+        parts.append(selected)
         funnels.append(funnel)
     table = pa.concat_tables(parts) if parts else NEGATIVE_SCHEMA.empty_table()
     if table.num_rows:
         table = table.take(pa.array(np.argsort(table.column("object_id").to_numpy(), kind="stable")))
-    (out or lake).write_table(*NEGATIVES_TABLE, table, partition={SWEEP_DIM: sweep_file})
+    negatives.write(table, partition={SWEEP_DIM: sweep_file})
     # an empty sweep file still has its funnel row: zero input, zero selected
     return merge_funnels({sweep_file: {}}, *funnels)

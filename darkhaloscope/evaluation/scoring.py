@@ -8,8 +8,6 @@ stamps that cannot be scored are kept with ``valid = false`` and a reason, never
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -17,9 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 
-from ..lake import Lake
+from ..storage import PartitionedTable
 from ..stamps import from_tensor_column
 
 CUTOUT_META = ["object_id", "label", "split", "pool", "confuser_category", "tier", "name", "in_training_catalog", "psfsize_r", "psfdepth_r"]
@@ -30,27 +27,18 @@ INJECTION_META = [
 #: Scoring batch per device: on a CPU large batches of 101-px activations are memory-bound (see
 #: benchmarks/bench_scoring.py); a GPU wants large batches.
 SCORE_BATCH = {"cpu": 16, "cuda": 512}
-#: Where the published lens finder's checkpoint lives in the lake.
-CHECKPOINT = ("training", "lens_finder", {"artifact": "checkpoint"})
+#: The partition of the ``lens_finder`` table that holds the published checkpoint's files.
+CHECKPOINT_PARTITION = {"artifact": "checkpoint"}
 
 
 @contextmanager
-def published_lens_finder(lake: Lake, device: str):
-    """(model, checkpoint spec) of the published lens finder on ``device``; a checkpoint on S3 is
-    downloaded to a temporary folder, removed afterwards."""
+def published_lens_finder(lens_finder: PartitionedTable, device: str):
+    """(model, checkpoint spec) of the lens finder published in the ``lens_finder`` table, on
+    ``device``; a checkpoint on remote storage is read from a temporary local copy."""
     from ..training.checkpoint import load_checkpoint
 
-    group, table, part = CHECKPOINT
-    path = lake.partition_path(group, table, part)
-    if not lake.is_s3:
+    with lens_finder.local_folder(CHECKPOINT_PARTITION) as path:
         yield load_checkpoint(path, "best", device=device)
-        return
-    local = tempfile.mkdtemp(prefix="dhs_ckpt_")
-    try:
-        pafs.copy_files(path, local, source_filesystem=lake.fs, destination_filesystem=pafs.LocalFileSystem())
-        yield load_checkpoint(local, "best", device=device)
-    finally:
-        shutil.rmtree(local, ignore_errors=True)
 
 
 def score_batches(stamps: ds.Dataset, meta: list[str], image_column: str, kind: str, model, spec, device: str) -> Iterator[pa.RecordBatch]:

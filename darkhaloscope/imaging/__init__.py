@@ -1,9 +1,8 @@
 """Coadd imaging: image sources behind one protocol, the brick grid, and single-cutout files.
 
-- ``sources``: the ``ImageSource`` protocol (``cutouts(ra, dec, size) -> (CutoutBatch, failures)``)
-  and ``ServiceSource`` (a Legacy Surveys cutout service; its HTTP client is ``service``).
+- ``sources``: the ``ImageSource`` protocol (``cutouts(ra, dec, size) -> (CutoutBatch, failures)``),
+  ``ImageSourceOpener`` (plain settings that open one) and ``ServiceSource`` (a Legacy Surveys cutout service; its HTTP client is ``service``).
 - ``coadd``: ``BrickImageSource``, cutouts from a DR10 coadd mirror (local or ``s3://``).
-- ``mock_sky``: ``MockSky``, the deterministic mock coadd renderer (DHS_SURVEY=mock).
 - ``bricks``: brick names, the brick grid and ``BrickTable``; ``wcs``: the brick/cutout TAN WCS
   (astropy.wcs); ``batch``: ``CutoutBatch`` and the choice of brick for each stamp; ``files``:
   reading local or pyarrow-filesystem files.
@@ -14,7 +13,6 @@ from .batch import BAND_MISSING_BIT, CutoutBatch, choose_bricks
 from .bricks import BrickTable, brick_name, full_sky_bricks
 from .coadd import BrickImageSource, coadd_path
 from .cutout_io import asinh_rgb, cutout_to_file, rgb_image, write_cutout_fits, write_cutout_png
-from .mock_sky import MockSky, pixel_sigma
 from .sources import ImageSource, ServiceSource
 from .wcs import TanWCS
 
@@ -24,7 +22,6 @@ __all__ = [
     "BrickTable",
     "CutoutBatch",
     "ImageSource",
-    "MockSky",
     "ServiceSource",
     "TanWCS",
     "asinh_rgb",
@@ -33,7 +30,6 @@ __all__ = [
     "coadd_path",
     "cutout_to_file",
     "full_sky_bricks",
-    "pixel_sigma",
     "rgb_image",
     "write_cutout_fits",
     "write_cutout_png",

@@ -6,8 +6,9 @@ Rows carry the target's catalog columns, the stamps as Arrow fixed-shape tensors
 target's sub-pixel offset from the stamp's centre pixel and per-cutout quality metrics.
 
 Fetches from a cutout service are slow and can die mid-partition, so each chunk of stamps is
-committed as it arrives to ``<lake>/_inflight/imaging/cutout_fetches/sweep_file=<f>/chunk=<id>/``
-(:class:`InflightFetches`; ``_inflight`` is not a table: readers and ``dhs tables`` skip it). A
+committed as it arrives to a scratch store the caller gives, the lake's in-flight area
+(``<lake>/_inflight/imaging/cutout_fetches/sweep_file=<f>/chunk=<id>/``, :class:`InflightFetches`;
+``_inflight`` is not a table: readers and ``dhs tables`` skip it). A
 rerun asks the service only for targets that are neither in the published partition nor in those
 chunks; the chunks of a sweep file are dropped once its partition is published.
 """
@@ -22,8 +23,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..constants import STAMP_SIZE
-from ..lake import Lake
 from ..stamps import from_tensor_column, to_tensor_array
+from ..storage import TableStore
 from .quality import quality_metrics
 
 #: Target columns carried from the catalog into each cutout row.
@@ -36,7 +37,7 @@ TARGET_COLUMNS = [
 CHUNK = 256
 #: Per-pixel columns of the cutouts table (everything else is one scalar per cutout).
 STAMP_COLUMNS = ("image", "invvar", "maskbits")
-INFLIGHT_DIR = "_inflight"
+#: The scratch table of the chunks fetched so far.
 FETCHES = ("imaging", "cutout_fetches")
 
 
@@ -83,29 +84,30 @@ def cutout_batches(targets: pa.Table, source, size: int = STAMP_SIZE) -> Iterato
 
 
 class InflightFetches:
-    """The chunks of one sweep file fetched so far from a cutout service (see the module doc)."""
+    """The chunks of one sweep file fetched so far from a cutout service, in the scratch store
+    ``area`` (see the module doc)."""
 
-    def __init__(self, lake: Lake, sweep_file: str):
-        self.area = lake.subtree(INFLIGHT_DIR)
+    def __init__(self, area: TableStore, sweep_file: str):
+        self.fetches = area.table(*FETCHES)
         self.sweep_file = sweep_file
 
     def _chunks(self) -> list[dict]:
-        return sorted((p for p in self.area.partitions(*FETCHES) if p.get("sweep_file") == self.sweep_file), key=lambda p: p["chunk"])
+        return sorted((p for p in self.fetches.partitions() if p.get("sweep_file") == self.sweep_file), key=lambda p: p["chunk"])
 
     def tables(self) -> list[pa.Table]:
         """The committed chunks, in object-id order of their first rows."""
-        return [self.area.read_table(*FETCHES, partition=p) for p in self._chunks()]
+        return [self.fetches.read(p) for p in self._chunks()]
 
     def recording(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Pass ``batches`` through, committing each first (keyed by its first object id)."""
         for batch in batches:
             chunk = f"{int(batch.column('object_id')[0].as_py()):020d}"
-            self.area.write_table(*FETCHES, pa.Table.from_batches([batch]), partition={"sweep_file": self.sweep_file, "chunk": chunk})
+            self.fetches.write(pa.Table.from_batches([batch]), partition={"sweep_file": self.sweep_file, "chunk": chunk})
             yield batch
 
     def clear(self) -> None:
         """Drop this sweep file's chunks (once its partition is published)."""
-        self.area.delete_partition(*FETCHES, {"sweep_file": self.sweep_file})
+        self.fetches.delete({"sweep_file": self.sweep_file})
 
 
 def reusable_cutouts(parts: list[pa.Table], targets: pa.Table) -> pa.Table | None:

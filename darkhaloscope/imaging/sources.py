@@ -1,7 +1,7 @@
 """The image-source protocol every imaging source implements, and the cutout-service source.
 
 Sources: :class:`~darkhaloscope.imaging.coadd.BrickImageSource` (a DR10 coadd mirror),
-:class:`~darkhaloscope.imaging.mock_sky.MockSky` (the mock survey's sky) and :class:`ServiceSource`
+:class:`~mock_survey.sky.MockSky` (the mock survey's sky) and :class:`ServiceSource`
 (a Legacy Surveys cutout service). Callers use only :class:`ImageSource`; none asks which it has.
 """
 
@@ -29,6 +29,20 @@ class ImageSource(Protocol):
     checkpoint_chunks: bool
 
     def cutouts(self, ra, dec, size: int = STAMP_SIZE) -> tuple[CutoutBatch, np.ndarray]: ...
+
+
+class ImageSourceOpener(Protocol):
+    """Plain, picklable settings from which any process (the Dagster one, a Spark executor, a
+    Pipes worker on another host) opens the same image source, never a live client shipped from
+    elsewhere (threads, HTTP sessions, open files). ``to_dict`` is their JSON form.
+
+    For coadd bricks, ``with_maskbits`` False skips the maskbits file (one of a brick's 7 files) and
+    ``invvar_centre_only`` reads the inverse variances at the stamp centres only, for readers that
+    use no more (the search); other sources may ignore both."""
+
+    def open(self, with_maskbits: bool = True, invvar_centre_only: bool = False) -> ImageSource: ...
+
+    def to_dict(self) -> dict: ...
 
 
 def no_failures(n: int) -> np.ndarray:

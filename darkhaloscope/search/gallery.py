@@ -21,8 +21,8 @@ from ..imaging.cutout_table import load_stamps
 from .grades import GRADES, UNGRADED
 
 DEFAULT_TOP_N = 200
-#: Where the gallery is published: the lake table (group, name) and the page's file name in it.
-GALLERY_TABLE, GALLERY_FILE = ("search", "candidate_gallery"), "gallery.html"
+#: The file name of the page in the published gallery table
+GALLERY_FILE = "gallery.html"
 VIEWER_URL = "https://www.legacysurvey.org/viewer?ra={ra:.6f}&dec={dec:.6f}&layer=ls-dr10&zoom=16"
 _COLUMNS = ("rank", "object_id", "ra", "dec", "score", "known", "known_name", "model_version")
 

@@ -31,12 +31,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
+from ..storage import PartitionedTable
 
 GRADES = ("A", "B", "C", "not_a_lens")
 #: The grade of a candidate the gallery showed and the grader left ungraded.
 UNGRADED = "ungraded"
-#: Where the grades are published: the lake table (group, name).
-GRADES_TABLE = ("search", "visual_grades")
 #: Grades that make a candidate a lens (a positive of the next training set, with the grade as tier).
 LENS_GRADES = ("A", "B", "C")
 #: What the grader saw, copied from the candidate (the gallery's export writes these).
@@ -198,7 +197,7 @@ def graded_lens_ids(grades: pa.Table | None) -> np.ndarray:
     return latest.filter(pc.is_in(latest.column("grade"), pa.array(list(LENS_GRADES)))).column("object_id").to_numpy()
 
 
-def published_graded_lens_ids(lake) -> np.ndarray:
-    """:func:`graded_lens_ids` of the ``visual_grades`` table published in ``lake`` (none before a
+def published_graded_lens_ids(grades: PartitionedTable) -> np.ndarray:
+    """:func:`graded_lens_ids` of the published ``visual_grades`` table ``grades`` (none before a
     round is landed)."""
-    return graded_lens_ids(lake.read_table(*GRADES_TABLE) if lake.exists(*GRADES_TABLE) else None)
+    return graded_lens_ids(grades.read() if grades.exists() else None)

@@ -12,9 +12,9 @@ A row that cannot be scored is kept, unscored, with the reason (``;``-joined tok
 data in band b while the stamp has some), and the scorer's ``nonfinite_<b>`` / ``zero_<b>``.
 
 Every row records the model's content hash (``model_version``, the checkpoint spec's ``data_version``),
-so a new model re-scores rather than mixing versions. Each scored chunk is committed to
-``<lake>/_inflight/search/...`` keyed by sweep file, model and chunk (:class:`InflightSearch`); a
-rerun after a crash scores only the chunks that are missing.
+so a new model re-scores rather than mixing versions. Each scored chunk is committed to a scratch
+store the caller gives (the lake's ``_inflight/`` area), keyed by sweep file, model and chunk
+(:class:`InflightSearch`); a rerun after a crash scores only the chunks that are missing.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import torch
 from ..constants import BANDS, SPLIT_NSIDE, STAMP_SIZE
 from ..errors import InputError
 from ..imaging.batch import BAND_MISSING_BIT, CutoutBatch
-from ..lake import Lake
+from ..storage import TableStore
 from ..stamps import tensor_type, to_tensor_array
 
 #: Target columns carried into every score row.
@@ -51,7 +51,7 @@ STAMP_SCHEMA = pa.schema([
     pa.field("model_version", _STRING, nullable=False),
     pa.field("image", tensor_type()),
 ])
-INFLIGHT_DIR = "_inflight"
+#: The scratch tables of the in-flight chunks (score rows, kept stamps).
 SCORE_CHUNKS, STAMP_CHUNKS = ("search", "score_chunks"), ("search", "stamp_chunks")
 
 
@@ -141,10 +141,11 @@ def score_chunk(targets: pa.Table, source, model, spec, device: str, settings: S
 
 
 class InflightSearch:
-    """The scored chunks of one sweep file under one model, committed as they finish (module doc)."""
+    """The scored chunks of one sweep file under one model, committed as they finish to ``area``
+    (a scratch :class:`~darkhaloscope.storage.TableStore`; module doc)."""
 
-    def __init__(self, lake: Lake, sweep_file: str, model_version: str):
-        self.area = lake.subtree(INFLIGHT_DIR)
+    def __init__(self, area: TableStore, sweep_file: str, model_version: str):
+        self.scores, self.stamps = area.table(*SCORE_CHUNKS), area.table(*STAMP_CHUNKS)
         self.key = {"sweep_file": sweep_file, "model": model_version[:16]}
 
     def _part(self, index: int) -> dict:
@@ -153,24 +154,26 @@ class InflightSearch:
     def done(self, index: int, object_ids: pa.Array) -> bool:
         """The chunk was committed for exactly these targets (a changed target list re-scores it)."""
         part = self._part(index)
-        if not self.area.exists(*SCORE_CHUNKS, part):
+        if not self.scores.exists(part):
             return False
-        return self.area.read_table(*SCORE_CHUNKS, columns=["object_id"], partition=part).column("object_id").combine_chunks().equals(object_ids)
+        return self.scores.read(part, columns=["object_id"]).column("object_id").combine_chunks().equals(object_ids)
 
     def commit(self, index: int, rows: pa.RecordBatch, stamps: pa.RecordBatch) -> None:
         """Stamps first, then the score rows (whose presence marks the chunk as done)."""
-        self.area.write_table(*STAMP_CHUNKS, pa.Table.from_batches([stamps]), partition=self._part(index))
-        self.area.write_table(*SCORE_CHUNKS, pa.Table.from_batches([rows]), partition=self._part(index))
+        self.stamps.write(pa.Table.from_batches([stamps]), partition=self._part(index))
+        self.scores.write(pa.Table.from_batches([rows]), partition=self._part(index))
 
-    def batches(self, table: tuple[str, str], n_chunks: int) -> Iterator[pa.RecordBatch]:
-        """Record batches of chunks 0 .. n_chunks-1 of ``table`` (SCORE_CHUNKS or STAMP_CHUNKS), in order."""
+    def batches(self, kind: str, n_chunks: int) -> Iterator[pa.RecordBatch]:
+        """Record batches of chunks 0 .. n_chunks-1 of the score rows (``kind`` "scores") or the
+        kept stamps ("stamps"), in order."""
+        table = {"scores": self.scores, "stamps": self.stamps}[kind]
         for i in range(n_chunks):
-            yield from self.area.read_table(*table, partition=self._part(i)).to_batches()
+            yield from table.read(self._part(i)).to_batches()
 
     def clear(self) -> None:
         """Drop this sweep file's chunks (every model) once its partition is published."""
-        self.area.delete_partition(*SCORE_CHUNKS, {"sweep_file": self.key["sweep_file"]})
-        self.area.delete_partition(*STAMP_CHUNKS, {"sweep_file": self.key["sweep_file"]})
+        for table in (self.scores, self.stamps):
+            table.delete({"sweep_file": self.key["sweep_file"]})
 
 
 def chunk_count(n_targets: int, settings: SearchSettings) -> int:

@@ -31,8 +31,8 @@ from astropy.io import fits
 from ..constants import FINE_NSIDE, SPLIT_NSIDE
 from ..errors import InputError
 from ..ids import object_id
-from ..lake import Lake
 from ..sky import healpix_nested
+from ..storage import PartitionedTable
 from . import sweep_model as sm
 
 #: Default rows per Arrow batch / Parquet row group.
@@ -456,20 +456,19 @@ def read_sweep(
     return _schema(table, _select(table, columns)).empty_table()
 
 
-#: Lake table (group, asset) of the ingested sweeps, and its partition dimension (the sweep file name).
-SWEEPS_TABLE = ("survey", "sweeps")
+#: The partition dimension of every table split by sweep file: the sweep file's name.
 SWEEP_DIM = "sweep_file"
 
 
 def ingest_sweep(
     path: str | os.PathLike,
-    lake: Lake,
+    sweeps: PartitionedTable,
     sweep_file: str | None = None,
     filesystem: pafs.FileSystem | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
 ) -> dict:
-    """Stream a sweep/Tractor FITS file into its ``survey/sweeps`` partition of ``lake``, committed
-    atomically (:meth:`Lake.write_table`): on any error the previous partition stays as it was.
+    """Stream a sweep/Tractor FITS file into its partition of the ``sweeps`` table, committed
+    atomically (``PartitionedTable.write``): on any error the previous partition stays as it was.
 
     ``sweep_file``: the partition key (default: the file's base name); ``filesystem``: the pyarrow
     filesystem to read ``path`` from (default local). Returns ``{"rows", "bytes", "data_model",
@@ -480,8 +479,8 @@ def ingest_sweep(
     first = next(batches, None)
     if first is None:
         raise InputError(f"{path}: sweep file has no rows")
-    info = lake.write_table(*SWEEPS_TABLE, itertools.chain([first], batches), schema=first.schema,
-                            partition={SWEEP_DIM: name}, row_group_size=batch_rows)
+    info = sweeps.write(itertools.chain([first], batches), schema=first.schema, partition={SWEEP_DIM: name},
+                        row_group_size=batch_rows)
     model = (first.schema.metadata or {}).get(b"dhs.data_model", b"unknown").decode()
     return {"rows": info.rows, "bytes": info.bytes, "data_model": model, "uri": info.uri}
 
@@ -511,29 +510,12 @@ def check_one_file_per_box(names: Sequence[str]) -> list[SweepBox]:
     return boxes
 
 
-def remove_vanished_sweeps(lake: Lake, names: Sequence[str]) -> list[dict]:
-    """Delete, from every lake table partitioned by sweep file, the partitions of files not in ``names``.
+def objects_in_other_sweeps(sweeps: PartitionedTable, sweep_file: str, limit: int = 5,
+                            object_ids: np.ndarray | None = None) -> dict:
+    """Audit: object ids of the ``sweep_file`` partition of the ``sweeps`` table that another
+    partition holds too.
 
-    A sweep file that left the mirror must not keep feeding readers of the whole table (queries,
-    the catalog stage). Returns ``[{"table": "<group>/<asset>", "partition": {...}}]`` of what was
-    removed (empty, and only one listing of ``survey/sweeps``, when nothing vanished).
-    """
-    keep = set(names)
-    if all(p.get(SWEEP_DIM) in keep for p in lake.partitions(*SWEEPS_TABLE)):
-        return []
-    removed = []
-    for group, asset in lake.tables():
-        for part in lake.partitions(group, asset):
-            if SWEEP_DIM in part and part[SWEEP_DIM] not in keep:
-                lake.delete_partition(group, asset, part)
-                removed.append({"table": f"{group}/{asset}", "partition": part})
-    return removed
-
-
-def objects_in_other_sweeps(lake: Lake, sweep_file: str, limit: int = 5, object_ids: np.ndarray | None = None) -> dict:
-    """Audit: object ids of the ``sweep_file`` partition of ``survey/sweeps`` that another partition holds too.
-
-    ``object_ids``: the partition's ids when they are not (yet) in ``lake`` (a staged partition,
+    ``object_ids``: the partition's ids when they are not (yet) in ``sweeps`` (a staged partition,
     compared with the published others).
 
     The reader refuses rows outside their file's box, so an object can be in two partitions only
@@ -542,7 +524,7 @@ def objects_in_other_sweeps(lake: Lake, sweep_file: str, limit: int = 5, object_
     """
     box = parse_sweep_filename(sweep_file)
     others = []
-    for part in lake.partitions(*SWEEPS_TABLE):
+    for part in sweeps.partitions():
         name = part.get(SWEEP_DIM)
         if name and name != sweep_file:
             o = parse_sweep_filename(name)
@@ -551,14 +533,14 @@ def objects_in_other_sweeps(lake: Lake, sweep_file: str, limit: int = 5, object_
     found: dict[str, int] = {}
     examples: list[int] = []
     if others:
-        mine = _object_ids(lake, sweep_file) if object_ids is None else np.asarray(object_ids)
+        mine = _object_ids(sweeps, sweep_file) if object_ids is None else np.asarray(object_ids)
         for name in others:
-            common = np.intersect1d(mine, _object_ids(lake, name))
+            common = np.intersect1d(mine, _object_ids(sweeps, name))
             if common.size:
                 found[name] = int(common.size)
                 examples += common[: max(0, limit - len(examples))].tolist()
     return {"duplicates": sum(found.values()), "with": found, "examples": examples, "compared_with": others}
 
 
-def _object_ids(lake: Lake, sweep_file: str) -> np.ndarray:
-    return lake.read_table(*SWEEPS_TABLE, partition={SWEEP_DIM: sweep_file}, columns=["object_id"]).column("object_id").to_numpy()
+def _object_ids(sweeps: PartitionedTable, sweep_file: str) -> np.ndarray:
+    return sweeps.read(partition={SWEEP_DIM: sweep_file}, columns=["object_id"]).column("object_id").to_numpy()

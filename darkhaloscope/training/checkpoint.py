@@ -12,8 +12,8 @@ Tensor files are content-addressed and written first (temp file + os.replace); t
 last, atomically, and only then are files of the previous version deleted. A reader therefore sees
 either the previous complete checkpoint or the new complete one, never a half-written one, and a
 killed writer leaves the previous version loadable. :func:`save_checkpoint` (from a model),
-:func:`publish_checkpoint` (a copy of a finished checkpoint into another folder) and
-:func:`write_spec` (a new spec for the same tensors, e.g. with final metrics) all follow this rule.
+:func:`write_spec` (a new spec for the same tensors, e.g. with final metrics) follow this rule;
+``runs.published_files`` gives a finished checkpoint's files in the same order for publication.
 """
 
 from __future__ import annotations
@@ -229,6 +229,11 @@ def tensor_files_of(name: str, file_names, keep=()) -> list[str]:
     return sorted(n for n in file_names if pattern.fullmatch(n) and n not in keep)
 
 
+def spec_bytes(spec: CheckpointSpec) -> bytes:
+    """The spec file's contents (JSON, UTF-8)."""
+    return json.dumps(spec.to_dict(), indent=1, sort_keys=True, allow_nan=True).encode("utf-8")
+
+
 def write_spec(folder: str | os.PathLike, spec: CheckpointSpec) -> CheckpointSpec:
     """Commit ``spec`` as checkpoint ``spec.name`` of ``folder``: its tensor files must already be
     there. Writes the spec atomically, then deletes the superseded tensor files of that name."""
@@ -236,41 +241,10 @@ def write_spec(folder: str | os.PathLike, spec: CheckpointSpec) -> CheckpointSpe
     for fname in (spec.weights_file, spec.optimizer_file):
         if fname is not None and not (folder / fname).is_file():
             raise InputError(f"checkpoint {spec.name!r} in {folder}: tensor file {fname} is missing; write tensors before the spec")
-    text = json.dumps(spec.to_dict(), indent=1, sort_keys=True, allow_nan=True)
-    atomic_write_bytes(folder / f"{spec.name}.json", text.encode("utf-8"))
+    atomic_write_bytes(folder / f"{spec.name}.json", spec_bytes(spec))
     for stale in tensor_files_of(spec.name, (p.name for p in folder.iterdir()), keep={spec.weights_file, spec.optimizer_file}):
         (folder / stale).unlink()
     return spec
-
-
-def publish_checkpoint(src: str | os.PathLike, dest: str | os.PathLike, name: str = "best", *, with_optimizer: bool = False) -> CheckpointSpec:
-    """Copy the complete checkpoint ``name`` of folder ``src`` into folder ``dest`` by the commit
-    rule: each tensor file (sha256-verified) is written content-addressed first, the spec last.
-    A reader of ``dest`` sees its previous checkpoint until the new one is whole. The optimizer
-    state is left behind unless ``with_optimizer``; returns the spec written in ``dest``."""
-    src, dest = Path(src), Path(dest)
-    spec = read_spec(src, name)
-    if not with_optimizer:
-        spec = replace(spec, optimizer_file=None, optimizer_sha256=None, optimizer_meta=None)
-    dest.mkdir(parents=True, exist_ok=True)
-    for fname, sha in ((spec.weights_file, spec.weights_sha256), (spec.optimizer_file, spec.optimizer_sha256)):
-        if fname is None or ((dest / fname).is_file() and sha256_file(dest / fname) == sha):
-            continue
-        data = (src / fname).read_bytes() if (src / fname).is_file() else None
-        if data is None or hashlib.sha256(data).hexdigest() != sha:
-            raise InputError(f"checkpoint {src / (name + '.json')}: tensor file {fname} is missing or fails its sha256; not published")
-        atomic_write_bytes(dest / fname, data)
-    return write_spec(dest, spec)
-
-
-def remove_checkpoint(folder: str | os.PathLike, name: str) -> None:
-    """Delete checkpoint ``name`` from ``folder``: the spec first, so no reader finds half of it."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return
-    (folder / f"{name}.json").unlink(missing_ok=True)
-    for fname in tensor_files_of(name, (p.name for p in folder.iterdir())):
-        (folder / fname).unlink()
 
 
 def has_checkpoint(folder: str | os.PathLike, name: str) -> bool:

@@ -10,27 +10,23 @@ checkpoint ``last``; the inputs of a completed run (``complete.json``) train not
 Audit: the shortcut gates run on the completed run's ``best`` and are written to the run folder
 (``gates.json``), every call (so a changed threshold re-audits a reused run).
 
-Publish: :func:`publish_run` copies a completed run whose blocking gates all passed into
-``out_dir`` itself, where the score assets read it: ``best`` (content-addressed safetensors first,
-its spec ``best.json`` last, by the commit rule of ``checkpoint``), then ``metrics.json``,
-``gates.json``, ``training_curves.png``; optionally uploaded to an s3:// URI in the same order. It
-refuses a run whose blocking gates failed, so a failed audit leaves the previously published
-checkpoint byte for byte and the run folder kept for inspection. Training never publishes.
+Publish: :func:`published_files` gives the files of a completed, audited run that the caller
+publishes (the lens finder asset stages them, its gates audit them, and only then are they moved
+where the score assets read them): ``best`` (content-addressed safetensors, sha256-verified, then
+its spec ``best.json`` without the optimizer state, by the commit rule of ``checkpoint``), then
+``metrics.json``, ``gates.json``, ``training_curves.png``. Training never publishes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import InputError
-from ..lake import Lake
-from .checkpoint import (
-    CheckpointSpec, atomic_write_bytes, load_checkpoint, publish_checkpoint, read_spec, remove_checkpoint, tensor_files_of,
-)
+from .checkpoint import atomic_write_bytes, load_checkpoint, read_spec, spec_bytes
 from .data import TrainingArrays, validation_arrays
 from .gates import BLOCKING_GATES, run_gates
 from .inference import resolve_device
@@ -46,21 +42,15 @@ GATES_FILE = "gates.json"
 SIDE_FILES = ("metrics.json", "training_curves.png", GATES_FILE)
 
 
-def _s3(uri: str):
-    """(filesystem, path) of an s3:// URI, with the lake's endpoint handling (DHS_S3_ENDPOINT)."""
-    lake = Lake(uri, s3_endpoint=os.environ.get("DHS_S3_ENDPOINT") or None)
-    return lake.fs, lake.root
-
-
-def dataset_version(uri: str) -> str:
-    """sha256 over the (sorted) Parquet files of a training set (local path or s3://): its data version."""
+def dataset_version(path: str, filesystem=None) -> str:
+    """sha256 over the (sorted) Parquet files of a training set at ``path`` (a file or a folder) of
+    ``filesystem`` (a pyarrow filesystem; default the local one): its data version."""
     from pyarrow import fs as pafs
 
     h = hashlib.sha256()
-    if uri.startswith("s3://"):
-        fs, path = _s3(uri)
-    else:
-        fs, path = pafs.LocalFileSystem(), str(Path(uri).resolve())
+    fs = filesystem or pafs.LocalFileSystem()
+    if isinstance(fs, pafs.LocalFileSystem):
+        path = str(Path(path).resolve())
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.Directory:
         infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
@@ -68,7 +58,7 @@ def dataset_version(uri: str) -> str:
     else:
         files = [path] if info.type == pafs.FileType.File else []
     if not files:
-        raise InputError(f"training set {uri!r} has no Parquet files")
+        raise InputError(f"training set {path!r} has no Parquet files")
     for f in files:
         h.update((f[len(path):] if f != path else os.path.basename(f)).lstrip("/").encode())
         with fs.open_input_stream(f) as stream:
@@ -177,43 +167,22 @@ def read_gates(run_dir) -> list[dict]:
     return json.loads(path.read_text("utf-8"))
 
 
-def publish_run(run_dir, out_dir, checkpoint_uri: str | None = None) -> CheckpointSpec:
-    """Publish the completed, audited run in ``run_dir`` into ``out_dir`` (and to ``checkpoint_uri``
-    when it is s3://): the 'best' checkpoint by the commit rule, then the side files. Raises
-    InputError, publishing nothing, when the run is not complete or a blocking gate failed."""
-    run_dir, out = Path(run_dir), Path(out_dir)
+def published_files(run_dir) -> list[tuple[str, bytes]]:
+    """(file name, bytes) of what publishing the completed, audited run in ``run_dir`` writes, in
+    the order of the commit rule: the weights of 'best' (sha256-verified), its spec without the
+    optimizer state, then the side files. InputError when the run is incomplete, was never
+    audited or a tensor file fails its sha256."""
+    run_dir = Path(run_dir)
     if read_run_complete(run_dir) is None:
-        raise InputError(f"run {run_dir} is not complete; nothing published")
-    gates = read_gates(run_dir)
-    if not blocking_gates_passed(gates):
-        failed = [g["name"] for g in gates if g.get("blocking") and not g.get("passed")]
-        raise InputError(f"run {run_dir} failed the blocking gate(s) {failed}; not published (the published checkpoint is unchanged)")
-    best = publish_checkpoint(run_dir, out, "best")
-    for name in SIDE_FILES:
-        if (run_dir / name).is_file():
-            atomic_write_bytes(out / name, (run_dir / name).read_bytes())
-    remove_checkpoint(out, "last")  # a resume checkpoint of an old single-folder layout: never read
-    if checkpoint_uri and str(checkpoint_uri).startswith("s3://"):
-        upload_published(out, best, str(checkpoint_uri))
-    return best
-
-
-def upload_published(out_dir: Path, best: CheckpointSpec, uri: str) -> None:
-    """Copy the published checkpoint of ``out_dir`` to ``uri`` (s3://) by the commit rule: tensors,
-    side files, the spec last; then the superseded tensor files there (and any old 'last') are deleted."""
-    from pyarrow import fs as pafs
-
-    fs, dest = _s3(uri)
-    local = pafs.LocalFileSystem()
-    fs.create_dir(dest, recursive=True)
-    names = [best.weights_file] + [n for n in SIDE_FILES if (out_dir / n).is_file()] + ["best.json"]
-    for name in names:
-        pafs.copy_files(str(out_dir / name), f"{dest}/{name}", source_filesystem=local, destination_filesystem=fs)
-    there = [i.base_name for i in fs.get_file_info(pafs.FileSelector(dest, allow_not_found=True)) if i.type == pafs.FileType.File]
-    if "last.json" in there:
-        fs.delete_file(f"{dest}/last.json")
-    for name in tensor_files_of("best", there, keep={best.weights_file}) + tensor_files_of("last", there):
-        fs.delete_file(f"{dest}/{name}")
+        raise InputError(f"run {run_dir} is not complete; nothing to publish")
+    read_gates(run_dir)
+    spec = read_spec(run_dir, "best")
+    data = (run_dir / spec.weights_file).read_bytes() if (run_dir / spec.weights_file).is_file() else None
+    if data is None or hashlib.sha256(data).hexdigest() != spec.weights_sha256:
+        raise InputError(f"checkpoint {run_dir / 'best.json'}: tensor file {spec.weights_file} is missing or fails its sha256")
+    bare = replace(spec, optimizer_file=None, optimizer_sha256=None, optimizer_meta=None)
+    files = [(spec.weights_file, data), ("best.json", spec_bytes(bare))]
+    return files + [(name, (run_dir / name).read_bytes()) for name in SIDE_FILES if (run_dir / name).is_file()]
 
 
 def split_for_training(arrays: TrainingArrays, device=None) -> tuple[TrainingArrays, TrainingArrays]:

@@ -9,9 +9,9 @@ published targets from the lake, scores and commits every chunk not yet in fligh
 ``{"search": {...}}``; the asset reads the rows back from the lake, audits and publishes them as on
 the local launch.
 
-Extras: ``lake_uri``, ``s3_endpoint``, ``sweep_file``, ``targets_table`` ([group, asset] of the
-targets), ``source`` (``ImageSourceSettings.to_dict()``), ``settings`` (``SearchSettings`` fields)
-and ``device`` (``auto``, ``cpu`` or ``cuda``, resolved on the host that runs it).
+Extras: ``lake_uri``, ``s3_endpoint``, ``sweep_file``, ``source`` (the image-source settings'
+``to_dict()``), ``settings`` (``SearchSettings`` fields) and ``device`` (``auto``, ``cpu`` or
+``cuda``, resolved on the host that runs it).
 
     python -m lens_assets.pipes.search_sweep      (started by the Pipes client, never by hand)
 """
@@ -22,22 +22,23 @@ from __future__ import annotations
 def main() -> None:
     from dagster_pipes import open_dagster_pipes
 
-    from darkhaloscope.imaging.source_settings import ImageSourceSettings
-    from darkhaloscope.lake import Lake
     from darkhaloscope.search.launch import search_with_published_finder
     from darkhaloscope.search.streaming import SearchSettings
-    from darkhaloscope.survey.sweeps import SWEEP_DIM
+    from lakehouse.lake import Lake
+    from mock_survey.sources import source_opener_from_dict
+    from table_registry.tables import LENS_FINDER, SEARCH_TARGETS
 
     with open_dagster_pipes() as pipes:
         x = pipes.extras
         lake, name = Lake(x["lake_uri"], s3_endpoint=x.get("s3_endpoint")), x["sweep_file"]
-        targets = lake.read_table(*x["targets_table"], partition={SWEEP_DIM: name})
+        targets = lake.read_table(*SEARCH_TARGETS.key, partition={SEARCH_TARGETS.partitioned_by: name})
 
         def progress(index: int, n_chunks: int, resumed: bool) -> None:
             pipes.log.info(f"{name}: chunk {index + 1}/{n_chunks} {'already in flight' if resumed else 'scored'}")
 
-        run = search_with_published_finder(lake, name, targets, ImageSourceSettings.from_dict(x["source"]), x["device"],
-                                           SearchSettings(**x["settings"]), progress=progress)
+        run = search_with_published_finder(lake.table(*LENS_FINDER.key), lake.inflight(), name, targets,
+                                           source_opener_from_dict(x["source"]), x["device"], SearchSettings(**x["settings"]),
+                                           progress=progress)
         pipes.log.info(f"{name}: {run['n_scored_now']} chunks scored, {run['n_resumed']} resumed on {run['device']}")
         pipes.report_custom_message({"search": run})
 

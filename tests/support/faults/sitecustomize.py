@@ -15,12 +15,12 @@ if os.environ.get("DHS_TEST_DUPLICATE_ROWS"):
 
     _real_ingest = _sweeps.ingest_sweep
 
-    def _duplicating_ingest(path, lake, sweep_file=None, **kwargs):
-        info = _real_ingest(path, lake, sweep_file=sweep_file, **kwargs)
+    def _duplicating_ingest(path, sweeps, sweep_file=None, **kwargs):
+        info = _real_ingest(path, sweeps, sweep_file=sweep_file, **kwargs)
         if os.path.exists(os.environ["DHS_TEST_DUPLICATE_ROWS"]):
             part = {_sweeps.SWEEP_DIM: sweep_file}
-            table = lake.read_table(*_sweeps.SWEEPS_TABLE, partition=part)
-            lake.write_table(*_sweeps.SWEEPS_TABLE, pa.concat_tables([table, table.slice(0, 3)]), partition=part)
+            table = sweeps.read(part)
+            sweeps.write(pa.concat_tables([table, table.slice(0, 3)]), partition=part)
         return info
 
     _sweeps.ingest_sweep = _duplicating_ingest

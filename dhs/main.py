@@ -1,0 +1,217 @@
+"""The ``dhs`` command: materialize assets, query the lake, list tables, cut a cutout, land visual grades, run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from darkhaloscope.errors import CredentialError, InputError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _instance():
+    """The persistent Dagster instance shared with ``dagster dev`` (DAGSTER_HOME, default ./.dagster_home)."""
+    import dagster as dg
+
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path(".dagster_home").resolve())))
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = home / "dagster.yaml"
+    if not cfg.exists():
+        shutil.copyfile(REPO_ROOT / "dagster.yaml", cfg)
+    return dg.DagsterInstance.get()
+
+
+def _lake():
+    from lakehouse.lake import Lake
+
+    return Lake.from_env()
+
+
+def cmd_materialize(args) -> int:
+    from definitions import defs
+
+    from darkhaloscope.errors import PERMANENT_ERRORS
+
+    from .materialize import MaterializeError, Materializer
+
+    config = {}
+    for item in args.config:
+        name, sep, text = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError("expected ASSET=JSON")
+            config[name] = json.loads(text)
+        except ValueError as exc:
+            print(f"error: --config {item!r}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        Materializer(defs, _instance()).run(args.assets, config)
+    except MaterializeError as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 1
+    except (*PERMANENT_ERRORS, OSError) as exc:  # the lake failed outside a run (planning what is missing)
+        print(f"FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_query(args) -> int:
+    from darkhaloscope.errors import StorageError
+    from lakehouse.query import format_rows, query
+
+    try:
+        result = query(_lake(), args.sql, timeout_s=args.timeout, max_rows=args.max_rows)
+    except (InputError, CredentialError, StorageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_rows(result.columns, result.rows, args.format))
+    if result.truncated:
+        print(f"note: output cut at {args.max_rows:,} rows (--max-rows); the query has more", file=sys.stderr)
+    return 0
+
+
+def cmd_tables(args) -> int:
+    from lakehouse.query import describe_tables, format_rows
+
+    try:
+        info = describe_tables(_lake())
+    except (InputError, CredentialError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cols = ["table", "group", "rows", "partitions", "uri"]
+    print(format_rows(cols, [tuple(d[c] for c in cols) for d in info], args.format))
+    return 0
+
+
+def _cutout_max_size() -> int:
+    """The largest ``dhs cutout --size``: DHS_CUTOUT_MAX_SIZE, else the library's default."""
+    from darkhaloscope.imaging.cutout_io import MAX_CUTOUT_SIZE
+
+    raw = os.environ.get("DHS_CUTOUT_MAX_SIZE", "")
+    if not raw:
+        return MAX_CUTOUT_SIZE
+    if not raw.isdigit() or int(raw) < 1:
+        raise InputError(f"DHS_CUTOUT_MAX_SIZE={raw!r} is not a positive whole number of pixels")
+    return int(raw)
+
+
+def cmd_cutout(args) -> int:
+    from darkhaloscope.imaging.cutout_io import CutoutUnavailable, check_cutout_request, cutout_format, cutout_to_file
+    from resources.config import build_resources
+
+    try:
+        max_size = _cutout_max_size()
+        check_cutout_request(args.ra, args.dec, args.size, max_size)
+        cutout_format(args.out)
+        res = build_resources()
+        source = res["imaging"].source(res["survey"])
+        path = cutout_to_file(source, args.ra, args.dec, args.size, args.out, max_size)
+    except (InputError, CredentialError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (CutoutUnavailable, OSError) as exc:  # OSError: the survey or the output file (its message names the path)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from definitions import defs
+
+    from .demo_summary import print_demo_summary
+    from .materialize import MaterializeError, Materializer
+
+    t0 = time.monotonic()
+    try:
+        Materializer(defs, _instance()).run(["evaluation_report", "candidate_gallery"])
+    except MaterializeError as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 1
+    print_demo_summary(_lake(), time.monotonic() - t0)
+    return 0
+
+
+def cmd_grade(args) -> int:
+    from darkhaloscope.search.grades import UNGRADED, check_against_candidates, parse_grades_csv
+    from definitions import build_defs
+    from resources.config import build_resources
+
+    from .materialize import failure_message, quiet_console
+    from table_registry.tables import VISUAL_GRADES
+
+    path = os.path.abspath(args.file)
+    try:
+        with open(path, "rb") as f:
+            payload = f.read()
+        lake = _lake()
+        if not lake.exists("search", "candidates"):
+            raise InputError(f"{path}: no published candidates to grade in {lake.uri} (materialize candidates first)")
+        check_against_candidates(parse_grades_csv(payload, path), lake.read_table("search", "candidates"), path)
+    except (InputError, CredentialError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    import dagster as dg
+
+    result = build_defs(build_resources()).resolve_implicit_global_asset_job_def().execute_in_process(
+        instance=_instance(), asset_selection=[dg.AssetKey(list(VISUAL_GRADES.key))], raise_on_error=False,
+        run_config={"ops": {"search__visual_grades": {"config": {"csv_path": path}}}, **quiet_console()})
+    if not result.success:
+        print(f"FAILED: {failure_message(result)}", file=sys.stderr)
+        return 1
+    grades = lake.read_table(*VISUAL_GRADES.key)
+    last = max(grades.column("round").to_pylist())
+    landed = [g for r, g in zip(grades.column("round").to_pylist(), grades.column("grade").to_pylist()) if r == last]
+    ungraded = landed.count(UNGRADED)
+    print(f"landed {len(landed) - ungraded} grades as round {last} of visual_grades, {ungraded} shown ungraded (awaiting inspection) "
+          f"({grades.num_rows} rows in all rounds)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dhs", description="Dark Halo Scope: lens finding and its selection function on DR10.")
+    sub = p.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("materialize", help="materialize assets (all partitions; stale or missing upstream assets first)")
+    m.add_argument("assets", nargs="+", help="asset names (negatives), keys (catalog/negatives) or Dagster selections (group:catalog)")
+    m.add_argument("--config", action="append", default=[], metavar="ASSET=JSON",
+                   help="run config of one of the named assets, as in the launchpad: injection_plan='{\"realisation\": 1}' (repeatable)")
+    m.set_defaults(func=cmd_materialize)
+    q = sub.add_parser("query", help="read-only SQL over the lake (every table is a view)")
+    q.add_argument("sql")
+    q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    q.add_argument("--timeout", type=float, default=60.0, metavar="S", help="interrupt the query after S seconds (default 60)")
+    q.add_argument("--max-rows", type=int, default=10_000, metavar="N", help="print at most N rows (default 10,000; a note says when cut)")
+    q.set_defaults(func=cmd_query)
+    t = sub.add_parser("tables", help="tables with row counts, partitions and URIs")
+    t.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    t.set_defaults(func=cmd_tables)
+    c = sub.add_parser("cutout", help="one g,r,z cutout as FITS cube (band, y, x) or PNG")
+    c.add_argument("ra", type=float, help="degrees, [0, 360)")
+    c.add_argument("dec", type=float, help="degrees, [-90, 90]")
+    c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
+    c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
+    c.set_defaults(func=cmd_cutout)
+    g = sub.add_parser("grade", help="land a grades CSV (the gallery's export: object_id, grade A, B, C, not_a_lens or ungraded, ra, dec, score, model_version, known) as the next round of visual_grades")
+    g.add_argument("file", help="CSV exported from the candidate gallery")
+    g.set_defaults(func=cmd_grade)
+    d = sub.add_parser("demo", help="run the whole graph on the embedded mock survey and print the headline numbers")
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

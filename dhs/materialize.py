@@ -1,0 +1,245 @@
+"""``dhs materialize`` / ``dhs demo``: Dagster plans, Dagster executes, the terminal shows progress.
+
+* **Selection**: each argument is an asset name (``negatives``), a key (``catalog/negatives``) or
+  any Dagster selection string (``group:catalog``, ``key:"imaging/*"``); upstream assets are
+  included (``+`` in Dagster's syntax), external assets (``ops/alerts``) are not materializable.
+* **Staleness**: the selected assets run for every partition; an upstream asset partition runs
+  when Dagster's stale-status resolver says it is MISSING or STALE (code version or an upstream
+  data version changed since its last materialization), or when the lake holds no committed data
+  for it (a lake deleted or moved while the instance kept its records: skipping it would leave
+  the assets downstream nothing to read).
+* **Execution**: each asset (a multi-asset with all its tables) runs through Dagster's in-process
+  executor on the implicit asset job, one run per partition (a range of partitions in one run for
+  assets with a single-run backfill policy), in topological order; every run is in the instance
+  the UI shows. Dynamic partitions are registered by the same functions as the sensors: sweep
+  files before planning, injection batches after ``injection_plan`` is published.
+* **Config**: ``config`` gives named assets their run config (``dhs materialize injection_plan
+  --config 'injection_plan={"realisation": 1}'``), as the UI's launchpad does; only assets named
+  for materialization take it, since an upstream asset that is up to date does not run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Mapping
+
+import dagster as dg
+
+from lakehouse.lake import host_tag
+from io_managers.parquet import partition_for_key, table_location
+
+from lens_assets.ops import HOST_TAG, reap_dead_runs
+from lens_assets.shared.partitions import injection_batch_change, sweep_file_change
+from table_registry.tables import INJECTION_PLAN
+
+
+def quiet_console() -> dict:
+    """Run config that keeps Dagster's console logger at DHS_LOG_LEVEL (default WARNING): the
+    terminal shows progress and errors, the event log in the instance keeps everything."""
+    return {"loggers": {"console": {"config": {"log_level": os.environ.get("DHS_LOG_LEVEL", "WARNING")}}}}
+
+
+class MaterializeError(RuntimeError):
+    """An asset partition failed; the message names the asset, the partition and the error."""
+
+
+@dataclass
+class Unit:
+    """One step of the plan: an asset (all keys of its definition) and the partitions to run."""
+
+    keys: list[dg.AssetKey]
+    label: str
+    partitions_def: dg.PartitionsDefinition | None
+    single_run: bool
+
+
+def stale_or_missing(instance: dg.DagsterInstance, asset_graph, key: dg.AssetKey, partition_keys: list[str | None]) -> list[str | None]:
+    """The partitions of ``key`` that Dagster's stale-status resolver calls MISSING or STALE."""
+    from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+    from dagster._time import get_current_datetime
+
+    view = AssetGraphView(temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+                          instance=instance, asset_graph=asset_graph)
+    resolver = CachingStaleStatusResolver(instance, asset_graph, view)
+    return [pk for pk in partition_keys if resolver.get_status(key, pk) in (StaleStatus.MISSING, StaleStatus.STALE)]
+
+
+class Materializer:
+    """Plans and runs a selection of assets (see the module doc)."""
+
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, out=sys.stdout):
+        self.defs = defs
+        self.instance = instance
+        self.out = out
+        self.graph = defs.resolve_asset_graph()
+        self.job = defs.resolve_implicit_global_asset_job_def()
+        self.resources = defs.resources
+        self.sinks = None
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    # ------------------------------------------------------------ planning
+    def selection(self, args: list[str]) -> dg.AssetSelection:
+        """Dagster selection of the named assets (names, keys or selection strings)."""
+        keys = {k for k in self.graph.get_all_asset_keys() if self.graph.get(k).is_materializable}
+        parts = []
+        for arg in args:
+            by_name = _named(arg, keys)
+            if by_name:
+                parts.append(dg.AssetSelection.assets(*by_name))
+            elif ":" in arg or "*" in arg:
+                try:
+                    parts.append(dg.AssetSelection.from_string(arg))
+                except Exception as exc:  # the parser's own error says what is wrong with the string
+                    raise MaterializeError(f"invalid asset selection {arg!r}: {exc}") from exc
+            else:
+                raise MaterializeError(f"unknown asset {arg!r}; known assets: {', '.join(sorted(k.path[-1] for k in keys))}")
+        selected = parts[0]
+        for p in parts[1:]:
+            selected = selected | p
+        return selected
+
+    def plan(self, targets: set[dg.AssetKey]) -> list[Unit]:
+        """The selected assets and their upstream, one unit per asset definition, in topological order."""
+        wanted = dg.AssetSelection.assets(*targets).upstream().resolve(self.graph)
+        units, seen = [], set()
+        for key in self.graph.toposorted_asset_keys:
+            if key not in wanted or key in seen or not self.graph.get(key).is_materializable:
+                continue
+            ad = self.graph.assets_def_for_key(key)
+            keys = list(ad.keys_by_output_name.values())  # declaration order: the main table first
+            seen.update(keys)
+            policy = ad.backfill_policy
+            units.append(Unit(keys, "+".join(k.path[-1] for k in keys), ad.partitions_def,
+                              policy is not None and policy.max_partitions_per_run is None))
+        return units
+
+    def _todo(self, unit: Unit, targets: set[dg.AssetKey], lake) -> list[str | None]:
+        if unit.partitions_def is None:
+            keys: list[str | None] = [None]
+        else:
+            keys = list(unit.partitions_def.get_partition_keys(dynamic_partitions_store=self.instance))
+        if targets & set(unit.keys):
+            return keys
+        absent = {pk for k in unit.keys for pk in keys if not lake.exists(*table_location(k), partition_for_key(unit.partitions_def, pk))}
+        return sorted(absent | {pk for k in unit.keys for pk in stale_or_missing(self.instance, self.graph, k, keys)}, key=keys.index)
+
+    def op_config(self, config: Mapping[str, dict], targets: set[dg.AssetKey]) -> dict[str, dict]:
+        """Run config of the ops of the assets ``config`` names (a name or key, as in the selection,
+        to its config); each must be one of ``targets``."""
+        ops = {}
+        for name, cfg in config.items():
+            keys = _named(name, targets)
+            if not keys:
+                raise MaterializeError(f"config for {name!r}: not among the assets to materialize "
+                                       f"({', '.join(sorted(k.path[-1] for k in targets))}); name it too")
+            if not isinstance(cfg, dict):
+                raise MaterializeError(f"config for {name!r} must be a JSON object of its fields, got {cfg!r}")
+            ops[self._op_name(keys[0])] = {"config": cfg}
+        return ops
+
+    def _op_name(self, key: dg.AssetKey) -> str:
+        return self.graph.assets_def_for_key(key).node_def.name
+
+    # ----------------------------------------------------------- execution
+    def run(self, args: list[str], config: Mapping[str, dict] | None = None) -> None:
+        """Materialize the named assets and what they need; ``config`` as :meth:`op_config`."""
+        for run_id in reap_dead_runs(self.instance):
+            self._say(f"run {run_id} was killed: marked failed")
+        sweep_file_change(self.instance, self.resources["survey"]).apply(self.instance)
+        targets = set(self.selection(args).resolve(self.graph))
+        ops = self.op_config(config or {}, targets)
+        units = self.plan(targets)
+        lake = self.resources["lake"].lake()
+        for i, unit in enumerate(units, start=1):
+            label = f"[{i}/{len(units)}] {unit.label}"
+            todo = self._todo(unit, targets, lake)
+            op_config = ops.get(self._op_name(unit.keys[0]))
+            if not todo:
+                self._say(f"{label}: up to date, skipped")
+            elif unit.single_run and len(todo) > 1:
+                self._execute(unit, todo, label, op_config)
+            else:
+                for pk in todo:
+                    self._execute(unit, [pk], label + (f" [{pk}]" if pk else ""), op_config)
+            if dg.AssetKey(list(INJECTION_PLAN.key)) in unit.keys:
+                injection_batch_change(self.instance, lake).apply(self.instance)
+
+    def _execute(self, unit: Unit, partition_keys: list[str | None], label: str, op_config: dict | None = None) -> None:
+        t0 = time.monotonic()
+        self._say(f"{label} ...")
+        tags = {HOST_TAG: host_tag()}
+        pk = partition_keys[0] if len(partition_keys) == 1 else None
+        if len(partition_keys) > 1:
+            tags.update({"dagster/asset_partition_range_start": partition_keys[0], "dagster/asset_partition_range_end": partition_keys[-1]})
+        where = f"asset {unit.label} partition {pk or (partition_keys[0] + '...' + partition_keys[-1] if len(partition_keys) > 1 else '-')}"
+        # the asset's own run config (op_config's entry), beside the console's
+        ops = {"ops": {self._op_name(unit.keys[0]): op_config}} if op_config else {}
+        try:
+            result = self.job.execute_in_process(
+                instance=self.instance, asset_selection=unit.keys, partition_key=pk, tags=tags, raise_on_error=False,
+                run_config={**quiet_console(), **ops},
+            )
+        except Exception as exc:  # definition-time errors (bad partition key, resources)
+            raise MaterializeError(f"{where} failed: {exc}") from exc
+        self._deliver_alerts(result.run_id)
+        if not result.success:
+            raise MaterializeError(f"{where} failed: {failure_message(result)}")
+        self._report(result, unit.keys[0], label, time.monotonic() - t0)
+
+    def _report(self, result, main: dg.AssetKey, label: str, seconds: float) -> None:
+        """Progress lines: rows of the main table (per partition for a range), failed WARN checks."""
+        rows: dict[str | None, int] = {}
+        for ev in result.get_asset_materialization_events():
+            md = ev.materialization.metadata
+            if ev.materialization.asset_key != main:
+                continue
+            if "partition_rows" in md:
+                rows.update(md["partition_rows"].value)
+            elif "dagster/row_count" in md:
+                rows[ev.materialization.partition] = md["dagster/row_count"].value
+        warned = [e.check_name for e in result.get_asset_check_evaluations() if not e.passed]
+        warn = f" (WARN checks failed: {', '.join(warned)})" if warned else ""
+        if len(rows) > 1:
+            for part, n in rows.items():
+                self._say(f"{label} [{part}] rows={n}")
+            self._say(f"{label} ok in {seconds:.1f}s{warn}")
+        else:
+            n = next(iter(rows.values()), None)
+            self._say(f"{label} ok in {seconds:.1f}s{f' rows={n}' if n is not None else ''}{warn}")
+
+    def _deliver_alerts(self, run_id: str) -> None:
+        """Turn the run's failed checks / failure into alerts (no daemon runs under the CLI)."""
+        from lens_assets.ops import deliver_run_alerts, report_alerts_table
+
+        if self.sinks is None:
+            self.sinks = self.resources["alert_sinks"].build_sinks()
+        outcomes = deliver_run_alerts(self.instance, run_id, self.sinks)
+        for outcome in outcomes:
+            where = ", ".join(outcome.delivered_to) or "the alert log"
+            errors = f" (delivery errors: {'; '.join(f'{k}: {v}' for k, v in outcome.errors.items())})" if outcome.errors else ""
+            self._say(f"ALERT {outcome.alert.summary()} -> {where}{errors}")
+        report_alerts_table(self.instance, self.resources["lake"].lake(), len(outcomes))
+
+
+def _named(name: str, keys) -> list[dg.AssetKey]:
+    """The asset keys among ``keys`` that ``name`` names: the last part of the key or the whole key."""
+    return [k for k in keys if name in (k.path[-1], k.to_user_string())]
+
+
+def failure_message(result) -> str:
+    """The run's step errors (the user error under Dagster's wrapper) and failed blocking checks."""
+    msgs = []
+    for ev in result.all_events:
+        if ev.event_type_value == "STEP_FAILURE":
+            err = ev.event_specific_data.error
+            # Dagster wraps the user's error (step, input loading, output handling): show the cause
+            while err is not None and err.cause is not None and (err.cls_name or "").startswith("DagsterExecution"):
+                err = err.cause
+            msgs.append(f"{ev.step_key}: {err.cls_name}: {err.message.strip()}" if err else ev.message)
+    return "; ".join(msgs) or "run failed"

@@ -1,0 +1,97 @@
+"""Table contracts: what a lake table must hold, and the checks that tell.
+
+A contract is a set of required columns with Arrow types, the key columns that must be unique
+and value-range rules (each table's own contract is declared once, in ``table_registry``). ``schema_problems`` checks a schema (from a Parquet footer, no data read);
+``value_problems`` checks keys and ranges with DuckDB over the table's Arrow dataset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+
+@dataclass(frozen=True)
+class Range:
+    """Values of ``column`` must lie in [lo, hi] (None = unbounded); nulls allowed only if ``nullable``."""
+
+    column: str
+    lo: float | None = None
+    hi: float | None = None
+    nullable: bool = False
+    lo_inclusive: bool = True
+    hi_inclusive: bool = True
+
+
+@dataclass(frozen=True)
+class Contract:
+    """Columns (name -> Arrow type), unique key columns and value ranges of one table.
+
+    ``optional``: columns that may be absent (an older data model lacks them) but must have their
+    type when present."""
+
+    table: str
+    columns: dict[str, pa.DataType]
+    key: tuple[str, ...] = ()
+    ranges: tuple[Range, ...] = field(default_factory=tuple)
+    allowed_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    optional: frozenset = frozenset()
+
+
+def schema_problems(schema: pa.Schema, contract: Contract) -> list[str]:
+    """Missing columns and type mismatches of ``schema`` against ``contract`` (empty list = conforms)."""
+    problems = []
+    for name, typ in contract.columns.items():
+        idx = schema.get_field_index(name)
+        if idx < 0:
+            if name not in contract.optional:
+                problems.append(f"{contract.table}: missing column {name!r} ({typ})")
+        elif not schema.field(idx).type.equals(typ):
+            problems.append(f"{contract.table}: column {name!r} is {schema.field(idx).type}, expected {typ}")
+    return problems
+
+
+def _q(name: str) -> str:
+    """A column name as a quoted SQL identifier (names such as ``by`` are SQL keywords)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def value_problems(dataset: ds.Dataset | pa.Table, contract: Contract, limit: int = 5) -> list[str]:
+    """Key-uniqueness, range and allowed-value violations, computed with DuckDB over Arrow."""
+    con = duckdb.connect(":memory:")
+    con.register("t", dataset)
+    problems = []
+    if contract.key:
+        keys = ", ".join(_q(k) for k in contract.key)
+        dup = con.execute(f"SELECT {keys}, count(*) AS n FROM t GROUP BY {keys} HAVING n > 1 LIMIT {limit}").fetchall()
+        if dup:
+            problems.append(f"{contract.table}: duplicate key ({', '.join(contract.key)}): {dup}")
+    for r in contract.ranges:
+        col = _q(r.column)
+        conds = []
+        if r.lo is not None:
+            conds.append(f"{col} {'<' if r.lo_inclusive else '<='} {r.lo}")
+        if r.hi is not None:
+            conds.append(f"{col} {'>' if r.hi_inclusive else '>='} {r.hi}")
+        conds.append(f"isnan({col})" if _is_float(dataset, r.column) else "false")
+        if not r.nullable:
+            conds.append(f"{col} IS NULL")
+        where = " OR ".join(conds)
+        n = con.execute(f"SELECT count(*) FROM t WHERE {where}").fetchone()[0]
+        if n:
+            sample = con.execute(f"SELECT {col} FROM t WHERE {where} LIMIT {limit}").fetchall()
+            problems.append(f"{contract.table}: {n} rows with {r.column} outside [{r.lo}, {r.hi}], e.g. {sample}")
+    for column, allowed in contract.allowed_values.items():
+        vals = ", ".join(f"'{v}'" for v in allowed)
+        bad = con.execute(f"SELECT DISTINCT {_q(column)} FROM t WHERE {_q(column)} IS NULL OR {_q(column)} NOT IN ({vals}) LIMIT {limit}").fetchall()
+        if bad:
+            problems.append(f"{contract.table}: column {column!r} has values {bad} outside {allowed}")
+    con.close()
+    return problems
+
+
+def _is_float(dataset, column: str) -> bool:
+    return pa.types.is_floating(dataset.schema.field(column).type)

@@ -1,0 +1,526 @@
+"""The lake: Parquet tables on a local folder or on S3, committed atomically per partition.
+
+Layout: ``<lake>/<group>/<asset>/[<dim>=<key>/...]part-0.parquet`` (zstd). Every partition is one
+Parquet file. A write streams record batches into a hidden staging object under
+``<lake>/_staging/`` (named ``w-<host>-<pid>-<start>-<token>``, so that an orphan left by a killed
+writer can be traced to its process; see :mod:`lakehouse.staging`) and then moves it onto
+``part-0.parquet`` in one step: a rename on a local disk, a server-side copy on S3 (an S3 object
+becomes visible whole or not at all). A reader therefore sees the previous version or the new one,
+never half a partition, and a write that fails or is killed leaves the previous version readable.
+Top-level folders whose names start with ``_`` (staging, rejected data, in-flight fetches) are
+not tables: :meth:`Lake.tables` and every reader skip them.
+
+Binary artifacts (PNG figures, the HTML report, checkpoints) use the same commit rule through
+``write_bytes``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Mapping
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from darkhaloscope.errors import CredentialError, InputError, StorageError
+
+PART_FILE = "part-0.parquet"
+#: Folder (under the lake root) of everything not yet published: writers' temporary objects and
+#: each run's staged tables (:mod:`lakehouse.staging`).
+STAGING_DIR = "_staging"
+#: Folder (under the lake root) of the scratch tables of resumable work in progress (chunks a
+#: search scored or a cutout service delivered so far); not a table, dropped once published.
+INFLIGHT_DIR = "_inflight"
+#: Prefix of a writer's temporary object in STAGING_DIR: ``w-<host>-<pid>-<start s>-<token>``.
+WRITER_PREFIX = "w-"
+_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-]*$")
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def validate_partition_key(value: str) -> str:
+    """Return ``value`` if it is safe as one path segment; InputError otherwise.
+
+    Refuses empty keys, path separators, ``..``, leading dots/underscores and other characters
+    outside ``[A-Za-z0-9._+-]``, so a partition key can never address a path outside its table.
+    """
+    if not isinstance(value, str) or not _KEY_RE.match(value) or ".." in value:
+        raise InputError(
+            f"partition key {value!r} is not allowed: use letters, digits, '.', '_', '+', '-' "
+            "(no path separators, no '..', not starting with '.' or '_')"
+        )
+    return value
+
+
+def host_tag() -> str:
+    """This host's name as used in staging names: letters, digits and dots only (no '-')."""
+    return re.sub(r"[^A-Za-z0-9.]", ".", socket.gethostname())[:64] or "host"
+
+
+def _validate_name(kind: str, value: str) -> str:
+    if not _NAME_RE.match(value):
+        raise InputError(f"{kind} name {value!r} must be lower-case snake_case")
+    return value
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What a committed partition write produced."""
+
+    uri: str
+    rows: int
+    bytes: int
+    partition: dict[str, str] | None
+
+
+#: Local file-system errors that the same call would meet again: a file where a folder should be
+#: (or the reverse), a read-only file system, missing permission, a full disk or quota.
+_PERMANENT_ERRNOS = {
+    errno.ENOTDIR: "a file stands where the lake needs a folder (is DHS_LAKE, or a folder in it, a file?)",
+    errno.EEXIST: "a file stands where the lake needs a folder (is DHS_LAKE, or a folder in it, a file?)",
+    errno.EISDIR: "a folder stands where the lake needs a file",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied for this user",
+    errno.EPERM: "operation not permitted for this user",
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.ENAMETOOLONG: "the path name is too long",
+}
+
+
+def translate_storage_error(exc: BaseException, where: str) -> BaseException:
+    """Classify a pyarrow/AWS/OS storage error: CredentialError, InputError or StorageError (all
+    permanent: no layer retries them) with a clear message naming ``where``; anything else (a
+    transient S3 fault the SDK already retried, a lost connection) is returned unchanged."""
+    reason = _PERMANENT_ERRNOS.get(getattr(exc, "errno", None) or -1) if isinstance(exc, OSError) else None
+    if reason is not None:
+        return StorageError(f"cannot use {where}: {reason} ({exc})")
+    text = str(exc)
+    credential_codes = (
+        "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "TokenRefreshRequired",
+        # pyarrow 26 reports the AWS SDK's enum names
+        "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "EXPIRED_TOKEN", "INVALID_CLIENT_TOKEN_ID",
+    )
+    if any(m in text for m in credential_codes):
+        return CredentialError(
+            f"S3 rejected the credentials while accessing {where}: the access key is invalid or expired "
+            "(refresh AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or the AWS profile)"
+        )
+    if "ACCESS_DENIED" in text or "AccessDenied" in text or "HTTP status 403" in text:
+        return CredentialError(f"S3 denied access to {where}: missing or insufficient credentials")
+    if "NoSuchBucket" in text or "NO_SUCH_BUCKET" in text or re.search(r"Bucket '[^']*' not found", text):
+        return InputError(f"S3 bucket of {where} does not exist")
+    return exc
+
+
+class Lake:
+    """Parquet tables under a root URI: a local folder or ``s3://bucket/prefix``.
+
+    ``s3_endpoint`` overrides the S3 endpoint (``http://127.0.0.1:9000`` for a local server;
+    pyarrow ignores AWS_ENDPOINT_URL, so it must be passed explicitly). Credentials come from the
+    environment or AWS profiles through the AWS SDK's default chain; they are never logged.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        s3_endpoint: str | None = None,
+        s3_region: str = "us-east-1",
+        s3_max_attempts: int = 5,
+        s3_connect_timeout_s: float = 5.0,
+        s3_request_timeout_s: float = 30.0,
+    ):
+        self.uri = uri.rstrip("/") if uri != "/" else uri
+        self.s3_endpoint = s3_endpoint
+        if self.uri.startswith("s3://"):
+            bucket_prefix = self.uri[len("s3://") :]
+            if not bucket_prefix:
+                raise InputError(f"lake URI {uri!r} names no bucket")
+            kwargs: dict = dict(
+                region=s3_region,
+                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=s3_max_attempts),
+                connect_timeout=s3_connect_timeout_s,
+                request_timeout=s3_request_timeout_s,
+            )
+            if s3_endpoint:
+                scheme, _, host = s3_endpoint.partition("://")
+                if not host:
+                    scheme, host = "https", s3_endpoint
+                kwargs.update(endpoint_override=host, scheme=scheme)
+            self.fs: pafs.FileSystem = pafs.S3FileSystem(**kwargs)
+            self.root = bucket_prefix.rstrip("/")
+            self.is_s3 = True
+        else:
+            path = uri[len("file://") :] if uri.startswith("file://") else uri
+            self.fs = pafs.LocalFileSystem()
+            self.root = os.path.abspath(path)
+            self.is_s3 = False
+
+    @classmethod
+    def from_env(cls) -> "Lake":
+        """The lake named by DHS_LAKE (default ./lakehouse) and DHS_S3_ENDPOINT."""
+        return cls(os.environ.get("DHS_LAKE", "./lakehouse"), s3_endpoint=os.environ.get("DHS_S3_ENDPOINT") or None)
+
+    # ---------------------------------------------------------------- paths
+    def table_path(self, group: str, asset: str) -> str:
+        """Filesystem path (no scheme) of a table's folder."""
+        return f"{self.root}/{_validate_name('group', group)}/{_validate_name('asset', asset)}"
+
+    def partition_path(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> str:
+        """Filesystem path of a partition's folder: hive style ``dim=key`` segments in the order given."""
+        path = self.table_path(group, asset)
+        for dim, key in (partition or {}).items():
+            path += f"/{_validate_name('partition dimension', dim)}={validate_partition_key(key)}"
+        return path
+
+    def full_uri(self, path: str) -> str:
+        """URI of a filesystem path, with the scheme a user can paste (s3://... or an absolute path)."""
+        return f"s3://{path}" if self.is_s3 else path
+
+    # --------------------------------------------------------------- writes
+    def _commit(self, staging: str, final: str, where: str) -> None:
+        try:
+            self.fs.move(staging, final)
+        except OSError as exc:
+            self._discard(staging)
+            raise translate_storage_error(exc, where) from exc
+
+    def _discard(self, path: str) -> None:
+        try:
+            self.fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+
+    def _staging_path(self, folder: str, suffix: str) -> str:
+        """A fresh temporary object in the lake's staging folder, named after its writer process
+        (``folder`` is the target's folder: only its filesystem matters)."""
+        name = f"{WRITER_PREFIX}{host_tag()}-{os.getpid()}-{int(time.time())}-{secrets.token_hex(8)}{suffix}"
+        return f"{self.root}/{STAGING_DIR}/{name}"
+
+    def subtree(self, relative: str) -> "Lake":
+        """A lake over the same storage rooted at ``<root>/<relative>`` (e.g. a run's staging area)."""
+        sub = object.__new__(Lake)
+        sub.__dict__.update(self.__dict__)
+        sub.uri = f"{self.uri}/{relative}"
+        sub.root = f"{self.root}/{relative}"
+        return sub
+
+    def write_table(
+        self,
+        group: str,
+        asset: str,
+        data: pa.Table | Iterable[pa.RecordBatch],
+        schema: pa.Schema | None = None,
+        partition: Mapping[str, str] | None = None,
+        row_group_size: int = 64_000,
+    ) -> CommitInfo:
+        """Write one partition (or the whole unpartitioned table) and commit it in one step.
+
+        ``data`` is a Table or an iterable of RecordBatches (streamed; memory stays bounded).
+        ``schema`` is required for an iterable. On any error the staging object is removed and
+        the previous version of the partition is untouched.
+        """
+        folder = self.partition_path(group, asset, partition)
+        final = f"{folder}/{PART_FILE}"
+        where = self.full_uri(final)
+        if isinstance(data, pa.Table):
+            schema = schema or data.schema
+            batches: Iterable[pa.RecordBatch] = data.to_batches(max_chunksize=row_group_size)
+        elif schema is None:
+            raise ValueError("schema is required when data is an iterable of record batches")
+        else:
+            batches = data
+        staging = self._staging_path(folder, ".parquet")
+        try:
+            self.fs.create_dir(folder, recursive=True)
+            self.fs.create_dir(staging.rsplit("/", 1)[0], recursive=True)
+        except OSError as exc:
+            raise translate_storage_error(exc, where) from exc
+        rows = 0
+        try:
+            with self.fs.open_output_stream(staging) as sink:
+                # Dictionary encoding only for strings: on float columns it is attempted, overflows
+                # and falls back per page, which costs ~5x the write time and yields larger files
+                # (measured on sweeps, benchmarks/bench_ingest.py).
+                strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+                with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True, use_dictionary=strings) as writer:
+                    for batch in batches:
+                        if batch.schema != schema:
+                            batch = batch.cast(schema)
+                        rows += batch.num_rows
+                        writer.write_batch(batch, row_group_size=row_group_size)
+        except BaseException as exc:
+            self._discard(staging)
+            if isinstance(exc, OSError):
+                raise translate_storage_error(exc, where) from exc
+            raise
+        self._commit(staging, final, where)
+        size = self.fs.get_file_info(final).size or 0
+        return CommitInfo(uri=where, rows=rows, bytes=size, partition=dict(partition) if partition else None)
+
+    def write_bytes(self, group: str, asset: str, name: str, payload: bytes, partition: Mapping[str, str] | None = None) -> str:
+        """Commit a binary artifact (PNG, HTML, JSON, checkpoint file) atomically; returns its URI."""
+        validate_partition_key(name)
+        folder = self.partition_path(group, asset, partition)
+        final = f"{folder}/{name}"
+        where = self.full_uri(final)
+        staging = self._staging_path(folder, "")
+        try:
+            self.fs.create_dir(folder, recursive=True)
+            self.fs.create_dir(staging.rsplit("/", 1)[0], recursive=True)
+            with self.fs.open_output_stream(staging) as out:
+                out.write(payload)
+        except OSError as exc:
+            raise translate_storage_error(exc, where) from exc
+        self._commit(staging, final, where)
+        return where
+
+    def read_bytes(self, group: str, asset: str, name: str, partition: Mapping[str, str] | None = None) -> bytes:
+        """Read a binary artifact written by ``write_bytes``."""
+        path = f"{self.partition_path(group, asset, partition)}/{validate_partition_key(name)}"
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return f.read()
+        except OSError as exc:
+            raise translate_storage_error(exc, self.full_uri(path)) from exc
+
+    def delete_partition(self, group: str, asset: str, partition: Mapping[str, str]) -> None:
+        """Remove one partition folder (used to drop partitions that no longer exist upstream)."""
+        try:
+            self.fs.delete_dir(self.partition_path(group, asset, partition))
+        except FileNotFoundError:
+            pass
+
+    # ---------------------------------------------------------------- reads
+    def _part_files(self, group: str, asset: str) -> list[str]:
+        base = self.table_path(group, asset)
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        except OSError as exc:
+            raise translate_storage_error(exc, self.full_uri(base)) from exc
+        return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.base_name == PART_FILE)
+
+    def part_uris(self, group: str, asset: str) -> list[str]:
+        """URIs of every committed partition file (``file://`` or ``s3://``), e.g. for Spark readers."""
+        return [f"s3://{p}" if self.is_s3 else f"file://{p}" for p in self._part_files(group, asset)]
+
+    def exists(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> bool:
+        """True when the table (or the given partition) has committed data."""
+        if partition is not None:
+            path = f"{self.partition_path(group, asset, partition)}/{PART_FILE}"
+            try:
+                return self.fs.get_file_info(path).type == pafs.FileType.File
+            except OSError as exc:
+                raise translate_storage_error(exc, self.full_uri(path)) from exc
+        return bool(self._part_files(group, asset))
+
+    def partitions(self, group: str, asset: str) -> list[dict[str, str]]:
+        """Committed partitions of a table as ``{dim: key}`` dicts (empty dict for an unpartitioned table)."""
+        base = self.table_path(group, asset)
+        out = []
+        for f in self._part_files(group, asset):
+            rel = f[len(base) + 1 : -len(PART_FILE) - 1]
+            out.append(dict(seg.split("=", 1) for seg in rel.split("/") if seg))
+        return out
+
+    def dataset(self, group: str, asset: str, partitions: Iterable[Mapping[str, str]] | None = None) -> ds.Dataset:
+        """A pyarrow dataset over every committed partition (or the ``partitions`` given, each of
+        which must exist), with hive partition columns."""
+        files = self._part_files(group, asset)
+        if partitions is not None:
+            wanted = [f"{self.partition_path(group, asset, p)}/{PART_FILE}" for p in partitions]
+            missing = sorted(set(wanted) - set(files))
+            if missing:
+                raise InputError(f"table {group}/{asset} lacks {len(missing)} requested partition(s), e.g. {self.full_uri(missing[0])}")
+            files = wanted
+        if not files:
+            raise InputError(f"table {group}/{asset} has no committed data in the lake at {self.full_uri(self.table_path(group, asset))}")
+        base = self.table_path(group, asset)
+        try:
+            # partitions of one table may hold different column sets (e.g. scores per source): unify
+            file_schema = pa.unify_schemas([pq.read_schema(f, filesystem=self.fs) for f in files], promote_options="permissive")
+            # partition columns already stored in the files (e.g. sweeps.sweep_file) are not added twice
+            dims = [seg.split("=", 1)[0] for seg in files[0][len(base) + 1 :].split("/")[:-1]]
+            part_schema = pa.schema([(d, pa.string()) for d in dims if d not in file_schema.names])
+            return ds.dataset(
+                files,
+                schema=pa.unify_schemas([file_schema, part_schema]) if len(part_schema) else file_schema,
+                filesystem=self.fs,
+                format="parquet",
+                partitioning=ds.partitioning(part_schema, flavor="hive") if len(part_schema) else None,
+                partition_base_dir=base,
+            )
+        except OSError as exc:
+            raise translate_storage_error(exc, self.full_uri(self.table_path(group, asset))) from exc
+
+    @contextmanager
+    def _reading_partition(self, group: str, asset: str, partition: Mapping[str, str]) -> Iterator[str]:
+        """Path of a committed partition file; a missing one or a storage failure while reading it
+        becomes InputError / CredentialError naming the partition."""
+        path = f"{self.partition_path(group, asset, partition)}/{PART_FILE}"
+        try:
+            yield path
+        except FileNotFoundError as exc:
+            raise InputError(f"partition {dict(partition)} of {group}/{asset} is not in the lake ({self.full_uri(path)})") from exc
+        except OSError as exc:
+            raise translate_storage_error(exc, self.full_uri(path)) from exc
+
+    def read_table(
+        self,
+        group: str,
+        asset: str,
+        partition: Mapping[str, str] | None = None,
+        columns: list[str] | None = None,
+        filter: ds.Expression | None = None,
+    ) -> pa.Table:
+        """Read a whole table, or one partition (without its partition columns)."""
+        if partition is None:
+            return self.dataset(group, asset).to_table(columns=columns, filter=filter)
+        with self._reading_partition(group, asset, partition) as path:
+            return pq.read_table(path, filesystem=self.fs, columns=columns, filters=filter)
+
+    def iter_batches(
+        self,
+        group: str,
+        asset: str,
+        columns: list[str] | None = None,
+        filter: ds.Expression | None = None,
+        batch_size: int = 4096,
+        partition: Mapping[str, str] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream a table's (or one partition's) record batches with bounded memory; a partition
+        is read without its partition columns."""
+        if partition is None:
+            yield from self.dataset(group, asset).to_batches(columns=columns, filter=filter, batch_size=batch_size)
+            return
+        with self._reading_partition(group, asset, partition) as path:
+            yield from ds.dataset(path, filesystem=self.fs, format="parquet").to_batches(columns=columns, filter=filter, batch_size=batch_size)
+
+    def read_schema(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> pa.Schema:
+        """Schema of a table (or one partition) from one Parquet footer (no data read)."""
+        if partition is not None:
+            with self._reading_partition(group, asset, partition) as path:
+                return pq.read_schema(path, filesystem=self.fs)
+        files = self._part_files(group, asset)
+        if not files:
+            raise InputError(f"table {group}/{asset} has no committed data")
+        return pq.read_schema(files[0], filesystem=self.fs)
+
+    def count_rows(self, group: str, asset: str) -> int:
+        """Row count from Parquet footers."""
+        return sum(pq.ParquetFile(f, filesystem=self.fs).metadata.num_rows for f in self._part_files(group, asset))
+
+    def tables(self) -> list[tuple[str, str]]:
+        """(group, asset) of every table with committed data."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True, allow_not_found=True))
+        except OSError as exc:
+            raise translate_storage_error(exc, self.full_uri(self.root)) from exc
+        found = set()
+        for i in infos:
+            if i.type == pafs.FileType.File and i.base_name == PART_FILE:
+                rel = i.path[len(self.root) + 1 :].split("/")
+                if len(rel) >= 3 and not rel[0].startswith("_"):
+                    found.add((rel[0], rel[1]))
+        return sorted(found)
+
+    def remove_partitions(self, dimension: str, keep: Iterable[str], probe: tuple[str, str]) -> list[dict]:
+        """Delete, from every table partitioned by ``dimension``, the partitions whose key is not in
+        ``keep`` (e.g. the partitions of sweep files that left the survey, which must not keep
+        feeding readers of the whole table). ``probe`` (group, table) is listed first: when all its
+        partitions are kept nothing else is listed. Returns ``[{"table": "<group>/<table>",
+        "partition": {...}}]`` of what was removed."""
+        keep = set(keep)
+        if all(p.get(dimension) in keep for p in self.partitions(*probe)):
+            return []
+        removed = []
+        for group, asset in self.tables():
+            for part in self.partitions(group, asset):
+                if dimension in part and part[dimension] not in keep:
+                    self.delete_partition(group, asset, part)
+                    removed.append({"table": f"{group}/{asset}", "partition": part})
+        return removed
+
+    def describe(self) -> str:
+        """The lake's URI and endpoint, without credentials."""
+        return json.dumps({"uri": self.uri, "s3_endpoint": self.s3_endpoint})
+
+    def inflight(self) -> "Lake":
+        """The lake's in-flight area (:data:`INFLIGHT_DIR`), a scratch store for resumable work."""
+        return self.subtree(INFLIGHT_DIR)
+
+    def table(self, group: str, name: str) -> "LakeTable":
+        """A handle on the table ``group/name`` (the science library's ``PartitionedTable``)."""
+        return LakeTable(self, _validate_name("group", group), _validate_name("asset", name))
+
+    @contextmanager
+    def local_folder(self, group: str, asset: str, partition: Mapping[str, str]) -> Iterator[str]:
+        """A local path holding a partition's files: the folder itself on a local lake, a temporary
+        copy of it (removed afterwards) on S3."""
+        path = self.partition_path(group, asset, partition)
+        if not self.is_s3:
+            yield path
+            return
+        local = tempfile.mkdtemp(prefix="dhs_lake_")
+        try:
+            try:
+                pafs.copy_files(path, local, source_filesystem=self.fs, destination_filesystem=pafs.LocalFileSystem())
+            except OSError as exc:
+                raise translate_storage_error(exc, self.full_uri(path)) from exc
+            yield local
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class LakeTable:
+    """One table of a :class:`Lake`: what the science library receives where it reads or writes a
+    table (``darkhaloscope.storage.PartitionedTable``). Picklable, so it travels to Spark tasks."""
+
+    lake: Lake
+    group: str
+    name: str
+
+    def location(self, partition: Mapping[str, str] | None = None) -> str:
+        return self.lake.full_uri(self.lake.partition_path(self.group, self.name, partition))
+
+    def partitions(self) -> list[dict[str, str]]:
+        return self.lake.partitions(self.group, self.name)
+
+    def exists(self, partition: Mapping[str, str] | None = None) -> bool:
+        return self.lake.exists(self.group, self.name, partition)
+
+    def schema(self, partition: Mapping[str, str] | None = None) -> pa.Schema:
+        return self.lake.read_schema(self.group, self.name, partition)
+
+    def read(self, partition: Mapping[str, str] | None = None, columns: list[str] | None = None,
+             filter: ds.Expression | None = None) -> pa.Table:
+        return self.lake.read_table(self.group, self.name, partition, columns, filter)
+
+    def batches(self, columns: list[str] | None = None, filter: ds.Expression | None = None, batch_size: int = 4096,
+                partition: Mapping[str, str] | None = None) -> Iterator[pa.RecordBatch]:
+        return self.lake.iter_batches(self.group, self.name, columns, filter, batch_size, partition)
+
+    def dataset(self, partitions: Iterable[Mapping[str, str]] | None = None) -> ds.Dataset:
+        return self.lake.dataset(self.group, self.name, partitions)
+
+    def write(self, data: pa.Table | Iterable[pa.RecordBatch], schema: pa.Schema | None = None,
+              partition: Mapping[str, str] | None = None, row_group_size: int = 64_000) -> CommitInfo:
+        return self.lake.write_table(self.group, self.name, data, schema, partition, row_group_size)
+
+    def delete(self, partition: Mapping[str, str]) -> None:
+        self.lake.delete_partition(self.group, self.name, partition)
+
+    def local_folder(self, partition: Mapping[str, str]):
+        return self.lake.local_folder(self.group, self.name, partition)

@@ -1,0 +1,167 @@
+"""Read-only SQL over the lake with DuckDB: every table is a view named after its asset.
+
+Tables are registered as Arrow datasets over the lake's filesystem (local or S3), so DuckDB needs
+no network extension and touches nothing but the lake. Only SELECT statements run; external
+access (reading or writing other files, ATTACH, COPY) is disabled and the configuration locked
+before the user's SQL is executed.
+
+Limits: a query is interrupted (DuckDB ``interrupt()``) when it has not finished within its
+timeout, fetching included, and its rows are fetched in a stream, at most ``max_rows`` of them, so
+neither a runaway query nor a huge result can hold the caller.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import threading
+from dataclasses import dataclass
+
+import duckdb
+
+from darkhaloscope.errors import InputError
+from .lake import Lake
+
+_ALLOWED = {duckdb.StatementType.SELECT}
+#: Seconds a query may run (``dhs query --timeout``) and rows it may return (``--max-rows``).
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_ROWS = 10_000
+_FETCH_ROWS = 2048
+
+
+class QueryTimeout(InputError):
+    """The query was interrupted because it ran past its timeout."""
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """Column names, rows (at most the row cap) and whether the query had more rows than that."""
+
+    columns: list[str]
+    rows: list[tuple]
+    truncated: bool
+
+
+def connect(lake: Lake) -> duckdb.DuckDBPyConnection:
+    """In-memory DuckDB connection with one view per committed lake table, external access off."""
+    con = duckdb.connect(":memory:")
+    for group, asset in lake.tables():
+        con.register(asset, lake.dataset(group, asset))
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def check_read_only(sql: str) -> None:
+    """Raise InputError unless every statement in ``sql`` is a SELECT."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise InputError(f"cannot parse SQL: {exc}") from exc
+    if not statements:
+        raise InputError("no SQL statement given")
+    for st in statements:
+        if st.type not in _ALLOWED:
+            raise InputError(
+                f"refused: `dhs query` is read-only and only runs SELECT statements, not {_statement_name(st)} "
+                "(materialize assets with `dhs materialize` to change the lake)"
+            )
+
+
+def _statement_name(statement) -> str:
+    """The statement's own leading keywords (DuckDB files INSTALL under LOAD, so its type name would mislead)."""
+    words = statement.query.split()
+    if statement.type == duckdb.StatementType.LOAD and words:
+        lead = [w.upper() for w in words[:2]]
+        return "FORCE INSTALL" if lead == ["FORCE", "INSTALL"] else lead[0]
+    return statement.type.name
+
+
+def query(lake: Lake, sql: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_rows: int | None = DEFAULT_MAX_ROWS) -> QueryResult:
+    """Run a read-only query within ``timeout_s`` seconds, returning at most ``max_rows`` rows (None: all).
+
+    Raises InputError for refused or failing SQL and :class:`QueryTimeout` when the query was
+    interrupted at its timeout.
+    """
+    if not timeout_s > 0 or (max_rows is not None and max_rows < 1):
+        raise InputError(f"timeout must be > 0 seconds and max rows >= 1, got timeout={timeout_s}, max rows={max_rows}")
+    check_read_only(sql)
+    con = connect(lake)
+    expired = threading.Event()
+
+    def interrupt() -> None:
+        expired.set()
+        con.interrupt()
+
+    timer = threading.Timer(timeout_s, interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        cur = con.execute(sql)
+        rows: list[tuple] = []
+        while max_rows is None or len(rows) <= max_rows:
+            chunk = cur.fetchmany(_FETCH_ROWS)
+            if not chunk:
+                break
+            rows += chunk
+        truncated = max_rows is not None and len(rows) > max_rows
+        return QueryResult([d[0] for d in cur.description], rows[:max_rows] if truncated else rows, truncated)
+    except duckdb.Error as exc:
+        if expired.is_set():
+            raise QueryTimeout(f"query interrupted after {timeout_s:g} s (the timeout): narrow it, or allow more with --timeout") from exc
+        raise InputError(f"query failed: {exc}") from exc
+    finally:
+        timer.cancel()
+        con.close()
+
+
+def run_query(lake: Lake, sql: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[list[str], list[tuple]]:
+    """Run a read-only query within ``timeout_s`` seconds; returns (column names, every row)."""
+    result = query(lake, sql, timeout_s=timeout_s, max_rows=None)
+    return result.columns, result.rows
+
+
+def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
+    """Render query results as an aligned text table, CSV or JSON (one object per row)."""
+    if fmt == "json":
+        return json.dumps([dict(zip(columns, r)) for r in rows], default=str, indent=None)
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows(rows)
+        return buf.getvalue().rstrip("\n")
+    if fmt != "table":
+        raise InputError(f"unknown format {fmt!r}; use table, csv or json")
+    cells = [[_cell(v) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    line = lambda vals: " | ".join(v.ljust(w) for v, w in zip(vals, widths))  # noqa: E731
+    out = [line(columns), "-+-".join("-" * w for w in widths)] + [line(r) for r in cells]
+    out.append(f"({len(rows)} rows)")
+    return "\n".join(out)
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (list, tuple)) and len(v) > 6:
+        return f"[{len(v)} values]"
+    return str(v)
+
+
+def describe_tables(lake: Lake) -> list[dict]:
+    """Each committed table: name, group, row count (from footers), partitions and URI."""
+    out = []
+    for group, asset in lake.tables():
+        parts = lake.partitions(group, asset)
+        out.append(
+            {
+                "table": asset,
+                "group": group,
+                "rows": lake.count_rows(group, asset),
+                "partitions": len([p for p in parts if p]),
+                "uri": lake.full_uri(lake.table_path(group, asset)),
+            }
+        )
+    return out

@@ -1,1 +1,0 @@
-"""Jobs that run outside the Dagster process, launched through Dagster Pipes."""

@@ -1,0 +1,219 @@
+"""The one publish path of every lake asset: stage → audit → gate, from the tables registry.
+
+:func:`lake_asset` turns a function into a Dagster asset (one table) or multi-asset (several) whose
+key, group, partitions and asset checks come from the registry entries (``table_registry``). The
+function reads its inputs, calls the library and returns a :class:`Publish`: for each table, its
+data (an Arrow table, which is staged here, or what it staged itself with :func:`stage`), the
+outcomes of the audits only it can run, and its metadata. Then, in the asset's own step:
+
+1. every table with a contract is audited against it on the staged data (every partition);
+2. each declared audit must have an outcome (a missing one is a programming error, named);
+3. :func:`gate` reports every outcome as the asset check of the same name and, when a blocking
+   audit failed, moves the staged data to ``_rejected/`` and fails the step without retries —
+   nothing is published and no materialization is recorded, so the published version stays as
+   it was, byte for byte; otherwise the lake IO manager publishes the staged tables.
+
+Bad input (:data:`~darkhaloscope.errors.PERMANENT_ERRORS`) raised by the function fails the step
+once, without retries: retrying only repeats the error.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping, Sequence
+
+import dagster as dg
+import pyarrow as pa
+
+from darkhaloscope.errors import PERMANENT_ERRORS
+from lakehouse.audits import AuditOutcome, blocking_failures, combine, contract_audit
+from lakehouse.staging import Stage, StagedTable
+from table_registry import Table
+
+from .partitions import partitions_def
+
+OWNERS = ["team:dark-halo-scope"]
+
+
+@dataclass
+class Publish:
+    """What a lake asset's function returns.
+
+    ``tables``: per registry table, an Arrow table (staged here, in the run's partition) or the
+    staged tables it wrote itself (one per partition); ``audits``: per table, the outcomes of its
+    audits other than the contract (an outcome named like the contract audit refines it: it is
+    consulted when the contract holds); ``metadata``: per table, materialization metadata;
+    ``after``: called once the tables are published (e.g. to drop in-flight chunks)."""
+
+    tables: Mapping[Table, pa.Table | StagedTable | Sequence[StagedTable]]
+    audits: Mapping[Table, Sequence[AuditOutcome]] = field(default_factory=dict)
+    metadata: Mapping[Table, Mapping] = field(default_factory=dict)
+    after: Callable[[], None] | None = None
+
+
+def check_specs(table: Table) -> list[dg.AssetCheckSpec]:
+    """One asset check per audit of ``table``, blocking exactly when the audit blocks publication."""
+    key = dg.AssetKey(list(table.key))
+    return [dg.AssetCheckSpec(a.name, asset=key, blocking=a.blocking, description=a.description) for a in table.audits]
+
+
+def as_metadata(values: Mapping) -> dict:
+    """Dagster metadata from a plain dict: JSON for containers, scalars as they are."""
+    return {str(k): dg.MetadataValue.json(v) if isinstance(v, (dict, list, tuple)) or v is None else v for k, v in values.items()}
+
+
+def markdown_table(table: pa.Table) -> str:
+    """A small Arrow table as a Markdown table (for materialization metadata)."""
+    cols = table.column_names
+    rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    rows += ["| " + " | ".join(str(v) for v in r.values()) + " |" for r in table.to_pylist()]
+    return "\n".join(rows)
+
+
+def stage(context: dg.AssetExecutionContext) -> Stage:
+    """The run's staging area (opened, and orphans swept, on first use in the run)."""
+    return context.resources.lake.stage(context)
+
+
+def staged_table(context: dg.AssetExecutionContext, table: Table, partition_key: str | None = None) -> StagedTable:
+    """The staged table (or its partition ``partition_key``, by default the run's partition)."""
+    if table.partitioned_by is None:
+        return stage(context).table(*table.key)
+    key = partition_key if partition_key is not None else context.partition_key
+    return stage(context).table(*table.key, {table.partitioned_by: key})
+
+
+def lake_asset(*tables: Table, code_version: str, kinds: set[str] | None = None, **asset_kwargs):
+    """Decorator: the function becomes the asset publishing ``tables`` (registry entries, one group)
+    through :class:`Publish` (module doc). ``asset_kwargs`` go to ``dg.asset`` / ``dg.multi_asset``
+    (``ins``, ``deps``, ``pool``, ``backfill_policy``, ``retry_policy``, ...)."""
+    groups = {t.group for t in tables}
+    if len(groups) != 1:
+        raise ValueError(f"one asset publishes tables of one group, got {sorted(groups)}")
+    specs = [c for t in tables for c in check_specs(t)]
+    parts = {partitions_def(t.partitioned_by) for t in tables}
+    if len(parts) != 1:
+        raise ValueError(f"tables {[t.path for t in tables]} are partitioned differently")
+    common = dict(group_name=tables[0].group, partitions_def=parts.pop(), check_specs=specs, **asset_kwargs)
+
+    def decorate(fn):
+        if "lake" not in inspect.signature(fn).parameters:
+            raise TypeError(f"{fn.__name__} must take the lake resource (lake: LakeResource): it stages the tables")
+        @functools.wraps(fn)
+        def body(context: dg.AssetExecutionContext, *args, **kwargs):
+            with fail_fast_on_bad_input():
+                result = fn(context, *args, **kwargs)
+                if not isinstance(result, Publish):
+                    raise TypeError(f"{fn.__name__} must return a Publish, got {type(result).__name__}")
+                staged = {t: _staged(context, t, result.tables[t]) for t in tables}
+                outcomes = {t: _audits(t, staged[t], result.audits.get(t, ())) for t in tables}
+            yield from gate(context, {t.key: (staged[t], outcomes[t]) for t in tables},
+                            {t.key: as_metadata(result.metadata.get(t, {})) for t in tables})
+            if result.after is not None:
+                result.after()
+
+        if len(tables) == 1:
+            t = tables[0]
+            return dg.asset(key=list(t.key), code_version=code_version, kinds=kinds, owners=OWNERS,
+                            description=fn.__doc__ or t.description, **common)(body)
+        outs = {t.name: dg.AssetOut(key=list(t.key), code_version=code_version, kinds=kinds, owners=OWNERS,
+                                    description=t.description) for t in tables}
+        return dg.multi_asset(outs=outs, name=fn.__name__, description=fn.__doc__, **common)(body)
+
+    return decorate
+
+
+def _staged(context: dg.AssetExecutionContext, table: Table, data) -> list[StagedTable]:
+    if isinstance(data, pa.Table):
+        staged = staged_table(context, table)
+        staged.write(data)
+        return [staged]
+    return [data] if isinstance(data, StagedTable) else list(data)
+
+
+def _audits(table: Table, staged: list[StagedTable], given: Sequence[AuditOutcome]) -> list[AuditOutcome]:
+    """The contract audit (every partition, refined by the function's outcome of the same name
+    where it holds), then the function's other outcomes; every declared audit must be there."""
+    outcomes = list(given)
+    audit = table.contract_audit
+    if audit is not None:
+        checked = combine([contract_audit(audit, s.dataset(), table.contract) for s in staged], [s.label for s in staged])
+        refined = [o for o in outcomes if o.name == audit.name]
+        outcomes = [o for o in outcomes if o.name != audit.name]
+        outcomes.insert(0, refined[0] if checked[0].passed and refined else checked[0])
+    missing = sorted({a.name for a in table.audits} - {o.name for o in outcomes})
+    unknown = sorted({o.name for o in outcomes} - {a.name for a in table.audits})
+    if missing or unknown:
+        raise RuntimeError(f"{table.path}: audits declared but not run {missing}, run but not declared {unknown}")
+    return outcomes
+
+
+def data_version(staged: Sequence[StagedTable]) -> dg.DataVersion:
+    """Content hash of the staged files (over every partition of a multi-partition run)."""
+    hashes = [s.content_hash() for s in staged]
+    return dg.DataVersion(hashes[0] if len(hashes) == 1 else hashlib.sha256("".join(hashes).encode()).hexdigest()[:16])
+
+
+class BlockingAuditFailed(dg.Failure):
+    """A blocking audit failed on staged data: nothing was published (never retried)."""
+
+
+def _check_result(key: dg.AssetKey, outcome: AuditOutcome, staged: Sequence[StagedTable]) -> dg.AssetCheckResult:
+    parts = [s.partition for s in staged if s.partition]
+    md = as_metadata(outcome.metadata)
+    if parts:
+        md["partitions"] = dg.MetadataValue.json(parts)
+    return dg.AssetCheckResult(
+        asset_key=key, check_name=outcome.name, passed=outcome.passed, metadata=md, description=outcome.description[:2000],
+        severity=dg.AssetCheckSeverity.ERROR if outcome.severity == "ERROR" else dg.AssetCheckSeverity.WARN,
+    )
+
+
+def gate(
+    context: dg.AssetExecutionContext,
+    outputs: Mapping[Sequence[str], tuple[Sequence[StagedTable], Sequence[AuditOutcome]]],
+    metadata: Mapping[Sequence[str], Mapping] | None = None,
+) -> Iterator:
+    """Publish every staged output if no blocking audit failed, else reject them all.
+
+    ``outputs``: {asset key path: (staged tables or partitions, audit outcomes)}. Passing: yields
+    per asset a ``MaterializeResult`` carrying the staged tables (the IO manager publishes them;
+    data version = content hash) and then its check results. Failing: yields every check result,
+    moves all staged data to ``_rejected/`` and raises :class:`BlockingAuditFailed` naming the
+    failed checks and where the rejected data is kept.
+    """
+    keyed = {dg.AssetKey(list(k)): v for k, v in outputs.items()}
+    failed = [(k, o) for k, (_, outcomes) in keyed.items() for o in blocking_failures(list(outcomes))]
+    if failed:
+        for k, (staged, outcomes) in keyed.items():
+            yield from (_check_result(k, o, staged) for o in outcomes)
+        reason = {"run_id": context.run.run_id, "failed_checks": [{"asset": k.to_user_string(), "check": o.name, "description": o.description} for k, o in failed]}
+        kept = [s.reject(reason) for staged, _ in keyed.values() for s in staged]
+        names = ", ".join(f"{k.to_user_string()}:{o.name}" for k, o in failed)
+        raise BlockingAuditFailed(
+            description=f"blocking check(s) failed: {names} — {failed[0][1].description}. Nothing was published: "
+            f"the published version is unchanged. The rejected data is kept at {'; '.join(kept)} "
+            "(removed after DHS_REJECTED_KEEP_DAYS, default 7 days)",
+            metadata={"failed_checks": dg.MetadataValue.json([f"{k.to_user_string()}:{o.name}" for k, o in failed]),
+                      "rejected_at": dg.MetadataValue.json(kept)},
+            allow_retries=False,
+        )
+    for k, (staged, outcomes) in keyed.items():
+        md = dict((metadata or {}).get(tuple(k.path), {}))
+        yield dg.MaterializeResult(asset_key=k, value=list(staged), data_version=data_version(staged), metadata=md)
+        yield from (_check_result(k, o, staged) for o in outcomes)
+
+
+@contextmanager
+def fail_fast_on_bad_input() -> Iterator[None]:
+    """Permanent errors (bad input, refused credentials, a lake that is not a writable folder)
+    fail the step once, without retries: retrying only repeats the error (and could hammer a
+    service with bad credentials)."""
+    try:
+        yield
+    except PERMANENT_ERRORS as exc:
+        raise dg.Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
