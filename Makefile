@@ -41,10 +41,11 @@ test: setup chromium packaged-jdk
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# the instance settings (no telemetry, no first-visit dialog, retries, pools) are refreshed each time
+# the instance settings (instance/dagster.yaml: no telemetry, no first-visit dialog, retries, pools)
+# are refreshed each time
 ui: setup
-	mkdir -p .dagster_home && cp dagster.yaml .dagster_home/dagster.yaml
-	DAGSTER_HOME=$(CURDIR)/.dagster_home $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	mkdir -p .dagster_home && cp instance/dagster.yaml .dagster_home/dagster.yaml
+	DAGSTER_HOME=$(CURDIR)/.dagster_home $(BIN)/dg dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: setup
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b; done

@@ -23,7 +23,7 @@ def _instance():
     home.mkdir(parents=True, exist_ok=True)
     cfg = home / "dagster.yaml"
     if not cfg.exists():
-        shutil.copyfile(REPO_ROOT / "dagster.yaml", cfg)
+        shutil.copyfile(REPO_ROOT / "instance" / "dagster.yaml", cfg)
     return dg.DagsterInstance.get()
 
 

@@ -73,14 +73,8 @@ def test_the_code_location_loads_without_warnings():
     assert "Warning" not in out.stderr, out.stderr[-3000:]
 
 
-def test_library_never_imports_dagster():
-    root = REPO / "darkhaloscope"
-    offenders = [str(p) for p in root.rglob("*.py") if "import dagster" in p.read_text() or "from dagster" in p.read_text()]
-    assert offenders == []
-
-
 def test_instance_settings_retry_only_crashed_runs_and_open_the_ui_without_dialogs():
-    cfg = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "instance" / "dagster.yaml").read_text())
     assert cfg["run_retries"]["retry_on_asset_or_op_failure"] is False
     assert cfg["telemetry"]["enabled"] is False and cfg["nux"]["enabled"] is False
 

@@ -37,9 +37,10 @@ def free_port() -> int:
 
 
 class DagsterDev:
-    """``with DagsterDev(home, env) as ui:`` runs ``dagster dev -w workspace.yaml`` on a free
-    loopback port with DAGSTER_HOME=``home`` (given the repository's dagster.yaml) until the
-    block ends; ``ui.launch(...)`` starts a run like the UI's "Materialize" button."""
+    """``with DagsterDev(home, env) as ui:`` runs ``dg dev -w workspace.yaml`` (as ``make ui`` does) on
+    a free loopback port with DAGSTER_HOME=``home`` (given the repository's instance/dagster.yaml)
+    until the block ends; ``ui.launch(...)`` starts a run like the UI's "Materialize" button;
+    ``ui.startup_log`` is what it printed until the code location loaded."""
 
     def __init__(self, home: Path, env: dict, log: Path, timeout_s: float = 180.0):
         self.home, self.log_path, self.timeout_s = Path(home), Path(log), timeout_s
@@ -49,22 +50,24 @@ class DagsterDev:
 
     def __enter__(self) -> "DagsterDev":
         self.home.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(REPO / "dagster.yaml", self.home / "dagster.yaml")
-        dagster = Path(sys.executable).with_name("dagster")
+        shutil.copyfile(REPO / "instance" / "dagster.yaml", self.home / "dagster.yaml")
+        dg_cli = Path(sys.executable).with_name("dg")
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([str(dagster), "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(self.port)],
+        self.proc = subprocess.Popen([str(dg_cli), "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(self.port)],
                                      cwd=REPO, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"dagster dev exited: {self.log_path.read_text()[-3000:]}")
+                raise RuntimeError(f"dg dev exited: {self.log_path.read_text()[-3000:]}")
             try:
                 if self._loaded():
+                    self.log.flush()
+                    self.startup_log = self.log_path.read_text()
                     return self
             except requests.RequestException:
                 pass
             time.sleep(1.0)
-        raise TimeoutError(f"dagster dev did not load the code location in {self.timeout_s}s: {self.log_path.read_text()[-3000:]}")
+        raise TimeoutError(f"dg dev did not load the code location in {self.timeout_s}s: {self.log_path.read_text()[-3000:]}")
 
     def __exit__(self, *exc) -> None:
         os.killpg(self.proc.pid, signal.SIGTERM)
