@@ -25,7 +25,7 @@ from lakehouse.lake import STAGING_DIR
 from resources import ComputeResource, LakeResource
 from resources.compute import CatalogLaunchResource, QuietPySparkResource
 from table_registry import audits as checks
-from table_registry.tables import KNOWN_LENSES, NEGATIVES, POSITIVES, SELECTION_FUNNEL, SWEEPS, TRAINING_CATALOG, TRAINING_STRATA
+from table_registry.tables import NEGATIVES, POSITIVES, SELECTION_FUNNEL, SWEEPS, TRAINING_CATALOG, TRAINING_STRATA
 
 from .shared.publish import Publish, lake_asset, markdown_table, staged_table
 from .survey import known_lenses, sweeps

@@ -1,7 +1,6 @@
 """Contracts catch what they are for: missing or mistyped columns, duplicate keys, out-of-range values."""
 
 import pyarrow as pa
-import pytest
 
 from lakehouse.contracts import schema_problems, value_problems
 from table_registry.contracts import NEGATIVES, SWEEPS

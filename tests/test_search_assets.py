@@ -10,7 +10,6 @@ import re
 import dagster as dg
 import numpy as np
 import pyarrow as pa
-import pytest
 import torch
 
 from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_with_selection, select_negatives

@@ -23,7 +23,7 @@ from darkhaloscope.search.grades import (
     new_round, parse_grades_csv,
 )
 from darkhaloscope.search.streaming import (
-    SCORE_CHUNKS, STAMP_CHUNKS, InflightSearch, SearchSettings, coverage_problems, score_chunk, search_partition, unscorable_reasons,
+    InflightSearch, SearchSettings, coverage_problems, score_chunk, search_partition, unscorable_reasons,
 )
 from darkhaloscope.search.targets import funnel_preselected, search_targets
 from darkhaloscope.stats import jeffreys_interval
