@@ -4,7 +4,8 @@
   ResNet of Huang et al. / Paper IV (194,433 parameters there; about 200k here): a 5x5 stem, four
   stages of bottleneck blocks, and a 1x1 "shield" convolution after each stage that narrows the
   channels passed on. Small on purpose: with ~10^3 real lenses an 11M-parameter ResNet-18
-  overfits, and the shields raised Paper II's validation AUC from 0.992 to 0.997 at 60k parameters.
+  overfits, and the shields raised Paper II's validation AUC from 0.992 to 0.997 at 60k parameters
+  (Paper II: Huang et al. 2021, ApJ 909, 27; Paper IV: Inchausti et al. 2025).
 * ``strided_resnet`` — a small residual network that downsamples in its first layer (5x5 stride-2
   stem, then basic blocks at 16-32-64 channels, strides 1-2-2; about 80k parameters): a quarter of
   the stem's activations, so it learns on a CPU in minutes. Arcs (PSF FWHM 4-6 px) survive a
