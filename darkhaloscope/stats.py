@@ -7,8 +7,8 @@ finite real numbers; labels are 0/1; a metric needing both classes is NaN when o
 
 Two functions here are the project's own. :func:`weighted_auc_rows`, the Mann–Whitney AUC under
 many weightings at once (a bootstrap resample's counts of the rows or clusters it drew), which the
-AUC bootstrap uses because scikit-learn's per-call input checks cost ~2 ms per resample
-(``benchmarks/bench_stats.py``); ``tests/test_stats.py`` holds it equal to
+AUC bootstrap uses because scikit-learn's per-call input checks dominate at the bootstrap's sizes
+(BENCHMARKS.md, summary table, row *AUC bootstrap*); ``tests/test_stats.py`` holds it equal to
 ``sklearn.metrics.roc_auc_score`` with ``sample_weight`` on random and tied scores.
 :func:`design_effect`, the variance inflation of a proportion whose trials share clusters (none of
 the kept libraries computes it); the tests hold it to its closed forms and the intervals built on

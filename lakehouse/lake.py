@@ -251,8 +251,8 @@ class Lake:
         try:
             with self.fs.open_output_stream(staging) as sink:
                 # Dictionary encoding only for strings: on float columns it is attempted, overflows
-                # and falls back per page, which costs ~5x the write time and yields larger files
-                # (measured on sweeps, benchmarks/bench_ingest.py).
+                # and falls back per page, which costs write time and yields larger files
+                # (BENCHMARKS.md, summary table, row *sweep ingestion*).
                 strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
                 with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True, use_dictionary=strings) as writer:
                     for batch in batches:

@@ -41,8 +41,9 @@ class TrainingSetConfig(dg.Config):
     validation arcs; ``faint_fraction``: the share of the training arcs accepted at the stream's
     lower ``faint_min_arc_snr`` instead; None keeps the profile's value, and either is refused with
     ``injections`` false. A lower threshold for every arc ranks faint arcs higher and costs
-    validation AUROC (its arcs are fainter too) and some bright-arc completeness; the faint share
-    keeps the bright arcs (BENCHMARKS.md, *The stream's S/N threshold sets how faint arcs rank*)."""
+    validation AUROC (its arcs are fainter too) and some bright-arc completeness (BENCHMARKS.md,
+    *The stream's S/N threshold sets how faint arcs rank*); the faint share keeps the bright arcs
+    (BENCHMARKS.md, *Half the training arcs faint*)."""
 
     weight_tier_a: float = TIER_WEIGHTS["A"]
     weight_tier_b: float = TIER_WEIGHTS["B"]

@@ -1,8 +1,9 @@
 """Positives: known galaxy-scale lenses cross-matched to sweep sources.
 
 Each graded galaxy-scale lens (kind 'galaxy', grade 'confident' -> tier A, 'probable' -> tier B)
-is matched to its nearest sweep source within ``radius_arcsec`` (default 1.5″; measured
-separations are 0.06–0.16″ typically, so 1.5″ leaves room without grabbing neighbours).
+is matched to its nearest sweep source within ``radius_arcsec`` (default 1.5″: a known lens's
+position is that of its lens galaxy, which its sweep source fits to a small fraction of that, so
+1.5″ leaves room without grabbing neighbours).
 
 Matching is split in two so that it runs at survey scale: :func:`match_candidates` finds every
 (lens, source) pair within the radius in one batch of sweep rows (what a Spark partition does

@@ -5,8 +5,9 @@ and the positives is one sweeps partition (one sweep file, the natural unit of a
 Spark schedules one task per file, and each task streams its file's Parquet straight from the lake
 with pyarrow and runs the library function on Arrow record batches
 (:func:`sweep_tasks.build_negative_partition`, :func:`crossmatch.match_candidates`). Rows never
-pass through Spark's row format, which is what costs a JVM-read-then-``mapInArrow`` design several
-times the in-process time (BENCHMARKS.md). The training catalog samples the negatives table as a
+pass through Spark's row format, whose conversion to Arrow, not the cuts, is what made a
+JVM-read-then-``mapInArrow`` design slower than the in-process path (BENCHMARKS.md, summary table,
+row *negative-pool build*). The training catalog samples the negatives table as a
 Spark DataFrame read the same way (:func:`negatives_dataframe`, :func:`training_catalog_on_spark`),
 with the hashes computed by :func:`sampling.sample_hash` in ``mapInArrow``. The driver calls the same reductions
 (:func:`crossmatch.reduce_matches`, :func:`sampling.stratum_quotas`, :func:`sampling.assemble_catalog`)

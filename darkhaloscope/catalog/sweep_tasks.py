@@ -40,8 +40,9 @@ SWEEP_INPUT_COLUMNS = tuple(
         ]
     )
 )
-#: Rows per record batch read from a sweep file (the cuts run at tens of millions of rows/s, so
-#: larger batches only cost memory).
+#: Rows per record batch read from a sweep file (the cuts are vectorised over the batch and their
+#: per-batch overhead is already small at this size, so larger batches only cost memory; their
+#: rate: BENCHMARKS.md, summary table, row *negative-pool build*).
 BATCH_ROWS = 262_144
 
 

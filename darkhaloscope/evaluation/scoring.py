@@ -24,8 +24,8 @@ INJECTION_META = [
     "injection_id", "theta_e_arcsec", "z_l", "z_s", "sigma_v_kms", "success", "failure_reason", "psf_fwhm_r",
     "psfdepth_r", "src_mag_r", "lensed_mag_r", "arc_snr", "magnification", "host_object_id",
 ]
-#: Scoring batch per device: on a CPU large batches of 101-px activations are memory-bound (see
-#: benchmarks/bench_scoring.py); a GPU wants large batches.
+#: Scoring batch per device: on a CPU large batches of 101-px activations are memory-bound
+#: (BENCHMARKS.md, summary table, row *scoring, compact model*); a GPU wants large batches.
 SCORE_BATCH = {"cpu": 16, "cuda": 512}
 #: The partition of the ``lens_finder`` table that holds the published checkpoint's files.
 CHECKPOINT_PARTITION = {"artifact": "checkpoint"}

@@ -12,8 +12,8 @@ the completeness):
   trials (``k n_effective / n_valid`` of them detected), deff the design effect of the rows'
   hosts (:func:`darkhaloscope.stats.design_effect`, floored at 1, so n_effective <= n_valid;
   Korn & Graubard 1998). A cell of the grid draws each host once, so there n_effective =
-  n_valid; a marginal pools the cells, and each host carries ~9 injections of the bank, so its
-  intervals widen by what the hosts' shared outcomes cost. Without ``host_object_id`` every
+  n_valid; a marginal pools the cells, and a host carries one injection in every cell that drew
+  it, so its intervals widen by what the hosts' shared outcomes cost. Without ``host_object_id`` every
   injection counts as its own host.
 * A cell with ``n_valid < min_count`` keeps its completeness but is flagged ``sufficient = False``.
 * Coarser bins are built by **adding counts**, never by averaging sub-bin completeness (an average
@@ -336,10 +336,11 @@ def marginal_completeness(
 def completeness_crossing(marginal: pa.Table, threshold_name: str, level: float = 0.5) -> float | None:
     """Where completeness first rises through ``level``, in the units of the binned column.
 
-    E.g. θ_E,50 (arcsec) from a :func:`marginal_completeness` table binned by ``theta_e_arcsec``
-    (science anchor 7). Uses only sufficient bins with a completeness, in order of bin centre, and
-    interpolates linearly between the two centres that bracket ``level``. Returns the first
-    centre when it already reaches ``level``, and None when no bin does.
+    E.g. θ_E,50 (arcsec), the Einstein radius at which half the injections are found, from a
+    :func:`marginal_completeness` table binned by ``theta_e_arcsec``. Uses only sufficient bins
+    with a completeness, in order of bin centre, and interpolates linearly between the two centres
+    that bracket ``level``. Returns the first centre when it already reaches ``level``, and None
+    when no bin does.
     """
     require_columns(marginal, ("threshold_name", "bin_centre", "completeness", "sufficient"),
                     "marginal completeness")

@@ -282,7 +282,9 @@ def shortcut_gate(auc_table: pa.Table, min_annulus_auc: float = 0.55, max_yellow
 
 
 def core_brightness_ratio(features: pa.Table, labels, feature: str = "core_brightness_r8") -> float:
-    """Mean of ``feature`` over positives divided by its mean over negatives (gate 1.8: ideally 0.95–1.05)."""
+    """Mean of ``feature`` over positives divided by its mean over negatives (dimensionless; ideally
+    0.95–1.05: positives whose cores are brighter than the negatives' carry the core-brightness
+    shortcut)."""
     y = np.asarray(labels)
     if feature not in features.column_names:
         raise InputError(f"feature table lacks column {feature!r}")

@@ -4,8 +4,8 @@ DR10 coadds are fpack files: the image is cut into 100² tiles, each compressed 
 stored as one row of a binary table (the FITS tiled-image convention, FITS Standard 4.0 §10;
 Pence et al. 2009, PASP 121, 1387). A 101² stamp touches 4 to 9 tiles. astropy's
 ``CompImageHDU.section`` decodes exactly those, but re-validates the compression header on every
-call, which is ≈ 85 % of the time of a stamp read from a DR10-like file
-(``benchmarks/bench_cutouts.py``). :class:`TiledImage` reads the header once per file, decodes a
+call, which takes most of the time of a stamp read from a DR10-like file (BENCHMARKS.md, summary
+table, row *cutouts from coadd bricks*). :class:`TiledImage` reads the header once per file, decodes a
 tile the first time a window touches it and keeps it for the other targets of the brick, so a
 brick costs at most one decompression of each of its tiles.
 

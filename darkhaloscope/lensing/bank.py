@@ -83,8 +83,8 @@ class InjectionConfig:
         return _grid(*self.z_l_grid)
 
 
-#: Injections per (θ_E, z_l) cell and tasks per batch, by profile: ``demo`` renders in seconds
-#: on 2 CPU cores, ``full`` is sized for survey-scale selection functions on a GPU.
+#: Injections per (θ_E, z_l) cell and tasks per batch, by profile: ``demo`` is sized for the demo on
+#: 2 CPU cores, ``full`` for survey-scale selection functions on a GPU.
 PROFILE_SIZES = {"demo": {"per_cell": 12, "batch_size": 600}, "full": {"per_cell": 500, "batch_size": 4096}}
 
 

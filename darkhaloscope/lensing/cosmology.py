@@ -60,8 +60,8 @@ def _lensing_ratio(z_l, z_s, cosmo) -> np.ndarray:
     c = get_cosmology(cosmo)
     zmax = float(z_s.max()) if z_s.size else 0.0
     if getattr(c, "Ok0", None) == 0 and zmax <= _TABLE_ZMAX:
-        # Flat: D_ds / D_s = (D_C(z_s) - D_C(z_l)) / D_C(z_s), from a cached table (astropy's
-        # per-element quadrature costs ~ms per redshift pair, far too slow for 1e6 tasks).
+        # Flat: D_ds / D_s = (D_C(z_s) - D_C(z_l)) / D_C(z_s), from a cached table (astropy
+        # integrates one quadrature per redshift pair, far too slow for 1e6 tasks).
         z_tab, dc_tab = _comoving_table(c)
         dc_l = np.interp(z_l, z_tab, dc_tab)
         dc_s = np.interp(z_s, z_tab, dc_tab)

@@ -27,16 +27,18 @@ the pixels with invvar > 0. It is the S/N with which a detector that knew the ar
 it, so it bounds every aperture S/N sum(arc)/sqrt(sum(1/invvar)) from above (Cauchy-Schwarz): an
 arc of S/N < 2 is invisible to any finder. It is linear in the source flux, so an arc spread
 thinly over many pixels below 1 sigma each counts with all its light (a sum over the pixels above
-1 sigma gave a third of the arcs of 22-26 mag sources exactly 0, whatever their flux).
+1 sigma gave such arcs exactly 0, whatever their flux: BENCHMARKS.md, *The arc S/N as a matched
+filter*).
 
 Magnification: extended-source mu = lensed flux inside the stamp (no PSF) / the source's total flux,
 which the unit-flux profile makes exactly 1, so mu is the lensed image's flux fraction. The ratio to
 the unlensed source rendered on the same grid (lenstronomy's
 image(unconvolved)/source_surface_brightness(de_lensed)) carries that render's quadrature error into
 mu: a source under a pixel across is sampled near its cusp by a few sub-pixels only, while its
-images, stretched by mu, are sampled finely. For θ_E = 0.75″ and a 0.18″ n = 1.9 source near the
-caustic the ratio gave 7.69, this definition 8.47, lenstronomy at 12x supersampling 8.44
-(tests/test_lensing_vs_lenstronomy.py).
+images, stretched by mu, are sampled finely. For a compact source near the caustic the ratio falls
+short of lenstronomy at a fine supersampling and this definition agrees with it
+(``test_magnification_of_a_compact_source_near_the_caustic`` in tests/test_lensing_vs_lenstronomy.py;
+BENCHMARKS.md, *The bank's magnification for compact sources*).
 """
 
 from __future__ import annotations
@@ -53,8 +55,10 @@ from ..psf import MAX_KERNEL_RADIUS_PIX, MOFFAT_BETA, SURVEY_PSF_PROFILE, kernel
 from .sie import LensBatch, ray_shoot
 from .source import SourceBatch, unit_flux_surface_brightness
 
-#: Points per elementwise chunk: ~64k float32 temporaries stay in cache, which on a CPU is several
-#: times faster than streaming (B, 404, 404) arrays through memory; on a GPU it bounds memory.
+#: Points per elementwise chunk: on a CPU ~64k float32 temporaries stay in cache instead of
+#: streaming (B, 404, 404) arrays through memory; on a GPU it bounds memory. The chunk changes the
+#: arcs by float32 round-off, so it is fixed (BENCHMARKS.md, *The catalog rows preprocessed once*,
+#: times other sizes).
 _CHUNK_POINTS = 65536
 
 

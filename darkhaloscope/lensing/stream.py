@@ -16,11 +16,11 @@ also the paired control of its own injections, as a negative of the same epoch).
 the first of its tries whose r-band matched-filter S/N against that host's noise (``render.arc_snr``)
 reaches the slot's threshold: ``min_arc_snr``, or ``faint_min_arc_snr`` for the share
 ``faint_fraction`` of the training slots (:func:`slot_thresholds`). One threshold trades the bright
-arcs against the faint ones: training on arcs of S/N >= 3 rather than 10 ranks the demo's S/N 2-5
-injections higher (AUROC 0.77-0.79 against 0.71-0.74) and costs 0.01-0.03 of completeness at
-S/N >= 50, below its 0.90 target. Half the slots at each keeps both (BENCHMARKS.md, *Half the
-training arcs faint*). Re-drawing per host keeps shallow and deep hosts equally represented among
-the positives; the selection function measures completeness at every S/N.
+arcs against the faint ones: a lower one ranks faint injections higher and costs completeness on
+the bright arcs (BENCHMARKS.md, *The stream's S/N threshold sets how faint arcs rank*); half the
+slots at each keeps both (BENCHMARKS.md, *Half the training arcs faint*). Re-drawing per host keeps
+shallow and deep hosts equally represented among the positives; the selection function measures
+completeness at every S/N.
 
 Speed: arcs are rendered only in the central ``window`` x ``window`` pixels (an arc of θ_E = 3″
 with β ≤ 0.4 θ_E and its PSF wings loses < 0.1 % of its flux outside 65 px; tested), in chunks of
@@ -43,8 +43,9 @@ from .bank import HOST_COLUMNS, InjectionConfig, _build_tasks, _col, task_batche
 from .priors import PriorRegistry, Prior, draw_system_parameters
 from .render import RenderConfig, add_poisson_noise, arc_snr, render_lensed_sources
 
-#: Tries per injection slot before it keeps its brightest (the S/N cut and the physical cuts accept
-#: about half of the tries on a typical host, so 16 failures in a row mark a very shallow host).
+#: Tries per injection slot before it keeps its brightest. On a typical host most tries pass the S/N
+#: cut and the physical cuts (the tries per accepted arc: BENCHMARKS.md, summary table, row *training
+#: on the fly*), so this many failures in a row mark a very shallow host.
 MAX_TRIES_PER_SLOT = 16
 
 
@@ -246,10 +247,10 @@ def draw_injections(hosts: pa.Table, host_invvar: np.ndarray, spec: StreamSpec, 
 
     hosts: table with HOST_COLUMNS, one row per host stamp; host_invvar: (N, 3, S, S) [1/nmgy^2].
     Slot (host, i) takes the first of its tries j = 0, 1, ... (seed stable_hash64(salt, *key,
-    host object id, i, j)) that passes the physical cuts with an arc S/N of at least
-    ``min_arc_snr`` against that host's noise: every host gets its arcs, shallow hosts as often as
-    deep ones (host depth cannot become a label). A slot with no such try among
-    MAX_TRIES_PER_SLOT keeps its brightest (counted in ``StreamDraw.n_below_min``).
+    host object id, i, j)) that passes the physical cuts with an arc S/N of at least the slot's
+    threshold (:func:`slot_thresholds`) against that host's noise: every host gets its arcs,
+    shallow hosts as often as deep ones (host depth cannot become a label). A slot with no such try
+    among MAX_TRIES_PER_SLOT keeps its brightest (counted in ``StreamDraw.n_below_min``).
     Tries are rendered in chunks of ``spec.render_chunk`` slots. Row k of the draw is slot k in
     host-major order.
     """

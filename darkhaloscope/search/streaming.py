@@ -65,10 +65,11 @@ class SearchSettings:
     """chunk: targets per image-source request (and per scoring call); keep_threshold: a row's stamp
     is kept when its calibrated score is >= this; size: stamp side in pixels.
 
-    The default keep-threshold sits below the demo's fpr=1e-2 threshold (calibrated score ~0.97) so
-    every candidate's stamp is kept, while at 0.5 about a quarter of the held-out negatives would
-    be (their false-positive rate at score 0.5 is ~0.26): storage must follow the candidates, not
-    the survey. The gallery cuts any missing stamp again from the image source."""
+    The keep-threshold is meant to sit below the operating threshold (the thresholds table's
+    fpr=1e-2 row), so that a candidate's stamp is kept, and far above the bulk of the negatives'
+    scores, so that storage follows the candidates, not the survey (what the default was set
+    against: BENCHMARKS.md, *Projection: the full DR10 search*). The gallery cuts any missing stamp
+    again from the image source."""
 
     chunk: int = 256
     keep_threshold: float = 0.9
@@ -201,8 +202,8 @@ def search_partition(targets: pa.Table, source, model, spec, device: str, settin
             if done[i]:
                 progress(i, total, True)
     # The next chunk is cut in a thread while this one is scored, and the scoring leaves that
-    # thread a core: on 2 cores 1.2-1.3x faster than cutting and scoring in turn, while scoring
-    # on every core beside the cutter is no faster than taking turns (BENCHMARKS.md, survey search).
+    # thread a core: on 2 cores that is faster than cutting and scoring in turn, while scoring on
+    # every core beside the cutter is not (BENCHMARKS.md, summary table, row *survey search*).
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(max(1, torch_threads - 1))
     try:

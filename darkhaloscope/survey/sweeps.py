@@ -232,8 +232,8 @@ def _gather(f: BinaryIO, buf: bytearray, n: int, names: Sequence[str], table: _T
     """Read ``n`` rows and return native column arrays.
 
     Rows are read in sub-blocks of ``_SUB_ROWS`` (about 16 MB) so the strided per-column copies run
-    from cache; converting a whole batch column by column is ~2-3x slower (each column touches
-    every cache line of the batch).
+    from cache; converting a whole batch column by column is slower, since each column touches
+    every cache line of the batch (BENCHMARKS.md, summary table, row *sweep ingestion*).
     """
     outs = {nm: np.empty((n,) + table.dtype[nm].shape, _target_dtype(nm, table)) for nm in names}
     logical = {nm for nm in names if sm.parse_tform(table.tforms[nm], nm)[1] == "L"}

@@ -39,8 +39,8 @@ SHUFFLE_BIN_PX = 2.0
 
 #: Memory [bytes] the catalog rows' preprocessed stamps may take. A catalog row's network input
 #: changes between epochs only by its augmentation, which follows the preprocessing, so up to this
-#: size the rows are preprocessed once instead of in every batch of every epoch (the demo's 1,607
-#: training rows: 108 MB; an eighth of an epoch's time on 2 CPU cores, BENCHMARKS.md).
+#: size the rows are preprocessed once instead of in every batch of every epoch (the demo's rows fit
+#: well inside it; their size and the time saved: BENCHMARKS.md, *The catalog rows preprocessed once*).
 PREPROCESSED_ROWS_MAX_BYTES = 1 << 30
 
 

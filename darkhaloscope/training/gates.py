@@ -95,7 +95,8 @@ def core_features(x: torch.Tensor, spec: PreprocessSpec, radius: float = 5.0) ->
     """Pixels of stamps preprocessed with ``spec`` inside r < radius px, (N, F): all K core pixels of
     each channel, but of the antisymmetric channels only those before the centre pixel in raster
     order, since each of the others is the negative of its mirror image (duplicated features
-    make the logistic regression ill-conditioned: 4x the fitting time, no information)."""
+    make the logistic regression ill-conditioned and slow to fit, for no information:
+    BENCHMARKS.md, *The stamp's antisymmetric part*)."""
     n, _, h, w = x.shape
     m = core_mask(h, w, radius)
     first_half = m & (np.arange(h * w).reshape(h, w) < (h * w) // 2)

@@ -8,7 +8,8 @@ A checkpoint with ``dihedral_views`` k > 1 is scored as the mean of its logits o
 flips and rotations (a subgroup of the dihedral group, ``preprocess.DIHEDRAL_SUBGROUPS``). A lens
 has no preferred orientation on the sky, and training draws one orientation per sample, so one
 view's score carries orientation noise; the mean is exactly invariant under the subgroup. It costs
-k forward passes per stamp (BENCHMARKS.md measures what each k buys and costs).
+k forward passes per stamp (what each k buys and costs: BENCHMARKS.md, *Scores averaged over the
+stamp and its 180° rotation*).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
   ResNet of Huang et al. / Paper IV (194,433 parameters there; about 200k here): a 5x5 stem, four
   stages of bottleneck blocks, and a 1x1 "shield" convolution after each stage that narrows the
   channels passed on. Small on purpose: with ~10^3 real lenses an 11M-parameter ResNet-18
-  overfits, and the shields raised Paper II's validation AUC from 0.992 to 0.997 at 60k parameters.
+  overfits, and the shields raised Paper II's validation AUC from 0.992 to 0.997 at 60k parameters
+  (Paper II: Huang et al. 2021, ApJ 909, 27; Paper IV: Inchausti et al. 2025).
 * ``strided_resnet`` — a small residual network that downsamples in its first layer (5x5 stride-2
   stem, then basic blocks at 16-32-64 channels, strides 1-2-2; about 80k parameters): a quarter of
   the stem's activations, so it learns on a CPU in minutes. Arcs (PSF FWHM 4-6 px) survive a
@@ -16,9 +17,10 @@
 
 Input (N, C, H, W) float32 preprocessed stamps of any size; output (N,) logits. Convolutions run
 in channels-last memory layout (weights from :func:`build_model`, inputs converted in ``forward``):
-on a CPU that makes a training step of the strided ResNet 1.4x and of the bottleneck ResNet 1.6x
-faster than the default layout (BENCHMARKS.md), and it is the layout bf16 convolutions want on a
-GPU. Checkpoints store contiguous tensors, so the layout never reaches a file.
+on a CPU that makes a training step of either ResNet faster than the default layout (BENCHMARKS.md,
+*The demo profile now: 28 epochs, channels-last convolutions, 10 hidden lenses per realisation*),
+and it is the layout bf16 convolutions want on a GPU. Checkpoints store contiguous tensors, so the
+layout never reaches a file.
 """
 
 from __future__ import annotations
@@ -160,7 +162,7 @@ class StridedResNet(_PooledResNet):
 
 
 def _tiny_bottleneck_resnet(in_channels: int = 3) -> BottleneckResNet:
-    """The same shielded bottleneck design at ~6k parameters, for the CPU demo profile and tests."""
+    """The same shielded bottleneck design at ~6k parameters, for tests and small CPU runs."""
     return BottleneckResNet(
         in_channels=in_channels,
         stem_channels=8,

@@ -25,9 +25,9 @@ Pipeline per stamp and band, vectorised over the batch:
    counter-image are not each other's rotation, so they stay; the noise keeps unit sigma;
 5. NaN -> 0 (the annulus median) and a stretch: ``clip`` to ``±clip`` or ``asinh``,
    ``softening * asinh(z / softening)``, linear for faint pixels and logarithmic for bright ones,
-   so an arc on top of a bright host core keeps its flux instead of being cut at the clip (a
-   ±10σ clip removed a median 15 % of the arc flux, 40 % for θ_E < 1″, where host cores exceed
-   it out to r ≈ 5–11 px).
+   so an arc on top of a bright host core keeps its flux instead of being cut at the clip (host
+   cores exceed a ±10σ clip out to several pixels, where the compact arcs lie: BENCHMARKS.md,
+   *Lens finder recipe (demo profile): ablations*, run R3).
 
 Radial geometry helpers (radius grid, core mask, radial bins) live here too so every stage uses the
 same definition of "the centre" (pixel ((H-1)/2, (W-1)/2), i.e. (50, 50) on a 101 px stamp), and
@@ -220,8 +220,9 @@ def subtract_radial_profile(x: torch.Tensor, width: float = 1.0, prof: torch.Ten
 
 #: Radii [px] of the g/z flux ratio α of the colour-difference channel: the core, so that the
 #: channel's core depends on the core's light alone (a ratio taken where resolved arcs lie, 6-12 px,
-#: would carry their colour into the whole channel, its core included: BENCHMARKS.md); and the
-#: bounds α is clamped to (a negative or absurdly blue ratio is noise).
+#: would carry their colour into the whole channel, its core included: BENCHMARKS.md, *A
+#: colour-difference channel for the arcs the PSF merges with the core*); and the bounds α is
+#: clamped to (a negative or absurdly blue ratio is noise).
 COLOUR_RATIO_RADII_PX = (0, 5)
 COLOUR_RATIO_RANGE = (0.0, 2.0)
 
@@ -249,8 +250,9 @@ def colour_difference(z: torch.Tensor, scale: torch.Tensor, prof: torch.Tensor) 
 #: The light centre the antisymmetric channels rotate about: the centroid of the r + z light (the
 #: bands where a lens galaxy outshines a blue source) in a Gaussian window of this sigma [px],
 #: re-centred this many times from the stamp centre and held within this many pixels of it, so
-#: that a neighbour cannot pull it away (cutouts are centred on the catalog position, to 0.3 px
-#: in the median on the mock).
+#: that a neighbour cannot pull it away (cutouts are centred on the pixel nearest the catalog
+#: position, and the host's light centre lies near it: BENCHMARKS.md, *The stamp's antisymmetric
+#: part*, gives the offset on the mock).
 CENTROID_WINDOW_SIGMA_PX = 2.0
 CENTROID_ITERATIONS = 5
 CENTROID_MAX_OFFSET_PX = 3.0
@@ -338,9 +340,10 @@ def asinh(x: torch.Tensor) -> torch.Tensor:
     """Inverse hyperbolic sine, ``sign(x) * log(|x| + hypot(|x|, 1))`` with |x| capped at 1e30:
     torch.asinh to float32 round-off below the cap (absolute 3e-7, relative 1e-6), asinh(1e30) above.
 
-    torch.asinh on the CPU costs 4x this form on noise-like input (52 ms against 12 ms for 256
-    six-channel 49 px stamps, one idle thread), and the stretch runs on every stamp of training and
-    of the search. The cap is the one nan_to_num sets for infinite pixels (a stamp scoring flags)."""
+    torch.asinh is not vectorised on the CPU, and this form is faster there (BENCHMARKS.md, *Core
+    dropout that spares the arcs it would erase*, "The vectorised asinh"); the stretch runs on
+    every stamp of training and of the search. The cap is the one nan_to_num sets for infinite
+    pixels (a stamp scoring flags)."""
     a = x.abs().clamp_(max=1e30)
     return torch.copysign(torch.log(a + torch.hypot(a, torch.ones((), dtype=a.dtype, device=a.device))), x)
 
