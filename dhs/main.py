@@ -77,11 +77,12 @@ def cmd_query(args) -> int:
 
 
 def cmd_tables(args) -> int:
+    from darkhaloscope.errors import StorageError
     from lakehouse.query import describe_tables, format_rows
 
     try:
         info = describe_tables(_lake())
-    except (InputError, CredentialError) as exc:
+    except (InputError, CredentialError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     cols = ["table", "group", "rows", "partitions", "uri"]
@@ -209,7 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from resources.settings import validate
+
     args = build_parser().parse_args(argv)
+    try:
+        validate()
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return args.func(args)
 
 

@@ -28,6 +28,8 @@ from typing import Mapping
 
 import dagster as dg
 
+from darkhaloscope.errors import PERMANENT_ERRORS
+
 from lakehouse.lake import host_tag
 from io_managers.parquet import partition_for_key, table_location
 
@@ -71,10 +73,10 @@ def stale_or_missing(instance: dg.DagsterInstance, asset_graph, key: dg.AssetKey
 class Materializer:
     """Plans and runs a selection of assets (see the module doc)."""
 
-    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, out=sys.stdout):
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, out=None):
         self.defs = defs
         self.instance = instance
-        self.out = out
+        self.out = out or sys.stdout  # at call time: the stdout of the moment
         self.graph = defs.resolve_asset_graph()
         self.job = defs.resolve_implicit_global_asset_job_def()
         self.resources = defs.resources
@@ -158,7 +160,11 @@ class Materializer:
         lake = self.resources["lake"].lake()
         for i, unit in enumerate(units, start=1):
             label = f"[{i}/{len(units)}] {unit.label}"
-            todo = self._todo(unit, targets, lake)
+            try:
+                todo = self._todo(unit, targets, lake)
+            except PERMANENT_ERRORS as exc:  # the lake, read to see what is missing
+                raise MaterializeError(f"asset {unit.label}: could not tell which partitions are missing: "
+                                       f"{type(exc).__name__}: {exc}") from exc
             op_config = ops.get(self._op_name(unit.keys[0]))
             if not todo:
                 self._say(f"{label}: up to date, skipped")
@@ -187,7 +193,11 @@ class Materializer:
             )
         except Exception as exc:  # definition-time errors (bad partition key, resources)
             raise MaterializeError(f"{where} failed: {exc}") from exc
-        self._deliver_alerts(result.run_id)
+        try:
+            self._deliver_alerts(result.run_id)
+        except (*PERMANENT_ERRORS, OSError) as exc:  # the lake holding the alert log is unusable too
+            failed = f"failed: {failure_message(result)}; " if not result.success else ""
+            raise MaterializeError(f"{where} {failed}its alerts could not be delivered: {type(exc).__name__}: {exc}") from exc
         if not result.success:
             raise MaterializeError(f"{where} failed: {failure_message(result)}")
         self._report(result, unit.keys[0], label, time.monotonic() - t0)

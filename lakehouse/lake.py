@@ -101,8 +101,9 @@ _PERMANENT_ERRNOS = {
 
 def translate_storage_error(exc: BaseException, where: str) -> BaseException:
     """Classify a pyarrow/AWS/OS storage error: CredentialError, InputError or StorageError (all
-    permanent: no layer retries them) with a clear message naming ``where``; anything else (a
-    transient S3 fault the SDK already retried, a lost connection) is returned unchanged."""
+    permanent: no layer retries them) with a clear message naming ``where``; an S3 endpoint the
+    SDK could not reach through its retries is a StorageError naming it. Anything else (a
+    transient S3 fault the SDK already retried) is returned unchanged."""
     reason = _PERMANENT_ERRNOS.get(getattr(exc, "errno", None) or -1) if isinstance(exc, OSError) else None
     if reason is not None:
         return StorageError(f"cannot use {where}: {reason} ({exc})")
@@ -121,6 +122,10 @@ def translate_storage_error(exc: BaseException, where: str) -> BaseException:
         return CredentialError(f"S3 denied access to {where}: missing or insufficient credentials")
     if "NoSuchBucket" in text or "NO_SUCH_BUCKET" in text or re.search(r"Bucket '[^']*' not found", text):
         return InputError(f"S3 bucket of {where} does not exist")
+    if "NETWORK_CONNECTION" in text or "Could not connect to server" in text or "Couldn't resolve host" in text:
+        # after the SDK's own retries: the endpoint is down or wrong (DHS_S3_ENDPOINT), not a blip
+        return StorageError(f"cannot reach the S3 endpoint while accessing {where} (is DHS_S3_ENDPOINT right and the "
+                            f"server up?): {text}")
     return exc
 
 

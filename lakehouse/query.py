@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import threading
 from dataclasses import dataclass
 
@@ -84,8 +85,9 @@ def query(lake: Lake, sql: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_rows: 
     Raises InputError for refused or failing SQL and :class:`QueryTimeout` when the query was
     interrupted at its timeout.
     """
-    if not timeout_s > 0 or (max_rows is not None and max_rows < 1):
-        raise InputError(f"timeout must be > 0 seconds and max rows >= 1, got timeout={timeout_s}, max rows={max_rows}")
+    if not 0 < timeout_s < math.inf or (max_rows is not None and max_rows < 1):
+        raise InputError(f"timeout must be a finite number of seconds > 0 and max rows >= 1, got timeout={timeout_s}, "
+                         f"max rows={max_rows}")
     check_read_only(sql)
     con = connect(lake)
     expired = threading.Event()
@@ -129,8 +131,8 @@ def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> st
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(columns)
-        w.writerows(rows)
+        w.writerow([csv_safe(c) for c in columns])
+        w.writerows([csv_safe(v) for v in r] for r in rows)
         return buf.getvalue().rstrip("\n")
     if fmt != "table":
         raise InputError(f"unknown format {fmt!r}; use table, csv or json")
@@ -140,6 +142,19 @@ def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> st
     out = [line(columns), "-+-".join("-" * w for w in widths)] + [line(r) for r in cells]
     out.append(f"({len(rows)} rows)")
     return "\n".join(out)
+
+
+#: First characters that make a spreadsheet read a cell as a formula (OWASP, "CSV Injection").
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(value):
+    """``value`` for a CSV cell: text that a spreadsheet would evaluate as a formula (a table or a
+    file name starting with ``= + - @``, tab or carriage return) gets a leading ``'``; numbers and
+    other values are unchanged."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
 
 
 def _cell(v) -> str:

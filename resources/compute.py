@@ -9,10 +9,9 @@ from dagster_pyspark.resources import LazyPySparkResource, spark_session_from_co
 
 from darkhaloscope.errors import InputError
 
+from .settings import SEARCH_LAUNCHES
 
-#: Where ``search_scores`` runs its chunks: in the asset's process, as Spark tasks, or in a process
-#: launched through Dagster Pipes.
-SEARCH_LAUNCHES = ("local", "spark", "pipes")
+
 
 
 class ComputeResource(dg.ConfigurableResource):

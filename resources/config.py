@@ -1,58 +1,40 @@
 """Resources built from the environment (all optional; the defaults give the embedded demo)."""
 
 
-import os
-
-from darkhaloscope.errors import InputError
-from mock_survey.paths import DEFAULT_MOCK_DIR
-
 from .compute import ComputeResource
 from .imaging import ImagingResource
 from .lake import LakeResource
+from .settings import setting, validate
 from .survey import SurveyResource
 
 
 def build_resources() -> dict:
-    """Resource instances from DHS_* environment variables."""
+    """Resource instances from the DHS_* environment variables (``resources/settings.py``), each
+    validated first: a bad value raises InputError naming the variable."""
     import dagster as dg
 
-    from .compute import CatalogLaunchResource, QuietPySparkResource
-
-    s3_endpoint = os.environ.get("DHS_S3_ENDPOINT") or None
-    profile = os.environ.get("DHS_PROFILE", "demo")
-    resources = {
-        "lake": LakeResource(uri=os.environ.get("DHS_LAKE", "./lakehouse"), s3_endpoint=s3_endpoint),
-        "survey": SurveyResource(
-            survey=os.environ.get("DHS_SURVEY", "mock"),
-            profile=profile,
-            mock_dir=os.environ.get("DHS_MOCK_DIR", DEFAULT_MOCK_DIR),
-            mock_seed=mock_seed_from_env(),
-            s3_endpoint=s3_endpoint,
-        ),
-        "imaging": ImagingResource(cutout_source=os.environ.get("DHS_CUTOUT_SOURCE", "auto")),
-        "compute": ComputeResource(device=os.environ.get("DHS_DEVICE", "auto"), profile=profile,
-                                   search_launch=os.environ.get("DHS_SEARCH_LAUNCH", "local")),
-        "pyspark": QuietPySparkResource(spark_config=spark_config(os.environ.get("DHS_SPARK_MASTER", "local[*]"))),
-        "pipes_subprocess_client": dg.PipesSubprocessClient(),
-    }
-    resources["catalog_launch"] = CatalogLaunchResource(
-        mode=os.environ.get("DHS_CATALOG_LAUNCH", "local"), bucket=os.environ.get("DHS_PIPES_BUCKET", ""), s3_endpoint=s3_endpoint)
     from io_managers import LakeIOManager
 
     from .alert_sinks import AlertSinksResource
+    from .compute import CatalogLaunchResource, QuietPySparkResource
 
-    resources["alert_sinks"] = AlertSinksResource()
-
-    resources["io_manager"] = LakeIOManager(**resources["lake"].model_dump())
-    return resources
-
-
-def mock_seed_from_env() -> int:
-    """DHS_MOCK_SEED (default 0): the mock survey's seed, an integer >= 0."""
-    raw = os.environ.get("DHS_MOCK_SEED", "0").strip() or "0"
-    if not raw.isdigit():
-        raise InputError(f"DHS_MOCK_SEED must be an integer >= 0, got {raw!r}")
-    return int(raw)
+    validate()
+    s3_endpoint = setting("DHS_S3_ENDPOINT")
+    profile = setting("DHS_PROFILE")
+    lake = LakeResource(uri=setting("DHS_LAKE"), s3_endpoint=s3_endpoint)
+    return {
+        "lake": lake,
+        "io_manager": LakeIOManager(**lake.model_dump()),
+        "survey": SurveyResource(survey=setting("DHS_SURVEY"), profile=profile, mock_dir=setting("DHS_MOCK_DIR"),
+                                 mock_seed=int(setting("DHS_MOCK_SEED")), s3_endpoint=s3_endpoint),
+        "imaging": ImagingResource(cutout_source=setting("DHS_CUTOUT_SOURCE")),
+        "compute": ComputeResource(device=setting("DHS_DEVICE"), profile=profile, search_launch=setting("DHS_SEARCH_LAUNCH")),
+        "pyspark": QuietPySparkResource(spark_config=spark_config(setting("DHS_SPARK_MASTER"))),
+        "pipes_subprocess_client": dg.PipesSubprocessClient(),
+        "catalog_launch": CatalogLaunchResource(mode=setting("DHS_CATALOG_LAUNCH"), bucket=setting("DHS_PIPES_BUCKET") or "",
+                                                s3_endpoint=s3_endpoint),
+        "alert_sinks": AlertSinksResource(),
+    }
 
 
 def spark_config(master: str) -> dict:

@@ -16,16 +16,13 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from astropy.io import fits
 
 from lakehouse.lake import Lake
-from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import SweepBox
-from resources.survey import SWEEP_DIR
 from tests.support.dagster_ui import REPO, DagsterDev
 from tests.support.fault_proxy import FaultProxy
 from tests.support.s3_server import fresh_bucket
-from tests.support.sweep_rows import dr10_rows
+from tests.support.sweep_rows import write_sweep
 from tests.support.wap import published_files
 from tests.support.webhook_receiver import WebhookReceiver
 
@@ -36,11 +33,7 @@ SWEEPS = ["survey", "sweeps"]
 
 def _mirror(root: Path) -> Path:
     for name, box in ((BAD, SweepBox(30, 35, -5, 0)), (GOOD, SweepBox(35, 40, -5, 0))):
-        path = root / SWEEP_DIR / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        rows = dr10_rows(500, box)
-        cols = [fits.Column(name=n, format=t, array=rows[n]) for n, t in sm.DR10_SWEEP_COLUMNS if t != "L"]
-        fits.HDUList([fits.PrimaryHDU(), fits.BinTableHDU.from_columns(cols)]).writeto(path)
+        write_sweep(root, name, 500, box)
     return root
 
 

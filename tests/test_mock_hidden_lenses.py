@@ -22,7 +22,7 @@ from mock_survey.lenses import lens_catalog_rows, mock_sky_with_lenses
 from mock_survey.paths import HIDDEN_LENS_TRUTH_RELPATH, mock_survey_root
 from mock_survey.survey import MockSurveyConfig, generate_mock_survey
 from darkhaloscope.survey.sweeps import read_sweep
-from resources.config import mock_seed_from_env
+from resources.settings import setting, validate
 
 REPO = Path(__file__).resolve().parent.parent
 N_HIDDEN = 8
@@ -139,11 +139,12 @@ def test_hidden_truth_is_read_by_no_asset():
 
 def test_seed_configuration(monkeypatch, tmp_path):
     monkeypatch.setenv("DHS_MOCK_SEED", "3")
-    assert mock_seed_from_env() == 3
-    for bad in ("-1", "one", "1.5"):
+    validate()
+    assert setting("DHS_MOCK_SEED") == "3"
+    for bad in ("-1", "one", "1.5", "1e3"):
         monkeypatch.setenv("DHS_MOCK_SEED", bad)
-        with pytest.raises(InputError, match="DHS_MOCK_SEED"):
-            mock_seed_from_env()
+        with pytest.raises(InputError, match=f"DHS_MOCK_SEED='{bad}'"):
+            validate()
     assert mock_survey_root(tmp_path, "demo", 0) != mock_survey_root(tmp_path, "demo", 1)
     assert MockSurveyConfig(seed=0).digest() != MockSurveyConfig(seed=1).digest()
     with pytest.raises(InputError, match="seed"):

@@ -13,11 +13,9 @@ import time
 import dagster as dg
 import pyarrow as pa
 import pytest
-from astropy.io import fits
 
 from lakehouse.lake import Lake
 from darkhaloscope.lensing.bank import PLAN_SUMMARY_KEY
-from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import SweepBox
 from io_managers import LakeIOManager
 from dhs.materialize import MaterializeError, Materializer
@@ -27,17 +25,13 @@ from lens_assets.survey import known_lenses, sweep_file_sensor, sweep_files, swe
 from resources import LakeResource, SurveyResource
 from resources.alert_sinks import AlertSinksResource
 from resources.survey import SWEEP_DIR
-from tests.support.sweep_rows import dr10_rows
+from tests.support.sweep_rows import write_sweep
 
 A, B = "sweep-030m005-035p000.fits", "sweep-035m005-040p000.fits"
 
 
 def _write_sweep(root, name: str, box: SweepBox) -> None:
-    path = root / SWEEP_DIR / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows = dr10_rows(20, box)
-    fits.HDUList([fits.PrimaryHDU(), fits.BinTableHDU.from_columns(
-        [fits.Column(name=n, format=t, array=rows[n]) for n, t in sm.DR10_SWEEP_COLUMNS if t != "L"])]).writeto(path)
+    write_sweep(root, name, 20, box)
 
 
 def _apply(instance: dg.DagsterInstance, result: dg.SensorResult) -> None:

@@ -6,32 +6,24 @@ import io
 import dagster as dg
 import pyarrow as pa
 import pytest
-from astropy.io import fits
 
 import lens_assets.survey as survey
 from lakehouse.lake import PART_FILE, Lake
 from lakehouse.staging import rejected
-from darkhaloscope.survey import sweep_model as sm
 from mock_survey.survey import MockSurvey
 from darkhaloscope.survey.manifest import survey_origin
 from io_managers import LakeIOManager
 from dhs.materialize import MaterializeError, Materializer
 from resources import LakeResource, SurveyResource
 from resources.alert_sinks import AlertSinksResource
-from resources.survey import SWEEP_DIR
-from tests.support.sweep_rows import dr10_rows
+from tests.support.sweep_rows import write_sweep
 from tests.support.wap import events, published_files, run_alerts
 
 NAME = "sweep-030m005-035p000.fits"
 
 
 def _mirror(tmp_path, n_rows: int = 25):
-    path = tmp_path / "mirror" / SWEEP_DIR / NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows = dr10_rows(n_rows)
-    cols = [fits.Column(name=n, format=t, array=rows[n]) for n, t in sm.DR10_SWEEP_COLUMNS if t != "L"]
-    fits.HDUList([fits.PrimaryHDU(), fits.BinTableHDU.from_columns(cols)]).writeto(path, overwrite=True)
-    return path
+    return write_sweep(tmp_path / "mirror", NAME, n_rows)
 
 
 def _defs(tmp_path, lake: Lake) -> dg.Definitions:

@@ -67,10 +67,15 @@ def _number(value: str, where: str, column: str, lo: float, hi: float) -> float:
     return x
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _parse_row(row: dict, where: str) -> tuple:
     oid, grade = (row.get("object_id") or "").strip(), (row.get("grade") or "").strip()
     if not oid.lstrip("-").isdigit():
         raise InputError(f"{where}: object_id {oid!r} is not an integer")
+    if not _INT64_MIN <= int(oid) <= _INT64_MAX:
+        raise InputError(f"{where}: object_id {oid} out of range: object ids are 64-bit signed integers")
     if grade not in (*GRADES, UNGRADED):
         raise InputError(f"{where}: grade {grade!r} is not one of {[*GRADES, UNGRADED]}")
     known = (row.get("known") or "").strip().lower()

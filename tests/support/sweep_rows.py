@@ -1,7 +1,11 @@
 """Small valid DR10 sweep rows for tests (big-endian FITS layout of the DR10 sweep data model)."""
 
-import numpy as np
+from pathlib import Path
 
+import numpy as np
+from astropy.io import fits
+
+from darkhaloscope.constants import DR10_SWEEP_DIR
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import SweepBox
 
@@ -21,3 +25,13 @@ def dr10_rows(n: int, box: SweepBox = SweepBox(30, 35, -5, 0)) -> np.ndarray:
     rows["DCHISQ"] = np.arange(5 * n, dtype=np.float32).reshape(n, 5)
     rows["GAIA_DUPLICATED_SOURCE"] = ord("F")
     return rows
+
+
+def write_sweep(mirror: Path, name: str, n: int = 20, box: SweepBox = SweepBox(30, 35, -5, 0)) -> Path:
+    """A DR10 sweep file ``name`` of ``n`` rows (:func:`dr10_rows`) under the DR10 mirror ``mirror``."""
+    path = Path(mirror) / DR10_SWEEP_DIR / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = dr10_rows(n, box)
+    cols = [fits.Column(name=c, format=t, array=rows[c]) for c, t in sm.DR10_SWEEP_COLUMNS if t != "L"]
+    fits.HDUList([fits.PrimaryHDU(), fits.BinTableHDU.from_columns(cols)]).writeto(path, overwrite=True)
+    return path

@@ -1,0 +1,139 @@
+"""Every ``DHS_`` environment variable, once: its default, what it means, and the check its value
+must pass. ``dhs`` validates them all before it plans anything, and so does the code location
+when it loads (``build_resources``), so a bad value fails at once with ``error: DHS_… …``, not
+deep inside a step. The README and the reference pages list them from here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from darkhaloscope.errors import InputError
+
+#: ``DHS_SEARCH_LAUNCH`` values: where ``search_scores`` scores its chunks.
+SEARCH_LAUNCHES = ("local", "spark", "pipes")
+#: ``DHS_CATALOG_LAUNCH`` values: where the negatives' Spark job runs.
+CATALOG_LAUNCHES = ("local", "pipes-s3")
+PROFILES = ("demo", "full")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """An environment variable: ``default`` (None: unset), ``meaning``, the ``group`` it is listed
+    under, and ``check``, which raises ValueError with the reason for a value it refuses."""
+
+    name: str
+    default: str | None
+    meaning: str
+    group: str
+    check: Callable[[str], None] | None = None
+
+
+def _one_of(*allowed: str) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        if value not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}")
+
+    return check
+
+
+def _whole(minimum: int) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        if not value.isdigit() or int(value) < minimum:
+            raise ValueError(f"expected a whole number >= {minimum}")
+
+    return check
+
+
+def _positive_number(value: str) -> None:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError("expected a number") from None
+    if not 0 < number < math.inf:
+        raise ValueError("expected a finite number > 0")
+
+
+def _url(value: str) -> None:
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError("expected an http:// or https:// URL")
+
+
+def _cutout_source(value: str) -> None:
+    if value != "auto":
+        _url(value)
+
+
+def _device(value: str) -> None:
+    _one_of(*DEVICES)(value)
+    if value == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("torch sees no CUDA device on this machine (use auto or cpu)")
+
+
+def _spark_memory(value: str) -> None:
+    if not re.match(r"^[0-9]+[kmgt]?$", value.lower()):
+        raise ValueError("expected a JVM memory size such as 2g or 512m")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("DHS_LAKE", "./lakehouse", "lake root: a local folder or s3://bucket/prefix", "storage"),
+    Setting("DHS_S3_ENDPOINT", None, "S3 endpoint override (any S3-compatible server), e.g. http://127.0.0.1:9000", "storage", _url),
+    Setting("DHS_REJECTED_KEEP_DAYS", "7", "days rejected (failed-audit) data is kept under _rejected/ for inspection", "storage",
+            _positive_number),
+    Setting("DHS_SURVEY", "mock", "mock (the embedded survey) or the root of a DR10 mirror, a folder or s3://", "survey"),
+    Setting("DHS_CUTOUT_SOURCE", "auto", "auto (coadd bricks of the survey, or the mock sky) or the base URL of a cutout service",
+            "survey", _cutout_source),
+    Setting("DHS_CUTOUT_MAX_SIZE", None, "the largest dhs cutout --size in pixels (default the library's limit)", "survey",
+            _whole(1)),
+    Setting("DHS_MOCK_SEED", "0", "seed of the embedded mock survey and sky: another value is an independent sky", "mock survey",
+            _whole(0)),
+    Setting("DHS_MOCK_DIR", ".dhs_mock", "cache folder of the generated mock surveys", "mock survey"),
+    Setting("DHS_PROFILE", "demo", "demo (minutes on 2 CPU cores) or full (survey scale) sizes for grids, samples and epochs",
+            "compute", _one_of(*PROFILES)),
+    Setting("DHS_DEVICE", "auto", "auto, cpu or cuda for simulation, training and scoring", "compute", _device),
+    Setting("DHS_SEARCH_LAUNCH", "local", "where search_scores scores its chunks: local, spark or pipes", "compute",
+            _one_of(*SEARCH_LAUNCHES)),
+    Setting("DHS_CATALOG_LAUNCH", "local", "where the negatives' Spark job runs: local or pipes-s3 (needs DHS_PIPES_BUCKET)",
+            "compute", _one_of(*CATALOG_LAUNCHES)),
+    Setting("DHS_PIPES_BUCKET", None, "S3 bucket for the context and messages of Pipes launches", "compute"),
+    Setting("DHS_SPARK_MASTER", "local[*]", "Spark master of the catalog stage and the search's Spark launch", "spark"),
+    Setting("DHS_SPARK_DRIVER_MEMORY", "2g", "memory of the Spark driver's JVM", "spark", _spark_memory),
+    Setting("DHS_SPARK_LOG", None, "file of the Spark logs (default <DAGSTER_HOME>/logs/spark.log)", "spark"),
+    Setting("DHS_ALERT_WEBHOOK", None, "URL that receives a JSON POST for each failed asset check or run", "alerts", _url),
+    Setting("DHS_SLACK_CHANNEL", None, "Slack channel for alerts (with a bot token in DHS_SLACK_TOKEN)", "alerts"),
+    Setting("DHS_SLACK_TOKEN", None, "Slack bot token for alerts (else SLACK_BOT_TOKEN); never logged", "alerts"),
+    Setting("DHS_LOG_LEVEL", "WARNING", "level of Dagster's console logger in dhs (the event log keeps everything)", "console",
+            _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
+    Setting("DHS_LAKE_READ_LOG", None, "test hook: a file receiving one JSON line per table an asset step reads", "testing"),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def setting(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The value of ``name`` (a declared setting): the environment's, else its default; an empty
+    value counts as unset."""
+    env = os.environ if environ is None else environ
+    return env.get(name) or BY_NAME[name].default
+
+
+def validate(environ: Mapping[str, str] | None = None) -> None:
+    """InputError naming the first ``DHS_`` variable whose value its check refuses (every set
+    variable is checked, in the order of :data:`SETTINGS`)."""
+    env = os.environ if environ is None else environ
+    for s in SETTINGS:
+        raw = env.get(s.name)
+        if raw and s.check is not None:
+            try:
+                s.check(raw.strip())
+            except ValueError as exc:
+                raise InputError(f"{s.name}={raw!r}: {exc}") from None
+    if setting("DHS_CATALOG_LAUNCH", env) == "pipes-s3" and not setting("DHS_PIPES_BUCKET", env):
+        raise InputError("DHS_CATALOG_LAUNCH='pipes-s3' needs DHS_PIPES_BUCKET (the bucket of the Pipes context and messages)")
