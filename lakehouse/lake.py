@@ -122,7 +122,7 @@ def translate_storage_error(exc: BaseException, where: str) -> BaseException:
         return CredentialError(f"S3 denied access to {where}: missing or insufficient credentials")
     if "NoSuchBucket" in text or "NO_SUCH_BUCKET" in text or re.search(r"Bucket '[^']*' not found", text):
         return InputError(f"S3 bucket of {where} does not exist")
-    if "NETWORK_CONNECTION" in text or "Could not connect to server" in text or "Couldn't resolve host" in text:
+    if "curlCode: 7," in text or "curlCode: 6," in text:  # connection refused, host unknown (not a timeout)
         # after the SDK's own retries: the endpoint is down or wrong (DHS_S3_ENDPOINT), not a blip
         return StorageError(f"cannot reach the S3 endpoint while accessing {where} (is DHS_S3_ENDPOINT right and the "
                             f"server up?): {text}")

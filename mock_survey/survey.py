@@ -257,24 +257,51 @@ def _write_sweeps(sweep_dir: Path, boxes, cfg: MockSurveyConfig, lenses: pa.Tabl
     return files, nrows, lens_oid, lens_file
 
 
+def survey_blocks(n: int) -> tuple[tuple[int, int], ...]:
+    """``n`` 5°×5° sweep blocks (lower-left RA, Dec in degrees): the demo's two first, then the rest
+    of their Dec row eastwards, then the rows above and below it, all inside the DR10-south
+    footprint's −18° < δ < 32° (so the negatives' footprint cut keeps every block)."""
+    rows = [-5, 0, -10, 5, -15, 10, 15, 20, 25]
+    order = [(ra, dec) for dec in rows for ra in [*range(30, 360, BLOCK_DEG), *range(0, 30, BLOCK_DEG)]]
+    if not 1 <= n <= len(order):
+        raise InputError(f"the mock survey has 1 to {len(order)} sweep files (5°x5° blocks in −18° < δ < 32°), not {n}")
+    return tuple(order[:n])
+
+
 @dataclass(frozen=True)
 class MockSurvey:
     """Which mock survey: ``profile`` and ``seed`` of the realisation, cached under ``cache_dir``
-    (generated there on first use). Plain settings, so any process rebuilds the same survey."""
+    (generated there on first use); ``n_sweep_files``, ``n_rows_per_file`` and ``n_hidden_lenses``
+    override the profile's sizes (None: the profile's). Plain settings, so any process rebuilds the
+    same survey."""
 
     profile: str = "demo"
     cache_dir: str = DEFAULT_MOCK_DIR
     seed: int = 0
+    n_sweep_files: int | None = None
+    n_rows_per_file: int | None = None
+    n_hidden_lenses: int | None = None
+
+    def config(self) -> MockSurveyConfig:
+        blocks = None if self.n_sweep_files is None else survey_blocks(self.n_sweep_files)
+        return MockSurveyConfig(profile=self.profile, seed=self.seed, blocks=blocks, n_rows_per_file=self.n_rows_per_file,
+                                n_hidden_lenses=self.n_hidden_lenses)
 
     def manifest(self) -> MockSurveyManifest:
-        """The mock survey's manifest, generating the survey on first use."""
+        """The mock survey's manifest, generating the survey on first use (a survey of other sizes
+        is generated in its own folder, so two sizes never share files)."""
+        config = self.config()
         root = mock_survey_root(self.cache_dir, self.profile, self.seed)
-        return generate_mock_survey(root, MockSurveyConfig(profile=self.profile, seed=self.seed))
+        if config.resolved() != MockSurveyConfig(profile=self.profile, seed=self.seed).resolved():
+            root = root.with_name(f"{root.name}-{config.digest()[:12]}")
+        return generate_mock_survey(root, config)
 
     def location(self) -> SurveyLocation:
         """The generated mock survey as the DR10 mirror it is laid out as."""
         return SurveyLocation(root=str(self.manifest().root))
 
     def origin(self) -> dict:
-        """What the lake's catalogs come from, recorded with the sweep manifest: this realisation."""
-        return {"survey": "mock", "mock_seed": int(self.seed), "profile": self.profile}
+        """What the lake's catalogs come from, recorded with the sweep manifest: this realisation
+        (and its sizes where they are not the profile's)."""
+        sizes = {"n_sweep_files": self.n_sweep_files, "n_rows_per_file": self.n_rows_per_file, "n_hidden_lenses": self.n_hidden_lenses}
+        return {"survey": "mock", "mock_seed": int(self.seed), "profile": self.profile, **{k: v for k, v in sizes.items() if v is not None}}

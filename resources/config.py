@@ -26,7 +26,9 @@ def build_resources() -> dict:
         "lake": lake,
         "io_manager": LakeIOManager(**lake.model_dump()),
         "survey": SurveyResource(survey=setting("DHS_SURVEY"), profile=profile, mock_dir=setting("DHS_MOCK_DIR"),
-                                 mock_seed=int(setting("DHS_MOCK_SEED")), s3_endpoint=s3_endpoint),
+                                 mock_seed=int(setting("DHS_MOCK_SEED")), mock_sweep_files=_optional_int("DHS_MOCK_SWEEP_FILES"),
+                                 mock_rows_per_file=_optional_int("DHS_MOCK_ROWS_PER_FILE"),
+                                 mock_hidden_lenses=_optional_int("DHS_MOCK_HIDDEN_LENSES"), s3_endpoint=s3_endpoint),
         "imaging": ImagingResource(cutout_source=setting("DHS_CUTOUT_SOURCE")),
         "compute": ComputeResource(device=setting("DHS_DEVICE"), profile=profile, search_launch=setting("DHS_SEARCH_LAUNCH")),
         "pyspark": QuietPySparkResource(spark_config=spark_config(setting("DHS_SPARK_MASTER"))),
@@ -35,6 +37,11 @@ def build_resources() -> dict:
                                                 s3_endpoint=s3_endpoint),
         "alert_sinks": AlertSinksResource(),
     }
+
+
+def _optional_int(name: str) -> int | None:
+    value = setting(name)
+    return None if value is None else int(value)
 
 
 def spark_config(master: str) -> dict:

@@ -96,6 +96,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DHS_MOCK_SEED", "0", "seed of the embedded mock survey and sky: another value is an independent sky", "mock survey",
             _whole(0)),
     Setting("DHS_MOCK_DIR", ".dhs_mock", "cache folder of the generated mock surveys", "mock survey"),
+    Setting("DHS_MOCK_SWEEP_FILES", None, "number of mock sweep files (5°x5° blocks; default the profile's): a survey-shaped "
+            "partition count for scale tests", "mock survey", _whole(1)),
+    Setting("DHS_MOCK_ROWS_PER_FILE", None, "rows per mock sweep file (default the profile's)", "mock survey", _whole(100)),
+    Setting("DHS_MOCK_HIDDEN_LENSES", None, "lenses painted into the mock sky that no catalog lists (default the profile's; "
+            "their truth is kept apart)", "mock survey", _whole(0)),
     Setting("DHS_PROFILE", "demo", "demo (minutes on 2 CPU cores) or full (survey scale) sizes for grids, samples and epochs",
             "compute", _one_of(*PROFILES)),
     Setting("DHS_DEVICE", "auto", "auto, cpu or cuda for simulation, training and scoring", "compute", _device),

@@ -20,12 +20,16 @@ from mock_survey.survey import MockSurvey, MockSurveyManifest
 class SurveyResource(dg.ConfigurableResource):
     """``survey``: ``mock`` (the embedded mock survey) or the root of a DR10 mirror, a folder or
     ``s3://bucket/prefix`` (``s3_endpoint`` overrides its S3 endpoint); for the mock survey,
-    ``profile`` and ``mock_seed`` pick the realisation and ``mock_dir`` caches its files."""
+    ``profile`` and ``mock_seed`` pick the realisation, ``mock_sweep_files``, ``mock_rows_per_file``
+    and ``mock_hidden_lenses`` its sizes (None: the profile's), and ``mock_dir`` caches its files."""
 
     survey: str = "mock"
     profile: str = "demo"
     mock_dir: str = DEFAULT_MOCK_DIR
     mock_seed: int = 0
+    mock_sweep_files: int | None = None
+    mock_rows_per_file: int | None = None
+    mock_hidden_lenses: int | None = None
     s3_endpoint: str | None = None
 
     @property
@@ -36,7 +40,9 @@ class SurveyResource(dg.ConfigurableResource):
         """The mock survey's realisation (InputError when the survey is a mirror)."""
         if not self.is_mock:
             raise InputError(f"DHS_SURVEY={self.survey!r} is not the mock survey")
-        return MockSurvey(profile=self.profile, cache_dir=os.path.abspath(self.mock_dir), seed=self.mock_seed)
+        return MockSurvey(profile=self.profile, cache_dir=os.path.abspath(self.mock_dir), seed=self.mock_seed,
+                          n_sweep_files=self.mock_sweep_files, n_rows_per_file=self.mock_rows_per_file,
+                          n_hidden_lenses=self.mock_hidden_lenses)
 
     def location(self) -> SurveyLocation:
         """The survey as the DR10 mirror the library reads, with local paths made absolute so that

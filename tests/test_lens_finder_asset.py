@@ -16,6 +16,7 @@ from darkhaloscope.training.data import synthetic_arrays
 from darkhaloscope.training.loop import TrainConfig
 from darkhaloscope.training.profiles import TrainingProfile, training_profile
 from lens_assets import training as training_assets
+from io_managers import LakeIOManager
 from resources import ComputeResource, LakeResource
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +48,8 @@ def tiny_profile(monkeypatch):
 def _materialize(lake: Lake, core_threshold: float):
     return dg.materialize(
         [training_assets.lens_finder],
-        resources={"lake": LakeResource(uri=lake.uri), "compute": ComputeResource(device="cpu", profile="demo"),
+        resources={"lake": LakeResource(uri=lake.uri), "io_manager": LakeIOManager(uri=lake.uri),
+                   "compute": ComputeResource(device="cpu", profile="demo"),
                    "pipes_subprocess_client": dg.PipesSubprocessClient(cwd=str(ROOT))},
         run_config={"ops": {"training__lens_finder": {"config": {"core_threshold": core_threshold}}}},
         raise_on_error=False,

@@ -149,3 +149,18 @@ def test_known_lenses_in_catalog_and_truth(two_runs):
     for box in ma.footprint:
         assert box in (block_box((30, -5)), block_box((35, -5)))
 
+
+
+def test_survey_sizes_come_from_the_settings_and_never_share_a_folder(tmp_path):
+    from mock_survey.survey import MockSurvey, survey_blocks
+
+    blocks = survey_blocks(300)
+    assert blocks[:2] == ((30, -5), (35, -5)) and len(set(blocks)) == 300
+    assert all(-18 < dec and dec + 5 < 32 and 0 <= ra < 360 for ra, dec in blocks)
+    with pytest.raises(InputError, match="1 to 648 sweep files"):
+        survey_blocks(0)
+    default = MockSurvey(cache_dir=str(tmp_path))
+    small = MockSurvey(cache_dir=str(tmp_path), n_sweep_files=3, n_rows_per_file=500, n_hidden_lenses=0)
+    assert small.config().resolved().blocks == blocks[:3] and small.config().resolved().n_rows_per_file == 500
+    assert default.origin() == {"survey": "mock", "mock_seed": 0, "profile": "demo"}
+    assert small.origin() == {**default.origin(), "n_sweep_files": 3, "n_rows_per_file": 500, "n_hidden_lenses": 0}

@@ -23,6 +23,7 @@ from darkhaloscope.search.grades import GRADES_SCHEMA
 from darkhaloscope.search.targets import TARGET_SCHEMA
 from lens_assets.training import training_set
 from resources import ComputeResource, LakeResource, SurveyResource
+from io_managers import LakeIOManager
 from resources.imaging import ImagingResource
 from tests.support.cutout_server import CutoutServer
 
@@ -128,7 +129,7 @@ def test_training_set_config_sets_the_stream_acceptance(tmp_path):
 
 
 def _resources(lake: Lake, tmp_path, cutout_source: str = "auto") -> dict:
-    return {"lake": LakeResource(uri=lake.uri), "compute": ComputeResource(device="cpu", profile="demo"),
+    return {"lake": LakeResource(uri=lake.uri), "io_manager": LakeIOManager(uri=lake.uri), "compute": ComputeResource(device="cpu", profile="demo"),
             "survey": SurveyResource(survey=str(tmp_path / "no-mirror")), "imaging": ImagingResource(cutout_source=cutout_source)}
 
 

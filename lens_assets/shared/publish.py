@@ -62,8 +62,9 @@ def check_specs(table: Table) -> list[dg.AssetCheckSpec]:
 
 
 def as_metadata(values: Mapping) -> dict:
-    """Dagster metadata from a plain dict: JSON for containers, scalars as they are."""
-    return {str(k): dg.MetadataValue.json(v) if isinstance(v, (dict, list, tuple)) or v is None else v for k, v in values.items()}
+    """Dagster metadata from a plain dict: JSON for containers, metadata values and scalars as they are."""
+    return {str(k): dg.MetadataValue.json(v) if v is None or (isinstance(v, (dict, list, tuple)) and not isinstance(v, dg.MetadataValue))
+            else v for k, v in values.items()}
 
 
 def markdown_table(table: pa.Table) -> str:
