@@ -37,8 +37,14 @@ from darkhaloscope.training.runs import split_for_training  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--views", type=int, nargs="+", choices=sorted(DIHEDRAL_SUBGROUPS), default=sorted(DIHEDRAL_SUBGROUPS),
-                    help="the numbers of views to score (default: all)")
+    ap.add_argument(
+        "--views",
+        type=int,
+        nargs="+",
+        choices=sorted(DIHEDRAL_SUBGROUPS),
+        default=sorted(DIHEDRAL_SUBGROUPS),
+        help="the numbers of views to score (default: all)",
+    )
     a, lake = parse_lake_args(ap)
     _, val = split_for_training(load_training_set(lake.dataset("training", "training_set").to_table()), "cpu")
     neg, real, inj, ctrl, snr = _test_rows(lake)
@@ -47,18 +53,28 @@ def main() -> None:
             spec = replace(published, dihedral_views=views)
             t0 = time.perf_counter()
             z_val, ok, _ = stamp_logits(model, spec, val.image, device="cpu")
-            z_neg, z_real, z_inj, z_ctrl = (stamp_logits(model, spec, x, device="cpu")[0] for x in (neg, real, inj, ctrl))
+            z_neg, z_real, z_inj, z_ctrl = (
+                stamp_logits(model, spec, x, device="cpu")[0] for x in (neg, real, inj, ctrl)
+            )
             seconds = time.perf_counter() - t0
             # rankings, hence thresholds and completeness, do not depend on the temperature
             thr, _ = order_statistic_threshold(np.sort(z_neg)[::-1], 1e-2)
-            print(json.dumps({
-                "views": views, "published": views == published.dihedral_views,
-                "val_auroc": round(roc_auc(z_val[ok], val.label[ok]), 4),
-                "test_auroc_injections_vs_controls": auroc_of(z_inj, z_ctrl), "test_auroc_real_vs_negatives": auroc_of(z_real, z_neg),
-                "recall_test_known_lenses": [int((z_real > thr).sum()), len(z_real)],
-                "completeness_by_arc_snr": _by_snr(z_inj, snr, thr),
-                "scoring_s": round(seconds, 1), "rows": int(len(z_val) + len(z_neg) + len(z_real) + len(z_inj) + len(z_ctrl)),
-            }), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "views": views,
+                        "published": views == published.dihedral_views,
+                        "val_auroc": round(roc_auc(z_val[ok], val.label[ok]), 4),
+                        "test_auroc_injections_vs_controls": auroc_of(z_inj, z_ctrl),
+                        "test_auroc_real_vs_negatives": auroc_of(z_real, z_neg),
+                        "recall_test_known_lenses": [int((z_real > thr).sum()), len(z_real)],
+                        "completeness_by_arc_snr": _by_snr(z_inj, snr, thr),
+                        "scoring_s": round(seconds, 1),
+                        "rows": int(len(z_val) + len(z_neg) + len(z_real) + len(z_inj) + len(z_ctrl)),
+                    }
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -78,7 +78,12 @@ _DT = torch.float64
 def _grid() -> tuple[torch.Tensor, torch.Tensor]:
     """Sub-pixel centres (arcsec from the stamp's centre pixel) of the rendered region, (S, S) each."""
     g = FIT_SIZE + 2 * MARGIN
-    px = torch.arange(g, dtype=_DT)[:, None] + (torch.arange(SUPERSAMPLE, dtype=_DT) + 0.5) / SUPERSAMPLE - 0.5 - (g - 1) / 2
+    px = (
+        torch.arange(g, dtype=_DT)[:, None]
+        + (torch.arange(SUPERSAMPLE, dtype=_DT) + 0.5) / SUPERSAMPLE
+        - 0.5
+        - (g - 1) / 2
+    )
     y, x = torch.meshgrid(px.reshape(-1) * PIXEL_SCALE_ARCSEC, px.reshape(-1) * PIXEL_SCALE_ARCSEC, indexing="ij")
     return x, y
 
@@ -89,7 +94,9 @@ _FFT = FIT_SIZE + 4 * MARGIN  # the rendered region plus the kernel, so the conv
 
 def psf_transforms(fwhm_arcsec: np.ndarray) -> torch.Tensor:
     """(N, 3, F, F//2+1) Fourier transforms of the Moffat kernels of FWHM (N, 3) arcsec."""
-    k = psf_kernels(torch.as_tensor(fwhm_arcsec, dtype=_DT).reshape(-1), MARGIN, "moffat", beta=MOFFAT_BETA, subsample=3)
+    k = psf_kernels(
+        torch.as_tensor(fwhm_arcsec, dtype=_DT).reshape(-1), MARGIN, "moffat", beta=MOFFAT_BETA, subsample=3
+    )
     return torch.fft.rfft2(k.reshape(-1, 3, 2 * MARGIN + 1, 2 * MARGIN + 1), s=(_FFT, _FFT))
 
 
@@ -98,9 +105,15 @@ def unit_models(shape: torch.Tensor, psf_ft: torch.Tensor) -> torch.Tensor:
     x0, y0, ln_r, ln_n, e1, e2 = (shape[:, i].reshape(-1, 1, 1) for i in range(N_SHAPE))
     r, n = torch.exp(ln_r), torch.exp(ln_n)
     one = torch.ones_like(r)
-    sb = sersic_surface_brightness(_X[None], _Y[None], one, r, n, e1, e2, x0 * PIXEL_SCALE_ARCSEC, y0 * PIXEL_SCALE_ARCSEC)
+    sb = sersic_surface_brightness(
+        _X[None], _Y[None], one, r, n, e1, e2, x0 * PIXEL_SCALE_ARCSEC, y0 * PIXEL_SCALE_ARCSEC
+    )
     g = FIT_SIZE + 2 * MARGIN
-    img = sb.reshape(-1, g, SUPERSAMPLE, g, SUPERSAMPLE).mean((2, 4)) * PIXEL_SCALE_ARCSEC**2 / sersic_total_flux(one, r, n)
+    img = (
+        sb.reshape(-1, g, SUPERSAMPLE, g, SUPERSAMPLE).mean((2, 4))
+        * PIXEL_SCALE_ARCSEC**2
+        / sersic_total_flux(one, r, n)
+    )
     conv = torch.fft.irfft2(torch.fft.rfft2(img[:, None], s=(_FFT, _FFT)) * psf_ft, s=(_FFT, _FFT))
     return conv[..., 2 * MARGIN : 2 * MARGIN + FIT_SIZE, 2 * MARGIN : 2 * MARGIN + FIT_SIZE]
 
@@ -146,8 +159,15 @@ def moment_start(data: torch.Tensor) -> torch.Tensor:
     return bounded(torch.stack([x0, y0, torch.log(r), torch.full_like(x0, math.log(2.0)), chi1 * f, chi2 * f], 1))
 
 
-def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, iters: int = 8, tangent: bool = False, chunk: int = 48,
-              columns: bool = False) -> dict:
+def fit_hosts(
+    stamps: np.ndarray,
+    fwhm_arcsec: np.ndarray,
+    sigma: np.ndarray,
+    iters: int = 8,
+    tangent: bool = False,
+    chunk: int = 48,
+    columns: bool = False,
+) -> dict:
     """Fit the host model to the central FIT_SIZE px of stamps (N, 3, H, H) [nmgy] with per-band PSF
     FWHM (N, 3) [arcsec] and pixel σ (N, 3) [nmgy]: {"model" (N, 3, FIT_SIZE, FIT_SIZE) float32 nmgy,
     "chi2" (N,) per pixel, "flux" (N, 3) nmgy, "tangent" (N, 3·FIT_SIZE², N_TANGENT) float32 orthonormal
@@ -159,7 +179,9 @@ def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, it
     out: dict[str, list] = {"model": [], "chi2": [], "flux": [], "tangent": [], "columns": []}
     lo = (stamps.shape[-1] - FIT_SIZE) // 2
     for s in range(0, len(stamps), chunk):
-        data = torch.as_tensor(np.ascontiguousarray(stamps[s : s + chunk, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE]), dtype=_DT)
+        data = torch.as_tensor(
+            np.ascontiguousarray(stamps[s : s + chunk, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE]), dtype=_DT
+        )
         n = data.shape[0]
         inv_sigma = 1.0 / torch.as_tensor(sigma[s : s + chunk], dtype=_DT)
         psf_ft = psf_transforms(fwhm_arcsec[s : s + chunk])
@@ -178,14 +200,24 @@ def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, it
         r = residual(shape)
         cost = (r * r).sum(-1)
         for _ in range(iters):
-            jac = (linear_fit(stepped(shape), data_each, inv_sigma_each)[2].reshape(n, N_SHAPE, -1) - r[:, None]) / steps[None, :, None]
+            jac = (
+                linear_fit(stepped(shape), data_each, inv_sigma_each)[2].reshape(n, N_SHAPE, -1) - r[:, None]
+            ) / steps[None, :, None]
             a = jac @ jac.transpose(1, 2)
-            a = a + damping[:, None, None] * torch.diag_embed(torch.diagonal(a, dim1=1, dim2=2)) + 1e-9 * torch.eye(N_SHAPE, dtype=_DT)
+            a = (
+                a
+                + damping[:, None, None] * torch.diag_embed(torch.diagonal(a, dim1=1, dim2=2))
+                + 1e-9 * torch.eye(N_SHAPE, dtype=_DT)
+            )
             trial = bounded(shape - torch.linalg.solve(a, jac @ r[..., None])[..., 0])
             rt = residual(trial)
             ct = (rt * rt).sum(-1)
             better = ct < cost
-            shape, r, cost = torch.where(better[:, None], trial, shape), torch.where(better[:, None], rt, r), torch.where(better, ct, cost)
+            shape, r, cost = (
+                torch.where(better[:, None], trial, shape),
+                torch.where(better[:, None], rt, r),
+                torch.where(better, ct, cost),
+            )
             damping = torch.where(better, damping * 0.3, damping * 10.0).clamp(1e-6, 1e6)
         unit = unit_models(shape, psf_ft)
         flux, bg, _ = linear_fit(unit, data, inv_sigma)
@@ -196,8 +228,18 @@ def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, it
             d_unit = stepped(shape).reshape(n, N_SHAPE, 3, FIT_SIZE, FIT_SIZE) - unit[:, None]
             eye = torch.eye(3, dtype=_DT)[None, :, :, None, None]
             w = inv_sigma[:, None, :, None, None]
-            cols = torch.cat([d_unit / steps[None, :, None, None, None] * flux[:, None, :, None, None] * w,
-                              unit[:, None] * eye * w, torch.ones_like(unit)[:, None] * eye * w], 1).reshape(n, N_TANGENT, -1).transpose(1, 2)
+            cols = (
+                torch.cat(
+                    [
+                        d_unit / steps[None, :, None, None, None] * flux[:, None, :, None, None] * w,
+                        unit[:, None] * eye * w,
+                        torch.ones_like(unit)[:, None] * eye * w,
+                    ],
+                    1,
+                )
+                .reshape(n, N_TANGENT, -1)
+                .transpose(1, 2)
+            )
             if tangent:
                 out["tangent"].append(torch.linalg.qr(cols)[0].float())
             if columns:
@@ -226,8 +268,13 @@ def refit_change(arcs: np.ndarray, basis: torch.Tensor, sigma: torch.Tensor) -> 
     return out
 
 
-def refit_share_kept(arcs: np.ndarray, fit: dict, sigma: torch.Tensor, colour_sd_mag: tuple[float, float] | None = None,
-                     shape_sd: np.ndarray | None = None) -> np.ndarray:
+def refit_share_kept(
+    arcs: np.ndarray,
+    fit: dict,
+    sigma: torch.Tensor,
+    colour_sd_mag: tuple[float, float] | None = None,
+    shape_sd: np.ndarray | None = None,
+) -> np.ndarray:
     """(N,) share of each arc's S/N (its norm in σ units over the central FIT_SIZE px of arcs (N, 3, W,
     W) nmgy) that a linearised refit of host plus arc leaves, with Gaussian priors of standard
     deviations ``colour_sd_mag`` = (g − r, r − z) [mag] on the host's colours and ``shape_sd`` (N,
@@ -237,7 +284,10 @@ def refit_share_kept(arcs: np.ndarray, fit: dict, sigma: torch.Tensor, colour_sd
     dᵀA(AᵀA + Λ)⁻¹Aᵀd over the columns A of the shape, the backgrounds and the host's magnitudes (all
     bands together, g − r, r − z), Λ the priors' precisions."""
     lo = (arcs.shape[-1] - FIT_SIZE) // 2
-    d = (torch.from_numpy(np.ascontiguousarray(arcs[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE])).to(_DT) / sigma.to(_DT)[:, :, None, None]).flatten(1)
+    d = (
+        torch.from_numpy(np.ascontiguousarray(arcs[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE])).to(_DT)
+        / sigma.to(_DT)[:, :, None, None]
+    ).flatten(1)
     out = np.empty(len(d))
     for s in range(0, len(d), 64):
         cols, flux = fit["columns"][s : s + 64].to(_DT), fit["flux"][s : s + 64].to(_DT)
@@ -261,21 +311,37 @@ def refit_share_kept(arcs: np.ndarray, fit: dict, sigma: torch.Tensor, colour_sd
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preprocess", default='{"residual": "none", "colour_difference": false, "antisymmetric": false}',
-                    help="PreprocessSpec fields over the demo profile's (JSON)")
+    ap.add_argument(
+        "--preprocess",
+        default='{"residual": "none", "colour_difference": false, "antisymmetric": false}',
+        help="PreprocessSpec fields over the demo profile's (JSON)",
+    )
     ap.add_argument("--member", default="{}", help="TrainConfig fields over the demo member (JSON)")
     ap.add_argument("--iters", type=int, default=8, help="Levenberg–Marquardt steps per stamp")
     a, lake = parse_lake_args(ap)
     profile = training_profile("demo")
 
-    neg_t, real_t, bank = held_out_tables(lake, ("psfsize_g", "psfsize_r", "psfsize_z"), ("theta_e_arcsec", "psf_fwhm_g", "psf_fwhm_r", "psf_fwhm_z"))
+    neg_t, real_t, bank = held_out_tables(
+        lake, ("psfsize_g", "psfsize_r", "psfsize_z"), ("theta_e_arcsec", "psf_fwhm_g", "psf_fwhm_r", "psf_fwhm_z")
+    )
     cut = lake.read_table("imaging", "cutouts", columns=["object_id", "psfsize_g", "psfsize_r", "psfsize_z"])
-    psf = {int(o): (g, r, z) for o, g, r, z in zip(*(cut.column(c).to_numpy() for c in ("object_id", "psfsize_g", "psfsize_r", "psfsize_z")))}
-    g_r, z_r = (float(np.nanmedian(cut.column(f"psfsize_{b}").to_numpy() / cut.column("psfsize_r").to_numpy())) for b in "gz")
+    psf = {
+        int(o): (g, r, z)
+        for o, g, r, z in zip(*(cut.column(c).to_numpy() for c in ("object_id", "psfsize_g", "psfsize_r", "psfsize_z")))
+    }
+    g_r, z_r = (
+        float(np.nanmedian(cut.column(f"psfsize_{b}").to_numpy() / cut.column("psfsize_r").to_numpy())) for b in "gz"
+    )
 
     def fwhm_of(ids, psfsize_r=None):
         # the validation injections carry their host's r-band PSF only; g and z scale by the survey's median ratios
-        return np.array([psf[int(i)] if int(i) in psf else (psfsize_r[j] * g_r, psfsize_r[j], psfsize_r[j] * z_r) for j, i in enumerate(ids)], np.float64)
+        return np.array(
+            [
+                psf[int(i)] if int(i) in psf else (psfsize_r[j] * g_r, psfsize_r[j], psfsize_r[j] * z_r)
+                for j, i in enumerate(ids)
+            ],
+            np.float64,
+        )
 
     def columns_fwhm(table, prefix):
         return np.stack([table.column(f"{prefix}_{b}").to_numpy() for b in "grz"], 1).astype(np.float64)
@@ -308,7 +374,9 @@ def main() -> None:
     arcs = (inj - ctrl)[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE]
     arcs_left = refit_change(arcs, fit_ctrl["tangent"], sigma_ctrl)
     s_n = sigma_ctrl.numpy()[:, :, None, None]
-    kept = np.linalg.norm((arcs_left / s_n).reshape(len(arcs), -1), axis=1) / np.linalg.norm((arcs / s_n).reshape(len(arcs), -1), axis=1)
+    kept = np.linalg.norm((arcs_left / s_n).reshape(len(arcs), -1), axis=1) / np.linalg.norm(
+        (arcs / s_n).reshape(len(arcs), -1), axis=1
+    )
     ctrl_less = less_host(ctrl, fit_ctrl)
     inj_linearised = ctrl_less.copy()
     inj_linearised[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE] += arcs_left
@@ -318,11 +386,16 @@ def main() -> None:
     arcs_off = arcs_whole.copy()
     arcs_off[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE] = arcs_left
     in_noise = noise_like(ctrl, profile.preprocess, "injections")
-    test = {"negatives": less_host(neg, fitted("negatives", neg, columns_fwhm(neg_t, "psfsize"))),
-            "known_lenses": less_host(real, fitted("known_lenses", real, columns_fwhm(real_t, "psfsize"))),
-            "injections": less_host(inj, fitted("injections", inj, fwhm_bank)), "controls": ctrl_less, "linearised": inj_linearised,
-            "whole_arcs_in_noise": arcs_whole + in_noise, "fitted_arcs_in_noise": arcs_off + in_noise,
-            "noise": noise_like(ctrl, profile.preprocess, "controls")}
+    test = {
+        "negatives": less_host(neg, fitted("negatives", neg, columns_fwhm(neg_t, "psfsize"))),
+        "known_lenses": less_host(real, fitted("known_lenses", real, columns_fwhm(real_t, "psfsize"))),
+        "injections": less_host(inj, fitted("injections", inj, fwhm_bank)),
+        "controls": ctrl_less,
+        "linearised": inj_linearised,
+        "whole_arcs_in_noise": arcs_whole + in_noise,
+        "fitted_arcs_in_noise": arcs_off + in_noise,
+        "noise": noise_like(ctrl, profile.preprocess, "controls"),
+    }
     fit_s = time.time() - t0
 
     draw_epoch = AugmentedStampDataset.prepare_epoch
@@ -349,26 +422,61 @@ def main() -> None:
     thr, _ = order_statistic_threshold(np.sort(p["negatives"])[::-1], 1e-2)
 
     def by(edges, values, scores, controls="controls"):
-        return {f"{lo}-{hi}": auroc_of(scores[(values >= lo) & (values < hi)], p[controls]) for lo, hi in zip(edges[:-1], edges[1:])}
+        return {
+            f"{lo}-{hi}": auroc_of(scores[(values >= lo) & (values < hi)], p[controls])
+            for lo, hi in zip(edges[:-1], edges[1:])
+        }
 
-    print(json.dumps({
-        "name": "host_fit", "preprocess": json.loads(a.preprocess), "member": json.loads(a.member), "fit_chi2_median": fits,
-        "fit_s": round(fit_s), "val_auroc": round(res.best_val_auroc, 4), "best_epoch": res.best_epoch, "gates": gates,
-        "test_auroc_injections_vs_controls": auroc_of(p["injections"], p["controls"]),
-        "auroc_by_arc_snr": by(S_N_EDGES, snr, p["injections"]), "auroc_by_theta_e_arcsec": by(THETA_E_EDGES_ARCSEC, theta_e, p["injections"]),
-        "linearised_injections_vs_controls": auroc_of(p["linearised"], p["controls"]),
-        "controls_logit_sd": round(float(np.std(np.log(np.clip(p["controls"], 1e-12, 1 - 1e-12) / np.clip(1.0 - p["controls"], 1e-12, 1)))), 3),
-        **{f"{k}_vs_noise": {"all": auroc_of(p[k], p["noise"]), "by_arc_snr": by(S_N_EDGES, snr, p[k], "noise"),
-                             "by_theta_e_arcsec": by(THETA_E_EDGES_ARCSEC, theta_e, p[k], "noise")} for k in ("whole_arcs_in_noise", "fitted_arcs_in_noise")},
-        "test_auroc_real_vs_negatives": auroc_of(p["known_lenses"], p["negatives"]), "threshold_fpr_1e-2": float(thr),
-        "recall_test_known_lenses": round(float((p["known_lenses"] > thr).mean()), 4),
-        "completeness_by_arc_snr": {f"{lo}-{hi}": round(float((p["injections"][(snr >= lo) & (snr < hi)] > thr).mean()), 4) for lo, hi in SNR_BINS},
-        "arc_sn_kept_median_by_theta_e": {f"{lo}-{hi}": round(float(np.median(kept[(theta_e >= lo) & (theta_e < hi)])), 3)
-                                          for lo, hi in zip(THETA_E_EDGES_ARCSEC[:-1], THETA_E_EDGES_ARCSEC[1:])},
-        "bound_known_shape_host_known": round(float(norm.cdf(snr / math.sqrt(2)).mean()), 4),
-        "bound_known_shape_host_fitted": round(float(norm.cdf(kept * snr / math.sqrt(2)).mean()), 4),
-        "draws_projected": projected["draws"], "epochs": res.epochs_run, "s_per_epoch": round(wall / max(res.epochs_run, 1), 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "name": "host_fit",
+                "preprocess": json.loads(a.preprocess),
+                "member": json.loads(a.member),
+                "fit_chi2_median": fits,
+                "fit_s": round(fit_s),
+                "val_auroc": round(res.best_val_auroc, 4),
+                "best_epoch": res.best_epoch,
+                "gates": gates,
+                "test_auroc_injections_vs_controls": auroc_of(p["injections"], p["controls"]),
+                "auroc_by_arc_snr": by(S_N_EDGES, snr, p["injections"]),
+                "auroc_by_theta_e_arcsec": by(THETA_E_EDGES_ARCSEC, theta_e, p["injections"]),
+                "linearised_injections_vs_controls": auroc_of(p["linearised"], p["controls"]),
+                "controls_logit_sd": round(
+                    float(
+                        np.std(
+                            np.log(np.clip(p["controls"], 1e-12, 1 - 1e-12) / np.clip(1.0 - p["controls"], 1e-12, 1))
+                        )
+                    ),
+                    3,
+                ),
+                **{
+                    f"{k}_vs_noise": {
+                        "all": auroc_of(p[k], p["noise"]),
+                        "by_arc_snr": by(S_N_EDGES, snr, p[k], "noise"),
+                        "by_theta_e_arcsec": by(THETA_E_EDGES_ARCSEC, theta_e, p[k], "noise"),
+                    }
+                    for k in ("whole_arcs_in_noise", "fitted_arcs_in_noise")
+                },
+                "test_auroc_real_vs_negatives": auroc_of(p["known_lenses"], p["negatives"]),
+                "threshold_fpr_1e-2": float(thr),
+                "recall_test_known_lenses": round(float((p["known_lenses"] > thr).mean()), 4),
+                "completeness_by_arc_snr": {
+                    f"{lo}-{hi}": round(float((p["injections"][(snr >= lo) & (snr < hi)] > thr).mean()), 4)
+                    for lo, hi in SNR_BINS
+                },
+                "arc_sn_kept_median_by_theta_e": {
+                    f"{lo}-{hi}": round(float(np.median(kept[(theta_e >= lo) & (theta_e < hi)])), 3)
+                    for lo, hi in zip(THETA_E_EDGES_ARCSEC[:-1], THETA_E_EDGES_ARCSEC[1:])
+                },
+                "bound_known_shape_host_known": round(float(norm.cdf(snr / math.sqrt(2)).mean()), 4),
+                "bound_known_shape_host_fitted": round(float(norm.cdf(kept * snr / math.sqrt(2)).mean()), 4),
+                "draws_projected": projected["draws"],
+                "epochs": res.epochs_run,
+                "s_per_epoch": round(wall / max(res.epochs_run, 1), 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

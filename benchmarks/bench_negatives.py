@@ -55,8 +55,12 @@ def make_input(rows: int) -> Path:
     for i, start in enumerate(range(0, rows, chunk)):
         n = min(chunk, rows - start)
         # Different sky patches per chunk keep object ids unique; one sweep file name for all.
-        t = synthetic_sweeps(n, key=f"bench-{i}", ra0=150.0 + 5.0 * i, dec0=0.0, size_deg=5.0, sweep_file="sweep-150p000-165p005.fits")
-        t = t.set_column(t.schema.get_field_index("row_index"), "row_index", pa.array(range(start, start + n), pa.int64()))
+        t = synthetic_sweeps(
+            n, key=f"bench-{i}", ra0=150.0 + 5.0 * i, dec0=0.0, size_deg=5.0, sweep_file="sweep-150p000-165p005.fits"
+        )
+        t = t.set_column(
+            t.schema.get_field_index("row_index"), "row_index", pa.array(range(start, start + n), pa.int64())
+        )
         writer = writer or pq.ParquetWriter(tmp, t.schema, compression="zstd")
         writer.write_table(t, row_group_size=131072)
     writer.close()
@@ -73,7 +77,12 @@ def lake_with_files(rows: int, k: int) -> Lake:
         base = pq.read_table(make_input(rows))
         for name in names:
             col = pa.array([name] * base.num_rows, pa.string())
-            store.write_table(*SWEEPS_TABLE, base.set_column(base.schema.get_field_index("sweep_file"), "sweep_file", col), partition={"sweep_file": name}, row_group_size=131072)
+            store.write_table(
+                *SWEEPS_TABLE,
+                base.set_column(base.schema.get_field_index("sweep_file"), "sweep_file", col),
+                partition={"sweep_file": name},
+                row_group_size=131072,
+            )
     root = OUT / f"lake_{k}"
     shutil.rmtree(root, ignore_errors=True)
     lake = Lake(str(root))

@@ -1,6 +1,5 @@
 """Resources built from the environment (all optional; the defaults give the embedded demo)."""
 
-
 from .compute import ComputeResource
 from .imaging import ImagingResource
 from .lake import LakeResource
@@ -25,16 +24,25 @@ def build_resources() -> dict:
     return {
         "lake": lake,
         "io_manager": LakeIOManager(**lake.model_dump()),
-        "survey": SurveyResource(survey=setting("DHS_SURVEY"), profile=profile, mock_dir=setting("DHS_MOCK_DIR"),
-                                 mock_seed=int(setting("DHS_MOCK_SEED")), mock_sweep_files=_optional_int("DHS_MOCK_SWEEP_FILES"),
-                                 mock_rows_per_file=_optional_int("DHS_MOCK_ROWS_PER_FILE"),
-                                 mock_hidden_lenses=_optional_int("DHS_MOCK_HIDDEN_LENSES"), s3_endpoint=s3_endpoint),
+        "survey": SurveyResource(
+            survey=setting("DHS_SURVEY"),
+            profile=profile,
+            mock_dir=setting("DHS_MOCK_DIR"),
+            mock_seed=int(setting("DHS_MOCK_SEED")),
+            mock_sweep_files=_optional_int("DHS_MOCK_SWEEP_FILES"),
+            mock_rows_per_file=_optional_int("DHS_MOCK_ROWS_PER_FILE"),
+            mock_hidden_lenses=_optional_int("DHS_MOCK_HIDDEN_LENSES"),
+            s3_endpoint=s3_endpoint,
+        ),
         "imaging": ImagingResource(cutout_source=setting("DHS_CUTOUT_SOURCE")),
-        "compute": ComputeResource(device=setting("DHS_DEVICE"), profile=profile, search_launch=setting("DHS_SEARCH_LAUNCH")),
+        "compute": ComputeResource(
+            device=setting("DHS_DEVICE"), profile=profile, search_launch=setting("DHS_SEARCH_LAUNCH")
+        ),
         "pyspark": QuietPySparkResource(spark_config=spark_config(setting("DHS_SPARK_MASTER"))),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
-        "catalog_launch": CatalogLaunchResource(mode=setting("DHS_CATALOG_LAUNCH"), bucket=setting("DHS_PIPES_BUCKET") or "",
-                                                s3_endpoint=s3_endpoint),
+        "catalog_launch": CatalogLaunchResource(
+            mode=setting("DHS_CATALOG_LAUNCH"), bucket=setting("DHS_PIPES_BUCKET") or "", s3_endpoint=s3_endpoint
+        ),
         "alert_sinks": AlertSinksResource(),
     }
 

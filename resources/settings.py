@@ -85,39 +85,104 @@ def _spark_memory(value: str) -> None:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("DHS_LAKE", "./lakehouse", "lake root: a local folder or s3://bucket/prefix", "storage"),
-    Setting("DHS_S3_ENDPOINT", None, "S3 endpoint override (any S3-compatible server), e.g. http://127.0.0.1:9000", "storage", _url),
-    Setting("DHS_REJECTED_KEEP_DAYS", "7", "days rejected (failed-audit) data is kept under _rejected/ for inspection", "storage",
-            _positive_number),
-    Setting("DHS_SURVEY", "mock", "mock (the embedded survey) or the root of a DR10 mirror, a folder or s3://", "survey"),
-    Setting("DHS_CUTOUT_SOURCE", "auto", "auto (coadd bricks of the survey, or the mock sky) or the base URL of a cutout service",
-            "survey", _cutout_source),
-    Setting("DHS_CUTOUT_MAX_SIZE", None, "the largest dhs cutout --size in pixels (default the library's limit)", "survey",
-            _whole(1)),
-    Setting("DHS_MOCK_SEED", "0", "seed of the embedded mock survey and sky: another value is an independent sky", "mock survey",
-            _whole(0)),
+    Setting(
+        "DHS_S3_ENDPOINT",
+        None,
+        "S3 endpoint override (any S3-compatible server), e.g. http://127.0.0.1:9000",
+        "storage",
+        _url,
+    ),
+    Setting(
+        "DHS_REJECTED_KEEP_DAYS",
+        "7",
+        "days rejected (failed-audit) data is kept under _rejected/ for inspection",
+        "storage",
+        _positive_number,
+    ),
+    Setting(
+        "DHS_SURVEY", "mock", "mock (the embedded survey) or the root of a DR10 mirror, a folder or s3://", "survey"
+    ),
+    Setting(
+        "DHS_CUTOUT_SOURCE",
+        "auto",
+        "auto (coadd bricks of the survey, or the mock sky) or the base URL of a cutout service",
+        "survey",
+        _cutout_source,
+    ),
+    Setting(
+        "DHS_CUTOUT_MAX_SIZE",
+        None,
+        "the largest dhs cutout --size in pixels (default the library's limit)",
+        "survey",
+        _whole(1),
+    ),
+    Setting(
+        "DHS_MOCK_SEED",
+        "0",
+        "seed of the embedded mock survey and sky: another value is an independent sky",
+        "mock survey",
+        _whole(0),
+    ),
     Setting("DHS_MOCK_DIR", ".dhs_mock", "cache folder of the generated mock surveys", "mock survey"),
-    Setting("DHS_MOCK_SWEEP_FILES", None, "number of mock sweep files (5°x5° blocks; default the profile's): a survey-shaped "
-            "partition count for scale tests", "mock survey", _whole(1)),
-    Setting("DHS_MOCK_ROWS_PER_FILE", None, "rows per mock sweep file (default the profile's)", "mock survey", _whole(100)),
-    Setting("DHS_MOCK_HIDDEN_LENSES", None, "lenses painted into the mock sky that no catalog lists (default the profile's; "
-            "their truth is kept apart)", "mock survey", _whole(0)),
-    Setting("DHS_PROFILE", "demo", "demo (minutes on 2 CPU cores) or full (survey scale) sizes for grids, samples and epochs",
-            "compute", _one_of(*PROFILES)),
+    Setting(
+        "DHS_MOCK_SWEEP_FILES",
+        None,
+        "number of mock sweep files (5°x5° blocks; default the profile's): a survey-shaped "
+        "partition count for scale tests",
+        "mock survey",
+        _whole(1),
+    ),
+    Setting(
+        "DHS_MOCK_ROWS_PER_FILE", None, "rows per mock sweep file (default the profile's)", "mock survey", _whole(100)
+    ),
+    Setting(
+        "DHS_MOCK_HIDDEN_LENSES",
+        None,
+        "lenses painted into the mock sky that no catalog lists (default the profile's; their truth is kept apart)",
+        "mock survey",
+        _whole(0),
+    ),
+    Setting(
+        "DHS_PROFILE",
+        "demo",
+        "demo (minutes on 2 CPU cores) or full (survey scale) sizes for grids, samples and epochs",
+        "compute",
+        _one_of(*PROFILES),
+    ),
     Setting("DHS_DEVICE", "auto", "auto, cpu or cuda for simulation, training and scoring", "compute", _device),
-    Setting("DHS_SEARCH_LAUNCH", "local", "where search_scores scores its chunks: local, spark or pipes", "compute",
-            _one_of(*SEARCH_LAUNCHES)),
-    Setting("DHS_CATALOG_LAUNCH", "local", "where the negatives' Spark job runs: local or pipes-s3 (needs DHS_PIPES_BUCKET)",
-            "compute", _one_of(*CATALOG_LAUNCHES)),
+    Setting(
+        "DHS_SEARCH_LAUNCH",
+        "local",
+        "where search_scores scores its chunks: local, spark or pipes",
+        "compute",
+        _one_of(*SEARCH_LAUNCHES),
+    ),
+    Setting(
+        "DHS_CATALOG_LAUNCH",
+        "local",
+        "where the negatives' Spark job runs: local or pipes-s3 (needs DHS_PIPES_BUCKET)",
+        "compute",
+        _one_of(*CATALOG_LAUNCHES),
+    ),
     Setting("DHS_PIPES_BUCKET", None, "S3 bucket for the context and messages of Pipes launches", "compute"),
     Setting("DHS_SPARK_MASTER", "local[*]", "Spark master of the catalog stage and the search's Spark launch", "spark"),
     Setting("DHS_SPARK_DRIVER_MEMORY", "2g", "memory of the Spark driver's JVM", "spark", _spark_memory),
     Setting("DHS_SPARK_LOG", None, "file of the Spark logs (default <DAGSTER_HOME>/logs/spark.log)", "spark"),
-    Setting("DHS_ALERT_WEBHOOK", None, "URL that receives a JSON POST for each failed asset check or run", "alerts", _url),
+    Setting(
+        "DHS_ALERT_WEBHOOK", None, "URL that receives a JSON POST for each failed asset check or run", "alerts", _url
+    ),
     Setting("DHS_SLACK_CHANNEL", None, "Slack channel for alerts (with a bot token in DHS_SLACK_TOKEN)", "alerts"),
     Setting("DHS_SLACK_TOKEN", None, "Slack bot token for alerts (else SLACK_BOT_TOKEN); never logged", "alerts"),
-    Setting("DHS_LOG_LEVEL", "WARNING", "level of Dagster's console logger in dhs (the event log keeps everything)", "console",
-            _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
-    Setting("DHS_LAKE_READ_LOG", None, "test hook: a file receiving one JSON line per table an asset step reads", "testing"),
+    Setting(
+        "DHS_LOG_LEVEL",
+        "WARNING",
+        "level of Dagster's console logger in dhs (the event log keeps everything)",
+        "console",
+        _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+    ),
+    Setting(
+        "DHS_LAKE_READ_LOG", None, "test hook: a file receiving one JSON line per table an asset step reads", "testing"
+    ),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -141,4 +206,6 @@ def validate(environ: Mapping[str, str] | None = None) -> None:
             except ValueError as exc:
                 raise InputError(f"{s.name}={raw!r}: {exc}") from None
     if setting("DHS_CATALOG_LAUNCH", env) == "pipes-s3" and not setting("DHS_PIPES_BUCKET", env):
-        raise InputError("DHS_CATALOG_LAUNCH='pipes-s3' needs DHS_PIPES_BUCKET (the bucket of the Pipes context and messages)")
+        raise InputError(
+            "DHS_CATALOG_LAUNCH='pipes-s3' needs DHS_PIPES_BUCKET (the bucket of the Pipes context and messages)"
+        )

@@ -1,6 +1,5 @@
 """The survey: the embedded mock DR10 (DHS_SURVEY=mock) or a DR10 mirror, local or s3://."""
 
-
 import os
 import tempfile
 from contextlib import contextmanager
@@ -40,9 +39,14 @@ class SurveyResource(dg.ConfigurableResource):
         """The mock survey's realisation (InputError when the survey is a mirror)."""
         if not self.is_mock:
             raise InputError(f"DHS_SURVEY={self.survey!r} is not the mock survey")
-        return MockSurvey(profile=self.profile, cache_dir=os.path.abspath(self.mock_dir), seed=self.mock_seed,
-                          n_sweep_files=self.mock_sweep_files, n_rows_per_file=self.mock_rows_per_file,
-                          n_hidden_lenses=self.mock_hidden_lenses)
+        return MockSurvey(
+            profile=self.profile,
+            cache_dir=os.path.abspath(self.mock_dir),
+            seed=self.mock_seed,
+            n_sweep_files=self.mock_sweep_files,
+            n_rows_per_file=self.mock_rows_per_file,
+            n_hidden_lenses=self.mock_hidden_lenses,
+        )
 
     def location(self) -> SurveyLocation:
         """The survey as the DR10 mirror the library reads, with local paths made absolute so that

@@ -21,20 +21,27 @@ GRADES_HEADER = "object_id,grade,ra,dec,score,model_version,known\n"
 def in_tmp(tmp_path, monkeypatch):
     """A working folder with its own lake, instance and mock cache."""
     monkeypatch.chdir(tmp_path)
-    for name, value in (("DHS_LAKE", tmp_path / "lake"), ("DAGSTER_HOME", tmp_path / "home"), ("DHS_MOCK_DIR", tmp_path / "mock")):
+    for name, value in (
+        ("DHS_LAKE", tmp_path / "lake"),
+        ("DAGSTER_HOME", tmp_path / "home"),
+        ("DHS_MOCK_DIR", tmp_path / "mock"),
+    ):
         monkeypatch.setenv(name, str(value))
     return tmp_path
 
 
-@pytest.mark.parametrize("name, value, says", [
-    ("DHS_MOCK_SEED", "abc", "expected a whole number >= 0"),
-    ("DHS_MOCK_SEED", "-1", "expected a whole number >= 0"),
-    ("DHS_MOCK_SEED", "1e3", "expected a whole number >= 0"),
-    ("DHS_DEVICE", "gpu", "expected one of auto, cpu, cuda"),
-    ("DHS_PROFILE", "huge", "expected one of demo, full"),
-    ("DHS_S3_ENDPOINT", "127.0.0.1:9000", "expected an http:// or https:// URL"),
-    ("DHS_REJECTED_KEEP_DAYS", "inf", "expected a finite number > 0"),
-])
+@pytest.mark.parametrize(
+    "name, value, says",
+    [
+        ("DHS_MOCK_SEED", "abc", "expected a whole number >= 0"),
+        ("DHS_MOCK_SEED", "-1", "expected a whole number >= 0"),
+        ("DHS_MOCK_SEED", "1e3", "expected a whole number >= 0"),
+        ("DHS_DEVICE", "gpu", "expected one of auto, cpu, cuda"),
+        ("DHS_PROFILE", "huge", "expected one of demo, full"),
+        ("DHS_S3_ENDPOINT", "127.0.0.1:9000", "expected an http:// or https:// URL"),
+        ("DHS_REJECTED_KEEP_DAYS", "inf", "expected a finite number > 0"),
+    ],
+)
 def test_a_bad_setting_is_refused_before_anything_runs(in_tmp, monkeypatch, capsys, name, value, says):
     monkeypatch.setenv(name, value)
     assert main(["materialize", "sweeps"]) == 2
@@ -50,7 +57,10 @@ def test_cuda_without_a_gpu_is_refused_before_anything_runs(in_tmp, monkeypatch,
         pytest.skip("this machine has a CUDA device: DHS_DEVICE=cuda is valid here")
     monkeypatch.setenv("DHS_DEVICE", "cuda")
     assert main(["demo"]) == 2
-    assert capsys.readouterr().err.strip() == "error: DHS_DEVICE='cuda': torch sees no CUDA device on this machine (use auto or cpu)"
+    assert (
+        capsys.readouterr().err.strip()
+        == "error: DHS_DEVICE='cuda': torch sees no CUDA device on this machine (use auto or cpu)"
+    )
 
 
 def test_a_grade_id_beyond_int64_names_its_line(in_tmp, capsys):

@@ -21,9 +21,16 @@ REPO = Path(__file__).resolve().parents[1]
 def test_demo_runs_end_to_end(tmp_path):
     reads = tmp_path / "reads.jsonl"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    env.update(DHS_LAKE=str(tmp_path / "lakehouse"), DAGSTER_HOME=str(tmp_path / "dagster_home"), DHS_MOCK_DIR=str(tmp_path / "mock"),
-               DHS_PROFILE="demo", DHS_LAKE_READ_LOG=str(reads))
-    run = subprocess.run([sys.executable, "-m", "dhs.main", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    env.update(
+        DHS_LAKE=str(tmp_path / "lakehouse"),
+        DAGSTER_HOME=str(tmp_path / "dagster_home"),
+        DHS_MOCK_DIR=str(tmp_path / "mock"),
+        DHS_PROFILE="demo",
+        DHS_LAKE_READ_LOG=str(reads),
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "dhs.main", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "Selection function C(theta_E, z_l)" in run.stdout and "Evaluation report:" in run.stdout
     assert "Trained with no visual grades" in run.stdout  # a fresh lake: no grades landed
@@ -34,11 +41,19 @@ def test_demo_runs_end_to_end(tmp_path):
     assert (tmp_path / "dagster_home" / "logs" / "spark.log").stat().st_size > 0
 
     def query(sql):
-        out = subprocess.run([sys.executable, "-m", "dhs.main", "query", sql, "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "dhs.main", "query", sql, "--format", "json"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
 
-    cells = query("select threshold_name, count(*) filter (where n_valid > 0) as nonempty, count(*) as cells from selection_function group by 1")
+    cells = query(
+        "select threshold_name, count(*) filter (where n_valid > 0) as nonempty, count(*) as cells from selection_function group by 1"
+    )
     assert cells and all(c["nonempty"] == c["cells"] == 99 for c in cells)
     recall = query("select * from real_lens_recall where tier = 'all'")
     assert recall and all(r["n"] > 0 for r in recall)
@@ -49,7 +64,13 @@ def test_demo_runs_end_to_end(tmp_path):
     # dhs cutout: a FITS cube (band, y, x) whose WCS puts the lens at the requested position
     lens = query("select ra, dec from positives order by name limit 1")[0]
     out = tmp_path / "lens.fits"
-    cut = subprocess.run([sys.executable, "-m", "dhs.main", "cutout", str(lens["ra"]), str(lens["dec"]), "--out", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    cut = subprocess.run(
+        [sys.executable, "-m", "dhs.main", "cutout", str(lens["ra"]), str(lens["dec"]), "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert cut.returncode == 0, cut.stderr
     from astropy.io import fits
     from astropy.wcs import WCS
@@ -59,7 +80,13 @@ def test_demo_runs_end_to_end(tmp_path):
         x, y = WCS(hdul[0].header).celestial.world_to_pixel_values(lens["ra"], lens["dec"])
     assert abs(x - 50) < 0.5 and abs(y - 50) < 0.5
     # ... and a position outside the survey is refused, not written as an all-zero stamp
-    far = subprocess.run([sys.executable, "-m", "dhs.main", "cutout", "0.5", "-80", "--out", str(tmp_path / "far.fits")], cwd=tmp_path, env=env, capture_output=True, text=True)
+    far = subprocess.run(
+        [sys.executable, "-m", "dhs.main", "cutout", "0.5", "-80", "--out", str(tmp_path / "far.fits")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert far.returncode == 1 and "no imaging data" in far.stderr and not (tmp_path / "far.fits").exists()
 
     # every table in the lake is an asset, and every table an asset read is one of its upstreams
@@ -71,11 +98,21 @@ def test_demo_runs_end_to_end(tmp_path):
     assert len(tables) >= 21
     read_edges = {(tuple(r["reader"]), r["table"]) for r in map(json.loads, reads.read_text().splitlines())}
     assert read_edges, "no reads were recorded"
-    undeclared = [(reader, table) for reader, table in read_edges - MAINTENANCE_LISTINGS if table not in upstream_of(graph, reader)]
+    undeclared = [
+        (reader, table)
+        for reader, table in read_edges - MAINTENANCE_LISTINGS
+        if table not in upstream_of(graph, reader)
+    ]
     assert undeclared == [], undeclared
 
     # a failing materialization names the asset and exits non-zero
-    bad = subprocess.run([sys.executable, "-m", "dhs.main", "materialize", "no_such_asset"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "dhs.main", "materialize", "no_such_asset"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 1 and "unknown asset 'no_such_asset'" in bad.stderr
 
     # last, so that without Chromium everything else has been checked before the test is marked
@@ -92,9 +129,15 @@ def check_the_finder_finds_lenses(tmp_path, env):
     detects invisible arcs, fails them), and the view-averaging ablation, which rescores the lake's
     stamps itself, agrees with the evaluation assets on its published row; the recipe-ablation
     harness reproduces the published model."""
+
     def script(name, *args):
-        out = subprocess.run([sys.executable, str(REPO / "benchmarks" / name), "--lake", env["DHS_LAKE"], *args], cwd=tmp_path,
-                             env=env, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, str(REPO / "benchmarks" / name), "--lake", env["DHS_LAKE"], *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert out.returncode == 0, out.stderr[-4000:]
         return [json.loads(line) for line in out.stdout.splitlines()]
 
@@ -114,14 +157,28 @@ def check_the_finder_finds_lenses(tmp_path, env):
     # was built from (a silent mix-up reported none among the held-out negatives), and the other
     # realisation is not even generated
     other_seed = str(int(env.get("DHS_MOCK_SEED", "0") or "0") + 1)
-    other = subprocess.run([sys.executable, str(REPO / "benchmarks" / "demo_headline.py"), "--lake", env["DHS_LAKE"], "--without-hidden-lenses"],
-                           cwd=tmp_path, env={**env, "DHS_MOCK_SEED": other_seed, "DHS_MOCK_DIR": str(tmp_path / "other_mock")},
-                           capture_output=True, text=True)
+    other = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "demo_headline.py"),
+            "--lake",
+            env["DHS_LAKE"],
+            "--without-hidden-lenses",
+        ],
+        cwd=tmp_path,
+        env={**env, "DHS_MOCK_SEED": other_seed, "DHS_MOCK_DIR": str(tmp_path / "other_mock")},
+        capture_output=True,
+        text=True,
+    )
     assert other.returncode == 1 and other.stdout == "", other.stdout[-2000:] + other.stderr[-2000:]
-    assert f"'mock_seed': {int(other_seed) - 1}" in other.stderr and f"'mock_seed': {other_seed}" in other.stderr, other.stderr[-2000:]
+    assert f"'mock_seed': {int(other_seed) - 1}" in other.stderr and f"'mock_seed': {other_seed}" in other.stderr, (
+        other.stderr[-2000:]
+    )
     assert "set them to the lake's" in other.stderr and not (tmp_path / "other_mock").exists(), other.stderr[-2000:]
     # every injection host is an N1 or N2 negative, counted once
-    assert sum(n for _, n in head["test_auroc_injections_vs_controls_by_host_pool"].values()) == head["injection_hosts"], head
+    assert (
+        sum(n for _, n in head["test_auroc_injections_vs_controls_by_host_pool"].values()) == head["injection_hosts"]
+    ), head
     assert set(head["test_auroc_injections_vs_controls_by_host_pool"]) <= {"N1", "N2"}, head
 
     views = str(training_profile("demo").members[0].dihedral_views)
@@ -137,7 +194,9 @@ def check_the_finder_finds_lenses(tmp_path, env):
     # row in BENCHMARKS.md differs from the published recipe by its one change only (the
     # tolerances allow for scoring in other batch sizes than the evaluation assets)
     [again] = script("ablate_lens_finder.py", "--name", "demo")
-    assert again["best_epoch"] == head["best_epoch"] and abs(again["threshold_fpr_1e-2"] - head["threshold_value"]) <= 1e-6, (again, head)
+    assert (
+        again["best_epoch"] == head["best_epoch"] and abs(again["threshold_fpr_1e-2"] - head["threshold_value"]) <= 1e-6
+    ), (again, head)
     assert again["gates"].keys() == head["gates"].keys(), (again, head)
     assert all(abs(again["gates"][name] - value) <= 1e-3 for name, (value, _) in head["gates"].items()), (again, head)
 
@@ -149,7 +208,13 @@ MAINTENANCE_LISTINGS = {(("survey/sweep_files",), "survey/sweeps")}
 
 
 def query_tables(tmp_path, env) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "dhs.main", "tables", "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "dhs.main", "tables", "--format", "json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

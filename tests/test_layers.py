@@ -13,7 +13,10 @@ DAGSTER = {"dagster", "dagster_pipes", "dagster_aws", "dagster_pyspark", "dagste
 DAGSTER_LAYER = {"lens_assets", "resources", "io_managers", "definitions"}
 #: layer (its top-level packages or modules) -> the project packages and frameworks it must not import
 FORBIDDEN = {
-    "science library": ({"darkhaloscope"}, DAGSTER | {"lakehouse", "table_registry", "mock_survey", "dhs"} | DAGSTER_LAYER),
+    "science library": (
+        {"darkhaloscope"},
+        DAGSTER | {"lakehouse", "table_registry", "mock_survey", "dhs"} | DAGSTER_LAYER,
+    ),
     "mock survey": ({"mock_survey"}, DAGSTER | {"lakehouse", "table_registry", "dhs"} | DAGSTER_LAYER),
     "lakehouse platform": ({"lakehouse"}, DAGSTER | {"table_registry", "mock_survey", "dhs"} | DAGSTER_LAYER),
     "tables registry": ({"table_registry"}, DAGSTER | {"mock_survey", "dhs"} | DAGSTER_LAYER),
@@ -50,7 +53,10 @@ def test_a_layer_imports_only_the_layers_below_it(layer):
 
 
 def test_neither_the_product_nor_its_tests_import_benchmarks_or_research():
-    offenders = {str(p.relative_to(REPO)): sorted(imported_packages(p) & {"benchmarks", "research"}) for p in _files(PRODUCT_AND_TESTS)}
+    offenders = {
+        str(p.relative_to(REPO)): sorted(imported_packages(p) & {"benchmarks", "research"})
+        for p in _files(PRODUCT_AND_TESTS)
+    }
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
