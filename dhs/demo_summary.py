@@ -12,7 +12,8 @@ def print_demo_summary(lake, seconds: float) -> None:
     cols, rows = run_query(lake, DEMO_THRESHOLD_SQL)
     name = rows[0][0] if rows else "score>0.5"
     print(
-        f"Selection function C(theta_E, z_l) at the {name} threshold: completeness [68% interval], * = below the minimum count"
+        f"Selection function C(theta_E, z_l) at the {name} threshold: completeness [68% interval], * = below the "
+        "minimum count"
     )
     cols, rows = run_query(lake, DEMO_SF_SQL.format(name=name.replace("'", "''")))
     print(completeness_grid(rows))
@@ -49,7 +50,8 @@ def print_hidden_lens_recovery(lake) -> None:
     )
     n_hidden = report.hidden.num_rows
     print(
-        f"\nHidden-lens recovery: {report.n_recovered} of {n_hidden} hidden lenses among {report.n_candidates} candidates "
+        f"\nHidden-lens recovery: {report.n_recovered} of {n_hidden} hidden lenses among {report.n_candidates} "
+        "candidates "
         f"({report.count('known')} known lenses, {report.n_false} false candidates). By arc S/N:"
     )
     by_snr = report.by_snr.to_pylist()
@@ -104,7 +106,8 @@ DEMO_THRESHOLD_SQL = """
 SELECT name FROM thresholds WHERE resolvable AND kind = 'fpr' ORDER BY target LIMIT 1
 """
 DEMO_CANDIDATES_SQL = """
-SELECT rank, object_id, round(ra, 5) AS ra, round(dec, 5) AS dec, round(score, 4) AS score, round(score_percentile, 3) AS pct,
+SELECT rank, object_id, round(ra, 5) AS ra, round(dec, 5) AS dec, round(score, 4) AS score, round(score_percentile, 3)
+AS pct,
        CASE WHEN known THEN 'known: ' || known_name ELSE 'new' END AS status, threshold_name
 FROM candidates ORDER BY rank LIMIT 10
 """
@@ -113,6 +116,7 @@ SELECT theta_e_arcsec, z_l, completeness, ci68_lo, ci68_hi, sufficient, n_valid
 FROM selection_function WHERE threshold_name = '{name}' ORDER BY theta_e_arcsec, z_l
 """
 DEMO_RECALL_SQL = """
-SELECT threshold_name, tier, n, n_detected, round(recall, 3) AS recall, round(ci68_lo, 3) AS ci68_lo, round(ci68_hi, 3) AS ci68_hi
+SELECT threshold_name, tier, n, n_detected, round(recall, 3) AS recall, round(ci68_lo, 3) AS ci68_lo, round(ci68_hi, 3)
+AS ci68_hi
 FROM real_lens_recall ORDER BY threshold_name, tier
 """

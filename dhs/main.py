@@ -1,4 +1,5 @@
-"""The ``dhs`` command: materialize assets, query the lake, list tables, cut a cutout, land visual grades, run the demo."""
+"""The ``dhs`` command: materialize assets, query the lake, list tables, cut a cutout, land visual grades, run the
+demo."""
 
 from __future__ import annotations
 
@@ -180,7 +181,8 @@ def cmd_grade(args) -> int:
     landed = [g for r, g in zip(grades.column("round").to_pylist(), grades.column("grade").to_pylist()) if r == last]
     ungraded = landed.count(UNGRADED)
     print(
-        f"landed {len(landed) - ungraded} grades as round {last} of visual_grades, {ungraded} shown ungraded (awaiting inspection) "
+        f"landed {len(landed) - ungraded} grades as round {last} of visual_grades, {ungraded} shown ungraded "
+        "(awaiting inspection) "
         f"({grades.num_rows} rows in all rounds)"
     )
     return 0
@@ -204,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="ASSET=JSON",
-        help="run config of one of the named assets, as in the launchpad: injection_plan='{\"realisation\": 1}' (repeatable)",
+        help="run config of one of the named assets, as in the launchpad: injection_plan='{\"realisation\": 1}' "
+        "(repeatable)",
     )
     m.set_defaults(func=cmd_materialize)
     q = sub.add_parser("query", help="read-only SQL over the lake (every table is a view)")
@@ -232,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_cutout)
     g = sub.add_parser(
         "grade",
-        help="land a grades CSV (the gallery's export: object_id, grade A, B, C, not_a_lens or ungraded, ra, dec, score, model_version, known) as the next round of visual_grades",
+        help="land a grades CSV (the gallery's export: object_id, grade A, B, C, not_a_lens or ungraded, ra, dec, "
+        "score, model_version, known) as the next round of visual_grades",
     )
     g.add_argument("file", help="CSV exported from the candidate gallery")
     g.set_defaults(func=cmd_grade)

@@ -210,7 +210,8 @@ class Materializer:
                     "dagster/asset_partition_range_end": partition_keys[-1],
                 }
             )
-        where = f"asset {unit.label} partition {pk or (partition_keys[0] + '...' + partition_keys[-1] if len(partition_keys) > 1 else '-')}"
+        shown = pk or (partition_keys[0] + "..." + partition_keys[-1] if len(partition_keys) > 1 else "-")
+        where = f"asset {unit.label} partition {shown}"
         # the asset's own run config (op_config's entry), beside the console's
         ops = {"ops": {self._op_name(unit.keys[0]): op_config}} if op_config else {}
         try:

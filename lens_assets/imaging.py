@@ -141,7 +141,8 @@ def _validation_audits(aucs: pa.Table, summary: dict) -> list[au.AuditOutcome]:
         checks.NO_CORE_BRIGHTNESS_SHORTCUT.outcome(
             not core_shortcut_failed(aucs),
             {"worst_core_feature": worst, "red_threshold": RED_BOUND},
-            f"core-brightness feature {worst and worst['feature']} separates positives from negatives (AUC lower bound > {RED_BOUND})",
+            f"core-brightness feature {worst and worst['feature']} separates positives from negatives (AUC lower "
+            f"bound > {RED_BOUND})",
         ),
     ]
 

@@ -227,7 +227,8 @@ def deliver_run_alerts(instance: dg.DagsterInstance, run_id: str, sinks: AlertSi
 @dg.sensor(
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Sends failed asset checks (ERROR and WARN) and failed runs to the alert sinks, and retries undelivered ones.",
+    description="Sends failed asset checks (ERROR and WARN) and failed runs to the alert sinks, and retries "
+    "undelivered ones.",
 )
 def alert_sensor(context: dg.SensorEvaluationContext, alert_sinks: AlertSinksResource) -> dg.SkipReason:
     """Each tick: the alerts of runs finished since the cursor, plus the backlog, delivered once each.
@@ -309,7 +310,8 @@ alerts = dg.AssetSpec(
     group_name=ALERTS.group,
     kinds={"parquet"},
     owners=OWNERS,
-    description=f"{ALERTS.description}; written by alert delivery (alert_sensor, dhs), rebuilt from ops/alert_log/alerts.jsonl.",
+    description=f"{ALERTS.description}; written by alert delivery (alert_sensor, dhs), rebuilt from "
+    "ops/alert_log/alerts.jsonl.",
 )
 
 

@@ -74,7 +74,8 @@ class AlertSinksResource(dg.ConfigurableResource):
 
     Unset fields fall back to the environment when :meth:`build_sinks` runs (so a deployment
     needs no config): ``webhook_url`` to DHS_ALERT_WEBHOOK, ``lake_uri`` to DHS_LAKE
-    (./lakehouse), ``s3_endpoint`` to DHS_S3_ENDPOINT, ``slack_channel`` to DHS_SLACK_CHANNEL; the Slack token comes from the
+    (./lakehouse), ``s3_endpoint`` to DHS_S3_ENDPOINT, ``slack_channel`` to DHS_SLACK_CHANNEL; the Slack token comes
+    from the
     environment variable ``slack_token_env`` (DHS_SLACK_TOKEN, else SLACK_BOT_TOKEN).
     """
 
@@ -95,7 +96,8 @@ class AlertSinksResource(dg.ConfigurableResource):
     )
     slack_channel: str | None = Field(
         default=None,
-        description="Slack channel for alerts (default env DHS_SLACK_CHANNEL); Slack is used only with a channel and a token",
+        description="Slack channel for alerts (default env DHS_SLACK_CHANNEL); Slack is used only with a channel and "
+        "a token",
     )
     slack_token_env: str = Field(
         default="DHS_SLACK_TOKEN", description="name of the env var holding the Slack bot token"

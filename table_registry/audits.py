@@ -58,7 +58,8 @@ INJECTION_MATCHES_LENSTRONOMY = Audit(
 )
 INJECTION_PHYSICS_VALID = Audit(
     "injection_physics_valid",
-    "every prior-drawn parameter within its prior's range, μ >= 1, all pixels finite, arc flux in the stamp = source flux × μ",
+    "every prior-drawn parameter within its prior's range, μ >= 1, all pixels finite, arc flux in the stamp = source "
+    "flux × μ",
 )
 CUTOUT_SCORES_CONTRACT = Audit(
     "cutout_scores_contract", "one row per cutout; valid rows scored in [0, 1], invalid rows unscored with a reason"

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.spark_fixtures import spark  # noqa: F401  (fixture, for every test module)
 from tests.support.chromium import CHROMIUM
-from tests.support.s3_server import fresh_bucket, s3_server  # noqa: F401  (fixture re-export)
+from tests.support.s3_server import fresh_bucket, s3_server  # noqa: F401  (fixture, for every test module)
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -74,11 +74,9 @@ def synthetic_sweeps(
     objid = np.empty(n, np.int64)
     counts = np.bincount(binv)
     objid[order] = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+    ra, dec = (ub - 1) % 1440 * 0.25, ((ub - 1) // 1440) * 0.25 - 90
     names = np.array(
-        [
-            f"{(b - 1) % 1440 * 0.25 * 10:04.0f}{'p' if ((b - 1) // 1440) * 0.25 - 90 >= 0 else 'm'}{abs(((b - 1) // 1440) * 0.25 - 90) * 10:03.0f}"
-            for b in ub
-        ],
+        [f"{r * 10:04.0f}{'p' if d >= 0 else 'm'}{abs(d) * 10:03.0f}" for r, d in zip(ra, dec)],
         dtype=object,
     )
     release = np.full(n, 10000, np.int16)

@@ -27,7 +27,7 @@ from lakehouse.webhook import WebhookSink
 from lens_assets.ops import alert_sensor
 from resources.alert_sinks import AlertSinksResource
 from tests.support.fault_proxy import FaultProxy
-from tests.support.s3_server import fresh_bucket, s3_server  # noqa: F401  (fixture)
+from tests.support.s3_server import fresh_bucket
 from tests.support.webhook_receiver import WebhookReceiver
 
 DEADLINE_S = 1.5

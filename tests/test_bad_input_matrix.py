@@ -49,7 +49,7 @@ from darkhaloscope.survey.known_lenses import load_known_lenses, validate_known_
 from darkhaloscope.survey.sweeps import SweepBox, iter_sweep_batches, parse_sweep_filename
 from lakehouse.lake import STAGING_DIR, Lake
 from tests.support.cutout_server import CutoutServer
-from tests.support.s3_server import fresh_bucket, s3_server  # noqa: F401  (fixture import)
+from tests.support.s3_server import fresh_bucket
 from tests.support.sweep_rows import dr10_rows
 
 SWEEP = "sweep-030m005-035p000.fits"

@@ -20,7 +20,6 @@ from resources.alert_sinks import AlertSinksResource
 from resources.compute import QuietPySparkResource
 from resources.config import spark_config
 from table_registry.tables import NEGATIVES, POSITIVES, SELECTION_FUNNEL, TRAINING_CATALOG, TRAINING_STRATA
-from tests.spark_fixtures import spark  # noqa: F401  (fixture)
 from tests.support.wap import events, published_files, run_assets
 
 pytest.importorskip("pyspark")
@@ -38,7 +37,7 @@ def mock_lake(tmp_path_factory):
     return lake, table, load_known_lenses()
 
 
-def test_negatives_and_positives_agree_on_the_mock_survey(spark, mock_lake):  # noqa: F811
+def test_negatives_and_positives_agree_on_the_mock_survey(spark, mock_lake):
     lake, table, lenses = mock_lake
     local, funnel = select_negatives(table, KnownLensIndex.from_table(lenses))
     spark_funnel = negatives_on_spark(spark, lake.table("survey", "sweeps"), lenses, lake.table("catalog", "negatives"))
@@ -76,7 +75,7 @@ def _all_sweeps(instance) -> tuple[str, str]:
     return names[0], names[-1]
 
 
-def test_catalog_assets_materialize_with_their_checks(spark, mock_lake, tmp_path):  # noqa: F811
+def test_catalog_assets_materialize_with_their_checks(spark, mock_lake, tmp_path):
     """negatives (every partition in one run), positives and training_catalog on the mock survey,
     with a non-default selection: every audit passes in the asset's own step."""
     source, _, lenses = mock_lake
@@ -116,7 +115,7 @@ def test_catalog_assets_materialize_with_their_checks(spark, mock_lake, tmp_path
     assert labels.count(1) > 10 and labels.count(0) > 10
 
 
-def test_a_negative_failing_a_cut_rejects_every_partition_of_the_run(spark, mock_lake, tmp_path, monkeypatch):  # noqa: F811
+def test_a_negative_failing_a_cut_rejects_every_partition_of_the_run(spark, mock_lake, tmp_path, monkeypatch):
     """A bug that lets a negative with nobs_z = 1 through: negatives_pass_cuts fails on the staged
     partition; none of the run's partitions is published (the old ones stay byte for byte), the
     run fails once without retry and says where the rejected data is."""

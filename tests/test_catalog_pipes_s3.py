@@ -13,7 +13,7 @@ from resources import ComputeResource, LakeResource
 from resources.compute import CatalogLaunchResource, QuietPySparkResource
 from resources.config import spark_config
 from table_registry.tables import NEGATIVES, SELECTION_FUNNEL
-from tests.spark_fixtures import known_lenses_table, spark, synthetic_sweeps  # noqa: F401  (fixture)
+from tests.spark_fixtures import known_lenses_table, synthetic_sweeps
 from tests.support.s3_server import fresh_bucket
 from tests.support.wap import run_assets
 
@@ -47,7 +47,7 @@ def _negatives(lake: Lake, launch: CatalogLaunchResource):
 @pytest.mark.timeout(600)
 def test_negatives_job_launched_through_pipes_on_s3_publishes_what_the_local_path_publishes(
     tmp_path, s3_server, spark, monkeypatch
-):  # noqa: F811
+):
     bucket = fresh_bucket(s3_server)
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_server.endpoint_url)  # the job's boto3 client finds the server here
     local, remote = _lake(tmp_path / "local"), _lake(tmp_path / "remote")

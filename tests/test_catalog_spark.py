@@ -12,7 +12,7 @@ from darkhaloscope.catalog.cuts import CUT_STEPS, NEGATIVE_SCHEMA, merge_funnels
 from darkhaloscope.catalog.sampling import build_training_catalog
 from lakehouse.lake import Lake
 from tests.conftest import require_real_file
-from tests.spark_fixtures import known_lenses_table, spark, synthetic_sweeps  # noqa: F401  (fixture)
+from tests.spark_fixtures import known_lenses_table, synthetic_sweeps
 
 pytest.importorskip("pyspark")
 
@@ -52,7 +52,7 @@ def _sorted(t: pa.Table) -> pa.Table:
 
 
 @pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
-def test_negatives_spark_equals_in_process(spark, survey, lake):  # noqa: F811
+def test_negatives_spark_equals_in_process(spark, survey, lake):
     """Spark tasks read each sweeps partition from the lake (a folder, or S3 on loopback) and commit
     its negatives partition: the rows, the per-partition layout and the funnel are the in-process ones."""
     from darkhaloscope.catalog.spark import negatives_dataframe, negatives_on_spark
@@ -78,7 +78,7 @@ def test_negatives_spark_equals_in_process(spark, survey, lake):  # noqa: F811
 
 
 @pytest.mark.parametrize("lake", ["local"], indirect=True)
-def test_positives_spark_equals_in_process(spark, survey, lake):  # noqa: F811
+def test_positives_spark_equals_in_process(spark, survey, lake):
     from darkhaloscope.catalog.spark import positives_on_spark
 
     files, both, lenses = survey
@@ -93,7 +93,7 @@ def test_positives_spark_equals_in_process(spark, survey, lake):  # noqa: F811
     assert not all(local.column("in_negative_footprint").to_pylist())
 
 
-def test_training_catalog_spark_equals_in_process(spark, survey):  # noqa: F811
+def test_training_catalog_spark_equals_in_process(spark, survey):
     from darkhaloscope.catalog.spark import training_catalog_on_spark
 
     _, both, lenses = survey
@@ -117,7 +117,7 @@ def test_training_catalog_spark_equals_in_process(spark, survey):  # noqa: F811
 
 
 @pytest.mark.parametrize("lake", ["local"], indirect=True)
-def test_real_dr8_sweep_runs_through_the_spark_stage(spark, lake):  # noqa: F811
+def test_real_dr8_sweep_runs_through_the_spark_stage(spark, lake):
     """The real DR8 sweep, ingested by the sweep reader (padded TYPE, int16 MASKBITS, no SERSIC),
     through negatives_on_spark and positives_on_spark; a lens is planted 0.3" from a real galaxy."""
     from darkhaloscope.catalog.spark import negatives_on_spark, positives_on_spark

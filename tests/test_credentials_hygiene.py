@@ -20,7 +20,7 @@ from lakehouse.alerts import AlertSinks
 from lakehouse.lake import Lake
 from lakehouse.webhook import WebhookSink
 from lens_assets.ops import deliver_run_alerts
-from tests.support.s3_server import fresh_bucket, s3_server  # noqa: F401  (fixture)
+from tests.support.s3_server import fresh_bucket
 from tests.support.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.s3

@@ -106,14 +106,15 @@ def test_hosts_graded_a_lens_are_not_injection_hosts(tmp_path):
 
     lake, instance, resources, plan_hosts = _plan(tmp_path)
     assert plan_hosts() == {1, 3, 5, 7}  # the test-split hosts
-    csv = b"object_id,grade,ra,dec,score,model_version,known\n3,A,31.3,-2.0,0.99,v1,false\n5,not_a_lens,31.6,-2.0,0.9,v1,false\n"
+    header = b"object_id,grade,ra,dec,score,model_version,known\n"
+    csv = header + b"3,A,31.3,-2.0,0.99,v1,false\n5,not_a_lens,31.6,-2.0,0.9,v1,false\n"
     first = new_round(None, parse_grades_csv(csv, "round1.csv"), "round1.csv", csv)
     lake.write_table(*VISUAL_GRADES.key, first)
     assert plan_hosts() == {1, 5, 7}
 
     # every test-split host graded a lens: the plan fails, naming the split it found no host in, and
     # the published plan stays
-    csv = b"object_id,grade,ra,dec,score,model_version,known\n1,B,31.0,-2.0,0.9,v1,false\n5,A,31.6,-2.0,0.9,v1,false\n7,A,31.9,-2.0,0.9,v1,false\n"
+    csv = header + b"1,B,31.0,-2.0,0.9,v1,false\n5,A,31.6,-2.0,0.9,v1,false\n7,A,31.9,-2.0,0.9,v1,false\n"
     lake.write_table(*VISUAL_GRADES.key, new_round(first, parse_grades_csv(csv, "round2.csv"), "round2.csv", csv))
     failed = run_assets(
         [injection.injection_plan.key],

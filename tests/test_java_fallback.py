@@ -30,9 +30,11 @@ SCRIPT = textwrap.dedent(
     table = synthetic_sweeps(3000, key="no-java", sweep_file="sweep-150p000-155p005.fits")
     lake.write_table("survey", "sweeps", table, partition={"sweep_file": "sweep-150p000-155p005.fits"})
     spark = QuietPySparkResource(spark_config=spark_config("local[1]")).spark_session
-    funnel = negatives_on_spark(spark, lake.table("survey", "sweeps"), known_lenses_table([]), lake.table("catalog", "negatives"))
+    funnel = negatives_on_spark(spark, lake.table("survey", "sweeps"), known_lenses_table([]), lake.table("catalog",
+    "negatives"))
     print("java", ensure_java())
-    print("selected", funnel["sweep-150p000-155p005.fits"]["selected"], lake.read_table("catalog", "negatives").num_rows)
+    print("selected", funnel["sweep-150p000-155p005.fits"]["selected"], lake.read_table("catalog",
+    "negatives").num_rows)
     """
 )
 

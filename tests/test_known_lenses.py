@@ -45,7 +45,8 @@ def test_z_lens_parsing(tmp_path):
 def test_bad_coordinates_name_the_lens(tmp_path):
     csv = tmp_path / "cat.csv"
     csv.write_text(
-        "name,RA [deg],DEC [deg],zlens,type,grading,ref\nGood,10.0,-1.0,-,galaxy,confident,r\nJ9999+9999,10.0,95.0,-,galaxy,confident,r\n"
+        "name,RA [deg],DEC "
+        "[deg],zlens,type,grading,ref\nGood,10.0,-1.0,-,galaxy,confident,r\nJ9999+9999,10.0,95.0,-,galaxy,confident,r\n"
     )
     with pytest.raises(InputError, match="J9999"):
         load_known_lenses(str(csv))

@@ -20,7 +20,7 @@ import requests
 from darkhaloscope.errors import CredentialError, InputError
 from lakehouse.lake import Lake, translate_storage_error
 from tests.support.fault_proxy import FaultProxy
-from tests.support.s3_server import fresh_bucket, list_keys, s3_server  # noqa: F401  (fixture)
+from tests.support.s3_server import fresh_bucket, list_keys
 
 pytestmark = pytest.mark.s3
 

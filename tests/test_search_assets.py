@@ -19,6 +19,8 @@ from darkhaloscope.training.preprocess import PreprocessSpec
 from io_managers import LakeIOManager
 from lakehouse.lake import Lake
 from lens_assets.shared.partitions import injection_batches, sweep_partitions
+from resources import ComputeResource, LakeResource, SurveyResource
+from resources.imaging import ImagingResource
 from table_registry.tables import (
     CANDIDATE_GALLERY,
     CANDIDATES,
@@ -27,17 +29,15 @@ from table_registry.tables import (
     SEARCH_TARGETS,
     VISUAL_GRADES,
 )
-
-CANDS, GALLERY, GRADES = CANDIDATES.key, CANDIDATE_GALLERY.key, VISUAL_GRADES.key
-SCORES, STAMPS, TARGETS = SEARCH_SCORES.key, SEARCH_STAMPS.key, SEARCH_TARGETS.key
-from resources import ComputeResource, LakeResource, SurveyResource
-from resources.imaging import ImagingResource
 from tests.conftest import require_chromium
 from tests.spark_fixtures import known_lenses_table
 from tests.support.chromium import page_dom
 from tests.support.cutout_server import CutoutServer
 from tests.support.wap import published_files, run_assets
 from tests.test_catalog_cuts import rows
+
+CANDS, GALLERY, GRADES = CANDIDATES.key, CANDIDATE_GALLERY.key, VISUAL_GRADES.key
+SCORES, STAMPS, TARGETS = SEARCH_SCORES.key, SEARCH_STAMPS.key, SEARCH_TARGETS.key
 
 SWEEP = "sweep-150p000-155p005.fits"
 N = 6
@@ -156,9 +156,11 @@ def _check_gallery_in_chromium(uri: str, tmp_path, first_id: int):
     probe = (
         "<script>window.addEventListener('load', function () {"
         "var s = document.querySelector('select.grade'); s.value = 'A';"
-        "var shown = Array.prototype.filter.call(document.querySelectorAll('img.stamp'), function (i) { return i.complete && i.naturalWidth > 0; });"
+        "var shown = Array.prototype.filter.call(document.querySelectorAll('img.stamp'), function (i) { return "
+        "i.complete && i.naturalWidth > 0; });"
         "var out = document.createElement('pre'); out.id = 'probe';"
-        "out.textContent = JSON.stringify({shown: shown.length, csv: gradesCsv()}); document.body.appendChild(out); });</script>"
+        "out.textContent = JSON.stringify({shown: shown.length, csv: gradesCsv()}); document.body.appendChild(out); "
+        "});</script>"
     )
     dom, stderr = page_dom(page.replace("</body>", probe + "</body>"), tmp_path)
     m = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
@@ -177,7 +179,8 @@ def _check_grade_rounds(lake: Lake, resources, instance, cand: pa.Table, exporte
     second.write_text(
         "object_id,grade,ra,dec,score,model_version,known\n"
         + "".join(
-            f"{r['object_id']},{g},{r['ra']!r},{r['dec']!r},{r['score']!r},{r['model_version']},{str(r['known']).lower()}\n"
+            f"{r['object_id']},{g},{r['ra']!r},{r['dec']!r},{r['score']!r},{r['model_version']},"
+            f"{str(r['known']).lower()}\n"
             for r, g in zip(c, ["B", "not_a_lens"])
         )
     )

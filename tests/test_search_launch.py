@@ -11,16 +11,16 @@ import pytest
 from darkhaloscope.search.launch import search_with_published_finder
 from darkhaloscope.search.streaming import SearchSettings
 from lakehouse.lake import Lake
-from table_registry.tables import SEARCH_SCORES, SEARCH_STAMPS, SEARCH_TARGETS
-
-SCORES, STAMPS, TARGETS = SEARCH_SCORES.key, SEARCH_STAMPS.key, SEARCH_TARGETS.key
 from resources import ComputeResource, SurveyResource
 from resources.compute import QuietPySparkResource
 from resources.config import spark_config
 from resources.imaging import ImagingResource
+from table_registry.tables import SEARCH_SCORES, SEARCH_STAMPS, SEARCH_TARGETS
 from tests.support.cutout_server import CutoutServer
 from tests.support.wap import events, published_files, run_assets
 from tests.test_search_assets import SWEEP, N, _instance, _lake, _resources
+
+SCORES, STAMPS, TARGETS = SEARCH_SCORES.key, SEARCH_STAMPS.key, SEARCH_TARGETS.key
 
 CHUNK = 2  # N = 6 targets: three chunks, so the Spark launch runs several tasks
 PART = {"sweep_file": SWEEP}

@@ -83,7 +83,10 @@ def test_flagging_rule_is_two_sided_and_bootstrap_is_deterministic():
             t1.column(name).to_numpy(zero_copy_only=False), t2.column(name).to_numpy(zero_copy_only=False)
         )
     t_other = feature_aucs(feats, labels, n_boot=50, seed_key="other")
-    col = lambda t, k: t.column(k).to_numpy(zero_copy_only=False)
+
+    def col(t, k):
+        return t.column(k).to_numpy(zero_copy_only=False)
+
     np.testing.assert_array_equal(col(t_other, "auc"), col(t1, "auc"))  # the point estimate needs no seed
     assert not np.array_equal(col(t_other, "auc_lo"), col(t1, "auc_lo"), equal_nan=True)
     # Negating a feature mirrors its AUC and keeps its flag.

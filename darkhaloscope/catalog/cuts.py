@@ -537,7 +537,8 @@ def recorded_selection(funnel: pa.Table) -> NegativeSelectionConfig:
     found = pc.unique(funnel.column(SELECTION_COLUMN)).to_pylist()
     if len(found) != 1:
         raise InputError(
-            f"negatives partitions were built with {len(found)} different selections: materialize negatives (every partition) again"
+            f"negatives partitions were built with {len(found)} different selections: materialize negatives (every "
+            "partition) again"
         )
     return NegativeSelectionConfig.from_dict(json.loads(found[0]))
 

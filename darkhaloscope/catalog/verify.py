@@ -71,11 +71,13 @@ def verify_cuts_with_duckdb(
         types = ", ".join("'" + t.replace("'", "''") + "'" for t in sorted(config.types))
         nobs = " OR ".join(f"coalesce(nobs_{b} < {int(config.min_nobs)}, true)" for b in config.nobs_bands)
         conds = {
-            "dec_footprint": f"NOT coalesce(dec > {float(config.dec_min)!r} AND dec < {float(config.dec_max)!r}, false)",
+            "dec_footprint": f"NOT coalesce(dec > {float(config.dec_min)!r} AND dec < {float(config.dec_max)!r}, "
+            "false)",
             "type": f"NOT coalesce(trim(type) IN ({types}), false)",
             "maskbits": f"coalesce((maskbits & {int(config.maskbit_mask)}) <> 0, true)",
             "nobs": nobs,
-            "zmag": f"NOT coalesce(flux_z > 0 AND {AB_ZEROPOINT!r} - 2.5 * log10(flux_z) < {float(config.zmag_max)!r}, false)",
+            "zmag": f"NOT coalesce(flux_z > 0 AND {AB_ZEROPOINT!r} - 2.5 * log10(flux_z) < "
+            f"{float(config.zmag_max)!r}, false)",
         }
         sums = ", ".join(f"sum(CASE WHEN {c} THEN 1 ELSE 0 END) AS {k}" for k, c in conds.items())
         anyc = " OR ".join(f"({c})" for c in conds.values())

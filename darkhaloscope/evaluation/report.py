@@ -334,7 +334,8 @@ def _selection_sections(ids: _Ids, selection, selection_heatmaps, marginals, max
             parts.append(
                 _img(
                     png,
-                    f"Completeness against {label}, 68% Jeffreys intervals on the effective number of injections (a host's injections share their outcome)",
+                    f"Completeness against {label}, 68% Jeffreys intervals on the effective number of injections (a "
+                    "host's injections share their outcome)",
                     ids("fig-marginal", label),
                 )
             )
@@ -421,7 +422,8 @@ def build_report(
         href = gallery_uri if "://" in gallery_uri else "file://" + gallery_uri
         parts.append("<h2>Survey-wide search</h2>")
         parts.append(
-            f'<p>The candidates of the search, with stamps and grading: <a id="link-gallery" href="{html.escape(href)}">'
+            '<p>The candidates of the search, with stamps and grading: <a id="link-gallery" '
+            f'href="{html.escape(href)}">'
             f"candidate gallery</a> (materialize <code>candidate_gallery</code> when the link is missing).</p>"
         )
 

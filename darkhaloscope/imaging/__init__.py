@@ -1,7 +1,8 @@
 """Coadd imaging: image sources behind one protocol, the brick grid, and single-cutout files.
 
 - ``sources``: the ``ImageSource`` protocol (``cutouts(ra, dec, size) -> (CutoutBatch, failures)``),
-  ``ImageSourceOpener`` (plain settings that open one) and ``ServiceSource`` (a Legacy Surveys cutout service; its HTTP client is ``service``).
+  ``ImageSourceOpener`` (plain settings that open one) and ``ServiceSource`` (a Legacy Surveys cutout service; its HTTP
+  client is ``service``).
 - ``coadd``: ``BrickImageSource``, cutouts from a DR10 coadd mirror (local or ``s3://``).
 - ``bricks``: brick names, the brick grid and ``BrickTable``; ``wcs``: the brick/cutout TAN WCS
   (astropy.wcs); ``batch``: ``CutoutBatch`` and the choice of brick for each stamp; ``files``:

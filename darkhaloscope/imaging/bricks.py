@@ -1,6 +1,7 @@
 """The Legacy Surveys brick grid: brick names, BRICKIDs, and tables of bricks (survey-bricks files).
 
-Geometry (the Legacy Surveys brick definition, legacysurvey.org/dr10/description): the sky is tiled in 0.25° Dec rows centred on
+Geometry (the Legacy Surveys brick definition, legacysurvey.org/dr10/description): the sky is tiled in 0.25° Dec rows
+centred on
 multiples of 0.25°; row ``i`` (centre Dec ``-90 + 0.25 i``) holds an even number of bricks equally
 spaced in RA, ``2 ceil(360/0.25 cos(|Dec_c| - 0.125°) / 2)`` (one brick at each pole). BRICKID counts
 from 1 row by row from the south pole, RA increasing within a row; this reproduces DR10's 662,174

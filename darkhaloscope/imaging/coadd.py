@@ -1,4 +1,5 @@
-"""Cutouts from a DR10 coadd mirror: ``<root>/<region>/coadd/<AAA>/<brick>/legacysurvey-<brick>-<kind>[-<band>].fits.fz``."""
+"""Cutouts from a DR10 coadd mirror:
+``<root>/<region>/coadd/<AAA>/<brick>/legacysurvey-<brick>-<kind>[-<band>].fits.fz``."""
 
 from __future__ import annotations
 

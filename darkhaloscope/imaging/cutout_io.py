@@ -1,7 +1,8 @@
 """Single cutouts for ``dhs cutout``: checked requests, and a FITS cube like the Legacy Surveys
 service or a PNG.
 
-FITS layout (as the Legacy Surveys viewer's ``fits-cutout`` endpoint writes it): primary HDU float32 (band, y, x) in nanomaggies
+FITS layout (as the Legacy Surveys viewer's ``fits-cutout`` endpoint writes it): primary HDU float32 (band, y, x) in
+nanomaggies
 per pixel with IMAGETYP='IMAGE', BANDS='grz', BAND0.., and a TAN WCS centred on the target (North
 up, East left); an optional second HDU of the same shape with IMAGETYP='INVVAR' (1/nmgy²).
 """
@@ -146,7 +147,8 @@ def asinh_rgb(stamps: np.ndarray, bands: Sequence[str] = ("g", "r", "z")) -> np.
 
     The Lupton-style mapping of the Legacy Surveys viewer: each band is scaled, the mean scaled
     intensity I is stretched to asinh(Q I)/sqrt(Q), and each channel keeps its ratio to I (so
-    colours survive the stretch). ``stamps`` is ``[band, y, x]`` or ``[n, band, y, x]``; returns float32 RGB in [0, 1] with shape
+    colours survive the stretch). ``stamps`` is ``[band, y, x]`` or ``[n, band, y, x]``; returns float32 RGB in [0, 1]
+    with shape
     ``[y, x, 3]`` or ``[n, y, x, 3]``. z goes to red, r to green, g to blue (the viewer's mapping).
     """
     a = np.asarray(stamps, dtype=np.float64)

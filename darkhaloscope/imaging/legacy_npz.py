@@ -163,7 +163,8 @@ def decode_stamp_npz(
 
 
 def pad_to_grz(array: np.ndarray, bandset: str) -> tuple[np.ndarray, np.ndarray]:
-    """(C, H, W) bands of ``bandset`` -> ((3, H, W) float32 in g, r, z order with absent bands zero, presence bool (3,)).
+    """(C, H, W) bands of ``bandset`` -> ((3, H, W) float32 in g, r, z order with absent bands zero, presence bool
+    (3,)).
 
     Zeros mark "no data" only together with the presence mask; never feed the padded array to a
     model without it.

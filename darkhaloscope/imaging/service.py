@@ -9,7 +9,8 @@ shape. Stamps come back as ``[band, y, x]``, North up, East left, target at pixe
 Reliability rules: a target that cannot be fetched is reported as a failure and never replaced by
 zeros; transient faults (5xx, 429, connection errors, timeouts, stalls, truncated bodies) are
 retried with exponential back-off and full jitter; client errors (other 4xx) are not retried; a
-body that is not FITS (an HTML page from a proxy or the wrong base URL) raises :class:`InputError` naming the URL, because it means the
+body that is not FITS (an HTML page from a proxy or the wrong base URL) raises :class:`InputError` naming the URL,
+because it means the
 service is misconfigured rather than that one target is unlucky.
 """
 
@@ -274,7 +275,8 @@ class CutoutServiceClient:
                 ends = [hdul.fileinfo(i)["datLoc"] + hdul.fileinfo(i)["datSpan"] for i in range(len(hdul))]
                 if max(ends) > len(body):
                     raise TransientFetchError(
-                        f"{url}: FITS body of {len(body)} bytes is shorter than its headers say ({max(ends)} bytes; truncated)"
+                        f"{url}: FITS body of {len(body)} bytes is shorter than its headers say ({max(ends)} bytes; "
+                        "truncated)"
                     )
                 hdus = [(h.header.copy(), None if h.data is None else np.array(h.data)) for h in hdul]
         except (OSError, ValueError) as e:

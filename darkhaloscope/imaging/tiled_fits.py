@@ -139,7 +139,8 @@ class TiledImage:
         if float(h.get("BSCALE", 1.0)) != 1.0 or float(h.get("BZERO", 0.0)) != 0.0:
             # no coadd of the Legacy Surveys scales its pixels; reading them unscaled would be wrong silently
             raise InputError(
-                f"{path}: scaled pixels (BSCALE = {h.get('BSCALE', 1.0)}, BZERO = {h.get('BZERO', 0.0)}) are not supported"
+                f"{path}: scaled pixels (BSCALE = {h.get('BSCALE', 1.0)}, BZERO = {h.get('BZERO', 0.0)}) are not "
+                "supported"
             )
         types = {8: np.uint8, 16: np.int16, 32: np.int32, 64: np.int64, -32: np.float32, -64: np.float64}
         if self.zbitpix not in types:

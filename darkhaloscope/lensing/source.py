@@ -132,7 +132,8 @@ class SourceBatch:
         for name in ("clump_y", "clump_sigma", "clump_weight"):
             if getattr(self, name).shape != self.clump_x.shape:
                 raise InputError(
-                    f"source parameter {name} shape {tuple(getattr(self, name).shape)} != clump_x {tuple(self.clump_x.shape)}"
+                    f"source parameter {name} shape {tuple(getattr(self, name).shape)} != clump_x "
+                    f"{tuple(self.clump_x.shape)}"
                 )
         if k and torch.any((self.clump_flux_frac > 0) & (self.clump_weight.sum(1) <= 0)):
             raise InputError("sources with clump_flux_frac > 0 need a positive clump_weight sum")

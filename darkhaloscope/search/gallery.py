@@ -62,11 +62,14 @@ def _card(row: dict, png: bytes) -> str:
     options = '<option value="">(ungraded)</option>' + "".join(f'<option value="{g}">{g}</option>' for g in GRADES)
     return (
         f'<div class="card" id="cand-{row["object_id"]}">'
-        f'<img class="stamp" loading="lazy" alt="candidate {row["rank"]}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+        f'<img class="stamp" loading="lazy" alt="candidate {row["rank"]}" '
+        f'src="data:image/png;base64,{base64.b64encode(png).decode()}">'
         f"<div>#{row['rank']} score {row['score']:.4f} {status}</div>"
-        f'<div><a href="{html.escape(VIEWER_URL.format(ra=row["ra"], dec=row["dec"]))}">{row["ra"]:.5f}, {row["dec"]:+.5f}</a></div>'
+        f'<div><a href="{html.escape(VIEWER_URL.format(ra=row["ra"], dec=row["dec"]))}">{row["ra"]:.5f}, '
+        f"{row['dec']:+.5f}</a></div>"
         f'<select class="grade" data-object-id="{row["object_id"]}" data-ra="{row["ra"]!r}" data-dec="{row["dec"]!r}" '
-        f'data-score="{row["score"]!r}" data-model-version="{html.escape(row["model_version"])}" data-known="{str(row["known"]).lower()}">{options}</select>'
+        f'data-score="{row["score"]!r}" data-model-version="{html.escape(row["model_version"])}" '
+        f'data-known="{str(row["known"]).lower()}">{options}</select>'
         "</div>"
     )
 
@@ -89,7 +92,8 @@ def gallery_html(candidates: pa.Table, stamps: np.ndarray, title: str = "Lens ca
     )
     return (
         f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_STYLE}</style>'
-        f'<script>{_SCRIPT % {"ungraded": UNGRADED}}</script></head><body>{head}<div class="grid">{cards}</div></body></html>'
+        f"<script>{_SCRIPT % {'ungraded': UNGRADED}}</script></head><body>{head}<div "
+        f'class="grid">{cards}</div></body></html>'
     )
 
 

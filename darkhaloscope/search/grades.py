@@ -134,7 +134,8 @@ def check_against_candidates(grades: pa.Table, candidates: pa.Table, where: str,
         i = int(np.flatnonzero(other)[0])
         raise InputError(
             f"{where}: object_id {grades.column('object_id')[i].as_py()} was graded on model "
-            f"{grades.column('model_version')[i].as_py()[:16]}…, the candidates are of {cand.column('model_version')[i].as_py()[:16]}…"
+            f"{grades.column('model_version')[i].as_py()[:16]}…, the candidates are of "
+            f"{cand.column('model_version')[i].as_py()[:16]}…"
         )
     dra = (grades.column("ra").to_numpy() - cand.column("ra").to_numpy()) * np.cos(
         np.radians(cand.column("dec").to_numpy())
@@ -143,7 +144,8 @@ def check_against_candidates(grades: pa.Table, candidates: pa.Table, where: str,
     if (sep > tolerance_arcsec).any():
         i = int(np.argmax(sep))
         raise InputError(
-            f"{where}: object_id {grades.column('object_id')[i].as_py()} is {sep[i]:.2f} arcsec from its candidate's position"
+            f"{where}: object_id {grades.column('object_id')[i].as_py()} is {sep[i]:.2f} arcsec from its candidate's "
+            "position"
         )
 
 

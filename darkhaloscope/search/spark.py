@@ -59,7 +59,8 @@ def search_on_spark(
     versions = sorted({r["model_version"] for r in runs})
     if len(versions) != 1:
         raise RuntimeError(
-            f"the search of {sweep_file} scored with {len(versions)} lens-finder versions {[v[:16] for v in versions]}: "
+            f"the search of {sweep_file} scored with {len(versions)} lens-finder versions "
+            f"{[v[:16] for v in versions]}: "
             "the published lens finder changed during the run; run it again"
         )
     return {

@@ -143,7 +143,8 @@ def validate_known_lenses(table: pa.Table, where: str = "known lenses") -> None:
         i = int(np.flatnonzero(bad)[0])
         names = name_col.to_pylist()
         raise InputError(
-            f"{where}: lens {names[i]!r} (row {i}) has invalid coordinates ra={float(ra[i])!r}, dec={float(dec[i])!r} deg"
+            f"{where}: lens {names[i]!r} (row {i}) has invalid coordinates ra={float(ra[i])!r}, dec={float(dec[i])!r} "
+            "deg"
         )
     if "z_lens" in table.column_names:
         z = table.column("z_lens").to_numpy(zero_copy_only=False).astype(np.float64)

@@ -252,7 +252,8 @@ def _gather(
             raise InputError(f"{table.where}: truncated or corrupt data near row {start + i0}: {exc}") from exc
         if got < k * table.row_bytes:
             raise InputError(
-                f"{table.where}: truncated file: table data ends in row {start + i0 + got // table.row_bytes} of {table.nrows}"
+                f"{table.where}: truncated file: table data ends in row {start + i0 + got // table.row_bytes} of "
+                f"{table.nrows}"
             )
         sub = np.frombuffer(view, dtype=table.dtype, count=k)
         for nm in names:
@@ -413,7 +414,8 @@ def _check_values(cols: dict[str, np.ndarray], table: _Table, start: int) -> Non
             i = int(np.flatnonzero(cols["TYPE"] == found[unknown[0]])[0])
             raise InputError(
                 f"{table.where}: row {start + i}: TYPE {unknown[0]!r} is not a {table.data_model} type "
-                f"({', '.join(sorted(allowed))}); {len(unknown)} unknown value(s) in rows {start}..{start + len(cols['TYPE']) - 1}"
+                f"({', '.join(sorted(allowed))}); {len(unknown)} unknown value(s) in rows "
+                f"{start}..{start + len(cols['TYPE']) - 1}"
             )
     for name, values in cols.items():
         if sm.is_inverse_variance(name):
@@ -421,7 +423,8 @@ def _check_values(cols: dict[str, np.ndarray], table: _Table, start: int) -> Non
             if bad.any():
                 i = np.unravel_index(int(np.flatnonzero(bad)[0]), values.shape)
                 raise InputError(
-                    f"{table.where}: row {start + int(i[0])}: {name} = {float(values[i])!r}; an inverse variance must be "
+                    f"{table.where}: row {start + int(i[0])}: {name} = {float(values[i])!r}; an inverse variance must "
+                    "be "
                     f"finite and >= 0 (0 = no measurement); {int(bad.sum())} such value(s) in this batch"
                 )
 

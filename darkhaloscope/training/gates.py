@@ -232,7 +232,8 @@ def hard_negative_gate(
             threshold,
             auroc_all_pairs=roc_auc(p[ok], y[ok]),
             n_pairs_all=int(rows.size),
-            skipped=f"only {int(resolved.sum())} of {rows.size} injected positives have an arc the PSF resolves in {arrays.source}",
+            skipped=f"only {int(resolved.sum())} of {rows.size} injected positives have an arc the PSF resolves in "
+            f"{arrays.source}",
         )
     return _gate(
         "hard_negative_auroc",

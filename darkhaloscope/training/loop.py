@@ -250,7 +250,8 @@ def read_run_complete(run_dir: str | os.PathLike) -> dict | None:
         ) from exc
     if not has_checkpoint(run_dir, "best") or read_spec(run_dir, "best").weights_sha256 != sha:
         raise InputError(
-            f"{path} names best weights {sha[:16]}… that {run_dir} does not hold; delete {run_dir} to train that run again"
+            f"{path} names best weights {sha[:16]}… that {run_dir} does not hold; delete {run_dir} to train that run "
+            "again"
         )
     return d
 

@@ -1,7 +1,8 @@
 """Validation metrics of a lens finder and the training-curve figure.
 
 AUROC alone is uninformative at the 0.99 level (at a survey's 1 lens in 10^4 galaxies the operating
-point sits at FPR 1e-3 or below, where AUROCs of 0.99 and 0.999 differ by orders of magnitude), so the low-FPR operating points, average
+point sits at FPR 1e-3 or below, where AUROCs of 0.99 and 0.999 differ by orders of magnitude), so the low-FPR operating
+points, average
 precision, calibration and per-tier recall are always reported next to it. A TPR at an FPR finer
 than 1/n_negatives cannot be measured and is reported as NaN rather than as the TPR at FPR = 0.
 """

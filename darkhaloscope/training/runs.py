@@ -151,7 +151,8 @@ def train_run(
         result = train(arrays, val, config, run_dir, spec, {"training_set": version}, progress_cb=progress)
         if not result.finished:
             say(
-                f"stopped ({result.stopped_reason}) after {result.global_step} steps; rerun with the same inputs to resume run {key}"
+                f"stopped ({result.stopped_reason}) after {result.global_step} steps; rerun with the same inputs to "
+                f"resume run {key}"
             )
             return json_safe(
                 {
@@ -192,7 +193,8 @@ def train_lens_finder(
         raise InputError("the lens finder needs at least one member training config")
     tr, val = split_for_training(arrays, members[0].device)
     say(
-        f"train {len(tr)} rows ({int(tr.label.sum())} positive, {tr.n_hosts} injection hosts), validation {len(val)} rows "
+        f"train {len(tr)} rows ({int(tr.label.sum())} positive, {tr.n_hosts} injection hosts), validation {len(val)} "
+        "rows "
         f"({int(val.label.sum())} positive)"
     )
     runs = [train_run(tr, val, c, spec, out_dir, version, gate_thresholds, say, progress) for c in members]

@@ -105,7 +105,8 @@ def with_graded(
         bad = new_cutouts.filter(pc.invert(new_cutouts.column("quality_ok"))).column("object_id").to_pylist()
         if bad:
             raise InputError(
-                f"graded objects {bad[:5]} could not be cut with usable stamps ({len(bad)} in all): fix the imaging or grade again"
+                f"graded objects {bad[:5]} could not be cut with usable stamps ({len(bad)} in all): fix the imaging "
+                "or grade again"
             )
         n = new_cutouts.num_rows
         extra = new_cutouts.select(

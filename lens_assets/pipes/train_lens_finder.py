@@ -76,7 +76,8 @@ def run(params: dict, log=None, progress=None) -> dict:
     def on_progress(ev: dict) -> None:
         if ev["event"] == "epoch":
             say(
-                f"epoch {ev['epoch']}: loss {ev['train_loss']:.4f}, val AUROC {ev['val_auroc']:.4f} (best {ev['best_val_auroc']:.4f} "
+                f"epoch {ev['epoch']}: loss {ev['train_loss']:.4f}, val AUROC {ev['val_auroc']:.4f} (best "
+                f"{ev['best_val_auroc']:.4f} "
                 f"@ {ev['best_epoch']}), {ev['seconds']:.0f} s"
             )
         if progress is not None:
