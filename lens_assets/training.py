@@ -216,15 +216,15 @@ def lens_finder(
             }
         )
     )
-    outcomes = [
-        LENS_FINDER.audit(g["name"]).outcome(
-            bool(g["passed"]),
-            {"value": g["value"], "threshold": g["threshold"]},
-            f"{g['name']} = {g['value']:.4f} against the threshold {g['threshold']}",
-        )
-        for g in md["gates"]
-    ]
+    outcomes = [LENS_FINDER.audit(g["name"]).outcome(bool(g["passed"]), g, _gate_problem(g)) for g in md["gates"]]
     return Publish({LENS_FINDER: staged}, audits={LENS_FINDER: outcomes}, metadata={LENS_FINDER: result.metadata or {}})
+
+
+def _gate_problem(gate: dict) -> str:
+    """What a failed gate says: its value against its threshold (or why it was not measured)."""
+    if gate["value"] is None:
+        return f"{gate['name']} not measured: {gate.get('skipped', 'no value')}"
+    return f"{gate['name']} = {gate['value']:.4f} against the threshold {gate['threshold']}"
 
 
 training_defs = dg.Definitions(assets=[training_set, lens_finder])
