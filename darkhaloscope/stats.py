@@ -13,6 +13,9 @@ AUC bootstrap uses because scikit-learn's per-call input checks dominate at the 
 :func:`design_effect`, the variance inflation of a proportion whose trials share clusters (none of
 the kept libraries computes it); the tests hold it to its closed forms and the intervals built on
 it to their nominal coverage in a Monte Carlo of clustered trials (``tests/test_selection_function.py``).
+
+scikit-learn loads when a statistic first needs it, so that the modules of training and scoring
+that import this one load on a GPU host without it (``benchmarks/gpu_check.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from typing import Callable
 
 import numpy as np
 from scipy import stats as _st
-from sklearn import metrics as _skm
 
 from .errors import InputError
 
@@ -49,6 +51,8 @@ def _both_classes(y: np.ndarray) -> bool:
 
 def roc_auc(scores, labels) -> float:
     """Area under the ROC curve (``sklearn.metrics.roc_auc_score``): P(pos > neg) + ½ P(tie)."""
+    from sklearn import metrics as _skm
+
     s, y = _check(scores, labels)
     return float(_skm.roc_auc_score(y, s)) if _both_classes(y) else float("nan")
 
@@ -56,6 +60,8 @@ def roc_auc(scores, labels) -> float:
 def roc_curve(scores, labels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(fpr, tpr, thresholds) from ``sklearn.metrics.roc_curve``, starting at (0, 0) with threshold
     +inf; tied scores are one step (no optimistic order). Needs both classes."""
+    from sklearn import metrics as _skm
+
     s, y = _check(scores, labels)
     if not _both_classes(y):
         raise InputError(f"a ROC curve needs positives and negatives, got {int(y.sum())} of {y.size} positive")
@@ -75,6 +81,8 @@ def tpr_at_fpr(scores, labels, target_fpr: float) -> float:
 def average_precision(scores, labels) -> float:
     """Average precision Σ (R_n − R_{n−1}) P_n over thresholds (``sklearn.metrics.average_precision_score``);
     nan without positives."""
+    from sklearn import metrics as _skm
+
     s, y = _check(scores, labels)
     return float(_skm.average_precision_score(y, s)) if y.any() else float("nan")
 

@@ -146,9 +146,13 @@ class LensFinderConfig(dg.Config):
     """core_threshold: threshold of the blocking core-only gate (cross-validated AUROC of a logistic
     regression on the r < 5 px core alone, on the validation rows whose core holds no lensed light;
     at or above it the classes differ in the core by something other than an arc: a shortcut).
-    Changing it re-runs the gates on the completed model without training again."""
+    Changing it re-runs the gates on the completed model without training again. epochs: 0 trains
+    every member for its profile's epochs; N > 0 trains every member for N epochs (a smoke run of a
+    profile, e.g. the full one on a small lake: the epochs name the run, so it never stands in
+    for the profile's own run)."""
 
     core_threshold: float = GATES["core_lr_auc"].threshold
+    epochs: int = 0
 
 
 def _run_locations(store) -> tuple[str, str]:
@@ -189,10 +193,15 @@ def lens_finder(
     store = lake.lake()
     train_uri, runs_dir = _run_locations(store)
     profile = training_profile(compute.profile)
+    if config.epochs < 0:
+        raise InputError(
+            f"lens_finder config epochs must be 0 (the profile's) or a positive number, got {config.epochs}"
+        )
+    epochs = {"epochs": config.epochs} if config.epochs else {}
     extras = {
         "training_set_uri": train_uri,
         "out_dir": runs_dir,
-        "members": [replace(m, device=compute.device).to_dict() for m in profile.members],
+        "members": [replace(m, device=compute.device, **epochs).to_dict() for m in profile.members],
         "gate_thresholds": {"core_lr_auc": float(config.core_threshold)},
         "ensemble_hidden": profile.ensemble_hidden,
     }

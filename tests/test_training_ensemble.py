@@ -53,7 +53,8 @@ def test_ensemble_model_scores_members_then_meta():
 
 def test_two_members_are_stacked_compared_and_published(tmp_path):
     a = synthetic_arrays(200, 33, seed=8, arc_amplitude=4.0)
-    base = dict(epochs=1, batch_size=32, lr=1e-2, patience=0, device="cpu", checkpoint_every_steps=0)
+    # device 'auto', as the lens_finder asset passes it by default (DHS_DEVICE): the stacking resolves it too
+    base = dict(epochs=1, batch_size=32, lr=1e-2, patience=0, device="auto", checkpoint_every_steps=0)
     members = [TrainConfig(arch="bottleneck_resnet_tiny", **base), TrainConfig(arch="strided_resnet", **base)]
     s = train_lens_finder(a, members, PreprocessSpec(), tmp_path / "ckpt", "v1", say=lambda m: None)
     choice = s["ensemble"]
@@ -115,3 +116,45 @@ def test_members_scored_in_the_same_pass_and_compared_on_the_same_rows():
     assert rows["stacked_ensemble"]["completeness"] > rows["a"]["completeness"]
     single_net = pa.table({"score": [0.1, 0.9], "valid": [True, True]})
     assert model_comparison(single_net, single_net, single_net, single_net).num_rows == 0
+
+
+def test_an_ensemble_is_scored_alike_by_calibration_gates_and_score_assets():
+    """With k > 1 dihedral views, a stacked ensemble's members' logits are averaged over the views
+    before the meta-learner in every scoring path: ``stamp_logits`` (the temperature fit, the gates)
+    and ``score_with_members`` (the score assets) give the same logits."""
+    from darkhaloscope.training.checkpoint import CheckpointSpec
+    from darkhaloscope.training.inference import calibrated_probability, score_with_members, stamp_logits
+    from darkhaloscope.training.preprocess import DIHEDRAL_SUBGROUPS, dihedral_view, preprocess
+
+    torch.manual_seed(0)
+    ens = StackedEnsemble(3, ("bottleneck_resnet_tiny", "strided_resnet")).eval()
+    with torch.no_grad():  # members whose logits change with the view, a meta-learner far from linear
+        for m in ens.members:
+            m.head.weight.mul_(50.0)
+        ens.meta[0].weight.normal_(0.0, 5.0)
+        ens.meta[0].bias.normal_(0.0, 2.0)
+    spec = CheckpointSpec(
+        name="best",
+        architecture="stacked_ensemble",
+        in_channels=3,
+        preprocess=PreprocessSpec(),
+        param_count=0,
+        param_shapes={},
+        weights_file="x",
+        weights_sha256="0",
+        temperature=1.5,
+        dihedral_views=2,
+        arch_args={"members": ["bottleneck_resnet_tiny", "strided_resnet"], "hidden": 300},
+    )
+    images = synthetic_arrays(12, 33, seed=2).image
+    logits, ok, _ = stamp_logits(ens, spec, images)
+    probs, _, _, _ = score_with_members(ens, spec, images)
+    x = preprocess(torch.from_numpy(images), spec.preprocess)
+    with torch.no_grad():
+        z = torch.stack([ens.member_logits(dihedral_view(x, c)) for c in DIHEDRAL_SUBGROUPS[2]]).mean(dim=0)
+        members_first = ens.meta(torch.sigmoid(z)).squeeze(-1).double().numpy()
+        meta_first = torch.stack([ens(dihedral_view(x, c)) for c in DIHEDRAL_SUBGROUPS[2]]).mean(dim=0).double().numpy()
+    assert ok.all()
+    np.testing.assert_allclose(logits, members_first, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(probs, calibrated_probability(logits, 1.5), rtol=1e-12)
+    assert np.abs(meta_first - members_first).max() > 1e-4  # the other order gives other logits

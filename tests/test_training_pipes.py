@@ -162,7 +162,8 @@ def test_core_threshold_is_asset_config_from_the_gate_registry():
 
     assert LensFinderConfig().core_threshold == GATES["core_lr_auc"].threshold == 0.65
     fields = lens_finder.op.config_schema.as_field().config_type.fields
-    assert set(fields) == {"core_threshold"} and not fields["core_threshold"].is_required
+    assert set(fields) == {"core_threshold", "epochs"} and not any(f.is_required for f in fields.values())
+    assert LensFinderConfig().epochs == 0  # the profile's own epochs
     specs = {s.name: s.blocking for s in lens_finder.check_specs}
     assert specs == {name: g.blocking for name, g in GATES.items()}
 

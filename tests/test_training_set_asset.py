@@ -16,7 +16,7 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.lensing.bank import HOST_COLUMNS
 from darkhaloscope.search.grades import GRADES_SCHEMA
 from darkhaloscope.search.targets import TARGET_SCHEMA
-from darkhaloscope.stamps import from_tensor_column, to_tensor_array
+from darkhaloscope.stamps import from_tensor_column
 from darkhaloscope.training.data import load_training_set
 from darkhaloscope.training.profiles import training_profile
 from darkhaloscope.training.training_set import assemble_training_set, recorded_specs, training_rows
@@ -25,46 +25,14 @@ from lakehouse.lake import Lake
 from lens_assets.training import training_set
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.imaging import ImagingResource
+from tests.support.cutout_rows import cutouts_table
 from tests.support.cutout_server import CutoutServer
 
 SWEEP = "sweep-030m005-035p000.fits"
 
 
-def _cutouts():
-    # 4 positives (A, B in train; A in val; A in test) and 20 negatives spread over the splits
-    split = ["train", "train", "val", "test"] + ["train"] * 10 + ["val"] * 6 + ["test"] * 4
-    n = len(split)
-    rng = np.random.default_rng(3)
-    psf = np.full(n, 1.2)
-    psf[5] = 0.0  # a negative without an r-band PSF size cannot host injections
-    return pa.table(
-        {
-            "object_id": pa.array(np.arange(1, n + 1), pa.int64()),
-            "label": pa.array([1] * 4 + [0] * 20, pa.int8()),
-            "split": split,
-            "tier": ["A", "B", "A", "A"] + [None] * 20,
-            "pool": ["positive"] * 4 + ["N1"] * 20,
-            "psfsize_r": pa.array(psf, pa.float32()),
-            "quality_ok": [True] * n,
-            "in_training_catalog": [True] * n,
-            "ra": np.linspace(30, 31, n),
-            "dec": np.zeros(n),
-            "type": ["DEV", "SER", "REX", "EXP"] * 6,
-            "psfsize_g": np.full(n, 1.3),
-            "psfsize_z": np.full(n, 1.1),
-            "psfdepth_g": np.full(n, 2e3),
-            "psfdepth_r": np.full(n, 1e3),
-            "psfdepth_z": np.full(n, 2e2),
-            "dx_pix": np.zeros(n, np.float32),
-            "dy_pix": np.zeros(n, np.float32),
-            "image": to_tensor_array(rng.normal(0, 0.02, (n, 3, 101, 101)).astype(np.float32)),
-            "invvar": to_tensor_array(np.full((n, 3, 101, 101), 2500.0, np.float32)),
-        }
-    )
-
-
 def test_assembled_training_set_holds_catalog_rows_and_injection_hosts():
-    cut = _cutouts()
+    cut = cutouts_table()
     rows = training_rows(cut.drop(["image", "invvar"]))
     keep = np.isin(cut.column("object_id").to_numpy(), rows.column("object_id").to_numpy())
     images, invvar = from_tensor_column(cut.column("image"))[keep], from_tensor_column(cut.column("invvar"))[keep]
@@ -108,7 +76,7 @@ def test_assembled_training_set_holds_catalog_rows_and_injection_hosts():
 
 def test_training_set_asset_records_the_profile(tmp_path):
     lake = Lake(str(tmp_path / "lake"))
-    lake.write_table("imaging", "cutouts", _cutouts(), partition={"sweep_file": SWEEP})
+    lake.write_table("imaging", "cutouts", cutouts_table(), partition={"sweep_file": SWEEP})
     result = dg.materialize(
         [training_set],
         resources=_resources(lake, tmp_path),
@@ -127,7 +95,7 @@ def test_training_set_asset_records_the_profile(tmp_path):
 
 def test_training_set_config_sets_the_stream_acceptance(tmp_path):
     lake = Lake(str(tmp_path / "lake"))
-    lake.write_table("imaging", "cutouts", _cutouts(), partition={"sweep_file": SWEEP})
+    lake.write_table("imaging", "cutouts", cutouts_table(), partition={"sweep_file": SWEEP})
     config = lambda snr: {"ops": {"training__training_set": {"config": {"min_arc_snr": snr}}}}  # noqa: E731
     result = dg.materialize([training_set], resources=_resources(lake, tmp_path), run_config=config(3.0))
     assert result.success
@@ -210,7 +178,7 @@ def _grades(rows: list[tuple[int, int, str]]) -> pa.Table:
 
 def test_visual_grades_join_the_next_training_set_openly(tmp_path):
     lake = Lake(str(tmp_path / "lake"))
-    lake.write_table("imaging", "cutouts", _cutouts(), partition={"sweep_file": SWEEP})
+    lake.write_table("imaging", "cutouts", cutouts_table(), partition={"sweep_file": SWEEP})
     lake.write_table(
         "search",
         "search_targets",
@@ -293,7 +261,7 @@ def test_visual_grades_join_the_next_training_set_openly(tmp_path):
 
 def test_grades_of_objects_no_search_covers_are_refused(tmp_path):
     lake = Lake(str(tmp_path / "lake"))
-    lake.write_table("imaging", "cutouts", _cutouts(), partition={"sweep_file": SWEEP})
+    lake.write_table("imaging", "cutouts", cutouts_table(), partition={"sweep_file": SWEEP})
     lake.write_table("search", "search_targets", _search_targets([101], ["train"]), partition={"sweep_file": SWEEP})
     lake.write_table("search", "visual_grades", _grades([(1, 555, "A")]))
     result = dg.materialize([training_set], resources=_resources(lake, tmp_path), raise_on_error=False)

@@ -47,9 +47,6 @@ INJECTION_META = [
     "magnification",
     "host_object_id",
 ]
-#: Scoring batch per device: on a CPU large batches of 101-px activations are memory-bound
-#: (BENCHMARKS.md, summary table, row *scoring, compact model*); a GPU wants large batches.
-SCORE_BATCH = {"cpu": 16, "cuda": 512}
 #: The partition of the ``lens_finder`` table that holds the published checkpoint's files.
 CHECKPOINT_PARTITION = {"artifact": "checkpoint"}
 
@@ -73,7 +70,7 @@ def score_batches(
     checkpoint's spec (preprocessing and calibration temperature). For injections
     (``kind = 'injection'``) a failed render holds the bare host: it is no lens, so it is never
     scored as one."""
-    from ..training.inference import score_with_members
+    from ..training.inference import SCORE_BATCH, score_with_members
     from .comparison import MEMBER_SCORE_PREFIX
 
     batch_size = SCORE_BATCH.get(device, 16)

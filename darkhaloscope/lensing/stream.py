@@ -235,21 +235,30 @@ def add_window(stamps: np.ndarray, arcs: np.ndarray) -> np.ndarray:
     return out
 
 
+def render_arcs(
+    lens, src, psf_fwhm: np.ndarray, invvar_window: np.ndarray, seeds: np.ndarray, cfg: InjectionConfig, device
+) -> tuple[np.ndarray, np.ndarray]:
+    """(arcs (n, 3, W, W) float32 [nmgy/pixel], r-band arc S/N (n,)) of n systems in the central
+    W = ``cfg.render.n_pix`` pixels, the stream's render of one chunk on ``device``: lens and source
+    batches on ``device``, PSF FWHM (n, 3) [arcsec], the hosts' inverse variance in that window
+    (n, 3, W, W) [1/nmgy²], system seeds (n,) (the Poisson noise's, when ``cfg.poisson_gain`` is set)."""
+    psf = torch.as_tensor(psf_fwhm, dtype=torch.float32, device=device)
+    arc = render_lensed_sources(lens, src, psf, cfg.render).arc
+    iv = torch.as_tensor(np.ascontiguousarray(invvar_window), dtype=torch.float32, device=device)
+    snr = arc_snr(arc, iv)[:, 1]
+    if cfg.poisson_gain is not None:
+        gens = [torch_generator_for("poisson", int(s), device=str(arc.device)) for s in seeds]
+        arc = add_poisson_noise(arc, cfg.poisson_gain, gens)
+    return arc.cpu().numpy().astype(np.float32), snr.double().cpu().numpy()
+
+
 def _render_chunk(
     tasks: pa.Table, invvar_window: np.ndarray, cfg: InjectionConfig, device
 ) -> tuple[np.ndarray, np.ndarray]:
     """(arcs (n, 3, W, W) float32, r-band arc S/N (n,)) of task rows against their hosts' noise."""
     lens, src = task_batches(tasks, device, torch.float32, cfg.priors)
-    psf = torch.as_tensor(
-        np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1), dtype=torch.float32, device=device
-    )
-    arc = render_lensed_sources(lens, src, psf, cfg.render).arc
-    iv = torch.as_tensor(np.ascontiguousarray(invvar_window), dtype=torch.float32, device=device)
-    snr = arc_snr(arc, iv)[:, 1]
-    if cfg.poisson_gain is not None:
-        gens = [torch_generator_for("poisson", int(s), device=str(arc.device)) for s in _col(tasks, "seed", np.int64)]
-        arc = add_poisson_noise(arc, cfg.poisson_gain, gens)
-    return arc.cpu().numpy().astype(np.float32), snr.double().cpu().numpy()
+    psf = np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1)
+    return render_arcs(lens, src, psf, invvar_window, _col(tasks, "seed", np.int64), cfg, device)
 
 
 def _slot_hashes(prefix: tuple, host_id: np.ndarray, slot: np.ndarray, *suffix) -> np.ndarray:

@@ -35,8 +35,8 @@ def search_with_published_finder(
     host resolves its own), cutting from the image source that ``source`` opens. Returns
     :func:`.streaming.search_partition`'s counts with ``model_version`` (the spec's ``data_version``,
     the key of the in-flight chunks) and ``device``."""
-    from ..evaluation.scoring import SCORE_BATCH, published_lens_finder
-    from ..training.inference import resolve_device
+    from ..evaluation.scoring import published_lens_finder
+    from ..training.inference import SCORE_BATCH, resolve_device
 
     resolved = resolve_device(device)
     with published_lens_finder(lens_finder, str(resolved)) as (model, spec):

@@ -14,6 +14,8 @@ either the previous complete checkpoint or the new complete one, never a half-wr
 killed writer leaves the previous version loadable. :func:`save_checkpoint` (from a model),
 :func:`write_spec` (a new spec for the same tensors, e.g. with final metrics) follow this rule;
 ``runs.published_files`` gives a finished checkpoint's files in the same order for publication.
+safetensors loads when tensors are first written or read, so the modules that import this one
+load on a GPU host without it (``benchmarks/gpu_check.py``).
 """
 
 from __future__ import annotations
@@ -27,8 +29,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from ..errors import InputError
 from .models import build_model, count_parameters
@@ -126,6 +126,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 def _write_tensors(folder: Path, prefix: str, tensors: dict[str, torch.Tensor]) -> tuple[str, str]:
     """Write ``tensors`` content-addressed as <prefix>-<sha16>.safetensors; returns (file name, sha256)."""
+    from safetensors.torch import save_file
+
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{prefix}.", suffix=".tmp")
     os.close(fd)
     try:
@@ -277,6 +279,9 @@ def read_spec(folder: str | os.PathLike, name: str = "best") -> CheckpointSpec:
 
 
 def _load_verified(folder: Path, fname: str | None, sha: str | None, what: str) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
     if not fname or not sha or Path(fname).name != fname or not fname.endswith(".safetensors"):
         raise InputError(f"checkpoint in {folder}: {what} file entry {fname!r} is not a local .safetensors name")
     path = folder / fname

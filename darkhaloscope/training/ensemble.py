@@ -25,7 +25,7 @@ from ..stats import roc_auc
 from .checkpoint import atomic_write_bytes, has_checkpoint, load_checkpoint, save_checkpoint
 from .data import TrainingArrays
 from .dataset import seed_int
-from .inference import stamp_logits
+from .inference import resolve_device, stamp_logits
 from .loop import RUN_COMPLETE, finalize_best
 from .metrics import json_safe
 from .models import StackedEnsemble
@@ -91,8 +91,9 @@ def stack_runs(
     """Build (or reuse) the stacked ensemble of the completed member runs ``member_dirs`` in
     ``out_dir``: members' weights, the meta-learner fitted on ``val``, calibrated like a single
     network (``loop.finalize_best``). Returns the comparison on ``val`` (each member's AUROC, the
-    ensemble's cross-fitted AUROC) and the choice of the model to publish."""
-    out = Path(out_dir)
+    ensemble's cross-fitted AUROC) and the choice of the model to publish. ``device``: 'auto',
+    'cpu' or 'cuda', as a member's ``TrainConfig.device``."""
+    out, device = Path(out_dir), resolve_device(device)
     members = [load_checkpoint(d, "best", device=device) for d in member_dirs]
     specs = [s for _, s in members]
     if len({s.preprocess for s in specs}) != 1:

@@ -24,6 +24,10 @@ from ..constants import BANDS
 from ..errors import InputError
 from .preprocess import DIHEDRAL_SUBGROUPS, PreprocessSpec, dihedral_view, preprocess
 
+#: Scoring batch per device: on a CPU large batches of 101-px activations are memory-bound
+#: (BENCHMARKS.md, summary table, row *scoring, compact model*); a GPU wants large batches.
+SCORE_BATCH = {"cpu": 16, "cuda": 512}
+
 
 def resolve_device(requested: str | None = None) -> torch.device:
     """Torch device for 'auto' | 'cpu' | 'cuda[:k]'. An explicit choice wins; 'auto' (or None) defers
@@ -126,8 +130,10 @@ def _view_logits(net: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, v
 def _forward(
     model, spec, images, dev: torch.device, batch_size: int, input_transform, amp: bool, members: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(logits (N,), member logits (N, M) or (N, 0), valid (N,), reason (N,)) streamed in batches.
-    A stacked ensemble's members' logits are averaged over the views before its meta-learner."""
+    """(logits (N,), member logits (N, M) when ``members`` and a stacked ensemble, else (N, 0), valid
+    (N,), reason (N,)) streamed in batches. A stacked ensemble's members' logits are averaged over
+    the views before its meta-learner, whether or not its members' logits are returned, so that
+    calibration, the gates and the score assets see the same logits."""
     pspec = getattr(spec, "preprocess", spec)
     if not isinstance(pspec, PreprocessSpec):
         raise InputError(f"scoring needs a PreprocessSpec or CheckpointSpec, got {type(spec).__name__}")
@@ -148,7 +154,8 @@ def _forward(
     else:
         batches = _preprocessed_batches(images, pspec, dev, batch_size)
     model = model.to(dev).eval()
-    n_members = len(model.members) if members and hasattr(model, "member_logits") else 0
+    stacked = hasattr(model, "member_logits")
+    n_members = len(model.members) if members and stacked else 0
     logits, member, valids, reasons = [], [], [], []
     with torch.inference_mode():
         for ok, reason, x in batches:
@@ -160,9 +167,10 @@ def _forward(
                 if input_transform is not None:
                     x = input_transform(x)
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and dev.type == "cuda"):
-                    if n_members:  # one pass: the members' logits, then the meta-learner over them
+                    if stacked:  # one pass: the members' logits, then the meta-learner over them
                         z = _view_logits(model.member_logits, x, views)
-                        mout[sel] = z.double().cpu().numpy()
+                        if n_members:
+                            mout[sel] = z.double().cpu().numpy()
                         out[sel] = model.meta(torch.sigmoid(z)).squeeze(-1).double().cpu().numpy()
                     else:
                         out[sel] = _view_logits(model, x, views).double().cpu().numpy()

@@ -77,7 +77,9 @@ class TrainConfig:
     injection. dihedral_views: the published checkpoint is calibrated and scored on the mean
     logit over that many of the stamp's flips and rotations (1, 2, 4 or 8; ``inference``); the
     best epoch is still chosen on one view, that many times cheaper per epoch. device: 'auto'
-    (DHS_DEVICE, then CUDA if present), 'cpu' or 'cuda'. amp: bf16 autocast (CUDA only).
+    (DHS_DEVICE, then CUDA if present), 'cpu' or 'cuda'. num_workers: DataLoader worker processes,
+    at most as many as the CPUs the process may use (more only contend for them; a sample does not
+    depend on the worker that makes it). amp: bf16 autocast (CUDA only).
     max_minutes: wall-clock limit of one call (the run stays resumable; it never decides the
     weights). checkpoint_every_steps: also save 'last' every K steps inside an
     epoch (0: only at epoch ends).
@@ -266,6 +268,11 @@ def lr_at(step: int, total_steps: int, warmup_steps: int, base_lr: float, min_lr
     return base_lr * (min_lr_frac + (1.0 - min_lr_frac) * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, where the platform has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 @contextlib.contextmanager
 def _deterministic(device: torch.device):
     prev = torch.are_deterministic_algorithms_enabled()
@@ -424,21 +431,25 @@ class _Run:
         st["loss_batches"] += 1
         return lr
 
+    def loader(self, batches: list) -> torch.utils.data.DataLoader:
+        """The epoch dataset's batches ``batches`` (lists of (epoch, virtual index) keys, as
+        ``batches_for_plan`` makes them) in order, made by the config's worker processes."""
+        return torch.utils.data.DataLoader(
+            self.ds,
+            batch_sampler=batches,
+            collate_fn=collate_prebatched,
+            num_workers=min(self.config.num_workers, _usable_cpus()),
+            pin_memory=self.device.type == "cuda",
+        )
+
     def train_epoch(self, epoch: int) -> bool:
         """Run the rest of ``epoch``; False when the call's time limit stopped it mid-epoch."""
         c, st = self.config, self.st
         batches = batches_for_plan(self.ds.epoch_plan(epoch), epoch, c.batch_size)
         self.ds.prepare_epoch(epoch)  # render the epoch's injections before DataLoader workers fork
         start = st["step_in_epoch"]
-        loader = torch.utils.data.DataLoader(
-            self.ds,
-            batch_sampler=batches[start:],
-            collate_fn=collate_prebatched,
-            num_workers=c.num_workers,
-            pin_memory=self.device.type == "cuda",
-        )
         self.model.train()
-        for b, (x, y, w) in enumerate(loader, start=start):
+        for b, (x, y, w) in enumerate(self.loader(batches[start:]), start=start):
             lr = self.step(x, y, w, epoch, b)
             if b + 1 == len(batches):
                 return True  # the epoch-end checkpoint follows validation

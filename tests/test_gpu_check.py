@@ -1,0 +1,58 @@
+"""The prepared GPU check (benchmarks/gpu_check.py) runs where a bare GPU host would run it: with
+torch, numpy, pyarrow and scipy alone installed (the packages of the environment less
+scikit-learn, safetensors, astropy, matplotlib, lenstronomy, dagster, duckdb and pandas), here on
+the CPU with a tiny set, and prints its JSON line with a training, rendering and scoring rate."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+#: What a bare GPU host lacks (import names).
+ABSENT = ("sklearn", "safetensors", "astropy", "matplotlib", "lenstronomy", "dagster", "duckdb", "pandas")
+
+
+def bare_site(folder: Path) -> Path:
+    """A folder holding links to every entry of this environment's site-packages but the packages
+    of ABSENT: what ``python -S`` with it as its only path beside the standard library can import."""
+    site = Path(torch.__file__).resolve().parents[1]
+    folder.mkdir()
+    for entry in site.iterdir():
+        if entry.name.split(".")[0] not in ABSENT:
+            (folder / entry.name).symlink_to(entry)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_gpu_check_runs_with_torch_numpy_pyarrow_and_scipy_alone(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(bare_site(tmp_path / "site")), "PYTHONNOUSERSITE": "1"}
+    found = f"import importlib.util as u; print([m for m in {ABSENT!r} if u.find_spec(m)])"
+    absent = subprocess.run([sys.executable, "-S", "-c", found], env=env, capture_output=True, text=True)
+    assert absent.stdout.strip() == "[]", absent.stdout + absent.stderr
+    args = ["--device", "cpu", "--tiny", "--steps", "2", "--render-chunks", "1", "--threads", "2"]
+    p = subprocess.run(
+        [sys.executable, "-S", str(ROOT / "benchmarks" / "gpu_check.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["bench"] == "gpu_check" and out["profile"] == "full" and list(out["devices"]) == ["cpu"]
+    assert out["training_set"]["stamp_px"] == 101 and out["elapsed_s"] < out["budget_s"]
+    cpu = out["devices"]["cpu"]
+    assert set(cpu["train"]) == {"bottleneck_resnet", "strided_resnet"}
+    for member in cpu["train"].values():
+        assert member["images_per_s"] > 0 and member["loader_images_per_s"] > 0 and 1 <= member["steps"] <= 2
+    assert 150_000 < cpu["train"]["bottleneck_resnet"]["params"] < 250_000
+    assert cpu["injection"]["systems_per_s"] > 0 and cpu["injection"]["window_px"] == 65
+    assert cpu["scoring"]["stamps_per_s"] > 0 and cpu["scoring"]["dihedral_views"] == 2
+    assert cpu["scoring"]["members"] == ["bottleneck_resnet", "strided_resnet"]
