@@ -59,10 +59,10 @@ test: setup chromium packaged-jdk
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# the instance settings (instance/dagster.yaml: no telemetry, no first-visit dialog, retries, pools)
-# are refreshed each time
+# the instance settings (instance/dagster.yaml: no telemetry, no first-visit dialog, retries, the
+# run queue and pools, with DHS_MAX_CONCURRENT_RUNS and DHS_POOL_LIMITS applied) are refreshed each time
 ui: setup
-	mkdir -p .dagster_home && cp instance/dagster.yaml .dagster_home/dagster.yaml
+	DAGSTER_HOME=$(CURDIR)/.dagster_home $(BIN)/dhs instance
 	DAGSTER_HOME=$(CURDIR)/.dagster_home $(BIN)/dg dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: setup

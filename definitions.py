@@ -23,14 +23,15 @@ STAGES = (
     injection.injection_defs,
     training.training_defs,
     evaluation.evaluation_defs,
-    search.search_defs,
     ops.ops_defs,
 )
 
 
 def build_defs(resources: dict) -> dg.Definitions:
-    """Every stage's assets, checks and sensors with ``resources`` (tests swap some of them)."""
-    return dg.Definitions.merge(*STAGES, dg.Definitions(resources=resources))
+    """Every stage's assets, checks and sensors with ``resources`` (tests swap some of them); the
+    search's ``search_scores`` holds the pool of the ``compute`` resource's default search launch."""
+    search_stage = search.search_defs(resources["compute"].search_launch)
+    return dg.Definitions.merge(*STAGES, search_stage, dg.Definitions(resources=resources))
 
 
 defs = build_defs(build_resources())

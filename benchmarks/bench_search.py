@@ -44,7 +44,7 @@ import pyarrow as pa  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks.bench_cutouts import OUT, ensure_bricks, targets  # noqa: E402
-from darkhaloscope.evaluation.scoring import CHECKPOINT, score_batches  # noqa: E402
+from darkhaloscope.evaluation.scoring import CHECKPOINT_PARTITION, score_batches  # noqa: E402
 from darkhaloscope.imaging.coadd import BrickImageSource  # noqa: E402
 from darkhaloscope.imaging.cutout_table import cutout_batches  # noqa: E402
 from darkhaloscope.imaging.source_settings import ImageSourceSettings  # noqa: E402
@@ -138,11 +138,19 @@ def on_spark(spark, lake: Lake, tgt: pa.Table, ckpt: str, device: str, keep: flo
     """The Spark launch: the finder published in ``lake``, the chunks scored and committed by Spark
     tasks (each loading the finder and opening the bricks from the settings), then the partition's
     tables written from the in-flight chunks."""
-    shutil.copytree(ckpt, lake.partition_path(*CHECKPOINT))
+    shutil.copytree(ckpt, lake.partition_path("training", "lens_finder", CHECKPOINT_PARTITION))
     settings = ImageSourceSettings(survey=SurveyLocation(survey=str(OUT)))
     t0 = time.perf_counter()
-    run = search_on_spark(spark, lake, "bench.fits", tgt, settings, device, SearchSettings(keep_threshold=keep))
-    out = _publish(lake, tgt, InflightSearch(lake, "bench.fits", run["model_version"]), run["n_chunks"])
+    run = search_on_spark(
+        spark,
+        lake.table("training", "lens_finder"),
+        lake.inflight(),
+        {"bench.fits": tgt},
+        settings,
+        device,
+        SearchSettings(keep_threshold=keep),
+    )["bench.fits"]
+    out = _publish(lake, tgt, InflightSearch(lake.inflight(), "bench.fits", run["model_version"]), run["n_chunks"])
     return time.perf_counter() - t0, out
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -20,12 +19,54 @@ def _instance():
     """The persistent Dagster instance shared with ``dagster dev`` (DAGSTER_HOME, default ./.dagster_home)."""
     import dagster as dg
 
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path(".dagster_home").resolve())))
-    home.mkdir(parents=True, exist_ok=True)
-    cfg = home / "dagster.yaml"
-    if not cfg.exists():
-        shutil.copyfile(REPO_ROOT / "instance" / "dagster.yaml", cfg)
+    from .instance import write_instance_settings
+
+    home = _home()
+    if not (home / "dagster.yaml").exists():
+        write_instance_settings(home)
     return dg.DagsterInstance.get()
+
+
+def _home() -> Path:
+    """DAGSTER_HOME (set to ./.dagster_home, absolute, when unset)."""
+    return Path(os.environ.setdefault("DAGSTER_HOME", str(Path(".dagster_home").resolve())))
+
+
+def cmd_instance(args) -> int:
+    import dagster as dg
+
+    from .instance import apply_pool_limits, instance_settings, write_instance_settings
+
+    path = write_instance_settings(_home())
+    with dg.DagsterInstance.get() as instance:
+        limits = apply_pool_limits(instance)
+    runs = instance_settings()["concurrency"]["runs"]["max_concurrent_runs"]
+    pools = ", ".join(f"{k}={v}" for k, v in limits.items())
+    print(f"wrote {path}: at most {runs} runs at once; pool limits {pools}")
+    return 0
+
+
+def cmd_backfill(args) -> int:
+    from definitions import defs
+    from resources.settings import setting
+
+    from .backfill import SUCCEEDED, DagsterWebserver
+    from .materialize import MaterializeError, Materializer
+
+    try:
+        materializer = Materializer(defs, _instance())
+        keys = sorted(materializer.selection(args.assets).resolve(materializer.graph))
+        server = DagsterWebserver(setting("DHS_DAGSTER_URL"))
+        backfill_id = server.launch_backfill([k.path for k in keys], f"dhs backfill {' '.join(args.assets)}")
+        print(f"backfill {backfill_id} submitted ({', '.join(k.to_user_string() for k in keys)}; every partition)")
+        print(f"follow it at {server.url.rstrip('/')}/runs/b/{backfill_id}")
+        if not args.wait:
+            return 0
+        status = server.wait(backfill_id, args.timeout, say=print)
+    except (MaterializeError, InputError, TimeoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0 if status in SUCCEEDED else 1
 
 
 def _lake():
@@ -240,6 +281,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("file", help="CSV exported from the candidate gallery")
     g.set_defaults(func=cmd_grade)
+    b = sub.add_parser(
+        "backfill",
+        help="submit a backfill of every partition of the named assets to the Dagster webserver (DHS_DAGSTER_URL); "
+        "the daemon runs it",
+    )
+    b.add_argument("assets", nargs="+", help="asset names, keys or Dagster selections, as for materialize")
+    b.add_argument("--wait", action="store_true", help="follow the backfill until it ends (exit 1 unless it succeeded)")
+    b.add_argument("--timeout", type=float, default=86400.0, metavar="S", help="stop following after S seconds")
+    b.set_defaults(func=cmd_backfill)
+    i = sub.add_parser(
+        "instance",
+        help="write $DAGSTER_HOME/dagster.yaml from instance/dagster.yaml and the environment "
+        "(DHS_MAX_CONCURRENT_RUNS) and set the pools' limits (DHS_POOL_LIMITS)",
+    )
+    i.set_defaults(func=cmd_instance)
     d = sub.add_parser("demo", help="run the whole graph on the embedded mock survey and print the headline numbers")
     d.set_defaults(func=cmd_demo)
     return p

@@ -9,8 +9,10 @@
   for it (a lake deleted or moved while the instance kept its records: skipping it would leave
   the assets downstream nothing to read).
 * **Execution**: each asset (a multi-asset with all its tables) runs through Dagster's in-process
-  executor on the implicit asset job, one run per partition (a range of partitions in one run for
-  assets with a single-run backfill policy), in topological order; every run is in the instance
+  executor on the implicit asset job, in topological order, its partitions grouped into runs as
+  its backfill policy says — one run per partition without one, a range of partitions per run of
+  at most ``max_partitions_per_run`` (a multi-run policy: the per-sweep-file assets run
+  ``DHS_PARTITIONS_PER_RUN`` files per run) or of all of them (a single-run policy); every run is in the instance
   the UI shows. Dynamic partitions are registered by the same functions as the sensors: sweep
   files before planning, injection batches after ``injection_plan`` is published.
 * **Config**: ``config`` gives named assets their run config (``dhs materialize injection_plan
@@ -48,12 +50,30 @@ class MaterializeError(RuntimeError):
 
 @dataclass
 class Unit:
-    """One step of the plan: an asset (all keys of its definition) and the partitions to run."""
+    """One step of the plan: an asset (all keys of its definition), its partitions and how many
+    partitions one run covers (``per_run``; None: all of them, a single-run backfill policy)."""
 
     keys: list[dg.AssetKey]
     label: str
     partitions_def: dg.PartitionsDefinition | None
-    single_run: bool
+    per_run: int | None
+
+    def runs(self, todo: list[str | None], order: list[str | None]) -> list[list[str | None]]:
+        """``todo`` in the runs that cover it: ranges of consecutive partitions of ``order`` (all the
+        partitions, in order: a run covers a range, so a gap starts a new run), ``per_run`` at most."""
+        runs: list[list[str | None]] = []
+        position = {k: i for i, k in enumerate(order)}
+        for pk in todo:
+            last = runs[-1] if runs else None
+            if (
+                last is not None
+                and (self.per_run is None or len(last) < self.per_run)
+                and position[pk] == position[last[-1]] + 1
+            ):
+                last.append(pk)
+            else:
+                runs.append([pk])
+        return runs
 
 
 def stale_or_missing(
@@ -111,9 +131,11 @@ class Materializer:
             selected = selected | p
         return selected
 
-    def plan(self, targets: set[dg.AssetKey]) -> list[Unit]:
-        """The selected assets and their upstream, one unit per asset definition, in topological order."""
-        wanted = dg.AssetSelection.assets(*targets).upstream().resolve(self.graph)
+    def plan(self, targets: set[dg.AssetKey], upstream: bool = True) -> list[Unit]:
+        """The selected assets and (``upstream``) their upstream, one unit per asset definition, in
+        topological order."""
+        selected = dg.AssetSelection.assets(*targets)
+        wanted = (selected.upstream() if upstream else selected).resolve(self.graph)
         units, seen = [], set()
         for key in self.graph.toposorted_asset_keys:
             if key not in wanted or key in seen or not self.graph.get(key).is_materializable:
@@ -122,21 +144,17 @@ class Materializer:
             keys = list(ad.keys_by_output_name.values())  # declaration order: the main table first
             seen.update(keys)
             policy = ad.backfill_policy
-            units.append(
-                Unit(
-                    keys,
-                    "+".join(k.path[-1] for k in keys),
-                    ad.partitions_def,
-                    policy is not None and policy.max_partitions_per_run is None,
-                )
-            )
+            per_run = 1 if policy is None else policy.max_partitions_per_run
+            units.append(Unit(keys, "+".join(k.path[-1] for k in keys), ad.partitions_def, per_run))
         return units
 
-    def _todo(self, unit: Unit, targets: set[dg.AssetKey], lake) -> list[str | None]:
+    def _partitions(self, unit: Unit) -> list[str | None]:
         if unit.partitions_def is None:
-            keys: list[str | None] = [None]
-        else:
-            keys = list(unit.partitions_def.get_partition_keys(dynamic_partitions_store=self.instance))
+            return [None]
+        return list(unit.partitions_def.get_partition_keys(dynamic_partitions_store=self.instance))
+
+    def _todo(self, unit: Unit, targets: set[dg.AssetKey], lake) -> list[str | None]:
+        keys = self._partitions(unit)
         if targets & set(unit.keys):
             return keys
         absent = {
@@ -170,14 +188,15 @@ class Materializer:
         return self.graph.assets_def_for_key(key).node_def.name
 
     # ----------------------------------------------------------- execution
-    def run(self, args: list[str], config: Mapping[str, dict] | None = None) -> None:
-        """Materialize the named assets and what they need; ``config`` as :meth:`op_config`."""
+    def run(self, args: list[str], config: Mapping[str, dict] | None = None, upstream: bool = True) -> None:
+        """Materialize the named assets and (``upstream``) the missing or stale assets they need;
+        ``config`` as :meth:`op_config`."""
         for run_id in reap_dead_runs(self.instance):
             self._say(f"run {run_id} was killed: marked failed")
         sweep_file_change(self.instance, self.resources["survey"]).apply(self.instance)
         targets = set(self.selection(args).resolve(self.graph))
         ops = self.op_config(config or {}, targets)
-        units = self.plan(targets)
+        units = self.plan(targets, upstream)
         lake = self.resources["lake"].lake()
         for i, unit in enumerate(units, start=1):
             label = f"[{i}/{len(units)}] {unit.label}"
@@ -190,11 +209,8 @@ class Materializer:
             op_config = ops.get(self._op_name(unit.keys[0]))
             if not todo:
                 self._say(f"{label}: up to date, skipped")
-            elif unit.single_run and len(todo) > 1:
-                self._execute(unit, todo, label, op_config)
-            else:
-                for pk in todo:
-                    self._execute(unit, [pk], label + (f" [{pk}]" if pk else ""), op_config)
+            for run in unit.runs(todo, self._partitions(unit)):
+                self._execute(unit, run, label + (f" [{run[0]}]" if len(run) == 1 and run[0] else ""), op_config)
             if dg.AssetKey(list(INJECTION_PLAN.key)) in unit.keys:
                 injection_batch_change(self.instance, lake).apply(self.instance)
 

@@ -36,6 +36,7 @@ from resources.compute import CatalogLaunchResource, QuietPySparkResource
 from table_registry import audits as checks
 from table_registry.tables import NEGATIVES, POSITIVES, SELECTION_FUNNEL, SWEEPS, TRAINING_CATALOG, TRAINING_STRATA
 
+from .shared.automation import NEW_PARTITION
 from .shared.publish import Publish, lake_asset, markdown_table, staged_table
 from .survey import known_lenses, sweeps
 
@@ -76,6 +77,7 @@ class NegativesConfig(dg.Config):
     deps=[sweeps],
     backfill_policy=dg.BackfillPolicy.single_run(),
     pool="spark",
+    automation_condition=NEW_PARTITION,
 )
 def negatives(
     context: dg.AssetExecutionContext,

@@ -61,7 +61,8 @@ from table_registry.tables import (
     Table,
 )
 
-from .shared.publish import Publish, lake_asset, staged_table
+from .shared.partitions import per_file_backfill
+from .shared.publish import Publish, lake_asset, per_partition, staged_table
 
 
 def _key(table: Table) -> dg.AssetKey:
@@ -71,17 +72,22 @@ def _key(table: Table) -> dg.AssetKey:
 SCORE_ASSET = dict(code_version="3", kinds={"pytorch", "parquet"}, pool="gpu", deps=[_key(LENS_FINDER)])
 
 
-@lake_asset(CUTOUT_SCORES, ins={"cutouts": dg.AssetIn(list(CUTOUTS.key))}, **SCORE_ASSET)
+@lake_asset(
+    CUTOUT_SCORES, ins={"cutouts": dg.AssetIn(list(CUTOUTS.key))}, backfill_policy=per_file_backfill(), **SCORE_ASSET
+)
 def cutout_scores(
     context: dg.AssetExecutionContext, lake: LakeResource, compute: ComputeResource, cutouts: ds.Dataset
 ) -> Publish:
-    """Lens-finder scores of one sweep file's cutouts (its whole negative pool, its positives, every
+    """Lens-finder scores of a sweep file's cutouts (its whole negative pool, its positives, every
     split), streamed in batches with the checkpoint's saved preprocessing spec; rows that could not
-    be scored are kept with ``valid = false`` and a reason, never scored as zero."""
-    device = compute.torch_device()
-    staged = staged_table(context, CUTOUT_SCORES)
+    be scored are kept with ``valid = false`` and a reason, never scored as zero. A run covers one
+    sweep file or several, with one load of the lens finder."""
+    device, names = compute.torch_device(), list(context.partition_keys)
+    staged = [staged_table(context, CUTOUT_SCORES, n) for n in names]
     with published_lens_finder(lake.lake().table(*LENS_FINDER.key), device) as (model, spec):
-        _write_scores(staged, score_batches(cutouts, CUTOUT_META, "image", "cutout", model, spec, device))
+        for name, part in zip(names, staged):
+            mine = cutouts if len(names) == 1 else cutouts.filter(ds.field(CUTOUTS.partitioned_by) == name)
+            _write_scores(part, score_batches(mine, CUTOUT_META, "image", "cutout", model, spec, device))
     return _score_publication(CUTOUT_SCORES, checks.CUTOUT_SCORES_CONTRACT, staged, spec, device)
 
 
@@ -92,10 +98,10 @@ def injection_scores(
     """Lens-finder scores of one injection batch: every injection (``kind = injection``; a failed
     render is unscorable) and its paired control, the same host without the arc (``kind = control``)."""
     device = compute.torch_device()
-    staged = staged_table(context, INJECTION_SCORES)
+    staged = [staged_table(context, INJECTION_SCORES)]
     with published_lens_finder(lake.lake().table(*LENS_FINDER.key), device) as (model, spec):
         _write_scores(
-            staged,
+            staged[0],
             itertools.chain(
                 *(
                     score_batches(injection_bank, INJECTION_META, column, kind, model, spec, device)
@@ -113,14 +119,22 @@ def _write_scores(staged, batches) -> None:
     staged.write(itertools.chain([first], batches), schema=first.schema)
 
 
-def _score_publication(table: Table, audit: au.Audit, staged, spec, device: str) -> Publish:
-    """The staged scores, their contract refined by the score rules (valid rows scored in [0, 1],
-    invalid ones unscored with a reason) and their metadata."""
-    part = staged.read(columns=["kind", "valid"])
-    kinds = {str(d["values"]): int(d["counts"]) for d in part.column("kind").value_counts().to_pylist()}
-    n_invalid = int((~part.column("valid").to_numpy(zero_copy_only=False)).sum())
-    md = {"rows_by_kind": kinds, "n_unscorable": n_invalid, "checkpoint_version": spec.data_version, "device": device}
-    return Publish({table: staged}, audits={table: [au.scores_audit(audit, staged.dataset())]}, metadata={table: md})
+def _score_publication(table: Table, audit: au.Audit, staged: list, spec, device: str) -> Publish:
+    """The staged scores (one or more partitions), their contract refined by the score rules
+    (valid rows scored in [0, 1], invalid ones unscored with a reason) and their metadata."""
+    md = {}
+    for part in staged:
+        rows = part.read(columns=["kind", "valid"])
+        kinds = {str(d["values"]): int(d["counts"]) for d in rows.column("kind").value_counts().to_pylist()}
+        n_invalid = int((~rows.column("valid").to_numpy(zero_copy_only=False)).sum())
+        md[part.label] = {
+            "rows_by_kind": kinds,
+            "n_unscorable": n_invalid,
+            "checkpoint_version": spec.data_version,
+            "device": device,
+        }
+    outcomes = au.combine([au.scores_audit(audit, part.dataset()) for part in staged], [p.label for p in staged])
+    return Publish({table: staged}, audits={table: outcomes}, metadata={table: per_partition(md)})
 
 
 @lake_asset(

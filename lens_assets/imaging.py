@@ -31,7 +31,8 @@ from resources.imaging import ImagingResource
 from table_registry import audits as checks
 from table_registry.tables import CUTOUT_VALIDATION, CUTOUTS, NEGATIVES, POSITIVES, TRAINING_CATALOG
 
-from .shared.publish import Publish, lake_asset, staged_table
+from .shared.partitions import per_file_backfill
+from .shared.publish import Publish, lake_asset, per_partition, staged_table
 from .survey import sweeps
 
 
@@ -46,6 +47,7 @@ from .survey import sweeps
     },
     # the mock sky is drawn from the survey's every sweep file (a stamp near a file's edge sees its neighbours)
     deps=[dg.AssetDep(sweeps, partition_mapping=dg.AllPartitionMapping())],
+    backfill_policy=per_file_backfill(),
 )
 def cutouts(
     context: dg.AssetExecutionContext,
@@ -57,21 +59,32 @@ def cutouts(
     training_catalog: pa.Table,
 ) -> Publish:
     """101×101 g,r,z cutouts (nanomaggies; invvar; maskbits where the source has them) of every
-    negative and positive of one sweep file, as Arrow fixed-shape tensors, with the target's id,
+    negative and positive of a sweep file, as Arrow fixed-shape tensors, with the target's id,
     label, tier, split, pool, conditions and per-cutout quality metrics; streamed into the staged
     partition. From a cutout service each fetched chunk is kept in flight (``_inflight/``) so a
-    rerun fetches only what is missing."""
-    store, name = lake.lake(), context.partition_key
-    staged = staged_table(context, CUTOUTS)
-    targets = cutout_targets(negatives, positives, training_catalog.column("object_id"), name)
-    if targets.num_rows == 0:
-        raise InputError(f"sweep file {name} has no catalog targets to cut")
+    rerun fetches only what is missing. A run covers one sweep file or several, with the image
+    source opened once."""
+    store, names = lake.lake(), list(context.partition_keys)
     source = imaging.source(survey)
-    inflight = InflightFetches(store.inflight(), name) if source.checkpoint_chunks else None
-    schema = _stage_cutouts(staged, targets, source, inflight, store.table(*CUTOUTS.key))
-    q = staged.read(columns=[c for c in schema.names if c not in STAMP_COLUMNS])
-    md = {"quality": quality_summary(q), "source": type(source).__name__}
-    return Publish({CUTOUTS: staged}, metadata={CUTOUTS: md}, after=inflight.clear if inflight is not None else None)
+    training_ids = training_catalog.column("object_id")
+    staged, md, inflights = [], {}, []
+    for name in names:
+        part = staged_table(context, CUTOUTS, name)
+        mine = negatives.filter(pc.equal(negatives.column("sweep_file"), name))
+        targets = cutout_targets(mine, positives, training_ids, name)
+        if targets.num_rows == 0:
+            raise InputError(f"sweep file {name} has no catalog targets to cut")
+        inflight = InflightFetches(store.inflight(), name) if source.checkpoint_chunks else None
+        schema = _stage_cutouts(part, targets, source, inflight, store.table(*CUTOUTS.key))
+        q = part.read(columns=[c for c in schema.names if c not in STAMP_COLUMNS])
+        md[name] = {"quality": quality_summary(q), "source": type(source).__name__}
+        staged.append(part)
+        inflights += [inflight] if inflight is not None else []
+    return Publish(
+        {CUTOUTS: staged},
+        metadata={CUTOUTS: per_partition(md)},
+        after=(lambda: [i.clear() for i in inflights]) if inflights else None,
+    )
 
 
 def _stage_cutouts(staged, targets: pa.Table, source, inflight: InflightFetches | None, published) -> pa.Schema:

@@ -40,6 +40,7 @@ from lakehouse import audits as au
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.compute import QuietPySparkResource, reported
 from resources.imaging import ImagingResource
+from resources.settings import search_pool
 from table_registry import audits as checks
 from table_registry.tables import (
     CANDIDATE_GALLERY,
@@ -56,7 +57,9 @@ from table_registry.tables import (
     VISUAL_GRADES,
 )
 
-from .shared.publish import Publish, lake_asset, staged_table
+from .shared.automation import NEW_PARTITION, UPSTREAM_UPDATED
+from .shared.partitions import per_file_backfill
+from .shared.publish import Publish, lake_asset, per_partition, staged_table
 from .survey import sweeps
 
 _DEFAULT_SEARCH = SearchSettings()
@@ -68,24 +71,33 @@ _DEFAULT_SEARCH = SearchSettings()
     kinds={"parquet"},
     ins={"selection_funnel": dg.AssetIn(list(SELECTION_FUNNEL.key))},
     deps=[sweeps],
+    backfill_policy=per_file_backfill(),
+    automation_condition=NEW_PARTITION,
 )
 def search_targets(context: dg.AssetExecutionContext, lake: LakeResource, selection_funnel: pa.Table) -> Publish:
-    """Every galaxy of one sweep file the search covers: the negatives' cuts as recorded in
+    """Every galaxy of a sweep file the search covers: the negatives' cuts as recorded in
     ``selection_funnel`` (footprint, TYPE, maskbits, nobs, z mag) before the known-lens exclusion
     and any sampling, with the HEALPix split, in brick order. Their number is the funnel's count
-    remaining before the ``known_lens`` step."""
-    name = context.partition_key
-    table = select_search_targets(
-        sweeps_partition_batches(lake.lake().table(*SWEEPS.key), name), recorded_selection(selection_funnel)
-    )
-    expected = funnel_preselected(selection_funnel, name)
-    outcomes = [
-        au.equal_counts_audit(checks.SEARCH_TARGETS_IN_FUNNEL, expected, table.num_rows, f"search targets of {name}")
-    ]
+    remaining before the ``known_lens`` step. A run covers one sweep file or several."""
+    names, sweeps_table = list(context.partition_keys), lake.lake().table(*SWEEPS.key)
+    selection = recorded_selection(selection_funnel)
+    staged, outcomes, md = [], [], {}
+    for name in names:
+        table = select_search_targets(sweeps_partition_batches(sweeps_table, name), selection)
+        expected = funnel_preselected(selection_funnel, name)
+        outcomes.append(
+            au.equal_counts_audit(
+                checks.SEARCH_TARGETS_IN_FUNNEL, expected, table.num_rows, f"search targets of {name}"
+            )
+        )
+        part = staged_table(context, SEARCH_TARGETS, name)
+        part.write(table)
+        staged.append(part)
+        md[name] = {"n_targets": table.num_rows}
     return Publish(
-        {SEARCH_TARGETS: table},
-        audits={SEARCH_TARGETS: outcomes},
-        metadata={SEARCH_TARGETS: {"n_targets": table.num_rows}},
+        {SEARCH_TARGETS: staged},
+        audits={SEARCH_TARGETS: au.combine(outcomes, names)},
+        metadata={SEARCH_TARGETS: per_partition(md)},
     )
 
 
@@ -94,22 +106,15 @@ class SearchConfig(dg.Config):
     ``chunk``: targets per image-source request and scoring call; ``launch``: where the chunks are
     scored, ``local`` (the asset's process), ``spark`` (tasks of contiguous chunks on the Spark
     session's executors) or ``pipes`` (a process launched through Dagster Pipes, the way to a GPU
-    host); empty: the ``compute`` resource's ``search_launch`` (DHS_SEARCH_LAUNCH, default local)."""
+    host); empty: the ``compute`` resource's ``search_launch`` (DHS_SEARCH_LAUNCH, default local).
+    A run's launch must hold the pool the code location's ``search_scores`` holds (``spark`` for
+    the Spark launch, ``gpu`` for the others: ``search_pool``, chosen by DHS_SEARCH_LAUNCH)."""
 
     keep_threshold: float = _DEFAULT_SEARCH.keep_threshold
     chunk: int = _DEFAULT_SEARCH.chunk
     launch: str = ""
 
 
-@lake_asset(
-    SEARCH_SCORES,
-    SEARCH_STAMPS,
-    code_version="2",
-    kinds={"pytorch", "parquet"},
-    pool="gpu",
-    ins={"search_targets": dg.AssetIn(list(SEARCH_TARGETS.key))},
-    deps=[dg.AssetKey(list(LENS_FINDER.key))],
-)
 def search_scores(
     context: dg.AssetExecutionContext,
     config: SearchConfig,
@@ -121,35 +126,65 @@ def search_scores(
     pipes_subprocess_client: dg.PipesSubprocessClient,
     search_targets: pa.Table,
 ) -> Publish:
-    """Cut the targets of one sweep file brick by brick from the configured image source and score
-    each chunk as it is cut with the published lens finder (its preprocessing and calibration), in
-    the asset's process, as Spark tasks or in a process launched through Dagster Pipes; every row
-    records the model's content hash."""
-    store, name = lake.lake(), context.partition_key
-    staged, staged_stamps = staged_table(context, SEARCH_SCORES), staged_table(context, SEARCH_STAMPS)
+    """Cut the targets of each sweep file of the run brick by brick from the configured image source
+    and score each chunk as it is cut with the published lens finder (its preprocessing and
+    calibration; loaded once per run, or once per Spark task), in the asset's process, as Spark
+    tasks or in a process launched through Dagster Pipes; every row records the model's content
+    hash. A run covers one sweep file or several."""
+    store, names = lake.lake(), list(context.partition_keys)
     t0 = time.monotonic()
     launch = compute.launch_of_search(config.launch)
+    pool = search_pool(launch)
+    if pool != context.op_def.pool:
+        raise InputError(
+            f"search launch {launch!r} holds the {pool!r} pool, but this code location's search_scores holds "
+            f"{context.op_def.pool!r} (DHS_SEARCH_LAUNCH={compute.search_launch!r}): set DHS_SEARCH_LAUNCH={launch} "
+            "where the code location runs, or choose a launch of its pool"
+        )
     settings = SearchSettings(chunk=config.chunk, keep_threshold=config.keep_threshold)
     source = imaging.settings(survey)
     finder, inflight_area = store.table(*LENS_FINDER.key), store.inflight()
+    targets = {n: search_targets.filter(pc.equal(search_targets.column("sweep_file"), n)) for n in names}
     if launch == "local":
-        run = search_with_published_finder(
-            finder, inflight_area, name, search_targets, source, compute.torch_device(), settings
-        )
+        runs = search_with_published_finder(finder, inflight_area, targets, source, compute.torch_device(), settings)
     elif launch == "spark":
-        run = search_on_spark(
-            pyspark.spark_session, finder, inflight_area, name, search_targets, source, compute.device, settings
-        )
+        runs = search_on_spark(pyspark.spark_session, finder, inflight_area, targets, source, compute.device, settings)
     else:
-        run = _search_through_pipes(
+        runs = _search_through_pipes(
             context, pipes_subprocess_client, store, lake.s3_endpoint, source, compute.device, settings
         )
-    inflight = InflightSearch(inflight_area, name, run["model_version"])
-    staged.write(inflight.batches("scores", run["n_chunks"]), schema=score_schema(search_targets.schema))
-    staged_stamps.write(inflight.batches("stamps", run["n_chunks"]), schema=STAMP_SCHEMA)
+    staged = {n: _stage_search(context, inflight_area, n, targets[n], runs[n]) for n in names}
     seconds = time.monotonic() - t0
+    n_targets = search_targets.num_rows
+    md = {
+        **per_partition({n: {**runs[n], **staged[n][3]} for n in names}),
+        "launch": launch,
+        "seconds": round(seconds, 1),
+        "targets_per_second": round(n_targets / max(seconds, 1e-9), 1),
+    }
+    inflights = [staged[n][4] for n in names]
+    return Publish(
+        {SEARCH_SCORES: [staged[n][0] for n in names], SEARCH_STAMPS: [staged[n][1] for n in names]},
+        audits={
+            SEARCH_SCORES: au.combine(
+                [o for n in names for o in staged[n][2][0]], [n for n in names for _ in range(2)]
+            ),
+            SEARCH_STAMPS: au.combine([o for n in names for o in staged[n][2][1]], names),
+        },
+        metadata={SEARCH_SCORES: md},
+        after=lambda: [inflight.clear() for inflight in inflights],
+    )
+
+
+def _stage_search(context: dg.AssetExecutionContext, inflight_area, name: str, targets: pa.Table, run: dict):
+    """One sweep file's scores and kept stamps staged from its in-flight chunks: (scores, stamps,
+    (score audits, stamp audits), metadata, the in-flight chunks to drop once published)."""
+    staged, staged_stamps = staged_table(context, SEARCH_SCORES, name), staged_table(context, SEARCH_STAMPS, name)
+    inflight = InflightSearch(inflight_area, name, run["model_version"])
+    staged.write(inflight.batches("scores", run["n_chunks"]), schema=score_schema(targets.schema))
+    staged_stamps.write(inflight.batches("stamps", run["n_chunks"]), schema=STAMP_SCHEMA)
     scores = staged.read(columns=["object_id", "valid", "invalid_reason", "model_version", "stamp_kept"])
-    coverage = coverage_problems(scores, search_targets.column("object_id"), run["model_version"])
+    coverage = coverage_problems(scores, targets.column("object_id"), run["model_version"])
     kept = staged_stamps.read(columns=["object_id"])
     stamps_match = sorted(kept.column("object_id").to_pylist()) == sorted(
         scores.filter(scores.column("stamp_kept")).column("object_id").to_pylist()
@@ -168,20 +203,26 @@ def search_scores(
             stamps_match, {}, f"kept stamps of {name} differ from the rows marked stamp_kept"
         )
     ]
-    md = {
-        **run,
-        **_reasons(scores),
-        "n_stamps_kept": kept.num_rows,
-        "launch": launch,
-        "seconds": round(seconds, 1),
-        "targets_per_second": round(search_targets.num_rows / max(seconds, 1e-9), 1),
-    }
-    return Publish(
-        {SEARCH_SCORES: staged, SEARCH_STAMPS: staged_stamps},
-        audits={SEARCH_SCORES: outcomes, SEARCH_STAMPS: stamp_outcomes},
-        metadata={SEARCH_SCORES: md},
-        after=inflight.clear,
-    )
+    md = {**_reasons(scores), "n_stamps_kept": kept.num_rows}
+    return staged, staged_stamps, (outcomes, stamp_outcomes), md, inflight
+
+
+def search_scores_asset(pool: str) -> dg.AssetsDefinition:
+    """``search_scores`` (with ``search_stamps``) holding ``pool``: the pool of the launch the code
+    location's environment chooses (``search_pool(DHS_SEARCH_LAUNCH)``); Dagster pools are fixed
+    per op when the definitions load, so the Spark launch and the device launches are two
+    definitions of the one asset, and a run must use a launch of its definition's pool."""
+    return lake_asset(
+        SEARCH_SCORES,
+        SEARCH_STAMPS,
+        code_version="2",
+        kinds={"pytorch", "parquet"},
+        pool=pool,
+        ins={"search_targets": dg.AssetIn(list(SEARCH_TARGETS.key))},
+        deps=[dg.AssetKey(list(LENS_FINDER.key))],
+        backfill_policy=per_file_backfill(),
+        automation_condition=NEW_PARTITION,
+    )(search_scores)
 
 
 def _search_through_pipes(
@@ -192,19 +233,19 @@ def _search_through_pipes(
     source: ImageSourceOpener,
     device: str,
     settings: SearchSettings,
-) -> dict:
-    """Run ``lens_assets.pipes.search_sweep`` on this partition through Dagster Pipes (the client
-    the trainer uses) and return the counts it reported."""
+) -> dict[str, dict]:
+    """Run ``lens_assets.pipes.search_sweep`` on the run's sweep files through Dagster Pipes (the
+    client the trainer uses) and return the counts it reported per sweep file."""
     extras = {
         "lake_uri": store.full_uri(store.root),
         "s3_endpoint": s3_endpoint,
-        "sweep_file": context.partition_key,
+        "sweep_files": list(context.partition_keys),
         "source": source.to_dict(),
         "settings": asdict(settings),
         "device": device,
     }
     done = pipes.run(context=context, command=[sys.executable, "-m", "lens_assets.pipes.search_sweep"], extras=extras)
-    return reported(done, "search", f"the search of {context.partition_key}")
+    return reported(done, "search", f"the search of {', '.join(context.partition_keys)}")
 
 
 def _reasons(scores: pa.Table) -> dict:
@@ -231,6 +272,7 @@ class CandidatesConfig(dg.Config):
     CANDIDATES,
     code_version="2",
     kinds={"parquet"},
+    automation_condition=UPSTREAM_UPDATED,
     ins={
         "search_scores": dg.AssetIn(list(SEARCH_SCORES.key)),
         "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
@@ -303,6 +345,7 @@ class GalleryConfig(dg.Config):
     CANDIDATE_GALLERY,
     code_version="1",
     kinds={"html"},
+    automation_condition=UPSTREAM_UPDATED,
     ins={"candidates": dg.AssetIn(list(CANDIDATES.key)), "search_stamps": dg.AssetIn(list(SEARCH_STAMPS.key))},
 )
 def candidate_gallery(
@@ -380,4 +423,15 @@ def _read_csv(path: str) -> bytes:
         raise InputError(f"grades file {path}: {exc.strerror or exc}") from exc
 
 
-search_defs = dg.Definitions(assets=[search_targets, search_scores, candidates, candidate_gallery, visual_grades])
+def search_defs(search_launch: str) -> dg.Definitions:
+    """The search stage, its ``search_scores`` holding the pool of ``search_launch``, the code
+    location's default launch (``compute.search_launch``, DHS_SEARCH_LAUNCH)."""
+    return dg.Definitions(
+        assets=[
+            search_targets,
+            search_scores_asset(search_pool(search_launch)),
+            candidates,
+            candidate_gallery,
+            visual_grades,
+        ]
+    )

@@ -24,8 +24,9 @@ from resources.survey import SWEEP_DIR
 from table_registry import audits as checks
 from table_registry.tables import KNOWN_LENSES, SWEEP_FILES, SWEEPS
 
-from .shared.partitions import sweep_file_change
-from .shared.publish import Publish, lake_asset, staged_table
+from .shared.automation import NEW_PARTITION, survey_flow_sensor
+from .shared.partitions import per_file_backfill, sweep_file_change
+from .shared.publish import Publish, lake_asset, per_partition, staged_table
 
 
 @lake_asset(SWEEP_FILES, code_version="3", kinds={"parquet"})
@@ -50,14 +51,33 @@ def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource, lake:
     return Publish({SWEEP_FILES: sweep_manifest(names, sizes, origin)}, metadata={SWEEP_FILES: md})
 
 
-@lake_asset(SWEEPS, code_version="2", kinds={"parquet"}, deps=[sweep_files])
+@lake_asset(
+    SWEEPS,
+    code_version="2",
+    kinds={"parquet"},
+    deps=[sweep_files],
+    backfill_policy=per_file_backfill(),
+    automation_condition=NEW_PARTITION,
+)
 def sweeps(context: dg.AssetExecutionContext, survey: SurveyResource, lake: LakeResource) -> Publish:
-    """One sweep file read into Arrow (lower-case DR10 columns, HEALPix indices, provenance),
-    streamed in record batches into its staged partition, audited (contract, row count against
-    the FITS header, rows inside the file's sky box, no object also in another published
-    partition) and published."""
-    name = context.partition_key
-    staged = staged_table(context, SWEEPS)
+    """Each sweep file of the run read into Arrow (lower-case DR10 columns, HEALPix indices,
+    provenance), streamed in record batches into its staged partition, audited (contract, row count
+    against the FITS header, rows inside the file's sky box, no object also in another published
+    partition) and published; a run covers one sweep file or several (``per_file_backfill``)."""
+    names = list(context.partition_keys)
+    done = [_ingest(context, survey, lake, name) for name in names]
+    return Publish(
+        {SWEEPS: [staged for staged, _, _ in done]},
+        audits={
+            SWEEPS: au.combine([o for _, outcomes, _ in done for o in outcomes], [n for n in names for _ in range(3)])
+        },
+        metadata={SWEEPS: per_partition({n: md for n, (_, _, md) in zip(names, done)})},
+    )
+
+
+def _ingest(context: dg.AssetExecutionContext, survey: SurveyResource, lake: LakeResource, name: str):
+    """One sweep file staged: (staged partition, its three audit outcomes, its metadata)."""
+    staged = staged_table(context, SWEEPS, name)
     with survey.local_sweep(name) as path:
         info = ingest_sweep(path, staged.area.table(*SWEEPS.key), sweep_file=name)
         # read only once the library's reader has accepted the file (a bad one raised InputError)
@@ -82,8 +102,7 @@ def sweeps(context: dg.AssetExecutionContext, survey: SurveyResource, lake: Lake
             found,
         ),
     ]
-    md = {"fits_rows": n_fits, "data_model": info["data_model"]}
-    return Publish({SWEEPS: staged}, audits={SWEEPS: outcomes}, metadata={SWEEPS: md})
+    return staged, outcomes, {"fits_rows": n_fits, "data_model": info["data_model"]}
 
 
 @lake_asset(KNOWN_LENSES, code_version="2", kinds={"parquet"})
@@ -112,4 +131,6 @@ def sweep_file_sensor(context: dg.SensorEvaluationContext, survey: SurveyResourc
     )
 
 
-survey_defs = dg.Definitions(assets=[sweep_files, sweeps, known_lenses], sensors=[sweep_file_sensor])
+survey_defs = dg.Definitions(
+    assets=[sweep_files, sweeps, known_lenses], sensors=[sweep_file_sensor, survey_flow_sensor()]
+)

@@ -91,6 +91,8 @@ SUPERSAMPLE_BELOW_PIX = 2.5
 DEFAULT_PSFSIZE = {"g": 1.5, "r": 1.35, "z": 1.3}
 DEFAULT_PSFDEPTH = {b: float(psfdepth_from_depth_mag(m)) for b, m in zip(BANDS, (24.7, 23.9, 23.0))}
 NPRIMARY = 0x1
+#: Side (pixels) of the tiles a brick is rendered in (divides the 3600-pixel brick).
+TILE_SIZE = 200
 _TYPE_N = {"REX": 1.0, "EXP": 1.0, "DEV": 4.0}
 
 
@@ -234,7 +236,10 @@ class MockSky:
     (ra_deg, dec_deg, stamp) with stamp (3, h, w) nmgy/pixel, already PSF-convolved, whose pixel
     (h//2, w//2) lands exactly on (ra, dec); added to the sky (e.g. lensed arcs).
     tile_size: tile side (pixels, divides 3600). cache_tiles: LRU bound on rendered tiles
-    (~0.6 MB each). noise: False renders the noiseless sky (invvar is unchanged).
+    (~0.6 MB each). noise: False renders the noiseless sky (invvar is unchanged). survey_psf: per
+    band (PSFSIZE [arcsec], PSFDEPTH [1/nmgy²]) medians that set the noise of a brick without
+    sources of its own (default: this catalog's, :meth:`survey_summary`; a sky drawn from part of a
+    survey passes the whole survey's, so its pixels are the whole survey's).
     """
 
     #: Rendering is deterministic and local: callers need not commit chunks as they arrive.
@@ -245,10 +250,11 @@ class MockSky:
         catalog,
         bricks: BrickTable | None = None,
         extra_stamps=None,
-        tile_size: int = 200,
+        tile_size: int = TILE_SIZE,
         cache_tiles: int = 256,
         key: str = MOCK_SKY_KEY,
         noise: bool = True,
+        survey_psf=None,
     ):
         if BRICK_SIZE % tile_size:
             raise InputError(f"tile_size {tile_size} must divide the brick size {BRICK_SIZE}")
@@ -272,14 +278,27 @@ class MockSky:
             bricks.bricks_containing(self.src.ra, self.src.dec) if len(self.src.ra) else np.zeros(0, np.int64)
         )
         # survey medians of PSFSIZE / PSFDEPTH per band: the noise of a brick without sources of its own
-        self._survey_psf = [
-            (
-                _robust_median(self.src.psfsize[:, j], DEFAULT_PSFSIZE[band]),
-                _robust_median(self.src.psfdepth[:, j], DEFAULT_PSFDEPTH[band]),
-            )
-            for j, band in enumerate(BANDS)
-        ]
+        self._survey_psf = (
+            [
+                (
+                    _robust_median(self.src.psfsize[:, j], DEFAULT_PSFSIZE[band]),
+                    _robust_median(self.src.psfdepth[:, j], DEFAULT_PSFDEPTH[band]),
+                )
+                for j, band in enumerate(BANDS)
+            ]
+            if survey_psf is None
+            else [(float(f), float(d)) for f, d in survey_psf]
+        )
         self._extras = self._place_extras(extra_stamps)
+
+    def survey_summary(self) -> dict:
+        """What a sky drawn from part of this catalog needs to render this sky's pixels: ``psf``,
+        the per-band (PSFSIZE [arcsec], PSFDEPTH [1/nmgy²]) medians (``survey_psf``), and
+        ``bounds``, the drawn sources' (ra_min, ra_max, dec_min, dec_max) [deg], over which the
+        default brick table is generated (``BrickTable.generate``)."""
+        s = self.src
+        bounds = [float(s.ra.min()), float(s.ra.max()), float(s.dec.min()), float(s.dec.max())] if len(s.ra) else None
+        return {"psf": [[float(f), float(d)] for f, d in self._survey_psf], "bounds": bounds}
 
     # ------------------------------------------------------------------------------------------
     def _place_extras(self, extra_stamps):

@@ -11,17 +11,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from darkhaloscope.errors import InputError
 from darkhaloscope.imaging.source_settings import ImageSourceSettings
 from darkhaloscope.imaging.sources import ImageSourceOpener
-from darkhaloscope.survey.sweeps import read_sweep
 
-from .lenses import mock_sky_with_lenses
 from .paths import MANIFEST_NAME
-from .sky import MOCK_SKY_COLUMNS, MockSky
+from .regional_sky import RegionalMockSky
 from .survey import MockSurveyManifest
 
 #: ``kind`` of the mock sky's settings in their JSON form.
@@ -49,17 +44,10 @@ class MockSkySettings:
         except (ValueError, KeyError, TypeError) as exc:
             raise InputError(f"{path}: unreadable mock survey manifest: {exc}") from exc
 
-    def open(self, with_maskbits: bool = True, invvar_centre_only: bool = False) -> MockSky:
-        """The mock sky; it renders every pixel it is asked for, so both options are moot."""
-        manifest = self.manifest()
-        # the sweep files in name order: the order of the lake's sweeps partitions, so a tile sums
-        # its sources in the same order whichever way the catalog was read
-        files = sorted(manifest.sweep_files, key=lambda p: p.name)
-        catalog = pa.concat_tables([read_sweep(p, columns=MOCK_SKY_COLUMNS) for p in files])
-        truths = [pq.read_table(p) for p in manifest.lens_truth_paths()]
-        return mock_sky_with_lenses(
-            catalog.select([*MOCK_SKY_COLUMNS, "object_id", "sweep_file"]), truths, manifest.seed
-        )
+    def open(self, with_maskbits: bool = True, invvar_centre_only: bool = False) -> RegionalMockSky:
+        """The mock sky, drawn near the windows asked for (``RegionalMockSky``: the whole survey's
+        pixels); it renders every pixel it is asked for, so both options are moot."""
+        return RegionalMockSky(self.manifest())
 
 
 def source_opener_from_dict(d: dict) -> ImageSourceOpener:

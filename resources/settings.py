@@ -78,6 +78,34 @@ def _device(value: str) -> None:
             raise ValueError("torch sees no CUDA device on this machine (use auto or cpu)")
 
 
+#: The concurrency pools the assets hold: ``gpu`` (training, scoring and the search's local and
+#: Pipes launches) and ``spark`` (the catalog stage and the search's Spark launch).
+POOLS = ("gpu", "spark")
+
+
+def pool_limits(value: str) -> dict[str, int]:
+    """``pool=limit,...`` (``DHS_POOL_LIMITS``) as {pool: limit}; ValueError for a malformed entry,
+    an unknown pool or a limit below 1."""
+    out = {}
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        pool, sep, limit = item.partition("=")
+        pool, limit = pool.strip(), limit.strip()
+        if not sep or pool not in POOLS or not limit.isdigit() or int(limit) < 1:
+            raise ValueError(f"expected pool=limit entries (pools {', '.join(POOLS)}, limits >= 1), got {item!r}")
+        out[pool] = int(limit)
+    return out
+
+
+def _pool_limits(value: str) -> None:
+    pool_limits(value)
+
+
+def search_pool(launch: str) -> str:
+    """The pool a search launch holds: ``spark`` for the Spark launch (its tasks run on the Spark
+    session's executors), ``gpu`` for the others (the compute device, here or on a Pipes host)."""
+    return "spark" if launch == "spark" else "gpu"
+
+
 def _spark_memory(value: str) -> None:
     if not re.match(r"^[0-9]+[kmgt]?$", value.lower()):
         raise ValueError("expected a JVM memory size such as 2g or 512m")
@@ -168,6 +196,45 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DHS_SPARK_MASTER", "local[*]", "Spark master of the catalog stage and the search's Spark launch", "spark"),
     Setting("DHS_SPARK_DRIVER_MEMORY", "2g", "memory of the Spark driver's JVM", "spark", _spark_memory),
     Setting("DHS_SPARK_LOG", None, "file of the Spark logs (default <DAGSTER_HOME>/logs/spark.log)", "spark"),
+    Setting(
+        "DHS_PARTITIONS_PER_RUN",
+        "32",
+        "sweep files one run covers in the per-sweep-file assets (sweeps, search_targets, cutouts, "
+        "search_scores, cutout_scores): their multi-run backfill policy, and dhs materialize's runs",
+        "orchestration",
+        _whole(1),
+    ),
+    Setting(
+        "DHS_MAX_CONCURRENT_RUNS",
+        None,
+        "runs in progress at once under the daemon (the instance's concurrency.runs.max_concurrent_runs; "
+        "default instance/dagster.yaml's)",
+        "orchestration",
+        _whole(1),
+    ),
+    Setting(
+        "DHS_POOL_LIMITS",
+        None,
+        "steps at once per pool, e.g. gpu=1,spark=4 (pools gpu and spark; default instance/dagster.yaml's "
+        "default_limit for each)",
+        "orchestration",
+        _pool_limits,
+    ),
+    Setting(
+        "DHS_DAGSTER_URL",
+        "http://127.0.0.1:3000",
+        "base URL of the Dagster webserver that dhs backfill submits to (make ui's by default)",
+        "orchestration",
+        _url,
+    ),
+    Setting(
+        "DHS_AUTOMATION",
+        "on",
+        "on: with the daemon running, a new sweep file flows through ingest, catalog, search and candidates "
+        "(the survey_flow sensor starts running); off: that sensor starts stopped",
+        "orchestration",
+        _one_of("on", "off"),
+    ),
     Setting(
         "DHS_ALERT_WEBHOOK", None, "URL that receives a JSON POST for each failed asset check or run", "alerts", _url
     ),

@@ -61,6 +61,7 @@ def test_ui_runs_fail_once_on_a_blocking_check_and_absorb_transient_storage_faul
             DHS_ALERT_WEBHOOK=rx.url,
             DHS_TEST_DUPLICATE_ROWS=str(flag),
             PYTHONWARNINGS="ignore",
+            DHS_AUTOMATION="off",  # the test launches every run itself: the survey_flow sensor stays stopped
             PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "support" / "faults"), str(REPO)]),
         )
         lake = Lake(f"s3://{bucket}/lake", s3_endpoint=s3_server.endpoint_url)

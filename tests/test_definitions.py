@@ -83,12 +83,65 @@ def test_gpu_pool_and_spark_pool():
         assert pools[name] == {"spark"}, name
 
 
+def test_the_search_holds_the_pool_of_its_launch():
+    """search_scores holds the gpu pool for the local and Pipes launches and the spark pool for the
+    Spark launch: the code location's default launch (the compute resource, DHS_SEARCH_LAUNCH)."""
+    from definitions import build_defs
+    from resources import ComputeResource, build_resources
+
+    for launch, pool in (("local", "gpu"), ("pipes", "gpu"), ("spark", "spark")):
+        defs = build_defs({**build_resources(), "compute": ComputeResource(search_launch=launch)})
+        graph = defs.resolve_asset_graph()
+        for name in ("search/search_scores", "search/search_stamps"):
+            assert graph.get(dg.AssetKey.from_user_string(name)).pools == {pool}, (launch, name)
+
+
+def test_per_sweep_file_assets_run_several_files_per_run():
+    from definitions import defs
+    from resources.settings import setting
+
+    graph = defs.resolve_asset_graph()
+    per_run = int(setting("DHS_PARTITIONS_PER_RUN"))
+    for name in (
+        "survey/sweeps",
+        "search/search_targets",
+        "imaging/cutouts",
+        "search/search_scores",
+        "evaluation/cutout_scores",
+    ):
+        policy = graph.get(dg.AssetKey.from_user_string(name)).backfill_policy
+        assert policy == dg.BackfillPolicy.multi_run(max_partitions_per_run=per_run), name
+    assert (
+        graph.get(dg.AssetKey.from_user_string("catalog/negatives")).backfill_policy == dg.BackfillPolicy.single_run()
+    )
+
+
+def test_a_new_sweep_file_flows_to_the_candidates_by_automation():
+    """The flow's assets carry their conditions and one automation sensor evaluates them; the
+    training side carries none (retraining is a deliberate act)."""
+    from definitions import defs
+    from lens_assets.shared.automation import FLOW, NEW_PARTITION, UPSTREAM_UPDATED
+
+    graph = defs.resolve_asset_graph()
+    conditions = {k.to_user_string(): graph.get(k).automation_condition for k in graph.materializable_asset_keys}
+    flow = {"/".join(t.key) for t in FLOW}
+    assert {k for k, c in conditions.items() if c is not None} == flow
+    for name in ("survey/sweeps", "catalog/negatives", "search/search_targets", "search/search_scores"):
+        assert conditions[name] == NEW_PARTITION, name
+    assert conditions["search/candidates"] == conditions["search/candidate_gallery"] == UPSTREAM_UPDATED
+    (sensor,) = [s for s in defs.sensors if s.name == "survey_flow"]
+    assert isinstance(sensor, dg.AutomationConditionSensorDefinition)
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert set(sensor.asset_selection.resolve(graph)) == {dg.AssetKey.from_user_string(k) for k in flow}
+
+
 def test_sensors_register_partitions_alert_and_reap_dead_runs():
     from definitions import defs
 
     assert {s.name for s in defs.sensors} >= {
         "alert_sensor",
         "sweep_file_sensor",
+        "survey_flow",
         "injection_batch_sensor",
         "dead_run_sensor",
     }

@@ -1,7 +1,8 @@
 """search_scores launched as Spark tasks (local[2]) and through Dagster Pipes (a subprocess, as
 the trainer is launched) publishes the very bytes the in-process launch publishes, from the same
 loopback cutout service with an unscorable row; a Spark run resumes by chunk; a failing Spark
-task or Pipes process fails the partition and publishes nothing."""
+task or Pipes process fails the partition and publishes nothing; a run whose launch needs another
+pool than the code location's search_scores holds (DHS_SEARCH_LAUNCH) is refused."""
 
 from __future__ import annotations
 
@@ -28,6 +29,11 @@ PART = {"sweep_file": SWEEP}
 
 def _config(launch: str) -> dict:
     return {"ops": {"search_scores": {"config": {"keep_threshold": 0.0, "chunk": CHUNK, "launch": launch}}}}
+
+
+#: The compute resource of a code location whose default search launch is Spark (DHS_SEARCH_LAUNCH=spark):
+#: its search_scores holds the spark pool.
+SPARK_COMPUTE = ComputeResource(device="cpu", profile="demo", search_launch="spark")
 
 
 def _spark() -> QuietPySparkResource:
@@ -86,7 +92,7 @@ def _local_tables(root, server) -> dict[str, str]:
 def test_spark_launch_publishes_the_local_rows_and_resumes_by_chunk(tmp_path):
     with CutoutServer(size=101, lifetime_s=300) as server:
         local = _local_tables(tmp_path / "local", server)
-        searched = _search_lake(tmp_path / "spark", server, pyspark=_spark())
+        searched = _search_lake(tmp_path / "spark", server, pyspark=_spark(), compute=SPARK_COMPUTE)
         lake, resources, _ = searched
         # a run that died after committing its first chunk (the chunk an in-process run commits)
         targets = lake.read_table(*TARGETS, partition=PART)
@@ -94,12 +100,11 @@ def test_spark_launch_publishes_the_local_rows_and_resumes_by_chunk(tmp_path):
         search_with_published_finder(
             lake.table("training", "lens_finder"),
             lake.inflight(),
-            SWEEP,
-            targets,
+            {SWEEP: targets},
             source,
             "cpu",
             SearchSettings(chunk=CHUNK, keep_threshold=0.0),
-            chunks=[0],
+            chunks={SWEEP: [0]},
         )
         positions = list(zip(targets.column("ra").to_pylist(), targets.column("dec").to_pylist()))
         before = [server.count(ra, dec) for ra, dec in positions]
@@ -155,12 +160,15 @@ def test_a_failing_spark_task_or_pipes_process_fails_the_partition_and_publishes
             imaging=ImagingResource(cutout_source="auto"),
             compute=ComputeResource(device="cpu", profile="demo"),
         )
-        lake = searched[0]
+        lake, resources, instance = searched
         before = published_files(lake)
         unknown = _search(searched, "gpu", raise_on_error=False)
-        failed = _search(searched, "spark", raise_on_error=False)
+        other_pool = _search(searched, "spark", raise_on_error=False)
+        failed = _search((lake, {**resources, "compute": SPARK_COMPUTE}, instance), "spark", raise_on_error=False)
         failed_process = _search(searched, "pipes", raise_on_error=False)
     assert not unknown.success and "search launch 'gpu'" in _failure(unknown)
+    assert not other_pool.success and "search launch 'spark' holds the 'spark' pool" in _failure(other_pool)
+    assert "set DHS_SEARCH_LAUNCH=spark" in _failure(other_pool)
     assert not failed.success and "cannot read brick table" in _failure(failed)
     assert not failed_process.success and "External execution process failed" in _failure(failed_process)
     logged = [

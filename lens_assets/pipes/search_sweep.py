@@ -1,15 +1,15 @@
-"""The search of one sweep file as a standalone process, launched through Dagster Pipes by
+"""The search of a run's sweep files as a standalone process, launched through Dagster Pipes by
 ``search_scores`` with ``launch: pipes`` (locally by ``PipesSubprocessClient``, like the trainer; on
 a GPU host by another Pipes client running the same module).
 
-It imports only ``dagster_pipes`` (never dagster) and the library. It reads the sweep file's
-published targets from the lake, scores and commits every chunk not yet in flight
-(:func:`darkhaloscope.search.launch.search_with_published_finder`), logs each chunk through
-``pipes.log`` and reports its counts, model version and device as one custom message
-``{"search": {...}}``; the asset reads the rows back from the lake, audits and publishes them as on
-the local launch.
+It imports only ``dagster_pipes`` (never dagster) and the library. It reads each sweep file's
+published targets from the lake, scores and commits every chunk not yet in flight with one load
+of the lens finder (:func:`darkhaloscope.search.launch.search_with_published_finder`), logs each
+chunk through ``pipes.log`` and reports the counts, model version and device per sweep file as one
+custom message ``{"search": {sweep file: {...}}}``; the asset reads the rows back from the lake,
+audits and publishes them as on the local launch.
 
-Extras: ``lake_uri``, ``s3_endpoint``, ``sweep_file``, ``source`` (the image-source settings'
+Extras: ``lake_uri``, ``s3_endpoint``, ``sweep_files`` (the run's partitions), ``source`` (the image-source settings'
 ``to_dict()``), ``settings`` (``SearchSettings`` fields) and ``device`` (``auto``, ``cpu`` or
 ``cuda``, resolved on the host that runs it).
 
@@ -30,24 +30,29 @@ def main() -> None:
 
     with open_dagster_pipes() as pipes:
         x = pipes.extras
-        lake, name = Lake(x["lake_uri"], s3_endpoint=x.get("s3_endpoint")), x["sweep_file"]
-        targets = lake.read_table(*SEARCH_TARGETS.key, partition={SEARCH_TARGETS.partitioned_by: name})
+        lake = Lake(x["lake_uri"], s3_endpoint=x.get("s3_endpoint"))
+        targets = {
+            name: lake.read_table(*SEARCH_TARGETS.key, partition={SEARCH_TARGETS.partitioned_by: name})
+            for name in x["sweep_files"]
+        }
 
-        def progress(index: int, n_chunks: int, resumed: bool) -> None:
+        def progress(name: str, index: int, n_chunks: int, resumed: bool) -> None:
             pipes.log.info(f"{name}: chunk {index + 1}/{n_chunks} {'already in flight' if resumed else 'scored'}")
 
-        run = search_with_published_finder(
+        runs = search_with_published_finder(
             lake.table(*LENS_FINDER.key),
             lake.inflight(),
-            name,
             targets,
             source_opener_from_dict(x["source"]),
             x["device"],
             SearchSettings(**x["settings"]),
             progress=progress,
         )
-        pipes.log.info(f"{name}: {run['n_scored_now']} chunks scored, {run['n_resumed']} resumed on {run['device']}")
-        pipes.report_custom_message({"search": run})
+        for name, run in runs.items():
+            pipes.log.info(
+                f"{name}: {run['n_scored_now']} chunks scored, {run['n_resumed']} resumed on {run['device']}"
+            )
+        pipes.report_custom_message({"search": runs})
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.lensing.bank import batch_keys
 from darkhaloscope.survey.sweeps import SWEEP_DIM
 from lakehouse.lake import Lake
+from resources.settings import setting
 from resources.survey import SurveyResource
 from table_registry.tables import INJECTION_BATCH_DIM, INJECTION_PLAN
 
@@ -25,6 +26,13 @@ sweep_partitions = dg.DynamicPartitionsDefinition(name=SWEEP_DIM)
 #: One partition per injection batch (a few thousand injections of the injection plan).
 injection_batches = dg.DynamicPartitionsDefinition(name=INJECTION_BATCH_DIM)
 _BY_DIMENSION = {SWEEP_DIM: sweep_partitions, INJECTION_BATCH_DIM: injection_batches}
+
+
+def per_file_backfill() -> dg.BackfillPolicy:
+    """Backfill policy of the assets that run per sweep file: runs of ``DHS_PARTITIONS_PER_RUN``
+    sweep files each, one process, Spark session and model load per run rather than per file
+    (BENCHMARKS.md, *Orchestration overhead per partition*). Read when the definitions load."""
+    return dg.BackfillPolicy.multi_run(max_partitions_per_run=int(setting("DHS_PARTITIONS_PER_RUN")))
 
 
 def partitions_def(dimension: str | None) -> dg.DynamicPartitionsDefinition | None:

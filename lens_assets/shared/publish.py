@@ -71,6 +71,15 @@ def as_metadata(values: Mapping) -> dict:
     }
 
 
+def per_partition(metadata: Mapping[str, Mapping]) -> dict:
+    """Materialization metadata of a run over one partition or several: one partition's metadata
+    as it is; several under ``partitions``, keyed by partition (a multi-partition run records one
+    materialization per partition, each carrying the run's metadata)."""
+    if len(metadata) == 1:
+        return dict(next(iter(metadata.values())))
+    return {"partitions": {k: dict(v) for k, v in metadata.items()}}
+
+
 def markdown_table(table: pa.Table) -> str:
     """A small Arrow table as a Markdown table (for materialization metadata)."""
     cols = table.column_names
@@ -95,7 +104,8 @@ def staged_table(context: dg.AssetExecutionContext, table: Table, partition_key:
 def lake_asset(*tables: Table, code_version: str, kinds: set[str] | None = None, **asset_kwargs):
     """Decorator: the function becomes the asset publishing ``tables`` (registry entries, one group)
     through :class:`Publish` (module doc). ``asset_kwargs`` go to ``dg.asset`` / ``dg.multi_asset``
-    (``ins``, ``deps``, ``pool``, ``backfill_policy``, ``retry_policy``, ...)."""
+    (``ins``, ``deps``, ``pool``, ``backfill_policy``, ``retry_policy``, ``automation_condition``,
+    ...)."""
     groups = {t.group for t in tables}
     if len(groups) != 1:
         raise ValueError(f"one asset publishes tables of one group, got {sorted(groups)}")
@@ -103,6 +113,8 @@ def lake_asset(*tables: Table, code_version: str, kinds: set[str] | None = None,
     parts = {partitions_def(t.partitioned_by) for t in tables}
     if len(parts) != 1:
         raise ValueError(f"tables {[t.path for t in tables]} are partitioned differently")
+    # a multi-asset takes its automation condition per output
+    automation = asset_kwargs.pop("automation_condition", None) if len(tables) > 1 else None
     common = dict(group_name=tables[0].group, partitions_def=parts.pop(), check_specs=specs, **asset_kwargs)
 
     def decorate(fn):
@@ -137,7 +149,12 @@ def lake_asset(*tables: Table, code_version: str, kinds: set[str] | None = None,
             )(body)
         outs = {
             t.name: dg.AssetOut(
-                key=list(t.key), code_version=code_version, kinds=kinds, owners=OWNERS, description=t.description
+                key=list(t.key),
+                code_version=code_version,
+                kinds=kinds,
+                owners=OWNERS,
+                description=t.description,
+                automation_condition=automation,
             )
             for t in tables
         }

@@ -4,7 +4,6 @@ way the UI launches them (used by the daemon tests and benchmarks/bench_ui_launc
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -38,7 +37,8 @@ def free_port() -> int:
 
 class DagsterDev:
     """``with DagsterDev(home, env) as ui:`` runs ``dg dev -w workspace.yaml`` (as ``make ui`` does) on
-    a free loopback port with DAGSTER_HOME=``home`` (given the repository's instance/dagster.yaml)
+    a free loopback port with DAGSTER_HOME=``home`` (its settings written from the repository's
+instance/dagster.yaml and ``env``, as ``make ui`` does)
     until the block ends; ``ui.launch(...)`` starts a run like the UI's "Materialize" button;
     ``ui.startup_log`` is what it printed until the code location loaded."""
 
@@ -49,8 +49,13 @@ class DagsterDev:
         self.env = {**env, "DAGSTER_HOME": str(self.home)}
 
     def __enter__(self) -> "DagsterDev":
-        self.home.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(REPO / "instance" / "dagster.yaml", self.home / "dagster.yaml")
+        import dagster as dg
+
+        from dhs.instance import apply_pool_limits, write_instance_settings
+
+        write_instance_settings(self.home, self.env)  # as `make ui` (`dhs instance`) does
+        with dg.DagsterInstance.from_config(str(self.home)) as instance:
+            apply_pool_limits(instance, self.env)
         dg_cli = Path(sys.executable).with_name("dg")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(

@@ -1,0 +1,158 @@
+"""Through `dagster dev` (webserver + daemon), no run launched from a terminal:
+
+* a survey-wide backfill submitted with ``dhs backfill`` (GraphQL, as the UI's "Materialize all")
+  is planned and run by the daemon: every partition of the per-sweep-file assets, upstream before
+  downstream, then the candidates;
+* a sweep file that then appears in the mirror flows through ingest, the catalog, the search and
+  the candidates on its own: ``sweep_file_sensor`` registers its partition and the ``survey_flow``
+  automation sensor requests its assets as their upstream partitions arrive.
+
+The survey is a DR10 mirror of two mock sweep files (one there from the start, one added), the
+image source a loopback cutout service; the lens finder (untrained), known lenses, thresholds
+and injection scores the search and the candidates read are written to the lake and reported to
+the instance as materialized, as if made by earlier runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from darkhaloscope.constants import DR10_SWEEP_DIR
+from darkhaloscope.training.checkpoint import save_checkpoint
+from darkhaloscope.training.models import build_model
+from darkhaloscope.training.preprocess import PreprocessSpec
+from lakehouse.lake import Lake
+from mock_survey.survey import MockSurveyConfig, generate_mock_survey
+from tests.spark_fixtures import known_lenses_table
+from tests.support.cutout_server import CutoutServer
+from tests.support.dagster_ui import REPO, DagsterDev
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+FLOW = [("survey", "sweeps"), ("catalog", "negatives"), ("search", "search_targets"), ("search", "search_scores")]
+#: Bounds on the daemon's work on a loaded 2-core machine (seconds).
+BACKFILL_S, FLOW_S = 900, 900
+
+
+def _prepared_lake(root: Path) -> Lake:
+    """A lake with what the flow reads besides the survey, and no sweep-file partition yet."""
+    lake = Lake(str(root))
+    torch.manual_seed(0)
+    save_checkpoint(
+        lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}),
+        "best",
+        build_model("bottleneck_resnet_tiny", 3),
+        architecture="bottleneck_resnet_tiny",
+        in_channels=3,
+        preprocess=PreprocessSpec(crop=65),
+    )
+    lake.write_table("survey", "known_lenses", known_lenses_table([{"name": "FAR", "ra": 200.0, "dec": 40.0}]))
+    lake.write_table(
+        "evaluation", "thresholds", pa.table({"name": ["score>0"], "threshold": pa.array([0.0], pa.float64())})
+    )
+    inj = pa.table(
+        {
+            "kind": ["injection"] * 2,
+            "score": pa.array([0.9, 0.2], pa.float64()),
+            "valid": [True, True],
+            "src_mag_r": pa.array(np.full(2, 22.0)),
+        }
+    )
+    lake.write_table("evaluation", "injection_scores", inj, partition={"injection_batch": "batch-00000"})
+    return lake
+
+
+def _report_made(instance: dg.DagsterInstance) -> None:
+    """The prepared tables, recorded as materialized (the automation reads the instance)."""
+    instance.add_dynamic_partitions("injection_batch", ["batch-00000"])
+    for path in (("survey", "sweep_files"), ("survey", "known_lenses"), ("training", "lens_finder")):
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=list(path)))
+    instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=["evaluation", "thresholds"]))
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(asset_key=["evaluation", "injection_scores"], partition="batch-00000")
+    )
+
+
+def _published(lake: Lake, name: str) -> list[tuple[str, str]]:
+    return [t for t in FLOW if not lake.exists(*t, {"sweep_file": name})]
+
+
+def _materialized_after(instance: dg.DagsterInstance, key: list[str], t: float) -> bool:
+    event = instance.get_latest_materialization_event(dg.AssetKey(key))
+    return event is not None and event.timestamp > t
+
+
+@pytest.mark.timeout(BACKFILL_S + FLOW_S + 600)
+def test_a_backfill_and_a_new_sweep_file_run_through_the_daemon(tmp_path):
+    mock = generate_mock_survey(
+        tmp_path / "mock", MockSurveyConfig(blocks=((55, 0), (60, 0)), n_rows_per_file=700, n_hidden_lenses=0)
+    )
+    first, added = sorted(mock.sweep_files, key=lambda p: p.name)
+    sweep_dir = tmp_path / "mirror" / DR10_SWEEP_DIR
+    sweep_dir.mkdir(parents=True)
+    shutil.copy(first, sweep_dir / first.name)
+    lake = _prepared_lake(tmp_path / "lake")
+    with CutoutServer(size=101, lifetime_s=BACKFILL_S + FLOW_S + 400) as server:
+        env = dict(
+            os.environ,
+            DHS_LAKE=lake.uri,
+            DHS_SURVEY=str(tmp_path / "mirror"),
+            DHS_CUTOUT_SOURCE=server.base_url,
+            DHS_DEVICE="cpu",
+            DHS_SPARK_MASTER="local[2]",
+            DHS_PARTITIONS_PER_RUN="4",
+            PYTHONWARNINGS="ignore",
+        )
+        home = tmp_path / "home"
+        home.mkdir()
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            # the survey as it is before the daemon starts: its partitions are the backfill's to run
+            instance.add_dynamic_partitions("sweep_file", [first.name])
+            _report_made(instance)
+        with DagsterDev(home, env, tmp_path / "dagster-dev.log") as ui:
+            instance = dg.DagsterInstance.from_config(str(home))
+            submitted = subprocess.run(
+                [sys.executable, "-m", "dhs.main", "backfill", "sweeps", "negatives", "search_targets"]
+                + ["search_scores", "candidates", "--wait", "--timeout", str(BACKFILL_S)],
+                cwd=REPO,
+                env={**env, "DAGSTER_HOME": str(home), "DHS_DAGSTER_URL": ui.url.removesuffix("/graphql")},
+                capture_output=True,
+                text=True,
+                timeout=BACKFILL_S + 300,
+            )
+            assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+            assert "COMPLETED_SUCCESS" in submitted.stdout
+            assert _published(lake, first.name) == [] and lake.exists("search", "candidates")
+            backfill_runs = instance.get_runs()
+            assert backfill_runs and all(r.tags.get("dagster/backfill") for r in backfill_runs)
+
+            t_added = time.time()
+            shutil.copy(added, sweep_dir / added.name)  # a new sweep file appears in the mirror
+            deadline = time.monotonic() + FLOW_S
+            while time.monotonic() < deadline and not (
+                _published(lake, added.name) == [] and _materialized_after(instance, ["search", "candidates"], t_added)
+            ):
+                time.sleep(10)
+            runs = [r for r in instance.get_runs() if r.run_id not in {b.run_id for b in backfill_runs}]
+    assert _published(lake, added.name) == [], f"not published for the new file: {_published(lake, added.name)}"
+    assert _materialized_after(instance, ["search", "candidates"], t_added)
+    assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+    # every run after the file appeared was requested by the automation sensor, none by hand
+    assert runs and all(r.tags.get("dagster/backfill") for r in runs)
+    backfills = {r.tags["dagster/backfill"] for r in runs}
+    assert all(instance.get_backfill(b).tags.get("dagster/sensor_name") == "survey_flow" for b in backfills)
+    scores = lake.read_table("search", "search_scores")
+    assert set(scores.column("sweep_file").to_pylist()) == {first.name, added.name}
+    candidates = lake.read_table("search", "candidates")
+    assert set(candidates.column("sweep_file").to_pylist()) <= {first.name, added.name}
