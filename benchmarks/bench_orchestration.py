@@ -300,10 +300,12 @@ def main() -> None:
     prepared = time.perf_counter() - t0
     direct = run_child(a, "direct", {}, work)
     load.append(os.getloadavg()[0])
+    print(f"direct pass: {json.dumps(direct)}", file=sys.stderr, flush=True)  # progress; the result is stdout's
     passes = {}
     for k in a.per_run:
         passes[k] = run_child(a, "dagster", {"DHS_PARTITIONS_PER_RUN": str(k)}, work)
         load.append(os.getloadavg()[0])
+        print(f"dagster pass, {k} per run: {json.dumps(passes[k])}", file=sys.stderr, flush=True)
     out = {
         "files": a.files,
         "rows_per_file": a.rows,

@@ -54,15 +54,19 @@ class DagsterWebserver:
         endpoint = self.url.rstrip("/") + "/graphql"
         try:
             r = requests.post(endpoint, json={"query": text, "variables": variables}, timeout=self.timeout_s)
-            r.raise_for_status()
         except requests.RequestException as exc:
             raise InputError(
                 f"Dagster webserver at {self.url}: {exc} (is `make ui` or the webserver running?)"
             ) from exc
-        body = r.json()
-        if body.get("errors"):
+        try:
+            body = r.json()
+        except ValueError:
+            body = {}
+        if body.get("errors"):  # GraphQL's own errors (answered with HTTP 200 or 500)
             raise InputError(f"Dagster webserver at {self.url} refused the request: {body['errors']}")
-        return body["data"]
+        if body.get("data") is None:
+            raise InputError(f"Dagster webserver at {self.url}: HTTP {r.status_code} {r.text[:500]}")
+        return body["data"]  # a PythonError in it (answered with HTTP 500) is the caller's to report
 
     def launch_backfill(self, asset_paths: list[list[str]], title: str) -> str:
         """Submit a backfill of every partition of the assets ``asset_paths``; returns its id."""

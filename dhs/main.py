@@ -55,7 +55,10 @@ def cmd_backfill(args) -> int:
 
     try:
         materializer = Materializer(defs, _instance())
-        keys = sorted(materializer.selection(args.assets).resolve(materializer.graph))
+        graph = materializer.graph
+        # every table of a multi-asset that publishes its tables together (Dagster refuses a part of it)
+        named = materializer.selection(args.assets).resolve(graph)
+        keys = sorted({k for key in named for k in graph.assets_def_for_key(key).keys})
         server = DagsterWebserver(setting("DHS_DAGSTER_URL"))
         backfill_id = server.launch_backfill([k.path for k in keys], f"dhs backfill {' '.join(args.assets)}")
         print(f"backfill {backfill_id} submitted ({', '.join(k.to_user_string() for k in keys)}; every partition)")

@@ -10,6 +10,9 @@ Asset keys are ``[group, table]``; a table lives at ``<lake>/<group>/<table>/`` 
 * **Input** — a ``pyarrow.Table`` (tables that fit in memory) or, for an input annotated
   ``pyarrow.dataset.Dataset``, a lazy dataset over the requested partitions (large tensor tables:
   cutouts, injection bank, scores), each with the hive partition column when the files lack it.
+  A partitioned step needs every partition it asks for; an unpartitioned one reads every
+  partition of its input published so far (one registered but not yet published is named in a
+  warning), so a sweep file appearing while it is queued does not fail it.
 """
 
 import dagster as dg
@@ -99,7 +102,32 @@ class LakeIOManager(LakeResource, dg.ConfigurableIOManager):
         if context.has_asset_partitions:
             pdef = context.asset_partitions_def
             partitions = [partition_for_key(pdef, k) for k in context.asset_partition_keys]
+            if not _step_is_partitioned(context):
+                partitions = _published(context, lake, group, table, partitions)
         dataset = lake.dataset(group, table, partitions=partitions)
         if context.dagster_type.typing_type is ds.Dataset:
             return dataset
         return dataset.to_table()
+
+
+def _step_is_partitioned(context: dg.InputContext) -> bool:
+    try:
+        return context.step_context.has_partitions
+    except dg.DagsterInvariantViolationError:  # a context built outside a run: read as a partitioned step does
+        return True
+
+
+def _published(context: dg.InputContext, lake, group: str, table: str, wanted: list[dict]) -> list[dict]:
+    """The partitions of ``wanted`` published so far: an unpartitioned table reads every partition
+    of its partitioned input, and one registered but not yet published (a sweep file that just
+    appeared in the survey, its ingest still queued) is left out and named in a warning; Dagster
+    marks the table stale once it is published."""
+    published = {tuple(sorted(p.items())) for p in lake.partitions(group, table)}
+    missing = [p for p in wanted if tuple(sorted(p.items())) not in published]
+    if missing:
+        names = ", ".join("/".join(p.values()) for p in missing[:5])
+        context.log.warning(
+            f"{group}/{table}: {len(missing)} of {len(wanted)} partitions are registered but not published yet "
+            f"({names}{', ...' if len(missing) > 5 else ''}): read without them"
+        )
+    return [p for p in wanted if p not in missing]

@@ -16,6 +16,7 @@ the instance as materialized, as if made by earlier runs.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,7 @@ import pytest
 import torch
 
 from darkhaloscope.constants import DR10_SWEEP_DIR
+from darkhaloscope.lensing.bank import PLAN_SUMMARY_KEY
 from darkhaloscope.training.checkpoint import save_checkpoint
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.preprocess import PreprocessSpec
@@ -70,13 +72,21 @@ def _prepared_lake(root: Path) -> Lake:
         }
     )
     lake.write_table("evaluation", "injection_scores", inj, partition={"injection_batch": "batch-00000"})
+    # the plan whose one batch those scores are (injection_batch_sensor keeps the partitions in step with it)
+    plan = pa.table({"batch": pa.array([0], pa.int32())}).replace_schema_metadata({PLAN_SUMMARY_KEY: b"{}"})
+    lake.write_table("injection", "injection_plan", plan)
     return lake
 
 
 def _report_made(instance: dg.DagsterInstance) -> None:
     """The prepared tables, recorded as materialized (the automation reads the instance)."""
     instance.add_dynamic_partitions("injection_batch", ["batch-00000"])
-    for path in (("survey", "sweep_files"), ("survey", "known_lenses"), ("training", "lens_finder")):
+    for path in (
+        ("survey", "sweep_files"),
+        ("survey", "known_lenses"),
+        ("training", "lens_finder"),
+        ("injection", "injection_plan"),
+    ):
         instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=list(path)))
     instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=["evaluation", "thresholds"]))
     instance.report_runless_asset_event(
@@ -86,6 +96,14 @@ def _report_made(instance: dg.DagsterInstance) -> None:
 
 def _published(lake: Lake, name: str) -> list[tuple[str, str]]:
     return [t for t in FLOW if not lake.exists(*t, {"sweep_file": name})]
+
+
+def _by_automation(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
+    """The run was requested by the survey_flow sensor (as a run, or in a backfill it submitted)."""
+    if run.tags.get("dagster/sensor_name") == "survey_flow":
+        return True
+    backfill = run.tags.get("dagster/backfill")
+    return backfill is not None and instance.get_backfill(backfill).tags.get("dagster/sensor_name") == "survey_flow"
 
 
 def _materialized_after(instance: dg.DagsterInstance, key: list[str], t: float) -> bool:
@@ -134,8 +152,11 @@ def test_a_backfill_and_a_new_sweep_file_run_through_the_daemon(tmp_path):
             assert submitted.returncode == 0, submitted.stdout + submitted.stderr
             assert "COMPLETED_SUCCESS" in submitted.stdout
             assert _published(lake, first.name) == [] and lake.exists("search", "candidates")
-            backfill_runs = instance.get_runs()
-            assert backfill_runs and all(r.tags.get("dagster/backfill") for r in backfill_runs)
+            (backfill_id,) = re.findall(r"^backfill (\S+) submitted", submitted.stdout, re.M)
+            backfill_runs = [r for r in instance.get_runs() if r.tags.get("dagster/backfill") == backfill_id]
+            ran = {k.to_user_string() for r in backfill_runs for k in r.asset_selection or ()}
+            assert ran >= {"survey/sweeps", "catalog/negatives", "search/search_targets", "search/search_scores"}
+            assert "search/candidates" in ran
 
             t_added = time.time()
             shutil.copy(added, sweep_dir / added.name)  # a new sweep file appears in the mirror
@@ -144,14 +165,15 @@ def test_a_backfill_and_a_new_sweep_file_run_through_the_daemon(tmp_path):
                 _published(lake, added.name) == [] and _materialized_after(instance, ["search", "candidates"], t_added)
             ):
                 time.sleep(10)
-            runs = [r for r in instance.get_runs() if r.run_id not in {b.run_id for b in backfill_runs}]
+            runs = [r for r in instance.get_runs() if r.tags.get("dagster/backfill") != backfill_id]
     assert _published(lake, added.name) == [], f"not published for the new file: {_published(lake, added.name)}"
     assert _materialized_after(instance, ["search", "candidates"], t_added)
-    assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
-    # every run after the file appeared was requested by the automation sensor, none by hand
-    assert runs and all(r.tags.get("dagster/backfill") for r in runs)
-    backfills = {r.tags["dagster/backfill"] for r in runs}
-    assert all(instance.get_backfill(b).tags.get("dagster/sensor_name") == "survey_flow" for b in backfills)
+    assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS] * len(runs)
+    # every other run was requested by the automation sensor (the candidates after the backfill's
+    # search, then the new file's flow), none by hand
+    assert runs and all(_by_automation(instance, r) for r in runs)
+    requested = {k.to_user_string() for r in runs for k in r.asset_selection or ()}
+    assert requested >= {"survey/sweeps", "catalog/negatives", "search/search_targets", "search/search_scores"}
     scores = lake.read_table("search", "search_scores")
     assert set(scores.column("sweep_file").to_pylist()) == {first.name, added.name}
     candidates = lake.read_table("search", "candidates")

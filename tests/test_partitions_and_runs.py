@@ -16,7 +16,7 @@ import pytest
 
 from darkhaloscope.lensing.bank import PLAN_SUMMARY_KEY
 from darkhaloscope.survey.sweeps import SweepBox
-from dhs.materialize import MaterializeError, Materializer
+from dhs.materialize import MaterializeError, Materializer, Unit
 from io_managers import LakeIOManager
 from lakehouse.lake import Lake
 from lens_assets.injection import injection_batch_sensor
@@ -198,3 +198,37 @@ def test_a_killed_run_is_marked_failed_by_the_next_command(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_units_run_ranges_of_consecutive_partitions():
+    order = ["a", "b", "c", "d", "e", "f"]
+    todo = ["a", "b", "d", "e", "f"]  # c is up to date: a run covers a range, so it splits there
+    assert Unit([], "x", None, 2).runs(todo, order) == [["a", "b"], ["d", "e"], ["f"]]
+    assert Unit([], "x", None, None).runs(todo, order) == [["a", "b"], ["d", "e", "f"]]
+    assert Unit([], "x", None, 1).runs(todo, order) == [[k] for k in todo]
+    assert Unit([], "x", None, 1).runs([None], [None]) == [[None]]
+
+
+def test_materialize_runs_several_sweep_files_per_run_and_publishes_them_together(tmp_path):
+    """sweeps' multi-run backfill policy (DHS_PARTITIONS_PER_RUN, 32 by default): three files in one
+    run, each partition audited and published; a bad file fails its run and none of the run's files
+    is published."""
+    C = "sweep-040m005-045p000.fits"
+    for name, box in ((A, SweepBox(30, 35, -5, 0)), (B, SweepBox(35, 40, -5, 0)), (C, SweepBox(40, 45, -5, 0))):
+        _write_sweep(tmp_path / "mirror", name, box)
+    lake = Lake(str(tmp_path / "lake"))
+    defs = _survey_defs(tmp_path, lake)
+    instance = dg.DagsterInstance.ephemeral()
+    out = io.StringIO()
+    Materializer(defs, instance, out=out).run(["sweeps"])
+    lines = out.getvalue().splitlines()
+    assert [f"[2/2] sweeps [{n}] rows=20" in lines for n in (A, B, C)] == [True] * 3
+    sweep_runs = [r for r in instance.get_runs() if r.asset_selection == {dg.AssetKey(["survey", "sweeps"])}]
+    assert len(sweep_runs) == 1 and sweep_runs[0].tags["dagster/asset_partition_range_start"] == A
+    assert sorted(p["sweep_file"] for p in lake.partitions("survey", "sweeps")) == [A, B, C]
+    # a run over a fresh lake where the third file is unreadable publishes none of the three
+    (tmp_path / "mirror" / SWEEP_DIR / C).write_bytes(b"SIMPLE  = T" + b" " * 100)
+    fresh = Lake(str(tmp_path / "fresh"))
+    with pytest.raises(MaterializeError, match=C):
+        Materializer(_survey_defs(tmp_path, fresh), dg.DagsterInstance.ephemeral(), out=io.StringIO()).run(["sweeps"])
+    assert not fresh.exists("survey", "sweeps")
