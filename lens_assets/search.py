@@ -28,7 +28,7 @@ from darkhaloscope.catalog.sweep_tasks import sweeps_partition_batches
 from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation.scoring import injection_rows
 from darkhaloscope.imaging.sources import ImageSourceOpener
-from darkhaloscope.search.candidates import DEFAULT_DEDUP_ARCSEC, build_candidates
+from darkhaloscope.search.candidates import DEFAULT_DEDUP_ARCSEC, SCORE_COLUMNS, build_candidates
 from darkhaloscope.search.gallery import DEFAULT_TOP_N, GALLERY_FILE, gallery_html, gallery_stamps, top_candidates
 from darkhaloscope.search.grades import UNGRADED, changed_earlier_rows, new_round, parse_grades_csv
 from darkhaloscope.search.launch import search_with_published_finder
@@ -251,19 +251,7 @@ def candidates(
     matched to the known lenses (known vs new, separation and name of the nearest), with the rank
     percentile of their score among all scored galaxies and the search's completeness at the
     threshold (valid injections above it, with the Jeffreys 68% interval on their effective number)."""
-    columns = [
-        "object_id",
-        "sweep_file",
-        "brickname",
-        "ra",
-        "dec",
-        "type",
-        "mag_r",
-        "split",
-        "score",
-        "model_version",
-        "valid",
-    ]
+    columns = [*SCORE_COLUMNS, "valid"]
     table = build_candidates(
         search_scores.to_table(columns=columns),
         thresholds,
