@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-
 from tests.support.dagster_ui import DagsterDev
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def cli_seconds(asset: str, env: dict) -> float:
