@@ -16,8 +16,16 @@ import lens_assets.survey as survey
 import lens_assets.training as training
 from resources import build_resources
 
-STAGES = (survey.survey_defs, catalog.catalog_defs, imaging.imaging_defs, injection.injection_defs, training.training_defs,
-          evaluation.evaluation_defs, search.search_defs, ops.ops_defs)
+STAGES = (
+    survey.survey_defs,
+    catalog.catalog_defs,
+    imaging.imaging_defs,
+    injection.injection_defs,
+    training.training_defs,
+    evaluation.evaluation_defs,
+    search.search_defs,
+    ops.ops_defs,
+)
 
 
 def build_defs(resources: dict) -> dg.Definitions:

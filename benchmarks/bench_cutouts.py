@@ -29,8 +29,8 @@ import numpy as np
 from darkhaloscope.constants import BANDS
 from darkhaloscope.imaging.bricks import BrickTable
 from darkhaloscope.imaging.coadd import BrickImageSource, coadd_path
-from mock_survey.sky import MockSky
 from darkhaloscope.seeding import rng_for
+from mock_survey.sky import MockSky
 
 OUT = Path(__file__).resolve().parent / "out" / "mock_dr10_rice"
 RA0, DEC0 = 150.12, 2.13
@@ -41,11 +41,15 @@ def mock_catalog(n=19000):
     rng = rng_for("bench-cutouts-catalog")
     types = rng.choice(["PSF", "REX", "EXP", "DEV", "SER"], n, p=[0.45, 0.35, 0.1, 0.05, 0.05])
     return {
-        "ra": RA0 + rng.uniform(-0.15, 0.8, n), "dec": DEC0 + rng.uniform(-0.2, 0.3, n), "type": types,
-        "flux_g": 10 ** rng.uniform(-0.3, 1.5, n), "flux_r": 10 ** rng.uniform(0, 1.8, n),
+        "ra": RA0 + rng.uniform(-0.15, 0.8, n),
+        "dec": DEC0 + rng.uniform(-0.2, 0.3, n),
+        "type": types,
+        "flux_g": 10 ** rng.uniform(-0.3, 1.5, n),
+        "flux_r": 10 ** rng.uniform(0, 1.8, n),
         "flux_z": 10 ** rng.uniform(0, 2, n),
         "shape_r": np.where(types == "PSF", 0.0, rng.lognormal(np.log(0.6), 0.5, n)),
-        "shape_e1": rng.uniform(-0.3, 0.3, n), "shape_e2": rng.uniform(-0.3, 0.3, n),
+        "shape_e1": rng.uniform(-0.3, 0.3, n),
+        "shape_e2": rng.uniform(-0.3, 0.3, n),
         "sersic": np.where(types == "SER", rng.uniform(0.8, 5, n), 0.0),
         **{f"psfsize_{b}": np.full(n, f) for b, f in zip(BANDS, (1.5, 1.35, 1.25))},
         **{f"psfdepth_{b}": np.full(n, d) for b, d in zip(BANDS, (2500.0, 900.0, 180.0))},
@@ -154,8 +158,12 @@ def main():
         best = max(v["cutouts_per_s"] for v in peers.values())
         rate = len(ra) / dt
         result[f"grouped_{per_brick}_per_brick"] = {
-            "targets": len(ra), "seconds": round(dt, 2), "cutouts_per_s": round(rate, 1), "peak_mb": round(mem, 1),
-            "astropy": peers, "speedup_vs_astropy_best": round(rate / best, 2),
+            "targets": len(ra),
+            "seconds": round(dt, 2),
+            "cutouts_per_s": round(rate, 1),
+            "peak_mb": round(mem, 1),
+            "astropy": peers,
+            "speedup_vs_astropy_best": round(rate / best, 2),
             "speedup_vs_naive": round(rate * t_naive / len(ra_b), 1),
             "one_brick_band_mb": round(3600 * 3600 * 4 / 2**20, 1),
         }
@@ -163,8 +171,12 @@ def main():
     sky = MockSky(mock_catalog(), bricks=table)
     ra, dec = targets(table, names, 250, "mock")
     _, dt, mem = measure(lambda: sky.cutouts(ra, dec, SIZE))
-    result["mock_sky_500_targets"] = {"seconds": round(dt, 2), "cutouts_per_s": round(len(ra) / dt, 1),
-                                      "peak_mb": round(mem, 1), "catalog_sources": len(mock_catalog()["ra"])}
+    result["mock_sky_500_targets"] = {
+        "seconds": round(dt, 2),
+        "cutouts_per_s": round(len(ra) / dt, 1),
+        "peak_mb": round(mem, 1),
+        "catalog_sources": len(mock_catalog()["ra"]),
+    }
     result["load_avg_1m"] = round(os.getloadavg()[0], 2)
     result["cpu_affinity"] = sorted(os.sched_getaffinity(0))
     print(json.dumps(result))

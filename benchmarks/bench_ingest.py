@@ -64,10 +64,17 @@ def _child(method: str, src: str, dest: str) -> None:
     seconds = time.perf_counter() - t0
     ru = resource.getrusage(resource.RUSAGE_SELF)
     cpu = ru.ru_utime + ru.ru_stime - cpu0
-    print(json.dumps({
-        "rows": rows, "seconds": seconds, "cpu_seconds": cpu,
-        "peak_rss_mb": ru.ru_maxrss / 1024.0, "parquet_mb": size / 1e6,
-    }))
+    print(
+        json.dumps(
+            {
+                "rows": rows,
+                "seconds": seconds,
+                "cpu_seconds": cpu,
+                "peak_rss_mb": ru.ru_maxrss / 1024.0,
+                "parquet_mb": size / 1e6,
+            }
+        )
+    )
 
 
 def _arrow_baseline(src: str, dest: str) -> tuple[int, int]:
@@ -104,7 +111,9 @@ def _run(method: str, src: Path, dest: Path) -> dict:
         dest.unlink()
     proc = subprocess.run(
         [sys.executable, __file__, "--child", method, "--src", str(src), "--dest", str(dest)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"{method} run failed:\n{proc.stderr[-4000:]}")
@@ -140,8 +149,12 @@ def main() -> None:
         res[method] = r
     dhs = res["dhs"]
     summary = {
-        "benchmark": "ingest", "fits_file": src.name, "fits_mb": round(size_mb, 1), "rows": dhs["rows"],
-        "mock_generate_seconds": round(gen_seconds, 1), "load_avg_1m": round(os.getloadavg()[0], 2),
+        "benchmark": "ingest",
+        "fits_file": src.name,
+        "fits_mb": round(size_mb, 1),
+        "rows": dhs["rows"],
+        "mock_generate_seconds": round(gen_seconds, 1),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
         "cpu_affinity": sorted(os.sched_getaffinity(0)),
     }
     for method, r in res.items():

@@ -49,8 +49,12 @@ def make_input(rows: int) -> Path:
     for i, start in enumerate(range(0, rows, chunk)):
         n = min(chunk, rows - start)
         # Different sky patches per chunk keep object ids unique; one sweep file name for all.
-        t = synthetic_sweeps(n, key=f"bench-{i}", ra0=150.0 + 5.0 * i, dec0=0.0, size_deg=5.0, sweep_file="sweep-150p000-165p005.fits")
-        t = t.set_column(t.schema.get_field_index("row_index"), "row_index", pa.array(range(start, start + n), pa.int64()))
+        t = synthetic_sweeps(
+            n, key=f"bench-{i}", ra0=150.0 + 5.0 * i, dec0=0.0, size_deg=5.0, sweep_file="sweep-150p000-165p005.fits"
+        )
+        t = t.set_column(
+            t.schema.get_field_index("row_index"), "row_index", pa.array(range(start, start + n), pa.int64())
+        )
         writer = writer or pq.ParquetWriter(tmp, t.schema, compression="zstd")
         writer.write_table(t, row_group_size=131072)
     writer.close()

@@ -45,12 +45,21 @@ def main() -> None:
         for i in range(args.baseline_n):
             torch.sigmoid(model(preprocess(images[i : i + 1], spec).to(args.device)))
     single = args.baseline_n / (time.perf_counter() - t0)
-    print(json.dumps({
-        "benchmark": "scoring", "device": args.device, "threads": args.threads, "n": args.n,
-        "streamed_cutouts_per_s_by_batch": {str(k): round(v, 1) for k, v in batched.items()},
-        "best_batch": best_bs, "one_by_one_cutouts_per_s": round(single, 1),
-        "speedup_best_batch": round(batched[best_bs] / single, 2), "all_valid": bool(np.all(valid)),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "scoring",
+                "device": args.device,
+                "threads": args.threads,
+                "n": args.n,
+                "streamed_cutouts_per_s_by_batch": {str(k): round(v, 1) for k, v in batched.items()},
+                "best_batch": best_bs,
+                "one_by_one_cutouts_per_s": round(single, 1),
+                "speedup_best_batch": round(batched[best_bs] / single, 2),
+                "all_valid": bool(np.all(valid)),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

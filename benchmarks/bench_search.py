@@ -49,7 +49,12 @@ from darkhaloscope.imaging.cutout_table import cutout_batches
 from darkhaloscope.imaging.source_settings import ImageSourceSettings
 from darkhaloscope.search.spark import search_on_spark
 from darkhaloscope.search.streaming import (
-    STAMP_SCHEMA, InflightSearch, SearchSettings, score_chunk, score_schema, search_partition,
+    STAMP_SCHEMA,
+    InflightSearch,
+    SearchSettings,
+    score_chunk,
+    score_schema,
+    search_partition,
 )
 from darkhaloscope.search.targets import TARGET_SCHEMA
 from darkhaloscope.survey.location import SurveyLocation
@@ -64,11 +69,20 @@ def target_table(ra: np.ndarray, dec: np.ndarray) -> pa.Table:
     """Search targets (TARGET_SCHEMA) at the given positions, one sweep file, in brick order."""
     n = len(ra)
     cols = {f.name: pa.nulls(n, f.type) for f in TARGET_SCHEMA}
-    cols.update(object_id=pa.array(np.arange(1, n + 1), pa.int64()), sweep_file=pa.array(["bench.fits"] * n), row_index=pa.array(np.arange(n)),
-                ra=pa.array(ra), dec=pa.array(dec), split=pa.array(["test"] * n), healpix_128=pa.array(np.zeros(n, np.int64)),
-                nobs_z_bin=pa.array(["3-5"] * n), type_bin=pa.array(["DEV"] * n), type=pa.array(["DEV"] * n),
-                **{f"psfsize_{b}": pa.array(np.full(n, 1.3), pa.float32()) for b in "grz"},
-                **{f"psfdepth_{b}": pa.array(np.full(n, 900.0), pa.float32()) for b in "grz"})
+    cols.update(
+        object_id=pa.array(np.arange(1, n + 1), pa.int64()),
+        sweep_file=pa.array(["bench.fits"] * n),
+        row_index=pa.array(np.arange(n)),
+        ra=pa.array(ra),
+        dec=pa.array(dec),
+        split=pa.array(["test"] * n),
+        healpix_128=pa.array(np.zeros(n, np.int64)),
+        nobs_z_bin=pa.array(["3-5"] * n),
+        type_bin=pa.array(["DEV"] * n),
+        type=pa.array(["DEV"] * n),
+        **{f"psfsize_{b}": pa.array(np.full(n, 1.3), pa.float32()) for b in "grz"},
+        **{f"psfdepth_{b}": pa.array(np.full(n, 900.0), pa.float32()) for b in "grz"},
+    )
     return pa.Table.from_pydict(cols, schema=pa.schema([f.with_nullable(True) for f in TARGET_SCHEMA]))
 
 
@@ -83,8 +97,14 @@ def lens_finder(folder: str, device: str):
     # 10^4), so the output layer's bias is set to keep none: the forward pass costs the same
     with torch.no_grad():
         [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1].bias.fill_(-10.0)
-    spec = save_checkpoint(folder, "best", model, architecture=arch,
-                           in_channels=profile.preprocess.out_channels(3), preprocess=profile.preprocess)
+    spec = save_checkpoint(
+        folder,
+        "best",
+        model,
+        architecture=arch,
+        in_channels=profile.preprocess.out_channels(3),
+        preprocess=profile.preprocess,
+    )
     write_spec(folder, replace(spec, dihedral_views=profile.members[0].dihedral_views))
     return load_checkpoint(folder, "best", device=device)
 
@@ -102,7 +122,9 @@ def streamed(lake: Lake, tgt: pa.Table, source, model, spec, device: str, keep: 
     partition's scores and kept stamps written from them."""
     t0 = time.perf_counter()
     inflight = InflightSearch(lake.inflight(), "bench.fits", spec.data_version)
-    run = search_partition(tgt, source, model, spec, device, SearchSettings(keep_threshold=keep), inflight, SCORE_BATCH.get(device, 16))
+    run = search_partition(
+        tgt, source, model, spec, device, SearchSettings(keep_threshold=keep), inflight, SCORE_BATCH.get(device, 16)
+    )
     out = _publish(lake, tgt, inflight, run["n_chunks"])
     return time.perf_counter() - t0, out
 
@@ -115,8 +137,9 @@ def on_spark(spark, lake: Lake, tgt: pa.Table, ckpt: str, device: str, keep: flo
     shutil.copytree(ckpt, lake.partition_path(*T.LENS_FINDER.key, CHECKPOINT_PARTITION))
     settings = ImageSourceSettings(survey=SurveyLocation(root=str(OUT)))
     t0 = time.perf_counter()
-    run = search_on_spark(spark, finder, lake.inflight(), "bench.fits", tgt, settings, device,
-                          SearchSettings(keep_threshold=keep))
+    run = search_on_spark(
+        spark, finder, lake.inflight(), "bench.fits", tgt, settings, device, SearchSettings(keep_threshold=keep)
+    )
     out = _publish(lake, tgt, InflightSearch(lake.inflight(), "bench.fits", run["model_version"]), run["n_chunks"])
     return time.perf_counter() - t0, out
 
@@ -149,7 +172,10 @@ def main() -> None:
     tgt = target_table(ra, dec)
     # as the assets open them: the cutouts table keeps every plane; the search reads the images
     # and, to tell a masked centre, the invvar of the centre pixel
-    source, search_source = BrickImageSource(str(OUT)), BrickImageSource(str(OUT), with_maskbits=False, invvar_centre_only=True)
+    source, search_source = (
+        BrickImageSource(str(OUT)),
+        BrickImageSource(str(OUT), with_maskbits=False, invvar_centre_only=True),
+    )
     work = tempfile.mkdtemp(prefix="bench_search_")
     spark = None
     try:
@@ -163,7 +189,9 @@ def main() -> None:
         for i in range(args.repeat):  # the forms take turns; the least time counts
             t, base = materialized(Lake(f"{work}/base{i}"), tgt, source, model, spec, args.device)
             t_base = min(t_base, t)
-            t, stream = streamed(Lake(f"{work}/stream{i}"), tgt, search_source, model, spec, args.device, args.keep_threshold)
+            t, stream = streamed(
+                Lake(f"{work}/stream{i}"), tgt, search_source, model, spec, args.device, args.keep_threshold
+            )
             t_stream = min(t_stream, t)
             if spark is not None:
                 t, on = on_spark(spark, Lake(f"{work}/spark{i}"), tgt, f"{work}/ckpt", args.device, args.keep_threshold)
@@ -174,18 +202,35 @@ def main() -> None:
             spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     n = tgt.num_rows
-    spark_rates = {"spark_galaxies_per_s_per_core": round(n / t_spark / cores, 2),
-                   "speedup_spark_vs_streamed": round(t_stream / t_spark, 2)} if spark is not None else {}
-    print(json.dumps({
-        "benchmark": "search", "device": args.device, "cores": cores, "galaxies": n, "bricks": len(names),
-        "streamed_galaxies_per_s_per_core": round(n / t_stream / cores, 2),
-        "materialized_galaxies_per_s_per_core": round(n / t_base / cores, 2),
-        "speedup_streamed_vs_materialized": round(t_base / t_stream, 2),
-        "streamed_bytes_per_galaxy": round(stream["bytes"] / n, 1), "materialized_bytes_per_galaxy": round(base["bytes"] / n, 1),
-        "stamp_bytes_per_galaxy": round(base["cutout_bytes"] / n, 1), "stamps_kept": stream["stamps_kept"],
-        "storage_ratio_streamed_to_stamps": round(stream["bytes"] / base["cutout_bytes"], 4),
-        **spark_rates, "load_avg_1m": round(os.getloadavg()[0], 2),
-    }))
+    spark_rates = (
+        {
+            "spark_galaxies_per_s_per_core": round(n / t_spark / cores, 2),
+            "speedup_spark_vs_streamed": round(t_stream / t_spark, 2),
+        }
+        if spark is not None
+        else {}
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "search",
+                "device": args.device,
+                "cores": cores,
+                "galaxies": n,
+                "bricks": len(names),
+                "streamed_galaxies_per_s_per_core": round(n / t_stream / cores, 2),
+                "materialized_galaxies_per_s_per_core": round(n / t_base / cores, 2),
+                "speedup_streamed_vs_materialized": round(t_base / t_stream, 2),
+                "streamed_bytes_per_galaxy": round(stream["bytes"] / n, 1),
+                "materialized_bytes_per_galaxy": round(base["bytes"] / n, 1),
+                "stamp_bytes_per_galaxy": round(base["cutout_bytes"] / n, 1),
+                "stamps_kept": stream["stamps_kept"],
+                "storage_ratio_streamed_to_stamps": round(stream["bytes"] / base["cutout_bytes"], 4),
+                **spark_rates,
+                "load_avg_1m": round(os.getloadavg()[0], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,13 @@ def main() -> None:
         t0 = time.perf_counter()
         ref = bootstrap_interval(lambda i: roc_auc_score(y[i], s[i]), n, np.random.default_rng(1), args.n_boot)
         t_ref = time.perf_counter() - t0
-        row = {"n": n, "rows_s": round(t_ours, 4), "sklearn_per_resample_s": round(t_ref, 4),
-               "speedup": round(t_ref / t_ours, 1), "same_interval": bool(np.allclose(ours, ref, atol=1e-12))}
+        row = {
+            "n": n,
+            "rows_s": round(t_ours, 4),
+            "sklearn_per_resample_s": round(t_ref, 4),
+            "speedup": round(t_ref / t_ours, 1),
+            "same_interval": bool(np.allclose(ours, ref, atol=1e-12)),
+        }
         cluster = np.arange(n) // 9
         k = int(cluster[-1]) + 1
         t0 = time.perf_counter()
@@ -55,11 +60,23 @@ def main() -> None:
         t0 = time.perf_counter()
         ref = bootstrap_interval(by_cluster, k, np.random.default_rng(2), args.n_boot)
         t_ref = time.perf_counter() - t0
-        row.update(clusters_s=round(t_ours, 4), sklearn_weighted_per_resample_s=round(t_ref, 4),
-                   cluster_speedup=round(t_ref / t_ours, 1), same_cluster_interval=bool(np.allclose(ours, ref, atol=1e-12)))
+        row.update(
+            clusters_s=round(t_ours, 4),
+            sklearn_weighted_per_resample_s=round(t_ref, 4),
+            cluster_speedup=round(t_ref / t_ours, 1),
+            same_cluster_interval=bool(np.allclose(ours, ref, atol=1e-12)),
+        )
         rows.append(row)
-    print(json.dumps({"benchmark": "auc_bootstrap", "n_boot": args.n_boot, "rows": rows,
-                      "load_avg_1m": round(os.getloadavg()[0], 2)}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "auc_bootstrap",
+                "n_boot": args.n_boot,
+                "rows": rows,
+                "load_avg_1m": round(os.getloadavg()[0], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,8 @@ from darkhaloscope.lensing.bank import _build_tasks, _col, task_batches
 from darkhaloscope.lensing.priors import draw_system_parameters
 from darkhaloscope.lensing.render import RenderConfig, render_lensed_sources
 from darkhaloscope.lensing.stream import draw_injections
-from darkhaloscope.training.data import make_arrays, with_hosts
 from darkhaloscope.training import dataset as dataset_module
+from darkhaloscope.training.data import make_arrays, with_hosts
 from darkhaloscope.training.dataset import AugmentedStampDataset, batches_for_plan
 from darkhaloscope.training.inference import PreprocessedStamps, stamp_logits
 from darkhaloscope.training.models import build_model, count_parameters
@@ -90,14 +90,29 @@ def synthetic_hosts(n: int, seed: int = 0):
     yy, xx = np.mgrid[:SIZE, :SIZE] - (SIZE - 1) / 2
     r = np.hypot(xx, yy)
     amp = rng.uniform(0.5, 5.0, n)
-    img = amp[:, None, None, None] * np.exp(-7.67 * ((r + 0.5) / 6.0) ** 0.25)[None, None] * np.array([0.3, 0.6, 1.0])[None, :, None, None]
+    img = (
+        amp[:, None, None, None]
+        * np.exp(-7.67 * ((r + 0.5) / 6.0) ** 0.25)[None, None]
+        * np.array([0.3, 0.6, 1.0])[None, :, None, None]
+    )
     images = (img + rng.normal(0, SIGMA, (n, 3, SIZE, SIZE))).astype(np.float32)
-    cols = pa.table({
-        "object_id": np.arange(n, dtype=np.int64), "ra": np.zeros(n), "dec": np.zeros(n), "split": ["train"] * n,
-        "type": ["DEV"] * n, "psfsize_g": rng.uniform(1.1, 1.8, n), "psfsize_r": rng.uniform(1.0, 1.6, n),
-        "psfsize_z": rng.uniform(0.9, 1.5, n), "psfdepth_g": np.full(n, 2e3), "psfdepth_r": np.full(n, 1e3),
-        "psfdepth_z": np.full(n, 2e2), "dx_pix": rng.uniform(-0.5, 0.5, n).astype(np.float32),
-        "dy_pix": rng.uniform(-0.5, 0.5, n).astype(np.float32)})
+    cols = pa.table(
+        {
+            "object_id": np.arange(n, dtype=np.int64),
+            "ra": np.zeros(n),
+            "dec": np.zeros(n),
+            "split": ["train"] * n,
+            "type": ["DEV"] * n,
+            "psfsize_g": rng.uniform(1.1, 1.8, n),
+            "psfsize_r": rng.uniform(1.0, 1.6, n),
+            "psfsize_z": rng.uniform(0.9, 1.5, n),
+            "psfdepth_g": np.full(n, 2e3),
+            "psfdepth_r": np.full(n, 1e3),
+            "psfdepth_z": np.full(n, 2e2),
+            "dx_pix": rng.uniform(-0.5, 0.5, n).astype(np.float32),
+            "dy_pix": rng.uniform(-0.5, 0.5, n).astype(np.float32),
+        }
+    )
     return cols, images, np.full_like(images, 1.0 / SIGMA**2)
 
 
@@ -106,8 +121,19 @@ def bank_style_rate(cols: pa.Table, draw, spec) -> float:
     cfg = spec.config
     params = draw_system_parameters(draw.seed, cfg.priors, extra=("theta_e_arcsec", "z_l"))
     n = len(draw)
-    tasks, _ = _build_tasks(cols, params["theta_e_arcsec"], params["z_l"], draw.seed, np.zeros(n, np.int64), draw.candidate,
-                            np.full(n, -1), "training", cfg, params, host_row=draw.host_row)
+    tasks, _ = _build_tasks(
+        cols,
+        params["theta_e_arcsec"],
+        params["z_l"],
+        draw.seed,
+        np.zeros(n, np.int64),
+        draw.candidate,
+        np.full(n, -1),
+        "training",
+        cfg,
+        params,
+        host_row=draw.host_row,
+    )
     lens, src = task_batches(tasks, "cpu", torch.float32, cfg.priors)
     psf = torch.as_tensor(np.stack([_col(tasks, f"psf_fwhm_{b}") for b in "grz"], axis=1), dtype=torch.float32)
     t = time.perf_counter()
@@ -158,7 +184,9 @@ def main() -> None:
 
     # the demo's epoch: 20 % real positives, 80 % negatives that host one injection each
     n_pos = args.hosts // 4
-    arrays = make_arrays(np.concatenate([images[:n_pos], images]), np.r_[np.ones(n_pos), np.zeros(args.hosts)].astype(np.int8))
+    arrays = make_arrays(
+        np.concatenate([images[:n_pos], images]), np.r_[np.ones(n_pos), np.zeros(args.hosts)].astype(np.int8)
+    )
     arrays = with_hosts(arrays, np.arange(n_pos, n_pos + args.hosts), invvar, cols, stream)
     loader_rate, setup_s, xs, ds = epoch_loader_rate(arrays, demo.preprocess, draw, member.batch_size)
     # the baseline: every batch preprocesses its catalog rows again (rows over the memory bound)
@@ -176,21 +204,36 @@ def main() -> None:
 
     per_sample_injections = ds.m / len(ds.epoch_plan(0))
     render_s, step_s = per_sample_injections / stream_rate, 1.0 / demo_rate + 1.0 / loader_rate
-    print(json.dumps({
-        "bench": "training", "stream": json.loads(args.stream), "device": "cpu", "threads": args.threads, "load_average_1min": os.getloadavg()[0],
-        "stream_accepted_injections_per_s": round(stream_rate, 1), "stream_tries_per_injection": round(tries, 2),
-        "bank_style_render_systems_per_s": round(bank_rate, 1),
-        "stream_vs_bank_style_render": round(stream_rate * tries / bank_rate, 2),
-        "loader_images_per_s": round(loader_rate, 1), "loader_rows_preprocessed_each_batch_images_per_s": round(every_batch_rate, 1),
-        "loader_rows_once_vs_each_batch": round(loader_rate / every_batch_rate, 2), "loader_rows_preprocessing_once_s": round(setup_s, 3),
-        "validation_stamps_per_s": round(val_once, 1), "validation_preprocessing_each_time_stamps_per_s": round(val_each, 1),
-        "validation_once_vs_each_time": round(val_once / val_each, 2), "validation_preprocessing_once_s": round(val_setup_s, 3),
-        f"{member.arch}_params": demo_params, f"{member.arch}_train_images_per_s": round(demo_rate, 1),
-        f"{full.members[0].arch}_params": full_params, f"{full.members[0].arch}_101px_train_images_per_s": round(full_rate, 2),
-        "injections_per_training_sample": round(per_sample_injections, 3),
-        "render_share_of_epoch": round(render_s / (render_s + step_s), 3),
-        "renderer_is_bottleneck": bool(render_s > step_s),
-    }))
+    print(
+        json.dumps(
+            {
+                "bench": "training",
+                "stream": json.loads(args.stream),
+                "device": "cpu",
+                "threads": args.threads,
+                "load_average_1min": os.getloadavg()[0],
+                "stream_accepted_injections_per_s": round(stream_rate, 1),
+                "stream_tries_per_injection": round(tries, 2),
+                "bank_style_render_systems_per_s": round(bank_rate, 1),
+                "stream_vs_bank_style_render": round(stream_rate * tries / bank_rate, 2),
+                "loader_images_per_s": round(loader_rate, 1),
+                "loader_rows_preprocessed_each_batch_images_per_s": round(every_batch_rate, 1),
+                "loader_rows_once_vs_each_batch": round(loader_rate / every_batch_rate, 2),
+                "loader_rows_preprocessing_once_s": round(setup_s, 3),
+                "validation_stamps_per_s": round(val_once, 1),
+                "validation_preprocessing_each_time_stamps_per_s": round(val_each, 1),
+                "validation_once_vs_each_time": round(val_once / val_each, 2),
+                "validation_preprocessing_once_s": round(val_setup_s, 3),
+                f"{member.arch}_params": demo_params,
+                f"{member.arch}_train_images_per_s": round(demo_rate, 1),
+                f"{full.members[0].arch}_params": full_params,
+                f"{full.members[0].arch}_101px_train_images_per_s": round(full_rate, 2),
+                "injections_per_training_sample": round(per_sample_injections, 3),
+                "render_share_of_epoch": round(render_s / (render_s + step_s), 3),
+                "renderer_is_bottleneck": bool(render_s > step_s),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def cli_seconds(asset: str, env: dict) -> float:
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "dhs.main", "materialize", asset], cwd=REPO, env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "dhs.main", "materialize", asset], cwd=REPO, env=env, capture_output=True, text=True
+    )
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
     return time.perf_counter() - t0
@@ -56,10 +58,18 @@ def main() -> None:
         for _ in range(a.repeat):
             cli.append(cli_seconds(a.asset, env))
             ui_times.append(ui_seconds(ui, a.key.split("/")))
-    print(json.dumps({
-        "bench": "ui_launch", "asset": a.key, "cli_s": [round(x, 1) for x in cli], "ui_s": [round(x, 1) for x in ui_times],
-        "ui_over_cli": round(min(ui_times) / min(cli), 2), "load_avg": os.getloadavg()[0],
-    }))
+    print(
+        json.dumps(
+            {
+                "bench": "ui_launch",
+                "asset": a.key,
+                "cli_s": [round(x, 1) for x in cli],
+                "ui_s": [round(x, 1) for x in ui_times],
+                "ui_over_cli": round(min(ui_times) / min(cli), 2),
+                "load_avg": os.getloadavg()[0],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -169,8 +169,16 @@ def bootstrap_interval(
         # scipy warns when its own interval is degenerate or NaN; the interval used is computed
         # below from the finite part of its bootstrap distribution
         warnings.simplefilter("ignore", _st.DegenerateDataWarning)
-        res = _st.bootstrap((np.arange(n),), stat, n_resamples=n_boot, vectorized=True, method="percentile",
-                            batch=max(1, BOOTSTRAP_BATCH_VALUES // n), confidence_level=level, rng=rng)
+        res = _st.bootstrap(
+            (np.arange(n),),
+            stat,
+            n_resamples=n_boot,
+            vectorized=True,
+            method="percentile",
+            batch=max(1, BOOTSTRAP_BATCH_VALUES // n),
+            confidence_level=level,
+            rng=rng,
+        )
     vals = res.bootstrap_distribution[np.isfinite(res.bootstrap_distribution)]
     if vals.size == 0:
         return float("nan"), float("nan")
@@ -203,8 +211,9 @@ def weighted_auc_rows(scores, labels, weights) -> np.ndarray:
         return np.where((tp > 0) & (tn > 0), num / (tp * tn), np.nan)
 
 
-def auc_bootstrap_interval(scores, labels, rng: np.random.Generator, n_boot: int = 200,
-                           level: float = 0.68, clusters=None) -> tuple[float, float]:
+def auc_bootstrap_interval(
+    scores, labels, rng: np.random.Generator, n_boot: int = 200, level: float = 0.68, clusters=None
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the ROC AUC, resampling (score, label) pairs, or with
     ``clusters`` ((n,) ids) whole clusters with every row they hold: rows that share a cluster (the
     injections into one host and that host's controls) are not independent draws, and resampling

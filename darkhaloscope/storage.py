@@ -34,19 +34,30 @@ class PartitionedTable(Protocol):
     def schema(self, partition: Partition | None = None) -> pa.Schema:
         """The schema, from one Parquet footer."""
 
-    def read(self, partition: Partition | None = None, columns: list[str] | None = None,
-             filter: ds.Expression | None = None) -> pa.Table:
+    def read(
+        self, partition: Partition | None = None, columns: list[str] | None = None, filter: ds.Expression | None = None
+    ) -> pa.Table:
         """The whole table, or one partition (without its partition columns)."""
 
-    def batches(self, columns: list[str] | None = None, filter: ds.Expression | None = None, batch_size: int = 4096,
-                partition: Partition | None = None) -> Iterator[pa.RecordBatch]:
+    def batches(
+        self,
+        columns: list[str] | None = None,
+        filter: ds.Expression | None = None,
+        batch_size: int = 4096,
+        partition: Partition | None = None,
+    ) -> Iterator[pa.RecordBatch]:
         """Record batches of the table (or one partition), with bounded memory."""
 
     def dataset(self, partitions: Iterable[Partition] | None = None) -> ds.Dataset:
         """A lazy dataset over every partition (or the ones given), with hive partition columns."""
 
-    def write(self, data: pa.Table | Iterable[pa.RecordBatch], schema: pa.Schema | None = None,
-              partition: Partition | None = None, row_group_size: int = 64_000) -> Any:
+    def write(
+        self,
+        data: pa.Table | Iterable[pa.RecordBatch],
+        schema: pa.Schema | None = None,
+        partition: Partition | None = None,
+        row_group_size: int = 64_000,
+    ) -> Any:
         """Write one partition (or the unpartitioned table), committed in one step."""
 
     def delete(self, partition: Partition) -> None:

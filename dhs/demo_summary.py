@@ -22,7 +22,9 @@ def print_demo_summary(lake, seconds: float) -> None:
     print("\n".join(lines) + "\n")
     cols, rows = run_query(lake, DEMO_THRESHOLD_SQL)
     name = rows[0][0] if rows else "score>0.5"
-    print(f"Selection function C(theta_E, z_l) at the {name} threshold: completeness [68% interval], * = below the minimum count")
+    print(
+        f"Selection function C(theta_E, z_l) at the {name} threshold: completeness [68% interval], * = below the minimum count"
+    )
     cols, rows = run_query(lake, DEMO_SF_SQL.format(name=name.replace("'", "''")))
     print(completeness_grid(rows))
     print("\nReal-lens recall by tier (test split):")
@@ -47,9 +49,15 @@ def lake_headline(lake, hidden_lenses: np.ndarray | None = None) -> dict:
     from darkhaloscope.search.grades import published_graded_lens_ids
 
     graded = published_graded_lens_ids(lake.table(*T.VISUAL_GRADES.key))
-    return headline(lake.table(*T.LENS_FINDER.key).read(), lake.table(*T.INJECTION_SCORES.key).dataset(),
-                    lake.table(*T.CUTOUT_SCORES.key).read(), lake.table(*T.THRESHOLDS.key).read(),
-                    lake.table(*T.REAL_LENS_RECALL.key).read(), graded, hidden_lenses)
+    return headline(
+        lake.table(*T.LENS_FINDER.key).read(),
+        lake.table(*T.INJECTION_SCORES.key).dataset(),
+        lake.table(*T.CUTOUT_SCORES.key).read(),
+        lake.table(*T.THRESHOLDS.key).read(),
+        lake.table(*T.REAL_LENS_RECALL.key).read(),
+        graded,
+        hidden_lenses,
+    )
 
 
 def headline_lines(h: dict) -> list[str]:
@@ -86,16 +94,19 @@ def hidden_lens_truth(lake, survey) -> pa.Table:
 
     built, named = survey_origin(lake.table(*T.SWEEP_FILES.key).schema()), survey.origin()
     if built is not None and built != named:
-        raise InputError(f"{lake.uri} was built from {built}, but DHS_SURVEY / DHS_MOCK_SEED name {named}; "
-                         "set them to the lake's")
+        raise InputError(
+            f"{lake.uri} was built from {built}, but DHS_SURVEY / DHS_MOCK_SEED name {named}; set them to the lake's"
+        )
     path = survey.mock_manifest().hidden_truth_path
     truth = pq.read_table(path)
     searched = lake.table(*T.SEARCH_TARGETS.key).read(columns=["object_id"]).column("object_id")
     unsearched = ~np.isin(truth.column("object_id").to_numpy(), searched.to_numpy())
     if unsearched.any():
-        raise InputError(f"{path}: {int(unsearched.sum())} of its {truth.num_rows} hidden lenses are not among the "
-                         f"search targets of {lake.uri}, so it is the truth of another mock; set DHS_MOCK_SEED and "
-                         "DHS_MOCK_DIR to the lake's")
+        raise InputError(
+            f"{path}: {int(unsearched.sum())} of its {truth.num_rows} hidden lenses are not among the "
+            f"search targets of {lake.uri}, so it is the truth of another mock; set DHS_MOCK_SEED and "
+            "DHS_MOCK_DIR to the lake's"
+        )
     return truth
 
 
@@ -108,15 +119,31 @@ def print_hidden_lens_recovery(lake) -> None:
     survey = build_resources()["survey"]
     if not survey.is_mock:
         return
-    report = hidden_lens_recovery(lake.read_table("search", "candidates"), hidden_lens_truth(lake, survey),
-                                  lake.read_table("survey", "known_lenses"))
+    report = hidden_lens_recovery(
+        lake.read_table("search", "candidates"),
+        hidden_lens_truth(lake, survey),
+        lake.read_table("survey", "known_lenses"),
+    )
     n_hidden = report.hidden.num_rows
-    print(f"\nHidden-lens recovery: {report.n_recovered} of {n_hidden} hidden lenses among {report.n_candidates} candidates "
-          f"({report.count('known')} known lenses, {report.n_false} false candidates). By arc S/N:")
+    print(
+        f"\nHidden-lens recovery: {report.n_recovered} of {n_hidden} hidden lenses among {report.n_candidates} candidates "
+        f"({report.count('known')} known lenses, {report.n_false} false candidates). By arc S/N:"
+    )
     by_snr = report.by_snr.to_pylist()
-    print(format_rows(["arc_snr", "n_hidden", "n_recovered", "recovered_fraction"],
-                      [(f"[{r['snr_lo']:g}, {r['snr_hi']:g})", r["n_hidden"], r["n_recovered"],
-                        None if r["recovered_fraction"] is None else round(r["recovered_fraction"], 2)) for r in by_snr]))
+    print(
+        format_rows(
+            ["arc_snr", "n_hidden", "n_recovered", "recovered_fraction"],
+            [
+                (
+                    f"[{r['snr_lo']:g}, {r['snr_hi']:g})",
+                    r["n_hidden"],
+                    r["n_recovered"],
+                    None if r["recovered_fraction"] is None else round(r["recovered_fraction"], 2),
+                )
+                for r in by_snr
+            ],
+        )
+    )
 
 
 def print_grades_used(lake) -> None:
@@ -128,8 +155,10 @@ def print_grades_used(lake) -> None:
 
     used = json.loads((lake.read_schema("training", "training_set").metadata or {}).get(GRADES_KEY, b"{}"))
     if used.get("rounds"):
-        print(f"\nTrained with visual grades: rounds {used['rounds']} ({used['n_graded_rows']} graded rows, "
-              f"{used['n_relabelled']} catalog labels changed by a grade; sha256 {used['grades_sha256'][:12]}…)")
+        print(
+            f"\nTrained with visual grades: rounds {used['rounds']} ({used['n_graded_rows']} graded rows, "
+            f"{used['n_relabelled']} catalog labels changed by a grade; sha256 {used['grades_sha256'][:12]}…)"
+        )
     else:
         print("\nTrained with no visual grades (none landed: `dhs grade` adds a round)")
 
@@ -144,7 +173,7 @@ def completeness_grid(rows: list[tuple]) -> str:
         for z in z_values:
             _, _, c, lo, hi, ok, n = by_cell[(te, z)]
             cells.append(f"{'-':^16}" if not n else f"{c:.2f} [{lo:.2f},{hi:.2f}]{'' if ok else '*'}".ljust(16))
-        lines.append(f"{te:>10.2f}\" " + " ".join(cells))
+        lines.append(f'{te:>10.2f}" ' + " ".join(cells))
     return "\n".join(lines)
 
 

@@ -34,9 +34,8 @@ def _lake():
 
 
 def cmd_materialize(args) -> int:
-    from definitions import defs
-
     from darkhaloscope.errors import PERMANENT_ERRORS
+    from definitions import defs
 
     from .materialize import MaterializeError, Materializer
 
@@ -142,9 +141,9 @@ def cmd_grade(args) -> int:
     from darkhaloscope.search.grades import UNGRADED, check_against_candidates, parse_grades_csv
     from definitions import build_defs
     from resources.config import build_resources
+    from table_registry.tables import VISUAL_GRADES
 
     from .materialize import failure_message, quiet_console
-    from table_registry.tables import VISUAL_GRADES
 
     path = os.path.abspath(args.file)
     try:
@@ -162,9 +161,16 @@ def cmd_grade(args) -> int:
         return 2
     import dagster as dg
 
-    result = build_defs(build_resources()).resolve_implicit_global_asset_job_def().execute_in_process(
-        instance=_instance(), asset_selection=[dg.AssetKey(list(VISUAL_GRADES.key))], raise_on_error=False,
-        run_config={"ops": {"search__visual_grades": {"config": {"csv_path": path}}}, **quiet_console()})
+    result = (
+        build_defs(build_resources())
+        .resolve_implicit_global_asset_job_def()
+        .execute_in_process(
+            instance=_instance(),
+            asset_selection=[dg.AssetKey(list(VISUAL_GRADES.key))],
+            raise_on_error=False,
+            run_config={"ops": {"search__visual_grades": {"config": {"csv_path": path}}}, **quiet_console()},
+        )
+    )
     if not result.success:
         print(f"FAILED: {failure_message(result)}", file=sys.stderr)
         return 1
@@ -172,24 +178,47 @@ def cmd_grade(args) -> int:
     last = max(grades.column("round").to_pylist())
     landed = [g for r, g in zip(grades.column("round").to_pylist(), grades.column("grade").to_pylist()) if r == last]
     ungraded = landed.count(UNGRADED)
-    print(f"landed {len(landed) - ungraded} grades as round {last} of visual_grades, {ungraded} shown ungraded (awaiting inspection) "
-          f"({grades.num_rows} rows in all rounds)")
+    print(
+        f"landed {len(landed) - ungraded} grades as round {last} of visual_grades, {ungraded} shown ungraded (awaiting inspection) "
+        f"({grades.num_rows} rows in all rounds)"
+    )
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dhs", description="Dark Halo Scope: lens finding and its selection function on DR10.")
+    p = argparse.ArgumentParser(
+        prog="dhs", description="Dark Halo Scope: lens finding and its selection function on DR10."
+    )
     sub = p.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("materialize", help="materialize assets (all partitions; stale or missing upstream assets first)")
-    m.add_argument("assets", nargs="+", help="asset names (negatives), keys (catalog/negatives) or Dagster selections (group:catalog)")
-    m.add_argument("--config", action="append", default=[], metavar="ASSET=JSON",
-                   help="run config of one of the named assets, as in the launchpad: injection_plan='{\"realisation\": 1}' (repeatable)")
+    m = sub.add_parser(
+        "materialize", help="materialize assets (all partitions; stale or missing upstream assets first)"
+    )
+    m.add_argument(
+        "assets",
+        nargs="+",
+        help="asset names (negatives), keys (catalog/negatives) or Dagster selections (group:catalog)",
+    )
+    m.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="ASSET=JSON",
+        help="run config of one of the named assets, as in the launchpad: injection_plan='{\"realisation\": 1}' (repeatable)",
+    )
     m.set_defaults(func=cmd_materialize)
     q = sub.add_parser("query", help="read-only SQL over the lake (every table is a view)")
     q.add_argument("sql")
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    q.add_argument("--timeout", type=float, default=60.0, metavar="S", help="interrupt the query after S seconds (default 60)")
-    q.add_argument("--max-rows", type=int, default=10_000, metavar="N", help="print at most N rows (default 10,000; a note says when cut)")
+    q.add_argument(
+        "--timeout", type=float, default=60.0, metavar="S", help="interrupt the query after S seconds (default 60)"
+    )
+    q.add_argument(
+        "--max-rows",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="print at most N rows (default 10,000; a note says when cut)",
+    )
     q.set_defaults(func=cmd_query)
     t = sub.add_parser("tables", help="tables with row counts, partitions and URIs")
     t.add_argument("--format", choices=["table", "csv", "json"], default="table")
@@ -200,7 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
     c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
     c.set_defaults(func=cmd_cutout)
-    g = sub.add_parser("grade", help="land a grades CSV (the gallery's export: object_id, grade A, B, C, not_a_lens or ungraded, ra, dec, score, model_version, known) as the next round of visual_grades")
+    g = sub.add_parser(
+        "grade",
+        help="land a grades CSV (the gallery's export: object_id, grade A, B, C, not_a_lens or ungraded, ra, dec, score, model_version, known) as the next round of visual_grades",
+    )
     g.add_argument("file", help="CSV exported from the candidate gallery")
     g.set_defaults(func=cmd_grade)
     d = sub.add_parser("demo", help="run the whole graph on the embedded mock survey and print the headline numbers")

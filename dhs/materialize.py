@@ -28,9 +28,8 @@ from typing import Mapping
 
 import dagster as dg
 
-from lakehouse.lake import host_tag
 from io_managers.parquet import partition_for_key, table_location
-
+from lakehouse.lake import host_tag
 from lens_assets.ops import HOST_TAG, reap_dead_runs
 from lens_assets.shared.partitions import injection_batch_change, sweep_file_change
 from table_registry.tables import INJECTION_PLAN
@@ -56,14 +55,19 @@ class Unit:
     single_run: bool
 
 
-def stale_or_missing(instance: dg.DagsterInstance, asset_graph, key: dg.AssetKey, partition_keys: list[str | None]) -> list[str | None]:
+def stale_or_missing(
+    instance: dg.DagsterInstance, asset_graph, key: dg.AssetKey, partition_keys: list[str | None]
+) -> list[str | None]:
     """The partitions of ``key`` that Dagster's stale-status resolver calls MISSING or STALE."""
     from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
     from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
     from dagster._time import get_current_datetime
 
-    view = AssetGraphView(temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
-                          instance=instance, asset_graph=asset_graph)
+    view = AssetGraphView(
+        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+        instance=instance,
+        asset_graph=asset_graph,
+    )
     resolver = CachingStaleStatusResolver(instance, asset_graph, view)
     return [pk for pk in partition_keys if resolver.get_status(key, pk) in (StaleStatus.MISSING, StaleStatus.STALE)]
 
@@ -98,7 +102,9 @@ class Materializer:
                 except Exception as exc:  # the parser's own error says what is wrong with the string
                     raise MaterializeError(f"invalid asset selection {arg!r}: {exc}") from exc
             else:
-                raise MaterializeError(f"unknown asset {arg!r}; known assets: {', '.join(sorted(k.path[-1] for k in keys))}")
+                raise MaterializeError(
+                    f"unknown asset {arg!r}; known assets: {', '.join(sorted(k.path[-1] for k in keys))}"
+                )
         selected = parts[0]
         for p in parts[1:]:
             selected = selected | p
@@ -115,8 +121,14 @@ class Materializer:
             keys = list(ad.keys_by_output_name.values())  # declaration order: the main table first
             seen.update(keys)
             policy = ad.backfill_policy
-            units.append(Unit(keys, "+".join(k.path[-1] for k in keys), ad.partitions_def,
-                              policy is not None and policy.max_partitions_per_run is None))
+            units.append(
+                Unit(
+                    keys,
+                    "+".join(k.path[-1] for k in keys),
+                    ad.partitions_def,
+                    policy is not None and policy.max_partitions_per_run is None,
+                )
+            )
         return units
 
     def _todo(self, unit: Unit, targets: set[dg.AssetKey], lake) -> list[str | None]:
@@ -126,8 +138,16 @@ class Materializer:
             keys = list(unit.partitions_def.get_partition_keys(dynamic_partitions_store=self.instance))
         if targets & set(unit.keys):
             return keys
-        absent = {pk for k in unit.keys for pk in keys if not lake.exists(*table_location(k), partition_for_key(unit.partitions_def, pk))}
-        return sorted(absent | {pk for k in unit.keys for pk in stale_or_missing(self.instance, self.graph, k, keys)}, key=keys.index)
+        absent = {
+            pk
+            for k in unit.keys
+            for pk in keys
+            if not lake.exists(*table_location(k), partition_for_key(unit.partitions_def, pk))
+        }
+        return sorted(
+            absent | {pk for k in unit.keys for pk in stale_or_missing(self.instance, self.graph, k, keys)},
+            key=keys.index,
+        )
 
     def op_config(self, config: Mapping[str, dict], targets: set[dg.AssetKey]) -> dict[str, dict]:
         """Run config of the ops of the assets ``config`` names (a name or key, as in the selection,
@@ -136,8 +156,10 @@ class Materializer:
         for name, cfg in config.items():
             keys = _named(name, targets)
             if not keys:
-                raise MaterializeError(f"config for {name!r}: not among the assets to materialize "
-                                       f"({', '.join(sorted(k.path[-1] for k in targets))}); name it too")
+                raise MaterializeError(
+                    f"config for {name!r}: not among the assets to materialize "
+                    f"({', '.join(sorted(k.path[-1] for k in targets))}); name it too"
+                )
             if not isinstance(cfg, dict):
                 raise MaterializeError(f"config for {name!r} must be a JSON object of its fields, got {cfg!r}")
             ops[self._op_name(keys[0])] = {"config": cfg}
@@ -176,13 +198,22 @@ class Materializer:
         tags = {HOST_TAG: host_tag()}
         pk = partition_keys[0] if len(partition_keys) == 1 else None
         if len(partition_keys) > 1:
-            tags.update({"dagster/asset_partition_range_start": partition_keys[0], "dagster/asset_partition_range_end": partition_keys[-1]})
+            tags.update(
+                {
+                    "dagster/asset_partition_range_start": partition_keys[0],
+                    "dagster/asset_partition_range_end": partition_keys[-1],
+                }
+            )
         where = f"asset {unit.label} partition {pk or (partition_keys[0] + '...' + partition_keys[-1] if len(partition_keys) > 1 else '-')}"
         # the asset's own run config (op_config's entry), beside the console's
         ops = {"ops": {self._op_name(unit.keys[0]): op_config}} if op_config else {}
         try:
             result = self.job.execute_in_process(
-                instance=self.instance, asset_selection=unit.keys, partition_key=pk, tags=tags, raise_on_error=False,
+                instance=self.instance,
+                asset_selection=unit.keys,
+                partition_key=pk,
+                tags=tags,
+                raise_on_error=False,
                 run_config={**quiet_console(), **ops},
             )
         except Exception as exc:  # definition-time errors (bad partition key, resources)
@@ -222,7 +253,11 @@ class Materializer:
         outcomes = deliver_run_alerts(self.instance, run_id, self.sinks)
         for outcome in outcomes:
             where = ", ".join(outcome.delivered_to) or "the alert log"
-            errors = f" (delivery errors: {'; '.join(f'{k}: {v}' for k, v in outcome.errors.items())})" if outcome.errors else ""
+            errors = (
+                f" (delivery errors: {'; '.join(f'{k}: {v}' for k, v in outcome.errors.items())})"
+                if outcome.errors
+                else ""
+            )
             self._say(f"ALERT {outcome.alert.summary()} -> {where}{errors}")
         report_alerts_table(self.instance, self.resources["lake"].lake(), len(outcomes))
 

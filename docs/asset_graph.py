@@ -59,13 +59,17 @@ def asset_graph_text(defs) -> str:
     checks: dict = {}
     for ck in graph.asset_check_keys:
         checks.setdefault(ck.asset_key, []).append(ck.name)
-    order = {g: min((depth[k] for k in keys if group[k] == g and k in linked), default=len(keys)) for g in set(group.values())}
+    order = {
+        g: min((depth[k] for k in keys if group[k] == g and k in linked), default=len(keys))
+        for g in set(group.values())
+    }
     groups = sorted(order, key=lambda g: (order[g], g))
     gw = max(len(g) for g in groups)
     lines = ["Stages (a stage reads the stages after '<-'):"]
     for g in groups:
-        ups = sorted({group[p] for k in keys if group[k] == g for p in graph.get(k).parent_keys} - {g},
-                     key=groups.index)
+        ups = sorted(
+            {group[p] for k in keys if group[k] == g for p in graph.get(k).parent_keys} - {g}, key=groups.index
+        )
         lines.append(f"  {g:<{gw}}  <- {', '.join(ups) if ups else '(source)'}")
     width = max(len(k.path[-1]) for k in keys)
     indent = 2 + width + 4
@@ -77,11 +81,15 @@ def asset_graph_text(defs) -> str:
             parents = sorted(p.path[-1] for p in node.parent_keys)
             notes = []
             if node.partitions_def is not None:
-                notes.append(f"[per {getattr(node.partitions_def, 'name', None) or type(node.partitions_def).__name__}]")
+                notes.append(
+                    f"[per {getattr(node.partitions_def, 'name', None) or type(node.partitions_def).__name__}]"
+                )
             if not node.is_materializable:
                 notes.append("[external: reported by the alert sensor, not materialized]")
-            lines.append(f"  {k.path[-1]:<{width}} <- {_wrapped(parents or ['(source)'], indent)}"
-                         + "".join(f"  {n}" for n in notes))
+            lines.append(
+                f"  {k.path[-1]:<{width}} <- {_wrapped(parents or ['(source)'], indent)}"
+                + "".join(f"  {n}" for n in notes)
+            )
             if checks.get(k):
                 lines.append(" " * indent + "checks: " + _wrapped(sorted(checks[k]), indent + 8))
     return "\n".join(lines) + "\n"

@@ -12,7 +12,6 @@ Asset keys are ``[group, table]``; a table lives at ``<lake>/<group>/<table>/`` 
   cutouts, injection bank, scores), each with the hive partition column when the files lack it.
 """
 
-
 import dagster as dg
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -34,7 +33,9 @@ def partition_for_key(partitions_def: dg.PartitionsDefinition | None, key) -> di
 def table_location(asset_key: dg.AssetKey) -> tuple[str, str]:
     path = asset_key.path
     if len(path) != 2:
-        raise dg.DagsterInvariantViolationError(f"lake assets need keys [group, table]; got {asset_key.to_user_string()}")
+        raise dg.DagsterInvariantViolationError(
+            f"lake assets need keys [group, table]; got {asset_key.to_user_string()}"
+        )
     return path[0], path[1]
 
 
@@ -51,14 +52,20 @@ class LakeIOManager(LakeResource, dg.ConfigurableIOManager):
             return
         staged = obj if isinstance(obj, list) else [obj]
         if not staged or not all(isinstance(s, StagedTable) for s in staged):
-            raise TypeError(f"{context.asset_key.to_user_string()}: the lake IO manager publishes staged, audited tables "
-                            f"(a list of StagedTable), got {type(obj).__name__}")
+            raise TypeError(
+                f"{context.asset_key.to_user_string()}: the lake IO manager publishes staged, audited tables "
+                f"(a list of StagedTable), got {type(obj).__name__}"
+            )
         self._check_targets(context, staged)
         published = [s.publish() for s in staged]
         lake = self.lake()
         schema = lake.read_schema(*table_location(context.asset_key), partition=staged[-1].partition)
         md = {
-            "dagster/uri": dg.MetadataValue.path(published[0].uri if len(published) == 1 else lake.full_uri(lake.table_path(*table_location(context.asset_key)))),
+            "dagster/uri": dg.MetadataValue.path(
+                published[0].uri
+                if len(published) == 1
+                else lake.full_uri(lake.table_path(*table_location(context.asset_key)))
+            ),
             "dagster/row_count": dg.MetadataValue.int(sum(p.rows for p in published)),
             "dagster/column_schema": _column_schema(schema),
         }
@@ -73,13 +80,17 @@ class LakeIOManager(LakeResource, dg.ConfigurableIOManager):
         group, table = table_location(context.asset_key)
         wrong = [s.label for s in staged if (s.group, s.table) != (group, table)]
         if wrong:
-            raise dg.DagsterInvariantViolationError(f"{context.asset_key.to_user_string()}: staged tables {wrong} belong to another asset")
+            raise dg.DagsterInvariantViolationError(
+                f"{context.asset_key.to_user_string()}: staged tables {wrong} belong to another asset"
+            )
         if context.has_asset_partitions:
             pdef = context.asset_partitions_def
             expected = sorted(str(partition_for_key(pdef, k)) for k in context.asset_partition_keys)
             got = sorted(str(s.partition) for s in staged)
             if expected != got:
-                raise dg.DagsterInvariantViolationError(f"{context.asset_key.to_user_string()}: staged partitions {got} != the run's {expected}")
+                raise dg.DagsterInvariantViolationError(
+                    f"{context.asset_key.to_user_string()}: staged partitions {got} != the run's {expected}"
+                )
 
     def load_input(self, context: dg.InputContext) -> pa.Table | ds.Dataset:
         lake = self.lake()

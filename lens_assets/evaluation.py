@@ -15,9 +15,25 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.evaluation import fpr_by_confuser as fpr_table, real_lens_recall as recall_table, thresholds_from_negatives, usable_thresholds
+from darkhaloscope.evaluation import (
+    fpr_by_confuser as fpr_table,
+)
+from darkhaloscope.evaluation import (
+    real_lens_recall as recall_table,
+)
+from darkhaloscope.evaluation import (
+    thresholds_from_negatives,
+    usable_thresholds,
+)
 from darkhaloscope.evaluation.products import FIGURES, report_html, selection_products
-from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META, held_out_negatives, injection_rows, published_lens_finder, score_batches
+from darkhaloscope.evaluation.scoring import (
+    CUTOUT_META,
+    INJECTION_META,
+    held_out_negatives,
+    injection_rows,
+    published_lens_finder,
+    score_batches,
+)
 from darkhaloscope.imaging.cutout_table import load_stamps
 from darkhaloscope.lensing.bank import plan_grid
 from darkhaloscope.search.gallery import GALLERY_FILE
@@ -27,8 +43,22 @@ from lakehouse import audits as au
 from resources import ComputeResource, LakeResource
 from table_registry import audits as checks
 from table_registry.tables import (
-    CANDIDATE_GALLERY, CUTOUT_SCORES, CUTOUTS, EVALUATION_REPORT, FPR_BY_CONFUSER, INJECTION_BANK, INJECTION_PLAN, INJECTION_SCORES,
-    LENS_FINDER, REAL_LENS_RECALL, SELECTION_FUNCTION, SELECTION_MARGINALS, THRESHOLDS, TRAINING_SET, VISUAL_GRADES, Table,
+    CANDIDATE_GALLERY,
+    CUTOUT_SCORES,
+    CUTOUTS,
+    EVALUATION_REPORT,
+    FPR_BY_CONFUSER,
+    INJECTION_BANK,
+    INJECTION_PLAN,
+    INJECTION_SCORES,
+    LENS_FINDER,
+    REAL_LENS_RECALL,
+    SELECTION_FUNCTION,
+    SELECTION_MARGINALS,
+    THRESHOLDS,
+    TRAINING_SET,
+    VISUAL_GRADES,
+    Table,
 )
 
 from .shared.publish import Publish, lake_asset, staged_table
@@ -42,7 +72,9 @@ SCORE_ASSET = dict(code_version="3", kinds={"pytorch", "parquet"}, pool="gpu", d
 
 
 @lake_asset(CUTOUT_SCORES, ins={"cutouts": dg.AssetIn(list(CUTOUTS.key))}, **SCORE_ASSET)
-def cutout_scores(context: dg.AssetExecutionContext, lake: LakeResource, compute: ComputeResource, cutouts: ds.Dataset) -> Publish:
+def cutout_scores(
+    context: dg.AssetExecutionContext, lake: LakeResource, compute: ComputeResource, cutouts: ds.Dataset
+) -> Publish:
     """Lens-finder scores of one sweep file's cutouts (its whole negative pool, its positives, every
     split), streamed in batches with the checkpoint's saved preprocessing spec; rows that could not
     be scored are kept with ``valid = false`` and a reason, never scored as zero."""
@@ -54,15 +86,23 @@ def cutout_scores(context: dg.AssetExecutionContext, lake: LakeResource, compute
 
 
 @lake_asset(INJECTION_SCORES, ins={"injection_bank": dg.AssetIn(list(INJECTION_BANK.key))}, **SCORE_ASSET)
-def injection_scores(context: dg.AssetExecutionContext, lake: LakeResource, compute: ComputeResource,
-                     injection_bank: ds.Dataset) -> Publish:
+def injection_scores(
+    context: dg.AssetExecutionContext, lake: LakeResource, compute: ComputeResource, injection_bank: ds.Dataset
+) -> Publish:
     """Lens-finder scores of one injection batch: every injection (``kind = injection``; a failed
     render is unscorable) and its paired control, the same host without the arc (``kind = control``)."""
     device = compute.torch_device()
     staged = staged_table(context, INJECTION_SCORES)
     with published_lens_finder(lake.lake().table(*LENS_FINDER.key), device) as (model, spec):
-        _write_scores(staged, itertools.chain(*(score_batches(injection_bank, INJECTION_META, column, kind, model, spec, device)
-                                                for column, kind in (("image", "injection"), ("control", "control")))))
+        _write_scores(
+            staged,
+            itertools.chain(
+                *(
+                    score_batches(injection_bank, INJECTION_META, column, kind, model, spec, device)
+                    for column, kind in (("image", "injection"), ("control", "control"))
+                )
+            ),
+        )
     return _score_publication(INJECTION_SCORES, checks.INJECTION_SCORES_CONTRACT, staged, spec, device)
 
 
@@ -83,8 +123,13 @@ def _score_publication(table: Table, audit: au.Audit, staged, spec, device: str)
     return Publish({table: staged}, audits={table: [au.scores_audit(audit, staged.dataset())]}, metadata={table: md})
 
 
-@lake_asset(THRESHOLDS, code_version="3", kinds={"parquet"}, deps=[_key(VISUAL_GRADES)],
-            ins={"cutout_scores": dg.AssetIn(list(CUTOUT_SCORES.key))})
+@lake_asset(
+    THRESHOLDS,
+    code_version="3",
+    kinds={"parquet"},
+    deps=[_key(VISUAL_GRADES)],
+    ins={"cutout_scores": dg.AssetIn(list(CUTOUT_SCORES.key))},
+)
 def thresholds(context: dg.AssetExecutionContext, lake: LakeResource, cutout_scores: ds.Dataset) -> Publish:
     """Score thresholds from held-out negatives (less those visually graded as lenses) at target
     false-positive rates (1e-2, 1e-3, 1e-4) and at Paper IV's top-0.01-percentile cut, each with
@@ -96,11 +141,24 @@ def thresholds(context: dg.AssetExecutionContext, lake: LakeResource, cutout_sco
     return Publish({THRESHOLDS: table}, metadata={THRESHOLDS: md})
 
 
-@lake_asset(SELECTION_FUNCTION, SELECTION_MARGINALS, code_version="5", kinds={"parquet"},
-            ins={"thresholds": dg.AssetIn(list(THRESHOLDS.key)), "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
-                 "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key))})
-def selection_function(context: dg.AssetExecutionContext, lake: LakeResource, thresholds: pa.Table, injection_scores: ds.Dataset,
-                       injection_plan: pa.Table) -> Publish:
+@lake_asset(
+    SELECTION_FUNCTION,
+    SELECTION_MARGINALS,
+    code_version="5",
+    kinds={"parquet"},
+    ins={
+        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
+        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
+        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
+    },
+)
+def selection_function(
+    context: dg.AssetExecutionContext,
+    lake: LakeResource,
+    thresholds: pa.Table,
+    injection_scores: ds.Dataset,
+    injection_plan: pa.Table,
+) -> Publish:
     """C(θ_E, z_l) for each threshold on the grid the injection plan was built on: n_injected,
     n_failed (excluded from the denominator and counted), n_detected, completeness with Jeffreys
     68%/95% intervals on the injections' effective number (n_effective: a host's injections share
@@ -113,36 +171,79 @@ def selection_function(context: dg.AssetExecutionContext, lake: LakeResource, th
         staged.write_bytes(name, png, subfolder=FIGURES)
     staged.write(sel)
     md = {"nonempty_cells": int(pc.sum(pc.greater(sel.column("n_valid"), 0)).as_py() or 0), "figures": sorted(figures)}
-    return Publish({SELECTION_FUNCTION: staged, SELECTION_MARGINALS: marg},
-                   audits={SELECTION_FUNCTION: [au.nonempty_cells_audit(checks.SELECTION_FUNCTION_COVERAGE, sel)]},
-                   metadata={SELECTION_FUNCTION: md})
+    return Publish(
+        {SELECTION_FUNCTION: staged, SELECTION_MARGINALS: marg},
+        audits={SELECTION_FUNCTION: [au.nonempty_cells_audit(checks.SELECTION_FUNCTION_COVERAGE, sel)]},
+        metadata={SELECTION_FUNCTION: md},
+    )
 
 
-@lake_asset(REAL_LENS_RECALL, FPR_BY_CONFUSER, code_version="3", kinds={"parquet"}, deps=[_key(VISUAL_GRADES)],
-            ins={"thresholds": dg.AssetIn(list(THRESHOLDS.key)), "cutout_scores": dg.AssetIn(list(CUTOUT_SCORES.key)),
-                 "training_set": dg.AssetIn(list(TRAINING_SET.key))})
-def real_lens_recall(context: dg.AssetExecutionContext, lake: LakeResource, thresholds: pa.Table, cutout_scores: ds.Dataset,
-                     training_set: ds.Dataset) -> Publish:
+@lake_asset(
+    REAL_LENS_RECALL,
+    FPR_BY_CONFUSER,
+    code_version="3",
+    kinds={"parquet"},
+    deps=[_key(VISUAL_GRADES)],
+    ins={
+        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
+        "cutout_scores": dg.AssetIn(list(CUTOUT_SCORES.key)),
+        "training_set": dg.AssetIn(list(TRAINING_SET.key)),
+    },
+)
+def real_lens_recall(
+    context: dg.AssetExecutionContext,
+    lake: LakeResource,
+    thresholds: pa.Table,
+    cutout_scores: ds.Dataset,
+    training_set: ds.Dataset,
+) -> Publish:
     """Recall of known lenses in the test split by tier at each threshold with Jeffreys intervals
     (fails if any of them was seen in training); false-positive rate by N2 confuser category."""
     scores = cutout_scores.to_table()
-    recall = recall_table(scores.filter(pc.equal(scores.column("label"), 1)), thresholds,
-                          training_set.to_table(columns=["object_id"]).column("object_id"), split="test")
-    fpr = fpr_table(held_out_negatives(scores, published_graded_lens_ids(lake.lake().table(*VISUAL_GRADES.key))), thresholds)
+    recall = recall_table(
+        scores.filter(pc.equal(scores.column("label"), 1)),
+        thresholds,
+        training_set.to_table(columns=["object_id"]).column("object_id"),
+        split="test",
+    )
+    fpr = fpr_table(
+        held_out_negatives(scores, published_graded_lens_ids(lake.lake().table(*VISUAL_GRADES.key))), thresholds
+    )
     return Publish({REAL_LENS_RECALL: recall, FPR_BY_CONFUSER: fpr})
 
 
 @lake_asset(
-    EVALUATION_REPORT, code_version="4", kinds={"html"}, deps=[_key(VISUAL_GRADES)],
-    ins={"thresholds": dg.AssetIn(list(THRESHOLDS.key)), "selection_function": dg.AssetIn(list(SELECTION_FUNCTION.key)),
-         "selection_marginals": dg.AssetIn(list(SELECTION_MARGINALS.key)), "real_lens_recall": dg.AssetIn(list(REAL_LENS_RECALL.key)),
-         "fpr_by_confuser": dg.AssetIn(list(FPR_BY_CONFUSER.key)), "cutout_scores": dg.AssetIn(list(CUTOUT_SCORES.key)),
-         "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)), "injection_bank": dg.AssetIn(list(INJECTION_BANK.key)),
-         "cutouts": dg.AssetIn(list(CUTOUTS.key)), "lens_finder": dg.AssetIn(list(LENS_FINDER.key))},
+    EVALUATION_REPORT,
+    code_version="4",
+    kinds={"html"},
+    deps=[_key(VISUAL_GRADES)],
+    ins={
+        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
+        "selection_function": dg.AssetIn(list(SELECTION_FUNCTION.key)),
+        "selection_marginals": dg.AssetIn(list(SELECTION_MARGINALS.key)),
+        "real_lens_recall": dg.AssetIn(list(REAL_LENS_RECALL.key)),
+        "fpr_by_confuser": dg.AssetIn(list(FPR_BY_CONFUSER.key)),
+        "cutout_scores": dg.AssetIn(list(CUTOUT_SCORES.key)),
+        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
+        "injection_bank": dg.AssetIn(list(INJECTION_BANK.key)),
+        "cutouts": dg.AssetIn(list(CUTOUTS.key)),
+        "lens_finder": dg.AssetIn(list(LENS_FINDER.key)),
+    },
 )
-def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource, thresholds: pa.Table, selection_function: pa.Table,
-                      selection_marginals: pa.Table, real_lens_recall: pa.Table, fpr_by_confuser: pa.Table, cutout_scores: ds.Dataset,
-                      injection_scores: ds.Dataset, injection_bank: ds.Dataset, cutouts: ds.Dataset, lens_finder: pa.Table) -> Publish:
+def evaluation_report(
+    context: dg.AssetExecutionContext,
+    lake: LakeResource,
+    thresholds: pa.Table,
+    selection_function: pa.Table,
+    selection_marginals: pa.Table,
+    real_lens_recall: pa.Table,
+    fpr_by_confuser: pa.Table,
+    cutout_scores: ds.Dataset,
+    injection_scores: ds.Dataset,
+    injection_bank: ds.Dataset,
+    cutouts: ds.Dataset,
+    lens_finder: pa.Table,
+) -> Publish:
     """One static HTML page beside its index row: ROC curves and their areas with bootstrap
     intervals, the selection function and its marginals, the recall table, the lens finder's
     gates, mosaics of example cutouts and a link to the search's candidate gallery."""
@@ -150,14 +251,21 @@ def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource, thr
     cut = cutout_scores.to_table()
     real_test = cut.filter(pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test")))
     html = report_html(
-        thresholds=thresholds, selection=selection_function, marginals=selection_marginals,
-        figure=lambda name: store.read_bytes(*SELECTION_FUNCTION.key, name, partition=FIGURES), recall=real_lens_recall,
-        fpr=fpr_by_confuser, injections=injection_rows(injection_scores, "injection"),
+        thresholds=thresholds,
+        selection=selection_function,
+        marginals=selection_marginals,
+        figure=lambda name: store.read_bytes(*SELECTION_FUNCTION.key, name, partition=FIGURES),
+        recall=real_lens_recall,
+        fpr=fpr_by_confuser,
+        injections=injection_rows(injection_scores, "injection"),
         controls=injection_rows(injection_scores, "control"),
-        held_out=held_out_negatives(cut, published_graded_lens_ids(store.table(*VISUAL_GRADES.key))), real_test=real_test,
+        held_out=held_out_negatives(cut, published_graded_lens_ids(store.table(*VISUAL_GRADES.key))),
+        real_test=real_test,
         cutout_stamps=lambda ids: load_stamps(cutouts, ids)[0][0],
-        injection_stamps=lambda ids: _injection_images(injection_bank, ids), lens_finder_row=lens_finder.to_pylist()[0],
-        lake_uri=store.uri, gallery_uri=store.full_uri(f"{store.table_path(*CANDIDATE_GALLERY.key)}/{GALLERY_FILE}"),
+        injection_stamps=lambda ids: _injection_images(injection_bank, ids),
+        lens_finder_row=lens_finder.to_pylist()[0],
+        lake_uri=store.uri,
+        gallery_uri=store.full_uri(f"{store.table_path(*CANDIDATE_GALLERY.key)}/{GALLERY_FILE}"),
     ).encode("utf-8")
     staged = staged_table(context, EVALUATION_REPORT)
     staged.write_bytes("report.html", html)
@@ -170,8 +278,13 @@ def evaluation_report(context: dg.AssetExecutionContext, lake: LakeResource, thr
 def _injection_images(bank: ds.Dataset, injection_ids) -> dict:
     if not injection_ids:
         return {}
-    tbl = bank.to_table(columns=["injection_id", "image"], filter=pc.field("injection_id").isin(pa.array(list(injection_ids), pa.int64())))
+    tbl = bank.to_table(
+        columns=["injection_id", "image"],
+        filter=pc.field("injection_id").isin(pa.array(list(injection_ids), pa.int64())),
+    )
     return dict(zip(tbl.column("injection_id").to_pylist(), from_tensor_column(tbl.column("image"))))
 
 
-evaluation_defs = dg.Definitions(assets=[cutout_scores, injection_scores, thresholds, selection_function, real_lens_recall, evaluation_report])
+evaluation_defs = dg.Definitions(
+    assets=[cutout_scores, injection_scores, thresholds, selection_function, real_lens_recall, evaluation_report]
+)

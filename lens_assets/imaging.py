@@ -15,7 +15,13 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.imaging.cutout_table import STAMP_COLUMNS, InflightFetches, cutout_batches, cutout_targets, reusable_cutouts
+from darkhaloscope.imaging.cutout_table import (
+    STAMP_COLUMNS,
+    InflightFetches,
+    cutout_batches,
+    cutout_targets,
+    reusable_cutouts,
+)
 from darkhaloscope.imaging.quality import quality_summary
 from darkhaloscope.imaging.shortcuts import RED_BOUND, core_shortcut_failed
 from darkhaloscope.imaging.validation import NEGATIVES_VALID_MIN, quality_fractions, shortcut_scan, worst_core_feature
@@ -30,14 +36,26 @@ from .survey import sweeps
 
 
 @lake_asset(
-    CUTOUTS, code_version="3", kinds={"parquet"},
-    ins={"negatives": dg.AssetIn(list(NEGATIVES.key)), "positives": dg.AssetIn(list(POSITIVES.key)),
-         "training_catalog": dg.AssetIn(list(TRAINING_CATALOG.key))},
+    CUTOUTS,
+    code_version="3",
+    kinds={"parquet"},
+    ins={
+        "negatives": dg.AssetIn(list(NEGATIVES.key)),
+        "positives": dg.AssetIn(list(POSITIVES.key)),
+        "training_catalog": dg.AssetIn(list(TRAINING_CATALOG.key)),
+    },
     # the mock sky is drawn from the survey's every sweep file (a stamp near a file's edge sees its neighbours)
     deps=[dg.AssetDep(sweeps, partition_mapping=dg.AllPartitionMapping())],
 )
-def cutouts(context: dg.AssetExecutionContext, lake: LakeResource, survey: SurveyResource, imaging: ImagingResource,
-            negatives: pa.Table, positives: pa.Table, training_catalog: pa.Table) -> Publish:
+def cutouts(
+    context: dg.AssetExecutionContext,
+    lake: LakeResource,
+    survey: SurveyResource,
+    imaging: ImagingResource,
+    negatives: pa.Table,
+    positives: pa.Table,
+    training_catalog: pa.Table,
+) -> Publish:
     """101×101 g,r,z cutouts (nanomaggies; invvar; maskbits where the source has them) of every
     negative and positive of one sweep file, as Arrow fixed-shape tensors, with the target's id,
     label, tier, split, pool, conditions and per-cutout quality metrics; streamed into the staged
@@ -88,23 +106,43 @@ def cutout_validation(context: dg.AssetExecutionContext, lake: LakeResource, cut
     staged = staged_table(context, CUTOUT_VALIDATION)
     staged.write(aucs)
     staged.write_bytes("summary.json", json.dumps(summary, indent=2, sort_keys=True).encode())
-    flags = {r["feature"]: f"{r['flag']} (AUC {r['auc']:.3f} [{r['auc_lo']:.3f}, {r['auc_hi']:.3f}])"
-             for r in aucs.to_pylist() if r["flag"] in ("red", "yellow")}
+    flags = {
+        r["feature"]: f"{r['flag']} (AUC {r['auc']:.3f} [{r['auc_lo']:.3f}, {r['auc_hi']:.3f}])"
+        for r in aucs.to_pylist()
+        if r["flag"] in ("red", "yellow")
+    }
     md = {"summary": summary, "flagged_features": flags}
-    return Publish({CUTOUT_VALIDATION: staged}, audits={CUTOUT_VALIDATION: _validation_audits(aucs, summary)},
-                   metadata={CUTOUT_VALIDATION: md})
+    return Publish(
+        {CUTOUT_VALIDATION: staged},
+        audits={CUTOUT_VALIDATION: _validation_audits(aucs, summary)},
+        metadata={CUTOUT_VALIDATION: md},
+    )
 
 
 def _validation_audits(aucs: pa.Table, summary: dict) -> list[au.AuditOutcome]:
     worst = worst_core_feature(aucs)
     return [
-        au.threshold_audit(checks.POSITIVES_ALL_VALID, summary["positives_valid_fraction"], 1.0, True,
-                           "fraction of positive cutouts passing the quality gate", {"n_positives": summary["n_positives"]}),
-        au.threshold_audit(checks.NEGATIVES_MOSTLY_VALID, summary["negatives_valid_fraction"], NEGATIVES_VALID_MIN, True,
-                           "fraction of negative cutouts passing the quality gate", {"n_negatives": summary["n_negatives"]}),
+        au.threshold_audit(
+            checks.POSITIVES_ALL_VALID,
+            summary["positives_valid_fraction"],
+            1.0,
+            True,
+            "fraction of positive cutouts passing the quality gate",
+            {"n_positives": summary["n_positives"]},
+        ),
+        au.threshold_audit(
+            checks.NEGATIVES_MOSTLY_VALID,
+            summary["negatives_valid_fraction"],
+            NEGATIVES_VALID_MIN,
+            True,
+            "fraction of negative cutouts passing the quality gate",
+            {"n_negatives": summary["n_negatives"]},
+        ),
         checks.NO_CORE_BRIGHTNESS_SHORTCUT.outcome(
-            not core_shortcut_failed(aucs), {"worst_core_feature": worst, "red_threshold": RED_BOUND},
-            f"core-brightness feature {worst and worst['feature']} separates positives from negatives (AUC lower bound > {RED_BOUND})"),
+            not core_shortcut_failed(aucs),
+            {"worst_core_feature": worst, "red_threshold": RED_BOUND},
+            f"core-brightness feature {worst and worst['feature']} separates positives from negatives (AUC lower bound > {RED_BOUND})",
+        ),
     ]
 
 

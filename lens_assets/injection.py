@@ -53,10 +53,20 @@ class InjectionPlanConfig(dg.Config):
     realisation: int = 0
 
 
-@lake_asset(INJECTION_PLAN, code_version="3", kinds={"parquet"}, ins={"cutouts": dg.AssetIn(list(CUTOUTS.key))},
-            deps=[dg.AssetKey(list(CUTOUT_VALIDATION.key)), dg.AssetKey(list(VISUAL_GRADES.key))])
-def injection_plan(context: dg.AssetExecutionContext, config: InjectionPlanConfig, lake: LakeResource, compute: ComputeResource,
-                   cutouts: ds.Dataset) -> Publish:
+@lake_asset(
+    INJECTION_PLAN,
+    code_version="3",
+    kinds={"parquet"},
+    ins={"cutouts": dg.AssetIn(list(CUTOUTS.key))},
+    deps=[dg.AssetKey(list(CUTOUT_VALIDATION.key)), dg.AssetKey(list(VISUAL_GRADES.key))],
+)
+def injection_plan(
+    context: dg.AssetExecutionContext,
+    config: InjectionPlanConfig,
+    lake: LakeResource,
+    compute: ComputeResource,
+    cutouts: ds.Dataset,
+) -> Publish:
     """One task per injection over the θ_E × z_l grid: host (a quality-checked DEV/SER cutout of the
     test split, so injections never share hosts with training or model selection, and never one
     that visual inspection graded a lens, as the held-out negatives never hold one), z_s from its
@@ -66,21 +76,47 @@ def injection_plan(context: dg.AssetExecutionContext, config: InjectionPlanConfi
     lenses = published_graded_lens_ids(lake.lake().table(*VISUAL_GRADES.key))
     hosts = selection_hosts(cutouts, config.host_types, lenses)
     if hosts.num_rows == 0:
-        raise InputError(f"no quality-checked {config.host_types} hosts in the cutouts table ({lenses.size} graded lenses excluded)")
-    cfg = injection_config(compute.profile, config.per_cell, config.batch_size, config.theta_e_grid, config.z_l_grid,
-                           config.host_splits, config.realisation)
+        raise InputError(
+            f"no quality-checked {config.host_types} hosts in the cutouts table ({lenses.size} graded lenses excluded)"
+        )
+    cfg = injection_config(
+        compute.profile,
+        config.per_cell,
+        config.batch_size,
+        config.theta_e_grid,
+        config.z_l_grid,
+        config.host_splits,
+        config.realisation,
+    )
     tasks = plan_injection_grid(hosts, cfg)
-    md = {"plan": plan_summary(tasks), "realisation": config.realisation, "seed_salt": cfg.salt,
-          "n_hosts": hosts.num_rows, "hosts_graded_lenses_excluded": int(lenses.size),
-          "batches": len(set(tasks.column("batch").to_pylist()))}
+    md = {
+        "plan": plan_summary(tasks),
+        "realisation": config.realisation,
+        "seed_salt": cfg.salt,
+        "n_hosts": hosts.num_rows,
+        "hosts_graded_lenses_excluded": int(lenses.size),
+        "batches": len(set(tasks.column("batch").to_pylist())),
+    }
     return Publish({INJECTION_PLAN: tasks}, metadata={INJECTION_PLAN: md})
 
 
-@lake_asset(INJECTION_BANK, code_version="4", kinds={"pytorch", "parquet"}, pool="gpu",
-            ins={"injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
-                 "cutouts": dg.AssetIn(list(CUTOUTS.key), partition_mapping=dg.AllPartitionMapping())})
-def injection_bank(context: dg.AssetExecutionContext, lake: LakeResource, compute: ComputeResource, injection_plan: pa.Table,
-                   cutouts: ds.Dataset) -> Publish:
+@lake_asset(
+    INJECTION_BANK,
+    code_version="4",
+    kinds={"pytorch", "parquet"},
+    pool="gpu",
+    ins={
+        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
+        "cutouts": dg.AssetIn(list(CUTOUTS.key), partition_mapping=dg.AllPartitionMapping()),
+    },
+)
+def injection_bank(
+    context: dg.AssetExecutionContext,
+    lake: LakeResource,
+    compute: ComputeResource,
+    injection_plan: pa.Table,
+    cutouts: ds.Dataset,
+) -> Publish:
     """Injected stamps (SIE + shear lensing a Sérsic source, Moffat PSF from the host's PSFSIZE,
     supersampling 4) and their paired controls (the same host without the arc) for one batch, with
     every parameter, μ, arc S/N, lensed magnitudes, PSF used and the seed. A tensor table: rendered
@@ -108,19 +144,26 @@ def bank_audits(bank: pa.Table) -> list[au.AuditOutcome]:
     physics = physics_problems(bank)
     return [
         checks.INJECTION_MATCHES_LENSTRONOMY.outcome(
-            agreement["ok"], agreement,
+            agreement["ok"],
+            agreement,
             f"re-rendered with lenstronomy: max pixel error {agreement['max_pixel_err_over_peak']:.3g} of peak, "
-            f"flux error {agreement['flux_rel_err']:.3g} (cases: {len(agreement['cases'])})"),
+            f"flux error {agreement['flux_rel_err']:.3g} (cases: {len(agreement['cases'])})",
+        ),
         checks.INJECTION_PHYSICS_VALID.outcome(physics["ok"], physics, "; ".join(physics["problems"])),
     ]
 
 
-@dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Registers one injection_batch partition per batch of the published injection_plan.")
+@dg.sensor(
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Registers one injection_batch partition per batch of the published injection_plan.",
+)
 def injection_batch_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
     change = injection_batch_change(context.instance, lake.lake())
-    return dg.SensorResult(dynamic_partitions_requests=change.requests(),
-                           skip_reason=None if change.requests() else "injection batches unchanged")
+    return dg.SensorResult(
+        dynamic_partitions_requests=change.requests(),
+        skip_reason=None if change.requests() else "injection batches unchanged",
+    )
 
 
 injection_defs = dg.Definitions(assets=[injection_plan, injection_bank], sensors=[injection_batch_sensor])

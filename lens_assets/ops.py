@@ -117,7 +117,9 @@ def _alerts_for_run(instance: dg.DagsterInstance, run_id: str) -> list[Alert]:
                     check=evaluation.check_name,
                     partition=evaluation.partition or run_partition,
                     severity=evaluation.severity.value,
-                    description=(evaluation.description or f"asset check {evaluation.check_name!r} did not pass")[:_MAX_TEXT],
+                    description=(evaluation.description or f"asset check {evaluation.check_name!r} did not pass")[
+                        :_MAX_TEXT
+                    ],
                     metadata=dict(_metadata_to_json(evaluation.metadata), blocking=bool(evaluation.blocking)),
                     run_id=run_id,
                     run_url=url,
@@ -132,8 +134,12 @@ def _alerts_for_run(instance: dg.DagsterInstance, run_id: str) -> list[Alert]:
             failure_entry = entry
     # A run that failed only because blocking checks failed is one incident: the check alerts say it.
     # (BlockingAuditFailed: a blocking audit failed on staged data; see lens_assets.shared.publish)
-    only_blocking_checks = bool(step_classes) and all(c in ("DagsterAssetCheckFailedError", "BlockingAuditFailed") for c in step_classes.values())
-    if failure_entry is not None and not (only_blocking_checks and any(a.kind == "check_failed" and a.severity == "ERROR" for a in alerts)):
+    only_blocking_checks = bool(step_classes) and all(
+        c in ("DagsterAssetCheckFailedError", "BlockingAuditFailed") for c in step_classes.values()
+    )
+    if failure_entry is not None and not (
+        only_blocking_checks and any(a.kind == "check_failed" and a.severity == "ERROR" for a in alerts)
+    ):
         failed_assets = sorted({a for s in step_errors for a in step_assets.get(s, {s})})
         err = getattr(failure_entry.dagster_event.event_specific_data, "error", None)
         detail = "; ".join(f"{s}: {m}" for s, m in sorted(step_errors.items())) or (err.message.strip() if err else "")
@@ -166,7 +172,7 @@ def _parse_cursor(cursor: str | None) -> tuple[int, list[dict]]:
         doc = json.loads(cursor)
         value, unrecorded = doc["after_storage_id"], doc.get("unrecorded", [])
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise InputError(f"alert sensor cursor {cursor!r} is not of the form {{\"after_storage_id\": N}}") from exc
+        raise InputError(f'alert sensor cursor {cursor!r} is not of the form {{"after_storage_id": N}}') from exc
     if not isinstance(value, int) or value < 0:
         raise InputError(f"alert sensor cursor {cursor!r}: after_storage_id must be a non-negative integer")
     if not isinstance(unrecorded, list) or not all(isinstance(e, dict) and "dedup_key" in e for e in unrecorded):
@@ -236,7 +242,7 @@ def alert_sensor(context: dg.SensorEvaluationContext, alert_sinks: AlertSinksRes
     sinks = alert_sinks.build_sinks()
     outcomes = deliver(alerts, sinks, carried=carried)
     # every carried entry is either in the log already or among the outcomes
-    unrecorded = [dict(o.entry) for o in outcomes if not o.recorded and sinks.log is not None][-sinks.max_backlog:]
+    unrecorded = [dict(o.entry) for o in outcomes if not o.recorded and sinks.log is not None][-sinks.max_backlog :]
     context.update_cursor(json.dumps(dict(json.loads(cursor), unrecorded=unrecorded)))
     report_alerts_table(context.instance, alert_sinks.lake(), sum(1 for o in outcomes if o.recorded))
     failed = [o for o in outcomes if not o.ok]
@@ -276,14 +282,19 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
         pids = run_pids(instance, run.run_id)
         if not pids or any(process_alive(p) for p in pids):
             continue
-        instance.report_run_failed(run, message=f"Marked failed: the process(es) {pids} that executed this run on {here} are gone (killed)")
+        instance.report_run_failed(
+            run, message=f"Marked failed: the process(es) {pids} that executed this run on {here} are gone (killed)"
+        )
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         reaped.append(run.run_id)
     return reaped
 
 
-@dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Marks runs whose processes were killed as failed and frees their concurrency slots.")
+@dg.sensor(
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Marks runs whose processes were killed as failed and frees their concurrency slots.",
+)
 def dead_run_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     reaped = reap_dead_runs(context.instance)
     for run_id in reaped:
@@ -294,7 +305,10 @@ def dead_run_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
 ALERTS_KEY = dg.AssetKey(list(ALERTS.key))
 
 alerts = dg.AssetSpec(
-    ALERTS_KEY, group_name=ALERTS.group, kinds={"parquet"}, owners=OWNERS,
+    ALERTS_KEY,
+    group_name=ALERTS.group,
+    kinds={"parquet"},
+    owners=OWNERS,
     description=f"{ALERTS.description}; written by alert delivery (alert_sensor, dhs), rebuilt from ops/alert_log/alerts.jsonl.",
 )
 
@@ -302,8 +316,11 @@ alerts = dg.AssetSpec(
 @dg.asset_check(asset=ALERTS_KEY, name=ALERTS.contract_audit.name, description=ALERTS.contract_audit.description)
 def alerts_contract(lake: LakeResource) -> dg.AssetCheckResult:
     outcome = au.contract_audit(ALERTS.contract_audit, lake.lake().dataset(*ALERTS.key), ALERTS.contract)
-    return dg.AssetCheckResult(passed=outcome.passed, metadata={"problems": dg.MetadataValue.json(outcome.metadata["problems"])},
-                               description=outcome.description)
+    return dg.AssetCheckResult(
+        passed=outcome.passed,
+        metadata={"problems": dg.MetadataValue.json(outcome.metadata["problems"])},
+        description=outcome.description,
+    )
 
 
 def report_alerts_table(instance: dg.DagsterInstance, lake, n_new: int) -> None:
@@ -311,9 +328,16 @@ def report_alerts_table(instance: dg.DagsterInstance, lake, n_new: int) -> None:
     if n_new <= 0:
         return
     uri = lake.full_uri(lake.table_path(*ALERTS_KEY.path))
-    instance.report_runless_asset_event(dg.AssetMaterialization(
-        asset_key=ALERTS_KEY, metadata={"dagster/uri": dg.MetadataValue.path(uri), "new_alerts": n_new,
-                                        "dagster/row_count": dg.MetadataValue.int(lake.count_rows(*ALERTS_KEY.path))}))
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(
+            asset_key=ALERTS_KEY,
+            metadata={
+                "dagster/uri": dg.MetadataValue.path(uri),
+                "new_alerts": n_new,
+                "dagster/row_count": dg.MetadataValue.int(lake.count_rows(*ALERTS_KEY.path)),
+            },
+        )
+    )
 
 
 ops_defs = dg.Definitions(assets=[alerts], asset_checks=[alerts_contract], sensors=[alert_sensor, dead_run_sensor])

@@ -34,15 +34,26 @@ from darkhaloscope.search.grades import UNGRADED, changed_earlier_rows, new_roun
 from darkhaloscope.search.launch import search_with_published_finder
 from darkhaloscope.search.spark import search_on_spark
 from darkhaloscope.search.streaming import STAMP_SCHEMA, InflightSearch, SearchSettings, coverage_problems, score_schema
-from darkhaloscope.search.targets import funnel_preselected, search_targets as select_search_targets
+from darkhaloscope.search.targets import funnel_preselected
+from darkhaloscope.search.targets import search_targets as select_search_targets
 from lakehouse import audits as au
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.compute import QuietPySparkResource, reported
 from resources.imaging import ImagingResource
 from table_registry import audits as checks
 from table_registry.tables import (
-    CANDIDATE_GALLERY, CANDIDATES, INJECTION_SCORES, KNOWN_LENSES, LENS_FINDER, SEARCH_SCORES, SEARCH_STAMPS, SEARCH_TARGETS,
-    SELECTION_FUNNEL, SWEEPS, THRESHOLDS, VISUAL_GRADES,
+    CANDIDATE_GALLERY,
+    CANDIDATES,
+    INJECTION_SCORES,
+    KNOWN_LENSES,
+    LENS_FINDER,
+    SEARCH_SCORES,
+    SEARCH_STAMPS,
+    SEARCH_TARGETS,
+    SELECTION_FUNNEL,
+    SWEEPS,
+    THRESHOLDS,
+    VISUAL_GRADES,
 )
 
 from .shared.publish import Publish, lake_asset, staged_table
@@ -51,18 +62,31 @@ from .survey import sweeps
 _DEFAULT_SEARCH = SearchSettings()
 
 
-@lake_asset(SEARCH_TARGETS, code_version="1", kinds={"parquet"}, ins={"selection_funnel": dg.AssetIn(list(SELECTION_FUNNEL.key))},
-            deps=[sweeps])
+@lake_asset(
+    SEARCH_TARGETS,
+    code_version="1",
+    kinds={"parquet"},
+    ins={"selection_funnel": dg.AssetIn(list(SELECTION_FUNNEL.key))},
+    deps=[sweeps],
+)
 def search_targets(context: dg.AssetExecutionContext, lake: LakeResource, selection_funnel: pa.Table) -> Publish:
     """Every galaxy of one sweep file the search covers: the negatives' cuts as recorded in
     ``selection_funnel`` (footprint, TYPE, maskbits, nobs, z mag) before the known-lens exclusion
     and any sampling, with the HEALPix split, in brick order. Their number is the funnel's count
     remaining before the ``known_lens`` step."""
     name = context.partition_key
-    table = select_search_targets(sweeps_partition_batches(lake.lake().table(*SWEEPS.key), name), recorded_selection(selection_funnel))
+    table = select_search_targets(
+        sweeps_partition_batches(lake.lake().table(*SWEEPS.key), name), recorded_selection(selection_funnel)
+    )
     expected = funnel_preselected(selection_funnel, name)
-    outcomes = [au.equal_counts_audit(checks.SEARCH_TARGETS_IN_FUNNEL, expected, table.num_rows, f"search targets of {name}")]
-    return Publish({SEARCH_TARGETS: table}, audits={SEARCH_TARGETS: outcomes}, metadata={SEARCH_TARGETS: {"n_targets": table.num_rows}})
+    outcomes = [
+        au.equal_counts_audit(checks.SEARCH_TARGETS_IN_FUNNEL, expected, table.num_rows, f"search targets of {name}")
+    ]
+    return Publish(
+        {SEARCH_TARGETS: table},
+        audits={SEARCH_TARGETS: outcomes},
+        metadata={SEARCH_TARGETS: {"n_targets": table.num_rows}},
+    )
 
 
 class SearchConfig(dg.Config):
@@ -77,11 +101,26 @@ class SearchConfig(dg.Config):
     launch: str = ""
 
 
-@lake_asset(SEARCH_SCORES, SEARCH_STAMPS, code_version="2", kinds={"pytorch", "parquet"}, pool="gpu",
-            ins={"search_targets": dg.AssetIn(list(SEARCH_TARGETS.key))}, deps=[dg.AssetKey(list(LENS_FINDER.key))])
-def search_scores(context: dg.AssetExecutionContext, config: SearchConfig, lake: LakeResource, compute: ComputeResource,
-                  survey: SurveyResource, imaging: ImagingResource, pyspark: QuietPySparkResource,
-                  pipes_subprocess_client: dg.PipesSubprocessClient, search_targets: pa.Table) -> Publish:
+@lake_asset(
+    SEARCH_SCORES,
+    SEARCH_STAMPS,
+    code_version="2",
+    kinds={"pytorch", "parquet"},
+    pool="gpu",
+    ins={"search_targets": dg.AssetIn(list(SEARCH_TARGETS.key))},
+    deps=[dg.AssetKey(list(LENS_FINDER.key))],
+)
+def search_scores(
+    context: dg.AssetExecutionContext,
+    config: SearchConfig,
+    lake: LakeResource,
+    compute: ComputeResource,
+    survey: SurveyResource,
+    imaging: ImagingResource,
+    pyspark: QuietPySparkResource,
+    pipes_subprocess_client: dg.PipesSubprocessClient,
+    search_targets: pa.Table,
+) -> Publish:
     """Cut the targets of one sweep file brick by brick from the configured image source and score
     each chunk as it is cut with the published lens finder (its preprocessing and calibration), in
     the asset's process, as Spark tasks or in a process launched through Dagster Pipes; every row
@@ -94,11 +133,17 @@ def search_scores(context: dg.AssetExecutionContext, config: SearchConfig, lake:
     source = imaging.settings(survey)
     finder, inflight_area = store.table(*LENS_FINDER.key), store.inflight()
     if launch == "local":
-        run = search_with_published_finder(finder, inflight_area, name, search_targets, source, compute.torch_device(), settings)
+        run = search_with_published_finder(
+            finder, inflight_area, name, search_targets, source, compute.torch_device(), settings
+        )
     elif launch == "spark":
-        run = search_on_spark(pyspark.spark_session, finder, inflight_area, name, search_targets, source, compute.device, settings)
+        run = search_on_spark(
+            pyspark.spark_session, finder, inflight_area, name, search_targets, source, compute.device, settings
+        )
     else:
-        run = _search_through_pipes(context, pipes_subprocess_client, store, lake.s3_endpoint, source, compute.device, settings)
+        run = _search_through_pipes(
+            context, pipes_subprocess_client, store, lake.s3_endpoint, source, compute.device, settings
+        )
     inflight = InflightSearch(inflight_area, name, run["model_version"])
     staged.write(inflight.batches("scores", run["n_chunks"]), schema=score_schema(search_targets.schema))
     staged_stamps.write(inflight.batches("stamps", run["n_chunks"]), schema=STAMP_SCHEMA)
@@ -106,22 +151,58 @@ def search_scores(context: dg.AssetExecutionContext, config: SearchConfig, lake:
     scores = staged.read(columns=["object_id", "valid", "invalid_reason", "model_version", "stamp_kept"])
     coverage = coverage_problems(scores, search_targets.column("object_id"), run["model_version"])
     kept = staged_stamps.read(columns=["object_id"])
-    stamps_match = sorted(kept.column("object_id").to_pylist()) == sorted(scores.filter(scores.column("stamp_kept")).column("object_id").to_pylist())
-    outcomes = [au.scores_audit(checks.SEARCH_SCORES_CONTRACT, staged.dataset()),
-                au.count_audit(checks.SEARCH_SCORES_COVER_TARGETS, sum(coverage.values()), f"coverage problems in search scores of {name}", coverage)]
-    stamp_outcomes = [checks.SEARCH_STAMPS_CONTRACT.outcome(stamps_match, {}, f"kept stamps of {name} differ from the rows marked stamp_kept")]
-    md = {**run, **_reasons(scores), "n_stamps_kept": kept.num_rows, "launch": launch, "seconds": round(seconds, 1),
-          "targets_per_second": round(search_targets.num_rows / max(seconds, 1e-9), 1)}
-    return Publish({SEARCH_SCORES: staged, SEARCH_STAMPS: staged_stamps},
-                   audits={SEARCH_SCORES: outcomes, SEARCH_STAMPS: stamp_outcomes}, metadata={SEARCH_SCORES: md}, after=inflight.clear)
+    stamps_match = sorted(kept.column("object_id").to_pylist()) == sorted(
+        scores.filter(scores.column("stamp_kept")).column("object_id").to_pylist()
+    )
+    outcomes = [
+        au.scores_audit(checks.SEARCH_SCORES_CONTRACT, staged.dataset()),
+        au.count_audit(
+            checks.SEARCH_SCORES_COVER_TARGETS,
+            sum(coverage.values()),
+            f"coverage problems in search scores of {name}",
+            coverage,
+        ),
+    ]
+    stamp_outcomes = [
+        checks.SEARCH_STAMPS_CONTRACT.outcome(
+            stamps_match, {}, f"kept stamps of {name} differ from the rows marked stamp_kept"
+        )
+    ]
+    md = {
+        **run,
+        **_reasons(scores),
+        "n_stamps_kept": kept.num_rows,
+        "launch": launch,
+        "seconds": round(seconds, 1),
+        "targets_per_second": round(search_targets.num_rows / max(seconds, 1e-9), 1),
+    }
+    return Publish(
+        {SEARCH_SCORES: staged, SEARCH_STAMPS: staged_stamps},
+        audits={SEARCH_SCORES: outcomes, SEARCH_STAMPS: stamp_outcomes},
+        metadata={SEARCH_SCORES: md},
+        after=inflight.clear,
+    )
 
 
-def _search_through_pipes(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessClient, store, s3_endpoint: str | None,
-                          source: ImageSourceOpener, device: str, settings: SearchSettings) -> dict:
+def _search_through_pipes(
+    context: dg.AssetExecutionContext,
+    pipes: dg.PipesSubprocessClient,
+    store,
+    s3_endpoint: str | None,
+    source: ImageSourceOpener,
+    device: str,
+    settings: SearchSettings,
+) -> dict:
     """Run ``lens_assets.pipes.search_sweep`` on this partition through Dagster Pipes (the client
     the trainer uses) and return the counts it reported."""
-    extras = {"lake_uri": store.full_uri(store.root), "s3_endpoint": s3_endpoint, "sweep_file": context.partition_key,
-              "source": source.to_dict(), "settings": asdict(settings), "device": device}
+    extras = {
+        "lake_uri": store.full_uri(store.root),
+        "s3_endpoint": s3_endpoint,
+        "sweep_file": context.partition_key,
+        "source": source.to_dict(),
+        "settings": asdict(settings),
+        "device": device,
+    }
     done = pipes.run(context=context, command=[sys.executable, "-m", "lens_assets.pipes.search_sweep"], extras=extras)
     return reported(done, "search", f"the search of {context.partition_key}")
 
@@ -131,7 +212,11 @@ def _reasons(scores: pa.Table) -> dict:
     # the first token of a reason names its kind (fetch_failed: <message> keeps only the kind)
     kinds = [r.split(";")[0].split(":")[0] for r in invalid.column("invalid_reason").to_pylist()]
     values, counts = np.unique(np.asarray(kinds, dtype=object).astype(str), return_counts=True) if kinds else ([], [])
-    return {"n_rows": scores.num_rows, "n_unscorable": invalid.num_rows, "unscorable_by_reason": {str(v): int(c) for v, c in zip(values, counts)}}
+    return {
+        "n_rows": scores.num_rows,
+        "n_unscorable": invalid.num_rows,
+        "unscorable_by_reason": {str(v): int(c) for v, c in zip(values, counts)},
+    }
 
 
 class CandidatesConfig(dg.Config):
@@ -142,25 +227,69 @@ class CandidatesConfig(dg.Config):
     dedup_arcsec: float = DEFAULT_DEDUP_ARCSEC
 
 
-@lake_asset(CANDIDATES, code_version="2", kinds={"parquet"},
-            ins={"search_scores": dg.AssetIn(list(SEARCH_SCORES.key)), "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
-                 "known_lenses": dg.AssetIn(list(KNOWN_LENSES.key)), "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key))})
-def candidates(context: dg.AssetExecutionContext, config: CandidatesConfig, lake: LakeResource, search_scores: ds.Dataset,
-               thresholds: pa.Table,
-               known_lenses: pa.Table, injection_scores: ds.Dataset) -> Publish:
+@lake_asset(
+    CANDIDATES,
+    code_version="2",
+    kinds={"parquet"},
+    ins={
+        "search_scores": dg.AssetIn(list(SEARCH_SCORES.key)),
+        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
+        "known_lenses": dg.AssetIn(list(KNOWN_LENSES.key)),
+        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
+    },
+)
+def candidates(
+    context: dg.AssetExecutionContext,
+    config: CandidatesConfig,
+    lake: LakeResource,
+    search_scores: ds.Dataset,
+    thresholds: pa.Table,
+    known_lenses: pa.Table,
+    injection_scores: ds.Dataset,
+) -> Publish:
     """Searched galaxies scoring above the threshold, ranked by score, de-duplicated within 3″,
     matched to the known lenses (known vs new, separation and name of the nearest), with the rank
     percentile of their score among all scored galaxies and the search's completeness at the
     threshold (valid injections above it, with the Jeffreys 68% interval on their effective number)."""
-    columns = ["object_id", "sweep_file", "brickname", "ra", "dec", "type", "mag_r", "split", "score", "model_version", "valid"]
-    table = build_candidates(search_scores.to_table(columns=columns), thresholds, known_lenses,
-                             injection_rows(injection_scores, "injection"), config.threshold_name or None, config.dedup_arcsec)
+    columns = [
+        "object_id",
+        "sweep_file",
+        "brickname",
+        "ra",
+        "dec",
+        "type",
+        "mag_r",
+        "split",
+        "score",
+        "model_version",
+        "valid",
+    ]
+    table = build_candidates(
+        search_scores.to_table(columns=columns),
+        thresholds,
+        known_lenses,
+        injection_rows(injection_scores, "injection"),
+        config.threshold_name or None,
+        config.dedup_arcsec,
+    )
     versions = pc.unique(table.column("model_version")).to_pylist()
-    outcomes = [au.count_audit(checks.CANDIDATES_ONE_MODEL, max(len(versions) - 1, 0), "extra model versions among the candidates",
-                               {"versions": versions})]
+    outcomes = [
+        au.count_audit(
+            checks.CANDIDATES_ONE_MODEL,
+            max(len(versions) - 1, 0),
+            "extra model versions among the candidates",
+            {"versions": versions},
+        )
+    ]
     known = int(pc.sum(table.column("known")).as_py() or 0)
-    md = {"n_candidates": table.num_rows, "n_known": known, "n_new": table.num_rows - known,
-          "threshold": table.column("threshold_name")[0].as_py() if table.num_rows else (config.threshold_name or "strictest")}
+    md = {
+        "n_candidates": table.num_rows,
+        "n_known": known,
+        "n_new": table.num_rows - known,
+        "threshold": table.column("threshold_name")[0].as_py()
+        if table.num_rows
+        else (config.threshold_name or "strictest"),
+    }
     return Publish({CANDIDATES: table}, audits={CANDIDATES: outcomes}, metadata={CANDIDATES: md})
 
 
@@ -170,10 +299,21 @@ class GalleryConfig(dg.Config):
     top_n: int = DEFAULT_TOP_N
 
 
-@lake_asset(CANDIDATE_GALLERY, code_version="1", kinds={"html"},
-            ins={"candidates": dg.AssetIn(list(CANDIDATES.key)), "search_stamps": dg.AssetIn(list(SEARCH_STAMPS.key))})
-def candidate_gallery(context: dg.AssetExecutionContext, config: GalleryConfig, lake: LakeResource, survey: SurveyResource,
-                      imaging: ImagingResource, candidates: pa.Table, search_stamps: ds.Dataset) -> Publish:
+@lake_asset(
+    CANDIDATE_GALLERY,
+    code_version="1",
+    kinds={"html"},
+    ins={"candidates": dg.AssetIn(list(CANDIDATES.key)), "search_stamps": dg.AssetIn(list(SEARCH_STAMPS.key))},
+)
+def candidate_gallery(
+    context: dg.AssetExecutionContext,
+    config: GalleryConfig,
+    lake: LakeResource,
+    survey: SurveyResource,
+    imaging: ImagingResource,
+    candidates: pa.Table,
+    search_stamps: ds.Dataset,
+) -> Publish:
     """One static HTML page (offline, stamps embedded) of the top candidates' g, r, z colour
     stamps with score, known/new, a Legacy Surveys viewer link and a grading control whose CSV
     export ``dhs grade`` lands in ``visual_grades``."""
@@ -186,8 +326,11 @@ def candidate_gallery(context: dg.AssetExecutionContext, config: GalleryConfig, 
     uri = store.full_uri(f"{staged.published_folder}/{GALLERY_FILE}")
     shown = html.count(b'class="stamp"')
     staged.write(pa.table({"uri": [uri], "bytes": [len(html)], "stamps": [shown]}))
-    outcomes = [checks.CANDIDATE_GALLERY_CONTRACT.outcome(shown == top.num_rows, {"shown": shown},
-                                                          f"the page shows {shown} stamps for {top.num_rows} candidates")]
+    outcomes = [
+        checks.CANDIDATE_GALLERY_CONTRACT.outcome(
+            shown == top.num_rows, {"shown": shown}, f"the page shows {shown} stamps for {top.num_rows} candidates"
+        )
+    ]
     md = {"stamps": shown, "gallery": dg.MetadataValue.url(f"file://{uri}") if not store.is_s3 else uri}
     return Publish({CANDIDATE_GALLERY: staged}, audits={CANDIDATE_GALLERY: outcomes}, metadata={CANDIDATE_GALLERY: md})
 
@@ -212,10 +355,20 @@ def visual_grades(context: dg.AssetExecutionContext, config: GradesConfig, lake:
     payload = _read_csv(config.csv_path) if config.csv_path else b""
     grades = parse_grades_csv(payload, config.csv_path) if config.csv_path else None
     table = new_round(previous, grades, config.csv_path.rsplit("/", 1)[-1], payload)
-    outcomes = [au.count_audit(checks.VISUAL_GRADES_ROUNDS_KEPT, changed_earlier_rows(previous, table), "rows of earlier rounds changed or lost")]
-    md = {"round": int(pc.max(table.column("round")).as_py() or 0),
-          "n_graded": 0 if grades is None else int(pc.sum(pc.not_equal(grades.column("grade"), UNGRADED)).as_py() or 0),
-          "grades": {} if grades is None else {str(d["values"]): int(d["counts"]) for d in grades.column("grade").value_counts().to_pylist()}}
+    outcomes = [
+        au.count_audit(
+            checks.VISUAL_GRADES_ROUNDS_KEPT,
+            changed_earlier_rows(previous, table),
+            "rows of earlier rounds changed or lost",
+        )
+    ]
+    md = {
+        "round": int(pc.max(table.column("round")).as_py() or 0),
+        "n_graded": 0 if grades is None else int(pc.sum(pc.not_equal(grades.column("grade"), UNGRADED)).as_py() or 0),
+        "grades": {}
+        if grades is None
+        else {str(d["values"]): int(d["counts"]) for d in grades.column("grade").value_counts().to_pylist()},
+    }
     return Publish({VISUAL_GRADES: table}, audits={VISUAL_GRADES: outcomes}, metadata={VISUAL_GRADES: md})
 
 

@@ -12,7 +12,11 @@ from astropy.io import fits
 from darkhaloscope.survey.known_lenses import load_known_lenses
 from darkhaloscope.survey.manifest import sweep_manifest
 from darkhaloscope.survey.sweeps import (
-    SWEEP_DIM, check_one_file_per_box, ingest_sweep, objects_in_other_sweeps, parse_sweep_filename,
+    SWEEP_DIM,
+    check_one_file_per_box,
+    ingest_sweep,
+    objects_in_other_sweeps,
+    parse_sweep_filename,
 )
 from lakehouse import audits as au
 from resources import LakeResource, SurveyResource
@@ -39,7 +43,9 @@ def sweep_files(context: dg.AssetExecutionContext, survey: SurveyResource, lake:
     origin = survey.origin()
     removed = lake.lake().remove_partitions(SWEEP_DIM, names, probe=SWEEPS.key)
     for r in removed:
-        context.log.warning(f"removed {r['table']} partition {r['partition']}: its sweep file is no longer in the survey")
+        context.log.warning(
+            f"removed {r['table']} partition {r['partition']}: its sweep file is no longer in the survey"
+        )
     md = {"removed_partitions": removed, "n_removed_partitions": len(removed), "survey_origin": origin}
     return Publish({SWEEP_FILES: sweep_manifest(names, sizes, origin)}, metadata={SWEEP_FILES: md})
 
@@ -61,10 +67,20 @@ def sweeps(context: dg.AssetExecutionContext, survey: SurveyResource, lake: Lake
     found = objects_in_other_sweeps(lake.lake().table(*SWEEPS.key), name, object_ids=ids)
     outcomes = [
         au.equal_counts_audit(checks.SWEEPS_ROW_COUNT, n_fits, staged.num_rows(), name),
-        au.inside_box_audit(checks.SWEEPS_INSIDE_BOX, staged.read(columns=["ra", "dec"]), box.ra_min, box.ra_max,
-                            box.dec_min, box.dec_max),
-        au.count_audit(checks.SWEEPS_UNIQUE_ACROSS_PARTITIONS, found["duplicates"],
-                       f"object(s) of {name} also in {sorted(found['with'])}", found),
+        au.inside_box_audit(
+            checks.SWEEPS_INSIDE_BOX,
+            staged.read(columns=["ra", "dec"]),
+            box.ra_min,
+            box.ra_max,
+            box.dec_min,
+            box.dec_max,
+        ),
+        au.count_audit(
+            checks.SWEEPS_UNIQUE_ACROSS_PARTITIONS,
+            found["duplicates"],
+            f"object(s) of {name} also in {sorted(found['with'])}",
+            found,
+        ),
     ]
     md = {"fits_rows": n_fits, "data_model": info["data_model"]}
     return Publish({SWEEPS: staged}, audits={SWEEPS: outcomes}, metadata={SWEEPS: md})
@@ -83,12 +99,17 @@ def _counts(tbl: pa.Table, col: str) -> dict:
     return {str(d["values"]): int(d["counts"]) for d in tbl.column(col).value_counts().to_pylist()}
 
 
-@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Registers one sweep_file partition per survey sweep file; removes those of vanished files.")
+@dg.sensor(
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Registers one sweep_file partition per survey sweep file; removes those of vanished files.",
+)
 def sweep_file_sensor(context: dg.SensorEvaluationContext, survey: SurveyResource) -> dg.SensorResult:
     change = sweep_file_change(context.instance, survey)
-    return dg.SensorResult(dynamic_partitions_requests=change.requests(),
-                           skip_reason=None if change.requests() else "sweep files unchanged")
+    return dg.SensorResult(
+        dynamic_partitions_requests=change.requests(),
+        skip_reason=None if change.requests() else "sweep files unchanged",
+    )
 
 
 survey_defs = dg.Definitions(assets=[sweep_files, sweeps, known_lenses], sensors=[sweep_file_sensor])

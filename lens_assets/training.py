@@ -22,7 +22,13 @@ from darkhaloscope.training.gates import GATES
 from darkhaloscope.training.profiles import training_profile
 from darkhaloscope.training.runs import published_files
 from darkhaloscope.training.training_set import (
-    CUTOUT_COLUMNS, TIER_WEIGHTS, assemble_training_set, counts_by_split_and_kind, recorded_specs, training_rows, with_graded,
+    CUTOUT_COLUMNS,
+    TIER_WEIGHTS,
+    assemble_training_set,
+    counts_by_split_and_kind,
+    recorded_specs,
+    training_rows,
+    with_graded,
 )
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.imaging import ImagingResource
@@ -54,10 +60,20 @@ class TrainingSetConfig(dg.Config):
     faint_fraction: float | None = None
 
 
-@lake_asset(TRAINING_SET, code_version="6", kinds={"parquet"},
-            deps=[dg.AssetKey(list(t.key)) for t in (CUTOUTS, CUTOUT_VALIDATION, SEARCH_TARGETS, VISUAL_GRADES)])
-def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, lake: LakeResource, compute: ComputeResource,
-                 survey: SurveyResource, imaging: ImagingResource) -> Publish:
+@lake_asset(
+    TRAINING_SET,
+    code_version="6",
+    kinds={"parquet"},
+    deps=[dg.AssetKey(list(t.key)) for t in (CUTOUTS, CUTOUT_VALIDATION, SEARCH_TARGETS, VISUAL_GRADES)],
+)
+def training_set(
+    context: dg.AssetExecutionContext,
+    config: TrainingSetConfig,
+    lake: LakeResource,
+    compute: ComputeResource,
+    survey: SurveyResource,
+    imaging: ImagingResource,
+) -> Publish:
     """Real positives (tier weights A 1.0, B 0.5) and the training catalog's negatives of the train
     and val splits (test stays untouched), with the visually graded candidates of those splits
     (graded lenses as positives with their grade as tier, C 0.25; graded non-lenses as labelled
@@ -68,10 +84,16 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
     finder renders fresh injections every epoch from them instead of reading stored ones."""
     store = lake.lake()
     profile = training_profile(compute.profile)
-    overrides = {k: v for k, v in (("min_arc_snr", config.min_arc_snr), ("faint_fraction", config.faint_fraction)) if v is not None}
+    overrides = {
+        k: v
+        for k, v in (("min_arc_snr", config.min_arc_snr), ("faint_fraction", config.faint_fraction))
+        if v is not None
+    }
     if overrides and not config.injections:
-        raise InputError(f"training_set config {overrides} sets the injection stream's acceptance, "
-                         "but injections is false: there is no stream")
+        raise InputError(
+            f"training_set config {overrides} sets the injection stream's acceptance, "
+            "but injections is false: there is no stream"
+        )
     stream = replace(profile.stream, **overrides)
     cutouts = store.table(*CUTOUTS.key)
     rows = training_rows(cutouts.read(columns=list(CUTOUT_COLUMNS)))
@@ -81,26 +103,41 @@ def training_set(context: dg.AssetExecutionContext, config: TrainingSetConfig, l
     extra = _graded_cutouts(store.table(*SEARCH_TARGETS.key), graded, rows, lambda: imaging.source(survey))
     rows, images, invvar, counts = with_graded(rows, images, invvar, graded, extra, awaiting)
     table = assemble_training_set(
-        rows, images, invvar, preprocess=profile.preprocess, stream=stream if config.injections else None,
+        rows,
+        images,
+        invvar,
+        preprocess=profile.preprocess,
+        stream=stream if config.injections else None,
         tier_weights={"A": config.weight_tier_a, "B": config.weight_tier_b, "C": config.weight_tier_c},
-        negatives_per_positive=config.negatives_per_positive, host_types=profile.injection_host_types, grades={**used, **counts})
+        negatives_per_positive=config.negatives_per_positive,
+        host_types=profile.injection_host_types,
+        grades={**used, **counts},
+    )
     specs = recorded_specs(table.schema)
-    md = {"counts": counts_by_split_and_kind(table), "visual_grades_used": {**used, **counts},
-          "preprocess_spec": specs[0].to_dict(), "injection_stream": specs[1].to_dict() if specs[1] else None}
+    md = {
+        "counts": counts_by_split_and_kind(table),
+        "visual_grades_used": {**used, **counts},
+        "preprocess_spec": specs[0].to_dict(),
+        "injection_stream": specs[1].to_dict() if specs[1] else None,
+    }
     return Publish({TRAINING_SET: table}, metadata={TRAINING_SET: md})
 
 
 def _graded_cutouts(targets_table, graded: pa.Table, rows: pa.Table, open_source) -> pa.Table | None:
     """Cutouts (stamps and quality) of the graded objects the training rows lack, cut from the image
     source at their ``search_targets`` rows; None when there are none."""
-    missing = pc.filter(graded.column("object_id"), pc.invert(pc.is_in(graded.column("object_id"), rows.column("object_id"))))
+    missing = pc.filter(
+        graded.column("object_id"), pc.invert(pc.is_in(graded.column("object_id"), rows.column("object_id")))
+    )
     if len(missing) == 0:
         return None
     targets = targets_table.dataset().to_table(filter=pc.field("object_id").isin(missing))
     lost = sorted(set(missing.to_pylist()) - set(targets.column("object_id").to_pylist()))
     if lost:
-        raise InputError(f"graded objects {lost[:5]} ({len(lost)} in all) are in no search_targets partition: "
-                         "their sweep file left the survey; land grades of the current search")
+        raise InputError(
+            f"graded objects {lost[:5]} ({len(lost)} in all) are in no search_targets partition: "
+            "their sweep file left the survey; land grades of the current search"
+        )
     return pa.Table.from_batches(list(cutout_batches(targets.sort_by("object_id"), open_source())))
 
 
@@ -123,10 +160,21 @@ def _run_locations(store) -> tuple[str, str]:
     return train_uri.removeprefix("file://"), store.inflight().table_path("training", "lens_finder_runs")
 
 
-@lake_asset(LENS_FINDER, code_version="3", kinds={"pytorch", "safetensors"}, deps=[training_set], pool="gpu",
-            retry_policy=dg.RetryPolicy(max_retries=2, delay=5))
-def lens_finder(context: dg.AssetExecutionContext, config: LensFinderConfig, lake: LakeResource, compute: ComputeResource,
-                pipes_subprocess_client: dg.PipesSubprocessClient) -> Publish:
+@lake_asset(
+    LENS_FINDER,
+    code_version="3",
+    kinds={"pytorch", "safetensors"},
+    deps=[training_set],
+    pool="gpu",
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=5),
+)
+def lens_finder(
+    context: dg.AssetExecutionContext,
+    config: LensFinderConfig,
+    lake: LakeResource,
+    compute: ComputeResource,
+    pipes_subprocess_client: dg.PipesSubprocessClient,
+) -> Publish:
     """The CNN lens finder of the profile (demo: the strided ResNet; full: the compact bottleneck
     ResNet and the strided ResNet stacked by Paper IV's meta-learner), trained on injections
     rendered on the fly by ``lens_assets/pipes/train_lens_finder.py`` through Dagster Pipes,
@@ -141,26 +189,40 @@ def lens_finder(context: dg.AssetExecutionContext, config: LensFinderConfig, lak
     train_uri, runs_dir = _run_locations(store)
     profile = training_profile(compute.profile)
     extras = {
-        "training_set_uri": train_uri, "out_dir": runs_dir,
+        "training_set_uri": train_uri,
+        "out_dir": runs_dir,
         "members": [replace(m, device=compute.device).to_dict() for m in profile.members],
-        "gate_thresholds": {"core_lr_auc": float(config.core_threshold)}, "ensemble_hidden": profile.ensemble_hidden,
+        "gate_thresholds": {"core_lr_auc": float(config.core_threshold)},
+        "ensemble_hidden": profile.ensemble_hidden,
     }
     result = pipes_subprocess_client.run(
-        context=context, command=[sys.executable, "-m", "lens_assets.pipes.train_lens_finder"], extras=extras,
+        context=context,
+        command=[sys.executable, "-m", "lens_assets.pipes.train_lens_finder"],
+        extras=extras,
     ).get_materialize_result()
     md = {k: getattr(v, "value", v) for k, v in (result.metadata or {}).items()}
     staged = staged_table(context, LENS_FINDER)
     for name, data in published_files(md["run_dir"]):
         staged.write_bytes(name, data, subfolder=CHECKPOINT_PARTITION)
     uri = store.full_uri(f"{staged.published_folder}/{'/'.join(f'{k}={v}' for k, v in CHECKPOINT_PARTITION.items())}")
-    staged.write(pa.table({
-        "checkpoint_uri": [uri], "data_version": [result.data_version.value if result.data_version else None],
-        "val_auroc": [float(md["val_auroc"]) if "val_auroc" in md else None],
-        "metrics": [json.dumps(md, default=str, sort_keys=True)],
-    }))
-    outcomes = [LENS_FINDER.audit(g["name"]).outcome(
-        bool(g["passed"]), {"value": g["value"], "threshold": g["threshold"]},
-        f"{g['name']} = {g['value']:.4f} against the threshold {g['threshold']}") for g in md["gates"]]
+    staged.write(
+        pa.table(
+            {
+                "checkpoint_uri": [uri],
+                "data_version": [result.data_version.value if result.data_version else None],
+                "val_auroc": [float(md["val_auroc"]) if "val_auroc" in md else None],
+                "metrics": [json.dumps(md, default=str, sort_keys=True)],
+            }
+        )
+    )
+    outcomes = [
+        LENS_FINDER.audit(g["name"]).outcome(
+            bool(g["passed"]),
+            {"value": g["value"], "threshold": g["threshold"]},
+            f"{g['name']} = {g['value']:.4f} against the threshold {g['threshold']}",
+        )
+        for g in md["gates"]
+    ]
     return Publish({LENS_FINDER: staged}, audits={LENS_FINDER: outcomes}, metadata={LENS_FINDER: result.metadata or {}})
 
 

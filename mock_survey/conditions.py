@@ -110,8 +110,9 @@ def observing_conditions(rng: np.random.Generator, ra, dec, seed: int) -> Condit
     return Conditions(fwhm, nobs, psfdepth, galdepth, ebv, mw)
 
 
-def measured_photometry(rng: np.random.Generator, true_mag: dict, cond: Conditions, shape_r, is_dup, ra, dec,
-                        seed: int) -> tuple[dict, dict]:
+def measured_photometry(
+    rng: np.random.Generator, true_mag: dict, cond: Conditions, shape_r, is_dup, ra, dec, seed: int
+) -> tuple[dict, dict]:
     """FLUX (nmgy) and FLUX_IVAR (1/nmgy²) per sweep band; DUP rows carry no optical or W1/W2 flux."""
     n = len(ra)
     flux, ivar = {}, {}
@@ -135,5 +136,9 @@ def measured_photometry(rng: np.random.Generator, true_mag: dict, cond: Conditio
 def wise_nobs(rng: np.random.Generator, ra, dec, seed: int) -> dict:
     """NOBS_W1..W4 (int16): WISE's many epochs, varying smoothly over the sky."""
     n = len(ra)
-    return {b: np.rint(WISE_NOBS + WISE_NOBS_FIELD * smooth_field(ra, dec, seed, f"nobs-{b}")
-                       + rng.normal(0, WISE_NOBS_SCATTER, n)).astype(np.int16) for b in sm.WISE}
+    return {
+        b: np.rint(
+            WISE_NOBS + WISE_NOBS_FIELD * smooth_field(ra, dec, seed, f"nobs-{b}") + rng.normal(0, WISE_NOBS_SCATTER, n)
+        ).astype(np.int16)
+        for b in sm.WISE
+    }

@@ -25,11 +25,12 @@ import torch
 
 from darkhaloscope.catalog.cuts import REQUIRED_COLUMNS, KnownLensIndex, NegativeSelectionConfig, cut_masks
 from darkhaloscope.errors import InputError
-from .sky import MOCK_SKY_COLUMNS, MockSky
 from darkhaloscope.lensing.render import arc_snr
 from darkhaloscope.seeding import rng_for
 from darkhaloscope.sky import chord_for_arcsec, unit_vectors
+
 from .lenses import LENS_ID_FIELDS, LENS_Z_DRAW, LENSING_FIELDS, N_UNIFORMS, lens_arc_stamps, lensing_draws
+from .sky import MOCK_SKY_COLUMNS, MockSky
 
 #: Tractor types of hidden-lens hosts.
 HOST_TYPES = ("DEV", "SER")
@@ -47,13 +48,26 @@ HOST_COLUMNS = tuple(dict.fromkeys((*REQUIRED_COLUMNS, *MOCK_SKY_COLUMNS, "objec
 
 #: Truth of the hidden lenses: truth/hidden_lens_truth.parquet.
 HIDDEN_LENS_TRUTH_SCHEMA = pa.schema(
-    [*LENS_ID_FIELDS[:4],
-     pa.field("lens_type", pa.string(), metadata={"description": "TYPE of the host row (DEV or SER)"}),
-     LENS_ID_FIELDS[5], *LENSING_FIELDS,
-     pa.field("arc_snr", pa.float64(), metadata={"description": "r-band arc S/N as painted (lensing.render.arc_snr, sky invvar at the host)"}),
-     pa.field("arc_flux_g", pa.float64(), metadata={"unit": "nmgy", "description": "total g flux of the painted arc"}),
-     pa.field("arc_flux_r", pa.float64(), metadata={"unit": "nmgy", "description": "total r flux of the painted arc"}),
-     pa.field("arc_flux_z", pa.float64(), metadata={"unit": "nmgy", "description": "total z flux of the painted arc"})]
+    [
+        *LENS_ID_FIELDS[:4],
+        pa.field("lens_type", pa.string(), metadata={"description": "TYPE of the host row (DEV or SER)"}),
+        LENS_ID_FIELDS[5],
+        *LENSING_FIELDS,
+        pa.field(
+            "arc_snr",
+            pa.float64(),
+            metadata={"description": "r-band arc S/N as painted (lensing.render.arc_snr, sky invvar at the host)"},
+        ),
+        pa.field(
+            "arc_flux_g", pa.float64(), metadata={"unit": "nmgy", "description": "total g flux of the painted arc"}
+        ),
+        pa.field(
+            "arc_flux_r", pa.float64(), metadata={"unit": "nmgy", "description": "total r flux of the painted arc"}
+        ),
+        pa.field(
+            "arc_flux_z", pa.float64(), metadata={"unit": "nmgy", "description": "total z flux of the painted arc"}
+        ),
+    ]
 )
 
 
@@ -62,14 +76,18 @@ def hidden_lens_hosts(catalog: pa.Table, known_lenses: pa.Table, boxes, n: int, 
     the order they were drawn; ``known_lenses``: every lenscat entry (ra, dec), ``boxes``: the footprint."""
     config = NegativeSelectionConfig()
     ok = np.logical_and.reduce(list(cut_masks(catalog, config).values()))
-    ok &= pc.is_in(pc.utf8_trim_whitespace(catalog.column("type")), value_set=pa.array(HOST_TYPES)).to_numpy(zero_copy_only=False)
+    ok &= pc.is_in(pc.utf8_trim_whitespace(catalog.column("type")), value_set=pa.array(HOST_TYPES)).to_numpy(
+        zero_copy_only=False
+    )
     ra, dec = catalog.column("ra").to_numpy(), catalog.column("dec").to_numpy()
     ok &= ~KnownLensIndex.from_table(known_lenses).within(ra, dec, config.exclusion_radius_arcsec)
     margin = HOST_EDGE_MARGIN_ARCSEC / 3600.0
     inside = np.zeros(len(ra), dtype=bool)
     for b in boxes:
         dra = margin / np.cos(np.radians(dec))
-        inside |= (ra > b.ra_min + dra) & (ra < b.ra_max - dra) & (dec > b.dec_min + margin) & (dec < b.dec_max - margin)
+        inside |= (
+            (ra > b.ra_min + dra) & (ra < b.ra_max - dra) & (dec > b.dec_min + margin) & (dec < b.dec_max - margin)
+        )
     candidates = np.flatnonzero(ok & inside)
     candidates = candidates[np.argsort(catalog.column("object_id").to_numpy()[candidates], kind="stable")]
     order = rng_for("mock-hidden-hosts", seed).permutation(candidates)
@@ -82,7 +100,9 @@ def hidden_lens_hosts(catalog: pa.Table, known_lenses: pa.Table, boxes, n: int, 
         if not chosen or np.min(np.linalg.norm(xyz[chosen] - xyz[i], axis=1)) >= spacing:
             chosen.append(int(i))
     if len(chosen) < n:
-        raise InputError(f"only {len(chosen)} of the {n} hidden lenses fit the mock catalog ({len(candidates)} eligible hosts)")
+        raise InputError(
+            f"only {len(chosen)} of the {n} hidden lenses fit the mock catalog ({len(candidates)} eligible hosts)"
+        )
     return np.array(chosen, dtype=np.int64)
 
 
@@ -95,11 +115,19 @@ def draw_hidden_lenses(hosts: pa.Table, seed: int) -> pa.Table:
         u = rng_for("mock-hidden-lens", seed, oid).uniform(size=N_UNIFORMS)
         zl = LENS_Z_DRAW[0] + LENS_Z_DRAW[1] * u[0]
         theta_e = THETA_E_DRAW[0] + THETA_E_DRAW[1] * u[2]
-        row = {"z_lens": zl, **lensing_draws(u, zl, theta_e, float(np.hypot(e1[i], e2[i])), 0.5 * float(np.arctan2(e2[i], e1[i])))}
+        row = {
+            "z_lens": zl,
+            **lensing_draws(u, zl, theta_e, float(np.hypot(e1[i], e2[i])), 0.5 * float(np.arctan2(e2[i], e1[i]))),
+        }
         row["source_mag_r"] = REFERENCE_SOURCE_MAG
         rows.append(row)
-    cols = {"ra": hosts.column("ra"), "dec": hosts.column("dec"), "object_id": hosts.column("object_id"),
-            "sweep_file": hosts.column("sweep_file"), "lens_type": pc.utf8_trim_whitespace(hosts.column("type"))}
+    cols = {
+        "ra": hosts.column("ra"),
+        "dec": hosts.column("dec"),
+        "object_id": hosts.column("object_id"),
+        "sweep_file": hosts.column("sweep_file"),
+        "lens_type": pc.utf8_trim_whitespace(hosts.column("type")),
+    }
     for f in (LENS_ID_FIELDS[5], *LENSING_FIELDS):
         cols[f.name] = pa.array([float(r[f.name]) for r in rows], pa.float64())
     return pa.table(cols)
@@ -120,7 +148,9 @@ def flux_scale_for_snr(arc_r: np.ndarray, invvar_r: np.ndarray, target: np.ndarr
     iv = torch.as_tensor(np.asarray(invvar_r), dtype=torch.float64)[:, None, None, None].expand_as(arcs).contiguous()
     snr = arc_snr(arcs, iv)[:, 0].numpy()
     if not np.all(snr > 0):
-        raise InputError(f"hidden-lens arcs {np.flatnonzero(~(snr > 0)).tolist()} have no light where the sky has coverage")
+        raise InputError(
+            f"hidden-lens arcs {np.flatnonzero(~(snr > 0)).tolist()} have no light where the sky has coverage"
+        )
     return np.asarray(target, dtype=np.float64) / snr
 
 
@@ -132,7 +162,9 @@ def hidden_lens_truth(catalog: pa.Table, known_lenses: pa.Table, boxes, n: int, 
         return HIDDEN_LENS_TRUTH_SCHEMA.empty_table()
     hosts = catalog.take(pa.array(hidden_lens_hosts(catalog, known_lenses, boxes, n, seed)))
     truth = draw_hidden_lenses(hosts, seed)
-    invvar = MockSky(catalog.select(MOCK_SKY_COLUMNS)).pixel_invvar(hosts.column("ra").to_numpy(), hosts.column("dec").to_numpy())
+    invvar = MockSky(catalog.select(MOCK_SKY_COLUMNS)).pixel_invvar(
+        hosts.column("ra").to_numpy(), hosts.column("dec").to_numpy()
+    )
     if not (invvar > 0).all():
         raise InputError("a hidden-lens host lies where the mock sky has no coverage")
     # An arc is its PSF-convolved morphology times the source flux (lensing.render), so the arcs at

@@ -23,11 +23,12 @@ import pyarrow.compute as pc
 from scipy.spatial import cKDTree
 
 from darkhaloscope.errors import InputError
-from .sky import MOCK_SKY_COLUMNS, MockSky, mock_sky_noise_key
 from darkhaloscope.lensing.bank import paint_known_lens_arcs
 from darkhaloscope.seeding import rng_for
 from darkhaloscope.sky import chord_for_arcsec, unit_vectors
 from darkhaloscope.survey.known_lenses import load_known_lenses
+
+from .sky import MOCK_SKY_COLUMNS, MockSky, mock_sky_noise_key
 
 #: lenscat entries closer than this (arcsec) are one lens (the first by name is kept).
 DUPLICATE_LENS_ARCSEC = 2.0
@@ -81,33 +82,72 @@ LENS_ID_FIELDS = [
 #: The lensing truth shared by known and hidden lenses (what ``lens_arc_stamps`` paints).
 LENSING_FIELDS = [
     pa.field("z_source", pa.float64(), metadata={"description": "source redshift, drawn in [max(1, z_lens+0.3), 3]"}),
-    pa.field("theta_e_arcsec", pa.float64(), metadata={"unit": "arcsec", "description": "SIE Einstein radius (lenstronomy convention)"}),
-    pa.field("lens_e1", pa.float64(), metadata={"description": "SIE mass ellipticity e1 (lenstronomy, x East, y North; same PA as the light)"}),
-    pa.field("lens_e2", pa.float64(), metadata={"description": "SIE mass ellipticity e2 (lenstronomy, x East, y North; same PA as the light)"}),
+    pa.field(
+        "theta_e_arcsec",
+        pa.float64(),
+        metadata={"unit": "arcsec", "description": "SIE Einstein radius (lenstronomy convention)"},
+    ),
+    pa.field(
+        "lens_e1",
+        pa.float64(),
+        metadata={"description": "SIE mass ellipticity e1 (lenstronomy, x East, y North; same PA as the light)"},
+    ),
+    pa.field(
+        "lens_e2",
+        pa.float64(),
+        metadata={"description": "SIE mass ellipticity e2 (lenstronomy, x East, y North; same PA as the light)"},
+    ),
     pa.field("shear_g1", pa.float64(), metadata={"description": "external shear gamma1"}),
     pa.field("shear_g2", pa.float64(), metadata={"description": "external shear gamma2"}),
     pa.field("source_mag_r", pa.float64(), metadata={"unit": "AB mag", "description": "unlensed source r magnitude"}),
-    pa.field("source_r_sersic_arcsec", pa.float64(), metadata={"unit": "arcsec", "description": "source Sersic half-light radius"}),
+    pa.field(
+        "source_r_sersic_arcsec",
+        pa.float64(),
+        metadata={"unit": "arcsec", "description": "source Sersic half-light radius"},
+    ),
     pa.field("source_n_sersic", pa.float64(), metadata={"description": "source Sersic index"}),
-    pa.field("source_e1", pa.float64(), metadata={"description": "source ellipticity e1 (lenstronomy, x East, y North)"}),
-    pa.field("source_e2", pa.float64(), metadata={"description": "source ellipticity e2 (lenstronomy, x East, y North)"}),
-    pa.field("source_x_arcsec", pa.float64(), metadata={"unit": "arcsec", "description": "source offset from the lens towards East (+RA)"}),
-    pa.field("source_y_arcsec", pa.float64(), metadata={"unit": "arcsec", "description": "source offset from the lens towards North (+Dec)"}),
+    pa.field(
+        "source_e1", pa.float64(), metadata={"description": "source ellipticity e1 (lenstronomy, x East, y North)"}
+    ),
+    pa.field(
+        "source_e2", pa.float64(), metadata={"description": "source ellipticity e2 (lenstronomy, x East, y North)"}
+    ),
+    pa.field(
+        "source_x_arcsec",
+        pa.float64(),
+        metadata={"unit": "arcsec", "description": "source offset from the lens towards East (+RA)"},
+    ),
+    pa.field(
+        "source_y_arcsec",
+        pa.float64(),
+        metadata={"unit": "arcsec", "description": "source offset from the lens towards North (+Dec)"},
+    ),
     pa.field("g_minus_r", pa.float64(), metadata={"unit": "mag", "description": "source g - r colour"}),
     pa.field("r_minus_z", pa.float64(), metadata={"unit": "mag", "description": "source r - z colour"}),
 ]
 #: Truth of the known (lenscat) lenses: truth/known_lens_truth.parquet.
 KNOWN_LENS_TRUTH_SCHEMA = pa.schema(
-    [pa.field("name", pa.string(), metadata={"description": "lenscat name"}), *LENS_ID_FIELDS[:4],
-     pa.field("grade", pa.string(), metadata={"description": "lenscat grading"}), LENS_ID_FIELDS[4], LENS_ID_FIELDS[5],
-     pa.field("z_lens_from_lenscat", pa.bool_(), metadata={"description": "true when z_lens is lenscat's"}),
-     *LENSING_FIELDS]
+    [
+        pa.field("name", pa.string(), metadata={"description": "lenscat name"}),
+        *LENS_ID_FIELDS[:4],
+        pa.field("grade", pa.string(), metadata={"description": "lenscat grading"}),
+        LENS_ID_FIELDS[4],
+        LENS_ID_FIELDS[5],
+        pa.field("z_lens_from_lenscat", pa.bool_(), metadata={"description": "true when z_lens is lenscat's"}),
+        *LENSING_FIELDS,
+    ]
 )
 #: Truth columns -> the injection engine's names (``lensing.bank.KNOWN_LENS_TRUTH_COLUMNS``).
 TRUTH_TO_ENGINE = {
-    "source_mag_r": "src_mag_r", "source_r_sersic_arcsec": "src_r_sersic_arcsec", "source_n_sersic": "src_n_sersic",
-    "source_e1": "src_e1", "source_e2": "src_e2", "source_x_arcsec": "src_x_arcsec", "source_y_arcsec": "src_y_arcsec",
-    "g_minus_r": "src_g_minus_r", "r_minus_z": "src_r_minus_z",
+    "source_mag_r": "src_mag_r",
+    "source_r_sersic_arcsec": "src_r_sersic_arcsec",
+    "source_n_sersic": "src_n_sersic",
+    "source_e1": "src_e1",
+    "source_e2": "src_e2",
+    "source_x_arcsec": "src_x_arcsec",
+    "source_y_arcsec": "src_y_arcsec",
+    "g_minus_r": "src_g_minus_r",
+    "r_minus_z": "src_r_minus_z",
 }
 
 
@@ -168,8 +208,18 @@ def draw_known_lenses(lenses: pa.Table, seed: int) -> dict[str, np.ndarray]:
         row.update(lensing_draws(u, zl, _draw(u[2], KNOWN_THETA_E_DRAW), light["e_light"], light["phi"]))
         row["source_mag_r"] = _draw(u[14], KNOWN_SOURCE_MAG_DRAW)
         rows.append(row)
-    keys = ["z_lens", "mag_z", "lens_gr", "lens_rz", "shape_r", "shape_e1", "shape_e2", "sersic", "type_code",
-            *(f.name for f in LENSING_FIELDS)]
+    keys = [
+        "z_lens",
+        "mag_z",
+        "lens_gr",
+        "lens_rz",
+        "shape_r",
+        "shape_e1",
+        "shape_e2",
+        "sersic",
+        "type_code",
+        *(f.name for f in LENSING_FIELDS),
+    ]
     out = {k: np.array([r[k] for r in rows], dtype=np.float64).reshape(len(rows)) for k in keys}
     out["z_from_cat"] = np.array([r["z_from_cat"] for r in rows], dtype=bool)
     return out
@@ -184,9 +234,12 @@ def _lens_light(u: np.ndarray, zl: float) -> dict:
         "lens_gr": np.clip(LENS_GR[0] + LENS_GR[1] * zl + LENS_COLOUR_SCATTER * (u[4] - 0.5), *LENS_GR_CLIP),
         "lens_rz": np.clip(LENS_RZ[0] + LENS_RZ[1] * zl + LENS_COLOUR_SCATTER * (u[5] - 0.5), *LENS_RZ_CLIP),
         "shape_r": _draw(u[6], REX_LENS_SHAPE_R_DRAW if LENS_TYPES[code] == "REX" else LENS_SHAPE_R_DRAW),
-        "shape_e1": e_light * np.cos(2 * phi), "shape_e2": e_light * np.sin(2 * phi),
-        "type_code": code, "sersic": (_draw(u[10], SER_LENS_INDEX_DRAW), 1.0, 4.0, 1.0)[code],
-        "e_light": e_light, "phi": phi,
+        "shape_e1": e_light * np.cos(2 * phi),
+        "shape_e2": e_light * np.sin(2 * phi),
+        "type_code": code,
+        "sersic": (_draw(u[10], SER_LENS_INDEX_DRAW), 1.0, 4.0, 1.0)[code],
+        "e_light": e_light,
+        "phi": phi,
     }
 
 
@@ -199,26 +252,39 @@ def lensing_draws(u: np.ndarray, zl: float, theta_e: float, e_light: float, phi:
     g = SHEAR_RAYLEIGH_SIGMA * np.sqrt(-2 * np.log(max(u[12], 1e-12)))
     es, ps = SOURCE_MAX_ELLIPTICITY * u[17], np.pi * u[18]
     inner = u[20] < SOURCE_INNER_FRACTION
-    rad = theta_e * (SOURCE_INNER_RADIUS * np.sqrt(u[19]) if inner else SOURCE_INNER_RADIUS + (1 - SOURCE_INNER_RADIUS) * u[19])
+    rad = theta_e * (
+        SOURCE_INNER_RADIUS * np.sqrt(u[19]) if inner else SOURCE_INNER_RADIUS + (1 - SOURCE_INNER_RADIUS) * u[19]
+    )
     return {
-        "z_source": zs_min + (Z_SOURCE_MAX - zs_min) * u[1], "theta_e_arcsec": theta_e,
-        "lens_e1": lens_e1, "lens_e2": lens_e2,
-        "shear_g1": g * np.cos(2 * np.pi * u[13]), "shear_g2": g * np.sin(2 * np.pi * u[13]),
-        "source_r_sersic_arcsec": _draw(u[15], SOURCE_R_DRAW), "source_n_sersic": _draw(u[16], SOURCE_N_DRAW),
-        "source_e1": es * np.cos(2 * ps), "source_e2": es * np.sin(2 * ps),
-        "source_x_arcsec": rad * np.cos(2 * np.pi * u[21]), "source_y_arcsec": rad * np.sin(2 * np.pi * u[21]),
-        "g_minus_r": _draw(u[22], SOURCE_GR_DRAW), "r_minus_z": _draw(u[23], SOURCE_RZ_DRAW),
+        "z_source": zs_min + (Z_SOURCE_MAX - zs_min) * u[1],
+        "theta_e_arcsec": theta_e,
+        "lens_e1": lens_e1,
+        "lens_e2": lens_e2,
+        "shear_g1": g * np.cos(2 * np.pi * u[13]),
+        "shear_g2": g * np.sin(2 * np.pi * u[13]),
+        "source_r_sersic_arcsec": _draw(u[15], SOURCE_R_DRAW),
+        "source_n_sersic": _draw(u[16], SOURCE_N_DRAW),
+        "source_e1": es * np.cos(2 * ps),
+        "source_e2": es * np.sin(2 * ps),
+        "source_x_arcsec": rad * np.cos(2 * np.pi * u[21]),
+        "source_y_arcsec": rad * np.sin(2 * np.pi * u[21]),
+        "g_minus_r": _draw(u[22], SOURCE_GR_DRAW),
+        "r_minus_z": _draw(u[23], SOURCE_RZ_DRAW),
     }
 
 
 def known_lens_truth_table(lenses: pa.Table, draw: dict, object_ids: np.ndarray, sweep_files: list[str]) -> pa.Table:
     """The known lenses' truth (KNOWN_LENS_TRUTH_SCHEMA) from ``draw_known_lenses`` and the lens rows' keys."""
     cols = {
-        "name": lenses.column("name"), "ra": lenses.column("ra"), "dec": lenses.column("dec"),
-        "object_id": pa.array(object_ids, pa.int64()), "sweep_file": pa.array(sweep_files, pa.string()),
+        "name": lenses.column("name"),
+        "ra": lenses.column("ra"),
+        "dec": lenses.column("dec"),
+        "object_id": pa.array(object_ids, pa.int64()),
+        "sweep_file": pa.array(sweep_files, pa.string()),
         "grade": lenses.column("grade"),
         "lens_type": pa.array(np.array(LENS_TYPES)[draw["type_code"].astype(int)].tolist(), pa.string()),
-        "z_lens": pa.array(draw["z_lens"]), "z_lens_from_lenscat": pa.array(draw["z_from_cat"]),
+        "z_lens": pa.array(draw["z_lens"]),
+        "z_lens_from_lenscat": pa.array(draw["z_from_cat"]),
     }
     for f in LENSING_FIELDS:
         cols[f.name] = pa.array(draw[f.name], pa.float64())
@@ -238,15 +304,25 @@ def lens_catalog_rows(truth: pa.Table, catalog: pa.Table) -> pa.Table:
     idx = pc.index_in(truth.column("object_id"), value_set=catalog.column("object_id"))
     if idx.null_count:
         missing = truth.filter(pc.is_null(idx)).column("object_id").to_pylist()[:5]
-        raise InputError(f"{idx.null_count} lens rows of the mock truth are not in the catalog (object_id {missing}); "
-                         "the sweeps are not those of this mock survey (another DHS_MOCK_SEED or profile?)")
+        raise InputError(
+            f"{idx.null_count} lens rows of the mock truth are not in the catalog (object_id {missing}); "
+            "the sweeps are not those of this mock survey (another DHS_MOCK_SEED or profile?)"
+        )
     rows = catalog.take(idx)
-    sep = np.hypot((rows.column("ra").to_numpy() - truth.column("ra").to_numpy()) * np.cos(np.radians(truth.column("dec").to_numpy())),
-                   rows.column("dec").to_numpy() - truth.column("dec").to_numpy()) * 3600.0
+    sep = (
+        np.hypot(
+            (rows.column("ra").to_numpy() - truth.column("ra").to_numpy())
+            * np.cos(np.radians(truth.column("dec").to_numpy())),
+            rows.column("dec").to_numpy() - truth.column("dec").to_numpy(),
+        )
+        * 3600.0
+    )
     if (sep > 0.01).any():
         i = int(np.argmax(sep))
-        raise InputError(f"lens object_id {truth.column('object_id')[i].as_py()} is {sep[i]:.1f}\" from its truth position; "
-                         "the sweeps are not those of this mock survey (another DHS_MOCK_SEED or profile?)")
+        raise InputError(
+            f'lens object_id {truth.column("object_id")[i].as_py()} is {sep[i]:.1f}" from its truth position; '
+            "the sweeps are not those of this mock survey (another DHS_MOCK_SEED or profile?)"
+        )
     return rows
 
 

@@ -20,14 +20,27 @@ from scipy.spatial import cKDTree
 from darkhaloscope.seeding import rng_for
 from darkhaloscope.sky import unit_vectors
 from darkhaloscope.survey import sweep_model as sm
-from .populations import DUP, PSF, RowRoles, area_deg2, uniform_in_box
 from darkhaloscope.survey.sweeps import SweepBox, sweep_filename
+
+from .populations import DUP, PSF, RowRoles, area_deg2, uniform_in_box
 
 #: MASKBITS values (DR10 bitmask page).
 MB = {
-    "BRIGHT": 0x2, "SATUR_G": 0x4, "SATUR_R": 0x8, "SATUR_Z": 0x10, "ALLMASK_G": 0x20, "ALLMASK_R": 0x40,
-    "ALLMASK_Z": 0x80, "WISEM1": 0x100, "WISEM2": 0x200, "MEDIUM": 0x800, "GALAXY": 0x1000,
-    "CLUSTER": 0x2000, "SATUR_I": 0x4000, "ALLMASK_I": 0x8000, "SUB_BLOB": 0x10000,
+    "BRIGHT": 0x2,
+    "SATUR_G": 0x4,
+    "SATUR_R": 0x8,
+    "SATUR_Z": 0x10,
+    "ALLMASK_G": 0x20,
+    "ALLMASK_R": 0x40,
+    "ALLMASK_Z": 0x80,
+    "WISEM1": 0x100,
+    "WISEM2": 0x200,
+    "MEDIUM": 0x800,
+    "GALAXY": 0x1000,
+    "CLUSTER": 0x2000,
+    "SATUR_I": 0x4000,
+    "ALLMASK_I": 0x8000,
+    "SUB_BLOB": 0x10000,
 }
 #: ANYMASK/ALLMASK bits (DR10 bitmask page): BADPIX, SATUR, CR, BLEED.
 PIX_BADPIX, PIX_SATUR, PIX_CR, PIX_BLEED = 0x1, 0x2, 0x10, 0x40
@@ -84,7 +97,12 @@ def draw_maskers(box: SweepBox, seed: int) -> Maskers:
     r_bright = BRIGHT_RADIUS_ARCSEC * 10 ** (BRIGHT_RADIUS_SLOPE * (mag - BRIGHT_RADIUS_PIVOT_G))
     radius = np.select(
         [kind == BRIGHT_STAR, kind == MEDIUM_STAR, kind == SGA_GALAXY, kind == GLOBULAR_CLUSTER],
-        [r_bright, 2 * r_bright, rng.uniform(*SGA_RADIUS_RANGE, len(mag)), rng.uniform(*CLUSTER_RADIUS_RANGE, len(mag))],
+        [
+            r_bright,
+            2 * r_bright,
+            rng.uniform(*SGA_RADIUS_RANGE, len(mag)),
+            rng.uniform(*CLUSTER_RADIUS_RANGE, len(mag)),
+        ],
     )
     return Maskers(ra, dec, kind, mag, radius)
 

@@ -19,10 +19,11 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.seeding import rng_for
 from darkhaloscope.sky import chord_for_arcsec, unit_vectors
 from darkhaloscope.survey import sweep_model as sm
-from .conditions import Conditions, measured_photometry, observing_conditions, wise_nobs
-from .masks import SGA_GALAXY, BRIGHT_STAR, MB, Maskers, MaskColumns, forced_point_sources, mask_columns, mask_hits
-from .populations import DUP, PSF, SER, TYPE_NAMES, Population, RowRoles, draw_population, uniform_in_box
 from darkhaloscope.survey.sweeps import SweepBox, sweep_filename
+
+from .conditions import Conditions, measured_photometry, observing_conditions, wise_nobs
+from .masks import BRIGHT_STAR, MB, SGA_GALAXY, MaskColumns, Maskers, forced_point_sources, mask_columns, mask_hits
+from .populations import DUP, PSF, SER, TYPE_NAMES, Population, RowRoles, draw_population, uniform_in_box
 
 #: Side of a DR10 sweep block (deg).
 BLOCK_DEG = 5
@@ -62,23 +63,34 @@ class BlockPlan:
     release: np.ndarray
 
 
-def plan_block(box: SweepBox, n_rows: int, chunk_rows: int, seed: int, maskers: Maskers, lens_ra, lens_dec) -> BlockPlan:
+def plan_block(
+    box: SweepBox, n_rows: int, chunk_rows: int, seed: int, maskers: Maskers, lens_ra, lens_dec
+) -> BlockPlan:
     """Positions of the ``n_rows`` rows of the block (field sources, ``maskers`` and the known lenses
     inside the box), sorted into brick order with per-brick OBJIDs."""
     lens_idx = np.flatnonzero(box.contains(lens_ra, lens_dec))
     n_field = n_rows - len(maskers.ra) - len(lens_idx)
     if n_field < 0:
-        raise InputError(f"n_rows_per_file={n_rows} is smaller than the {len(maskers.ra) + len(lens_idx)} fixed rows of block {box}")
-    parts = [uniform_in_box(rng_for("mock-positions", seed, sweep_filename(box), c), box, min(chunk_rows, n_field - start))
-             for c, start in enumerate(range(0, n_field, chunk_rows))]
+        raise InputError(
+            f"n_rows_per_file={n_rows} is smaller than the {len(maskers.ra) + len(lens_idx)} fixed rows of block {box}"
+        )
+    parts = [
+        uniform_in_box(rng_for("mock-positions", seed, sweep_filename(box), c), box, min(chunk_rows, n_field - start))
+        for c, start in enumerate(range(0, n_field, chunk_rows))
+    ]
     fra = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
     fdec = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
     if len(lens_idx):
         fra, fdec = _clear_lenses(box, seed, fra, fdec, lens_ra[lens_idx], lens_dec[lens_idx])
     ra = np.concatenate([fra, maskers.ra, lens_ra[lens_idx]])
     dec = np.concatenate([fdec, maskers.dec, lens_dec[lens_idx]])
-    role = np.concatenate([np.full(len(fra), FIELD, np.int8), np.full(len(maskers.ra), MASKER, np.int8),
-                           np.full(len(lens_idx), KNOWN_LENS, np.int8)])
+    role = np.concatenate(
+        [
+            np.full(len(fra), FIELD, np.int8),
+            np.full(len(maskers.ra), MASKER, np.int8),
+            np.full(len(lens_idx), KNOWN_LENS, np.int8),
+        ]
+    )
     ref = np.concatenate([np.full(len(fra), -1), np.arange(len(maskers.ra)), lens_idx]).astype(np.int64)
     brickid, brickname, _, _ = sm.bricks_for(ra, dec)
     order = np.lexsort((ra, brickid))
@@ -112,7 +124,9 @@ def _clear_lenses(box: SweepBox, seed: int, fra, fdec, lens_ra, lens_dec):
     return fra, fdec
 
 
-def fill_rows(out: np.ndarray, plan: BlockPlan, sl: slice, maskers: Maskers, lens_draw: dict, seed: int, chunk: int) -> None:
+def fill_rows(
+    out: np.ndarray, plan: BlockPlan, sl: slice, maskers: Maskers, lens_draw: dict, seed: int, chunk: int
+) -> None:
     """Fill ``out`` (DR10_SWEEP_DTYPE rows) for the plan's rows ``sl``, from the chunk's own generator."""
     rng = rng_for("mock-rows", seed, sweep_filename(plan.box), chunk)
     ra, dec = plan.ra[sl], plan.dec[sl]
@@ -142,8 +156,17 @@ def _roles(plan: BlockPlan, sl: slice, maskers: Maskers) -> RowRoles:
 def _refit_as_points(pop: Population, forced: np.ndarray) -> Population:
     """The population after DR10's forced PSF fits: no size, shape or index for ``forced`` rows."""
     zero = lambda a: np.where(forced, 0.0, a)  # noqa: E731
-    return Population(np.where(forced, PSF, pop.typ), pop.is_star, pop.is_dup, pop.true_mag, pop.gr,
-                      zero(pop.shape_r), zero(pop.e1), zero(pop.e2), zero(pop.sersic))
+    return Population(
+        np.where(forced, PSF, pop.typ),
+        pop.is_star,
+        pop.is_dup,
+        pop.true_mag,
+        pop.gr,
+        zero(pop.shape_r),
+        zero(pop.e1),
+        zero(pop.e2),
+        zero(pop.sersic),
+    )
 
 
 def _fit_quality(pop: Population, cond: Conditions, flux: dict, ivar: dict) -> dict:
@@ -152,7 +175,9 @@ def _fit_quality(pop: Population, cond: Conditions, flux: dict, ivar: dict) -> d
     n = len(pop.typ)
     snr2 = sum((flux[b] ** 2) * ivar[b] for b in ("G", "R", "Z"))
     ext = np.clip(pop.shape_r / cond.fwhm["R"], 0, 1) * 0.3
-    dch = np.stack([snr2 * (1 - ext), snr2 * (1 - ext / 3), snr2 * (1 - 0.02), snr2 * (1 - 0.02), snr2 * (1 - 0.01)], axis=1)
+    dch = np.stack(
+        [snr2 * (1 - ext), snr2 * (1 - ext / 3), snr2 * (1 - 0.02), snr2 * (1 - 0.02), snr2 * (1 - 0.01)], axis=1
+    )
     best = DCHISQ_COLUMN[np.where(pop.typ == DUP, PSF, pop.typ)]
     dch[np.arange(n), best] = snr2 * (1 + 0.002)
     dch = np.where((pop.typ == DUP)[:, None], 0.0, dch)
@@ -182,7 +207,14 @@ def _reference_catalogs(rng, pop: Population, roles: RowRoles, masker_mag, force
     fitbits |= np.where(masks.in_bright, 0x20, 0) | np.where(masks.in_medium & ~masks.in_bright, 0x40, 0)
     fitbits |= np.where(is_gaia, 0x80 | 0x1000, 0) | np.where(is_tycho, 0x100, 0)
     fitbits |= np.where(is_sga, 0x200, 0)
-    return {"gaia_g": gaia_g, "is_gaia": is_gaia, "is_tycho": is_tycho, "ref_cat": ref_cat, "ref_id": ref_id, "fitbits": fitbits}
+    return {
+        "gaia_g": gaia_g,
+        "is_gaia": is_gaia,
+        "is_tycho": is_tycho,
+        "ref_cat": ref_cat,
+        "ref_id": ref_id,
+        "fitbits": fitbits,
+    }
 
 
 def _unwise_tile(ra, dec) -> np.ndarray:
@@ -197,11 +229,26 @@ def _unwise_tile(ra, dec) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([ra_part, sign, dec_part], axis=1)).view("S8").ravel()
 
 
-def _write_catalog_columns(out, plan: BlockPlan, sl: slice, pop: Population, cond: Conditions, flux, ivar,
-                           masks: MaskColumns, refs: dict, quality: dict) -> None:
+def _write_catalog_columns(
+    out,
+    plan: BlockPlan,
+    sl: slice,
+    pop: Population,
+    cond: Conditions,
+    flux,
+    ivar,
+    masks: MaskColumns,
+    refs: dict,
+    quality: dict,
+) -> None:
     """The columns that need no further draws: keys, positions, type, photometry, depths, shapes, masks."""
     dec = plan.dec[sl]
-    out["RELEASE"], out["BRICKID"], out["BRICKNAME"], out["OBJID"] = plan.release[sl], plan.brickid[sl], plan.brickname[sl], plan.objid[sl]
+    out["RELEASE"], out["BRICKID"], out["BRICKNAME"], out["OBJID"] = (
+        plan.release[sl],
+        plan.brickid[sl],
+        plan.brickname[sl],
+        plan.objid[sl],
+    )
     out["TYPE"] = TYPE_NAMES[pop.typ]
     out["RA"], out["DEC"] = plan.ra[sl], dec
     out["RA_IVAR"] = 1.0 / (quality["pos_sig"] / np.cos(np.radians(dec))) ** 2
@@ -243,7 +290,9 @@ def _write_fit_columns(rng, out, ra, dec, seed: int, cond: Conditions, flux, mas
     for b, nobs in wise_nobs(rng, ra, dec, seed).items():
         out[f"NOBS_{b}"] = nobs
     for b in sm.DR10_OPTICAL:
-        out[f"FRACMASKED_{b}"] = np.where(masks.in_bright | masks.core, rng.uniform(0, 0.3, n), rng.exponential(0.002, n))
+        out[f"FRACMASKED_{b}"] = np.where(
+            masks.in_bright | masks.core, rng.uniform(0, 0.3, n), rng.exponential(0.002, n)
+        )
         out[f"FRACIN_{b}"] = rng.uniform(0.97, 1.0, n)
         out[f"FIBERTOTFLUX_{b}"] = flux[b] * quality["fibfrac"] * (1 + rng.exponential(0.05, n))
 

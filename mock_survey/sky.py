@@ -41,23 +41,45 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from darkhaloscope.constants import AB_ZEROPOINT, BANDS, BRICK_SIZE, PIXEL_SCALE_ARCSEC, STAMP_SIZE, psfdepth_from_depth_mag
+from darkhaloscope.constants import (
+    AB_ZEROPOINT,
+    BANDS,
+    BRICK_SIZE,
+    PIXEL_SCALE_ARCSEC,
+    STAMP_SIZE,
+    psfdepth_from_depth_mag,
+)
 from darkhaloscope.errors import InputError
-from darkhaloscope.profiles import sersic_b_n, sersic_surface_brightness
-from darkhaloscope.psf import GAUSSIAN_FWHM_PER_SIGMA, MOFFAT_BETA, SURVEY_PSF_PROFILE, kernel_radius_pix, psf_kernels
-from darkhaloscope.seeding import rng_for
 from darkhaloscope.imaging.batch import CutoutBatch, choose_bricks, paste_window
 from darkhaloscope.imaging.bricks import BrickTable, check_coords
 from darkhaloscope.imaging.coadd import coadd_path
 from darkhaloscope.imaging.sources import no_failures
 from darkhaloscope.imaging.wcs import TanWCS
+from darkhaloscope.profiles import sersic_b_n, sersic_surface_brightness
+from darkhaloscope.psf import GAUSSIAN_FWHM_PER_SIGMA, MOFFAT_BETA, SURVEY_PSF_PROFILE, kernel_radius_pix, psf_kernels
+from darkhaloscope.seeding import rng_for
 
 #: Version key of the mock sky's noise seeds; change it and every noise pixel changes.
 MOCK_SKY_KEY = "dhs-mock-sky-v1"
 #: Sweep columns the mock sky draws its sources from.
 MOCK_SKY_COLUMNS = [
-    "ra", "dec", "type", "flux_g", "flux_r", "flux_z", "shape_r", "shape_e1", "shape_e2", "sersic",
-    "psfsize_g", "psfsize_r", "psfsize_z", "psfdepth_g", "psfdepth_r", "psfdepth_z", "maskbits",
+    "ra",
+    "dec",
+    "type",
+    "flux_g",
+    "flux_r",
+    "flux_z",
+    "shape_r",
+    "shape_e1",
+    "shape_e2",
+    "sersic",
+    "psfsize_g",
+    "psfsize_r",
+    "psfsize_z",
+    "psfdepth_g",
+    "psfdepth_r",
+    "psfdepth_z",
+    "maskbits",
 ]
 #: FFT stamp sizes (pixels) a source is rendered on; the largest bounds a galaxy's extent.
 STAMP_CLASSES = (24, 32, 48, 64, 96, 128, 192, 256)
@@ -168,8 +190,21 @@ class _Sources:
         gi = np.searchsorted(classes / 2, np.ceil(trunc / PIXEL_SCALE_ARCSEC) + 1)
         gal_half = np.where(n > 0, classes[np.minimum(gi, len(classes) - 1)] // 2, 0)
         s = np.flatnonzero(keep)
-        return cls(ra[s], dec[s], n[s], shape_r[s], -e1[s] * shrink[s], -e2[s] * shrink[s], flux[s],
-                   psfsize[s], psfdepth[s], mb[s], half[s].astype(np.int64), trunc[s], gal_half[s].astype(np.int64))
+        return cls(
+            ra[s],
+            dec[s],
+            n[s],
+            shape_r[s],
+            -e1[s] * shrink[s],
+            -e2[s] * shrink[s],
+            flux[s],
+            psfsize[s],
+            psfdepth[s],
+            mb[s],
+            half[s].astype(np.int64),
+            trunc[s],
+            gal_half[s].astype(np.int64),
+        )
 
 
 @dataclass
@@ -205,15 +240,25 @@ class MockSky:
     #: Rendering is deterministic and local: callers need not commit chunks as they arrive.
     checkpoint_chunks = False
 
-    def __init__(self, catalog, bricks: BrickTable | None = None, extra_stamps=None, tile_size: int = 200,
-                 cache_tiles: int = 256, key: str = MOCK_SKY_KEY, noise: bool = True):
+    def __init__(
+        self,
+        catalog,
+        bricks: BrickTable | None = None,
+        extra_stamps=None,
+        tile_size: int = 200,
+        cache_tiles: int = 256,
+        key: str = MOCK_SKY_KEY,
+        noise: bool = True,
+    ):
         if BRICK_SIZE % tile_size:
             raise InputError(f"tile_size {tile_size} must divide the brick size {BRICK_SIZE}")
         self.src = _Sources.from_catalog(catalog)
         if bricks is None:
             if len(self.src.ra) == 0:
                 raise InputError("mock sky catalog is empty and no brick table was given")
-            bricks = BrickTable.generate((self.src.ra.min(), self.src.ra.max()), (self.src.dec.min(), self.src.dec.max()))
+            bricks = BrickTable.generate(
+                (self.src.ra.min(), self.src.ra.max()), (self.src.dec.min(), self.src.dec.max())
+            )
         self.bricks = bricks
         self.tile = tile_size
         self.key = key
@@ -223,10 +268,17 @@ class MockSky:
         self._states: OrderedDict = OrderedDict()
         self._dec_order = np.argsort(self.src.dec, kind="stable")
         self._dec_sorted = self.src.dec[self._dec_order]
-        self._src_brick = bricks.bricks_containing(self.src.ra, self.src.dec) if len(self.src.ra) else np.zeros(0, np.int64)
+        self._src_brick = (
+            bricks.bricks_containing(self.src.ra, self.src.dec) if len(self.src.ra) else np.zeros(0, np.int64)
+        )
         # survey medians of PSFSIZE / PSFDEPTH per band: the noise of a brick without sources of its own
-        self._survey_psf = [(_robust_median(self.src.psfsize[:, j], DEFAULT_PSFSIZE[band]),
-                             _robust_median(self.src.psfdepth[:, j], DEFAULT_PSFDEPTH[band])) for j, band in enumerate(BANDS)]
+        self._survey_psf = [
+            (
+                _robust_median(self.src.psfsize[:, j], DEFAULT_PSFSIZE[band]),
+                _robust_median(self.src.psfdepth[:, j], DEFAULT_PSFDEPTH[band]),
+            )
+            for j, band in enumerate(BANDS)
+        ]
         self._extras = self._place_extras(extra_stamps)
 
     # ------------------------------------------------------------------------------------------
@@ -266,13 +318,30 @@ class MockSky:
                 continue
             eix, eiy = int(np.floor(ex + 0.5)), int(np.floor(ey + 0.5))
             hh, ww = stamp.shape[1:]
-            if eix + ww // 2 + 1 < 0 or eix - ww // 2 - 1 > BRICK_SIZE or eiy + hh // 2 + 1 < 0 or eiy - hh // 2 - 1 > BRICK_SIZE:
+            if (
+                eix + ww // 2 + 1 < 0
+                or eix - ww // 2 - 1 > BRICK_SIZE
+                or eiy + hh // 2 + 1 < 0
+                or eiy - hh // 2 - 1 > BRICK_SIZE
+            ):
                 continue
-            shifted = _fourier_shift(torch.from_numpy(stamp), float(ex - eix), float(ey - eiy)).numpy().astype(np.float32)
+            shifted = (
+                _fourier_shift(torch.from_numpy(stamp), float(ex - eix), float(ey - eiy)).numpy().astype(np.float32)
+            )
             extras.append((eix, eiy, shifted))
-        st = _BrickState(str(self.bricks.brickname[b]), wcs, rows, x[ok], y[ok], ix[ok].astype(np.int64),
-                         iy[ok].astype(np.int64), sigma, fwhm,
-                         (self.bricks.ra1[b], self.bricks.ra2[b], self.bricks.dec1[b], self.bricks.dec2[b]), extras)
+        st = _BrickState(
+            str(self.bricks.brickname[b]),
+            wcs,
+            rows,
+            x[ok],
+            y[ok],
+            ix[ok].astype(np.int64),
+            iy[ok].astype(np.int64),
+            sigma,
+            fwhm,
+            (self.bricks.ra1[b], self.bricks.ra2[b], self.bricks.dec1[b], self.bricks.dec2[b]),
+            extras,
+        )
         self._states[b] = st
         while len(self._states) > 8:
             self._states.popitem(last=False)
@@ -304,7 +373,7 @@ class MockSky:
             g = np.flatnonzero((S == size) & (G == gsize) & (sub == ss))
             step = max(1, 2**20 // int(max(size, gsize * max(ss, 1))) ** 2)  # ~8 MB per float64 tensor
             for c0 in range(0, len(g), step):
-                gi = g[c0:c0 + step]
+                gi = g[c0 : c0 + step]
                 stamps = self._render_group(st, local[gi], rows[gi], int(size), int(gsize), int(ss))
                 for k, li in enumerate(local[gi]):
                     out[int(li)] = stamps[k]
@@ -322,7 +391,7 @@ class MockSky:
         B = len(rows)
         if sub > 0:
             pix = torch.arange(gsize, dtype=dt) - gsize // 2
-            offs = ((torch.arange(sub, dtype=dt) + 0.5) / sub - 0.5)
+            offs = (torch.arange(sub, dtype=dt) + 0.5) / sub - 0.5
             coords = ((pix[:, None] + offs[None, :]).reshape(-1)) * PIXEL_SCALE_ARCSEC
             yy, xx = torch.meshgrid(coords, coords, indexing="ij")
             e1 = torch.from_numpy(s.e1[rows]).reshape(-1, 1, 1)
@@ -351,11 +420,17 @@ class MockSky:
         bad = ~(np.isfinite(fw) & (fw > 0))
         fw[bad] = np.broadcast_to(st.fwhm, fw.shape)[bad]
         krad = min(kernel_radius_pix(float(fw.max()), n_fwhm=KERNEL_N_FWHM), size // 2 - 1)
-        ker = psf_kernels(torch.from_numpy(fw.reshape(-1)), krad, profile=SURVEY_PSF_PROFILE, beta=MOFFAT_BETA).reshape(B, len(BANDS), 2 * krad + 1, 2 * krad + 1)
+        ker = psf_kernels(torch.from_numpy(fw.reshape(-1)), krad, profile=SURVEY_PSF_PROFILE, beta=MOFFAT_BETA).reshape(
+            B, len(BANDS), 2 * krad + 1, 2 * krad + 1
+        )
         ker_f = torch.fft.rfft2(ker, s=(size, size))  # kernel centre at index krad
         shift = size // 2 - krad - centre
-        phase = _phase_ramp(size, size, torch.from_numpy(st.x[local] - st.ix[local]) + shift,
-                            torch.from_numpy(st.y[local] - st.iy[local]) + shift)[:, None]
+        phase = _phase_ramp(
+            size,
+            size,
+            torch.from_numpy(st.x[local] - st.ix[local]) + shift,
+            torch.from_numpy(st.y[local] - st.iy[local]) + shift,
+        )[:, None]
         img = torch.fft.irfft2(gal_f * ker_f * phase, s=(size, size))
         img = img * torch.from_numpy(s.flux[rows]).reshape(B, len(BANDS), 1, 1)
         return img.numpy().astype(np.float32)
@@ -403,7 +478,7 @@ class MockSky:
 
     def _tile_maskbits(self, st: _BrickState, local, ty: int, tx: int) -> np.ndarray:
         T = self.tile
-        yy, xx = np.mgrid[ty * T:ty * T + T, tx * T:tx * T + T]
+        yy, xx = np.mgrid[ty * T : ty * T + T, tx * T : tx * T + T]
         ra, dec = st.wcs.pixel_to_world(xx, yy)
         ra1, ra2, dec1, dec2 = st.bounds
         mask = np.where((ra >= ra1) & (ra < ra2) & (dec >= dec1) & (dec < dec2), 0, NPRIMARY).astype(np.int32)
@@ -433,8 +508,11 @@ class MockSky:
         T = self.tile
         lo = size // 2
         y0, x0 = iy - lo, ix - lo
-        return [(ty, tx) for ty in range(max(y0, 0) // T, min(y0 + size - 1, BRICK_SIZE - 1) // T + 1)
-                for tx in range(max(x0, 0) // T, min(x0 + size - 1, BRICK_SIZE - 1) // T + 1)]
+        return [
+            (ty, tx)
+            for ty in range(max(y0, 0) // T, min(y0 + size - 1, BRICK_SIZE - 1) // T + 1)
+            for tx in range(max(x0, 0) // T, min(x0 + size - 1, BRICK_SIZE - 1) // T + 1)
+        ]
 
     # ------------------------------------------------------------------------------------------
     def cutouts(self, ra_deg, dec_deg, size: int = STAMP_SIZE) -> tuple[CutoutBatch, np.ndarray]:
@@ -465,8 +543,15 @@ class MockSky:
                     j += 1
                 self._ensure_tiles(int(b), list(need))
                 for r in rows[i:j]:
-                    self._cut(int(b), int(choice.ix[r]), int(choice.iy[r]), size,
-                              batch.image[r], batch.invvar[r], batch.maskbits[r])
+                    self._cut(
+                        int(b),
+                        int(choice.ix[r]),
+                        int(choice.iy[r]),
+                        size,
+                        batch.image[r],
+                        batch.invvar[r],
+                        batch.maskbits[r],
+                    )
                 i = j
         return batch, no_failures(len(ra))
 
@@ -499,8 +584,8 @@ class MockSky:
             self._ensure_tiles(b, row)
             for _, tx in row:
                 t_img, t_mask = self._tiles[(b, ty, tx)]
-                img[:, ty * T:ty * T + T, tx * T:tx * T + T] = t_img
-                mask[ty * T:ty * T + T, tx * T:tx * T + T] = t_mask
+                img[:, ty * T : ty * T + T, tx * T : tx * T + T] = t_img
+                mask[ty * T : ty * T + T, tx * T : tx * T + T] = t_mask
         st = self._state(b)
         return img, (1.0 / st.sigma**2).astype(np.float32), mask
 
@@ -535,8 +620,15 @@ class MockSky:
                 h["BUNIT"] = "nanomaggy"
                 h["MAGZERO"] = AB_ZEROPOINT
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            hdu = fits.CompImageHDU(data, header=h, compression_type=ctype, tile_shape=(100, 100),
-                                    quantize_level=q, quantize_method=dither, dither_seed=-1)
+            hdu = fits.CompImageHDU(
+                data,
+                header=h,
+                compression_type=ctype,
+                tile_shape=(100, 100),
+                quantize_level=q,
+                quantize_method=dither,
+                dither_seed=-1,
+            )
             fits.HDUList([fits.PrimaryHDU(), hdu]).writeto(path + ".tmp", overwrite=True)
             os.replace(path + ".tmp", path)
             paths.append(path)
@@ -547,8 +639,13 @@ class MockSky:
             if band not in bands:
                 continue
             write(coadd_path(out_root, brick, "image", band), img[j], "image", band, *pixels)
-            write(coadd_path(out_root, brick, "invvar", band), np.full(img.shape[1:], ivar[j], np.float32),
-                  "invvar", band, *pixels)
+            write(
+                coadd_path(out_root, brick, "invvar", band),
+                np.full(img.shape[1:], ivar[j], np.float32),
+                "invvar",
+                band,
+                *pixels,
+            )
         write(coadd_path(out_root, brick, "maskbits"), mask, "maskbits", None, "RICE_1", 16.0)
         return paths
 
@@ -581,4 +678,4 @@ def _add_window(acc: np.ndarray, stamp: np.ndarray, x0: int, y0: int) -> None:
     ay0, ax0 = max(y0, 0), max(x0, 0)
     ay1, ax1 = min(y0 + h, H), min(x0 + w, W)
     if ay1 > ay0 and ax1 > ax0:
-        acc[..., ay0:ay1, ax0:ax1] += stamp[..., ay0 - y0:ay1 - y0, ax0 - x0:ax1 - x0]
+        acc[..., ay0:ay1, ax0:ax1] += stamp[..., ay0 - y0 : ay1 - y0, ax0 - x0 : ax1 - x0]

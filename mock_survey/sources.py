@@ -43,7 +43,9 @@ class MockSkySettings:
         try:
             return MockSurveyManifest.from_json(Path(self.root), json.loads(path.read_text()))
         except OSError as exc:
-            raise InputError(f"{path}: no mock survey manifest ({exc.strerror or exc}); generate the mock survey first") from exc
+            raise InputError(
+                f"{path}: no mock survey manifest ({exc.strerror or exc}); generate the mock survey first"
+            ) from exc
         except (ValueError, KeyError, TypeError) as exc:
             raise InputError(f"{path}: unreadable mock survey manifest: {exc}") from exc
 
@@ -55,7 +57,9 @@ class MockSkySettings:
         files = sorted(manifest.sweep_files, key=lambda p: p.name)
         catalog = pa.concat_tables([read_sweep(p, columns=MOCK_SKY_COLUMNS) for p in files])
         truths = [pq.read_table(p) for p in manifest.lens_truth_paths()]
-        return mock_sky_with_lenses(catalog.select([*MOCK_SKY_COLUMNS, "object_id", "sweep_file"]), truths, manifest.seed)
+        return mock_sky_with_lenses(
+            catalog.select([*MOCK_SKY_COLUMNS, "object_id", "sweep_file"]), truths, manifest.seed
+        )
 
 
 def source_opener_from_dict(d: dict) -> ImageSourceOpener:

@@ -51,16 +51,22 @@ import pyarrow as pa
 from darkhaloscope.errors import InputError
 from darkhaloscope.ids import object_id
 from darkhaloscope.survey.known_lenses import load_known_lenses
-from .writers import atomic_write, write_parquet, write_sweep
+from darkhaloscope.survey.location import SurveyLocation
+from darkhaloscope.survey.sweeps import SweepBox, read_sweep, sweep_filename
+
 from .hidden_lenses import HOST_COLUMNS, hidden_lens_truth
 from .lenses import draw_known_lenses, known_lens_truth_table, known_lenses_in_footprint
 from .masks import draw_maskers
 from .paths import (
-    DEFAULT_MOCK_DIR, HIDDEN_LENS_TRUTH_RELPATH, KNOWN_LENS_TRUTH_RELPATH, MANIFEST_NAME, SWEEP_SUBDIR, mock_survey_root,
+    DEFAULT_MOCK_DIR,
+    HIDDEN_LENS_TRUTH_RELPATH,
+    KNOWN_LENS_TRUTH_RELPATH,
+    MANIFEST_NAME,
+    SWEEP_SUBDIR,
+    mock_survey_root,
 )
 from .rows import BLOCK_DEG, KNOWN_LENS, fill_rows, plan_block
-from darkhaloscope.survey.location import SurveyLocation
-from darkhaloscope.survey.sweeps import SweepBox, read_sweep, sweep_filename
+from .writers import atomic_write, write_parquet, write_sweep
 
 #: Version of the sweep rows (written as MOCKVER in every sweep header); change it when they change.
 GENERATOR_VERSION = "dhs-mock-survey-6"
@@ -111,12 +117,19 @@ class MockSurveyConfig:
             n_hidden_lenses=int(self.n_hidden_lenses if self.n_hidden_lenses is not None else p["n_hidden_lenses"]),
         )
         for ra, dec in cfg.blocks:
-            if ra % BLOCK_DEG or dec % BLOCK_DEG or not (0 <= ra <= 360 - BLOCK_DEG) or not (-90 <= dec <= 90 - BLOCK_DEG):
+            if (
+                ra % BLOCK_DEG
+                or dec % BLOCK_DEG
+                or not (0 <= ra <= 360 - BLOCK_DEG)
+                or not (-90 <= dec <= 90 - BLOCK_DEG)
+            ):
                 raise InputError(f"mock block ({ra}, {dec}) is not the corner of a 5°x5° DR10 sweep block")
         if len(set(cfg.blocks)) != len(cfg.blocks):
             raise InputError(f"mock blocks repeat: {cfg.blocks}")
         if cfg.n_rows_per_file < 100 or cfg.chunk_rows < 1000:
-            raise InputError(f"n_rows_per_file ({cfg.n_rows_per_file}) must be >= 100 and chunk_rows ({cfg.chunk_rows}) >= 1000")
+            raise InputError(
+                f"n_rows_per_file ({cfg.n_rows_per_file}) must be >= 100 and chunk_rows ({cfg.chunk_rows}) >= 1000"
+            )
         if cfg.n_hidden_lenses < 0:
             raise InputError(f"n_hidden_lenses must be >= 0, got {cfg.n_hidden_lenses}")
         return cfg
@@ -124,7 +137,9 @@ class MockSurveyConfig:
     def digest(self) -> str:
         """sha256 of the resolved config (seed included) and the generator versions (hex)."""
         cfg = self.resolved()
-        text = json.dumps({"version": GENERATOR_VERSION, "truth_version": TRUTH_VERSION, **dataclasses.asdict(cfg)}, sort_keys=True)
+        text = json.dumps(
+            {"version": GENERATOR_VERSION, "truth_version": TRUTH_VERSION, **dataclasses.asdict(cfg)}, sort_keys=True
+        )
         return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -228,9 +243,12 @@ def generate_mock_survey(root: str | os.PathLike, config: MockSurveyConfig | Non
     hidden = hidden_lens_truth(catalog, all_lenses, boxes, cfg.n_hidden_lenses, cfg.seed)
     hidden_path = root / HIDDEN_LENS_TRUTH_RELPATH
     write_parquet(hidden_path, hidden)
-    manifest = MockSurveyManifest(root, tuple(files), truth, hidden_path, boxes, tuple(nrows), lenses.num_rows,
-                                  hidden.num_rows, cfg.seed, digest)
-    atomic_write(root / MANIFEST_NAME, lambda tmp: tmp.write_text(json.dumps(manifest.to_json(), indent=2, sort_keys=True)))
+    manifest = MockSurveyManifest(
+        root, tuple(files), truth, hidden_path, boxes, tuple(nrows), lenses.num_rows, hidden.num_rows, cfg.seed, digest
+    )
+    atomic_write(
+        root / MANIFEST_NAME, lambda tmp: tmp.write_text(json.dumps(manifest.to_json(), indent=2, sort_keys=True))
+    )
     return manifest
 
 
@@ -245,8 +263,14 @@ def _write_sweeps(sweep_dir: Path, boxes, cfg: MockSurveyConfig, lenses: pa.Tabl
         maskers = draw_maskers(box, cfg.seed)
         plan = plan_block(box, cfg.n_rows_per_file, cfg.chunk_rows, cfg.seed, maskers, lens_ra, lens_dec)
         path = sweep_dir / sweep_filename(box)
-        write_sweep(path, box, len(plan.ra), cfg.chunk_rows,
-                    lambda rows, sl, c: fill_rows(rows, plan, sl, maskers, draw, cfg.seed, c), GENERATOR_VERSION)
+        write_sweep(
+            path,
+            box,
+            len(plan.ra),
+            cfg.chunk_rows,
+            lambda rows, sl, c: fill_rows(rows, plan, sl, maskers, draw, cfg.seed, c),
+            GENERATOR_VERSION,
+        )
         sel = plan.role == KNOWN_LENS
         lens_oid[plan.ref[sel]] = object_id(plan.release[sel], plan.brickid[sel], plan.objid[sel])
         for i in plan.ref[sel]:

@@ -51,8 +51,14 @@ def sweep_headers(box: SweepBox, nrows: int, generator_version: str) -> tuple[by
     return primary.header.tostring().encode("ascii"), hdr.tostring().encode("ascii")
 
 
-def write_sweep(path: Path, box: SweepBox, nrows: int, chunk_rows: int, fill: Callable[[np.ndarray, slice, int], None],
-                generator_version: str) -> None:
+def write_sweep(
+    path: Path,
+    box: SweepBox,
+    nrows: int,
+    chunk_rows: int,
+    fill: Callable[[np.ndarray, slice, int], None],
+    generator_version: str,
+) -> None:
     """Write a sweep file of ``nrows`` rows; ``fill(rows, sl, chunk)`` fills the DR10_SWEEP_DTYPE
     rows ``sl`` (chunk number ``chunk``), ``chunk_rows`` at a time, so memory stays one chunk."""
     primary, extension = sweep_headers(box, nrows, generator_version)

@@ -20,7 +20,6 @@ import json
 import time
 from dataclasses import replace
 
-
 from darkhaloscope.evaluation.headline import auroc_of, completeness_by_snr
 from darkhaloscope.evaluation.scoring import published_lens_finder
 from darkhaloscope.stats import roc_auc
@@ -34,8 +33,14 @@ from table_registry import tables as T
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--views", type=int, nargs="+", choices=sorted(DIHEDRAL_SUBGROUPS), default=sorted(DIHEDRAL_SUBGROUPS),
-                    help="the numbers of views to score (default: all)")
+    ap.add_argument(
+        "--views",
+        type=int,
+        nargs="+",
+        choices=sorted(DIHEDRAL_SUBGROUPS),
+        default=sorted(DIHEDRAL_SUBGROUPS),
+        help="the numbers of views to score (default: all)",
+    )
     a, lake = parse_lake_args(ap)
     _, val = split_for_training(load_training_set(lake.table(*T.TRAINING_SET.key).read()), "cpu")
     neg, real, inj, ctrl, snr = held_out_stamps(lake)
@@ -44,18 +49,28 @@ def main() -> None:
             spec = replace(published, dihedral_views=views)
             t0 = time.perf_counter()
             z_val, ok, _ = stamp_logits(model, spec, val.image, device="cpu")
-            z_neg, z_real, z_inj, z_ctrl = (stamp_logits(model, spec, x, device="cpu")[0] for x in (neg, real, inj, ctrl))
+            z_neg, z_real, z_inj, z_ctrl = (
+                stamp_logits(model, spec, x, device="cpu")[0] for x in (neg, real, inj, ctrl)
+            )
             seconds = time.perf_counter() - t0
             # rankings, hence thresholds and completeness, do not depend on the temperature
             thr = threshold_at(z_neg)
-            print(json.dumps({
-                "views": views, "published": views == published.dihedral_views,
-                "val_auroc": round(roc_auc(z_val[ok], val.label[ok]), 4),
-                "test_auroc_injections_vs_controls": auroc_of(z_inj, z_ctrl), "test_auroc_real_vs_negatives": auroc_of(z_real, z_neg),
-                "recall_test_known_lenses": [int((z_real > thr).sum()), len(z_real)],
-                "completeness_by_arc_snr": completeness_by_snr(z_inj, snr, thr),
-                "scoring_s": round(seconds, 1), "rows": int(len(z_val) + len(z_neg) + len(z_real) + len(z_inj) + len(z_ctrl)),
-            }), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "views": views,
+                        "published": views == published.dihedral_views,
+                        "val_auroc": round(roc_auc(z_val[ok], val.label[ok]), 4),
+                        "test_auroc_injections_vs_controls": auroc_of(z_inj, z_ctrl),
+                        "test_auroc_real_vs_negatives": auroc_of(z_real, z_neg),
+                        "recall_test_known_lenses": [int((z_real > thr).sum()), len(z_real)],
+                        "completeness_by_arc_snr": completeness_by_snr(z_inj, snr, thr),
+                        "scoring_s": round(seconds, 1),
+                        "rows": int(len(z_val) + len(z_neg) + len(z_real) + len(z_inj) + len(z_ctrl)),
+                    }
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

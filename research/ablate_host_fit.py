@@ -47,31 +47,52 @@ from darkhaloscope.training.loop import train
 from darkhaloscope.training.profiles import training_profile
 from darkhaloscope.training.runs import split_for_training
 from research.common import (
-    S_N_EDGES, THETA_E_EDGES_ARCSEC, auroc_by, band_sigma, held_out_tables, noise_like, parse_lake_args, threshold_at,
+    S_N_EDGES,
+    THETA_E_EDGES_ARCSEC,
+    auroc_by,
+    band_sigma,
+    held_out_tables,
+    noise_like,
+    parse_lake_args,
+    threshold_at,
 )
 from research.host_model import FIT_SIZE, fit_hosts, less_host, refit_change
 from table_registry import tables as T
 
 
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preprocess", default='{"residual": "none", "colour_difference": false, "antisymmetric": false}',
-                    help="PreprocessSpec fields over the demo profile's (JSON)")
+    ap.add_argument(
+        "--preprocess",
+        default='{"residual": "none", "colour_difference": false, "antisymmetric": false}',
+        help="PreprocessSpec fields over the demo profile's (JSON)",
+    )
     ap.add_argument("--member", default="{}", help="TrainConfig fields over the demo member (JSON)")
     ap.add_argument("--iters", type=int, default=8, help="Levenberg–Marquardt steps per stamp")
     a, lake = parse_lake_args(ap)
     profile = training_profile("demo")
 
-    neg_t, real_t, bank = held_out_tables(lake, ("psfsize_g", "psfsize_r", "psfsize_z"), ("theta_e_arcsec", "psf_fwhm_g", "psf_fwhm_r", "psf_fwhm_z"))
+    neg_t, real_t, bank = held_out_tables(
+        lake, ("psfsize_g", "psfsize_r", "psfsize_z"), ("theta_e_arcsec", "psf_fwhm_g", "psf_fwhm_r", "psf_fwhm_z")
+    )
     cut = lake.table(*T.CUTOUTS.key).read(columns=["object_id", "psfsize_g", "psfsize_r", "psfsize_z"])
-    psf = {int(o): (g, r, z) for o, g, r, z in zip(*(cut.column(c).to_numpy() for c in ("object_id", "psfsize_g", "psfsize_r", "psfsize_z")))}
-    g_r, z_r = (float(np.nanmedian(cut.column(f"psfsize_{b}").to_numpy() / cut.column("psfsize_r").to_numpy())) for b in "gz")
+    psf = {
+        int(o): (g, r, z)
+        for o, g, r, z in zip(*(cut.column(c).to_numpy() for c in ("object_id", "psfsize_g", "psfsize_r", "psfsize_z")))
+    }
+    g_r, z_r = (
+        float(np.nanmedian(cut.column(f"psfsize_{b}").to_numpy() / cut.column("psfsize_r").to_numpy())) for b in "gz"
+    )
 
     def fwhm_of(ids, psfsize_r=None):
         # the validation injections carry their host's r-band PSF only; g and z scale by the survey's median ratios
-        return np.array([psf[int(i)] if int(i) in psf else (psfsize_r[j] * g_r, psfsize_r[j], psfsize_r[j] * z_r) for j, i in enumerate(ids)], np.float64)
+        return np.array(
+            [
+                psf[int(i)] if int(i) in psf else (psfsize_r[j] * g_r, psfsize_r[j], psfsize_r[j] * z_r)
+                for j, i in enumerate(ids)
+            ],
+            np.float64,
+        )
 
     def columns_fwhm(table, prefix):
         return np.stack([table.column(f"{prefix}_{b}").to_numpy() for b in "grz"], 1).astype(np.float64)
@@ -104,7 +125,9 @@ def main() -> None:
     arcs = (inj - ctrl)[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE]
     arcs_left = refit_change(arcs, fit_ctrl["tangent"], sigma_ctrl)
     s_n = sigma_ctrl.numpy()[:, :, None, None]
-    kept = np.linalg.norm((arcs_left / s_n).reshape(len(arcs), -1), axis=1) / np.linalg.norm((arcs / s_n).reshape(len(arcs), -1), axis=1)
+    kept = np.linalg.norm((arcs_left / s_n).reshape(len(arcs), -1), axis=1) / np.linalg.norm(
+        (arcs / s_n).reshape(len(arcs), -1), axis=1
+    )
     ctrl_less = less_host(ctrl, fit_ctrl)
     inj_linearised = ctrl_less.copy()
     inj_linearised[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE] += arcs_left
@@ -114,11 +137,16 @@ def main() -> None:
     arcs_off = arcs_whole.copy()
     arcs_off[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE] = arcs_left
     in_noise = noise_like(ctrl, profile.preprocess, "injections")
-    test = {"negatives": less_host(neg, fitted("negatives", neg, columns_fwhm(neg_t, "psfsize"))),
-            "known_lenses": less_host(real, fitted("known_lenses", real, columns_fwhm(real_t, "psfsize"))),
-            "injections": less_host(inj, fitted("injections", inj, fwhm_bank)), "controls": ctrl_less, "linearised": inj_linearised,
-            "whole_arcs_in_noise": arcs_whole + in_noise, "fitted_arcs_in_noise": arcs_off + in_noise,
-            "noise": noise_like(ctrl, profile.preprocess, "controls")}
+    test = {
+        "negatives": less_host(neg, fitted("negatives", neg, columns_fwhm(neg_t, "psfsize"))),
+        "known_lenses": less_host(real, fitted("known_lenses", real, columns_fwhm(real_t, "psfsize"))),
+        "injections": less_host(inj, fitted("injections", inj, fwhm_bank)),
+        "controls": ctrl_less,
+        "linearised": inj_linearised,
+        "whole_arcs_in_noise": arcs_whole + in_noise,
+        "fitted_arcs_in_noise": arcs_off + in_noise,
+        "noise": noise_like(ctrl, profile.preprocess, "controls"),
+    }
     fit_s = time.time() - t0
 
     draw_epoch = AugmentedStampDataset.prepare_epoch
@@ -147,24 +175,55 @@ def main() -> None:
     def by(edges, values, scores, controls="controls"):
         return auroc_by(edges, values, scores, p[controls])
 
-    print(json.dumps({
-        "name": "host_fit", "preprocess": json.loads(a.preprocess), "member": json.loads(a.member), "fit_chi2_median": fits,
-        "fit_s": round(fit_s), "val_auroc": round(res.best_val_auroc, 4), "best_epoch": res.best_epoch, "gates": gates,
-        "test_auroc_injections_vs_controls": auroc_of(p["injections"], p["controls"]),
-        "auroc_by_arc_snr": by(S_N_EDGES, snr, p["injections"]), "auroc_by_theta_e_arcsec": by(THETA_E_EDGES_ARCSEC, theta_e, p["injections"]),
-        "linearised_injections_vs_controls": auroc_of(p["linearised"], p["controls"]),
-        "controls_logit_sd": round(float(np.std(np.log(np.clip(p["controls"], 1e-12, 1 - 1e-12) / np.clip(1.0 - p["controls"], 1e-12, 1)))), 3),
-        **{f"{k}_vs_noise": {"all": auroc_of(p[k], p["noise"]), "by_arc_snr": by(S_N_EDGES, snr, p[k], "noise"),
-                             "by_theta_e_arcsec": by(THETA_E_EDGES_ARCSEC, theta_e, p[k], "noise")} for k in ("whole_arcs_in_noise", "fitted_arcs_in_noise")},
-        "test_auroc_real_vs_negatives": auroc_of(p["known_lenses"], p["negatives"]), "threshold_fpr_1e-2": float(thr),
-        "recall_test_known_lenses": round(float((p["known_lenses"] > thr).mean()), 4),
-        "completeness_by_arc_snr": {k: c for k, (c, _) in completeness_by_snr(p["injections"], snr, thr, digits=4).items()},
-        "arc_sn_kept_median_by_theta_e": {f"{lo}-{hi}": round(float(np.median(kept[(theta_e >= lo) & (theta_e < hi)])), 3)
-                                          for lo, hi in zip(THETA_E_EDGES_ARCSEC[:-1], THETA_E_EDGES_ARCSEC[1:])},
-        "bound_known_shape_host_known": round(float(norm.cdf(snr / math.sqrt(2)).mean()), 4),
-        "bound_known_shape_host_fitted": round(float(norm.cdf(kept * snr / math.sqrt(2)).mean()), 4),
-        "draws_projected": projected["draws"], "epochs": res.epochs_run, "s_per_epoch": round(wall / max(res.epochs_run, 1), 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "name": "host_fit",
+                "preprocess": json.loads(a.preprocess),
+                "member": json.loads(a.member),
+                "fit_chi2_median": fits,
+                "fit_s": round(fit_s),
+                "val_auroc": round(res.best_val_auroc, 4),
+                "best_epoch": res.best_epoch,
+                "gates": gates,
+                "test_auroc_injections_vs_controls": auroc_of(p["injections"], p["controls"]),
+                "auroc_by_arc_snr": by(S_N_EDGES, snr, p["injections"]),
+                "auroc_by_theta_e_arcsec": by(THETA_E_EDGES_ARCSEC, theta_e, p["injections"]),
+                "linearised_injections_vs_controls": auroc_of(p["linearised"], p["controls"]),
+                "controls_logit_sd": round(
+                    float(
+                        np.std(
+                            np.log(np.clip(p["controls"], 1e-12, 1 - 1e-12) / np.clip(1.0 - p["controls"], 1e-12, 1))
+                        )
+                    ),
+                    3,
+                ),
+                **{
+                    f"{k}_vs_noise": {
+                        "all": auroc_of(p[k], p["noise"]),
+                        "by_arc_snr": by(S_N_EDGES, snr, p[k], "noise"),
+                        "by_theta_e_arcsec": by(THETA_E_EDGES_ARCSEC, theta_e, p[k], "noise"),
+                    }
+                    for k in ("whole_arcs_in_noise", "fitted_arcs_in_noise")
+                },
+                "test_auroc_real_vs_negatives": auroc_of(p["known_lenses"], p["negatives"]),
+                "threshold_fpr_1e-2": float(thr),
+                "recall_test_known_lenses": round(float((p["known_lenses"] > thr).mean()), 4),
+                "completeness_by_arc_snr": {
+                    k: c for k, (c, _) in completeness_by_snr(p["injections"], snr, thr, digits=4).items()
+                },
+                "arc_sn_kept_median_by_theta_e": {
+                    f"{lo}-{hi}": round(float(np.median(kept[(theta_e >= lo) & (theta_e < hi)])), 3)
+                    for lo, hi in zip(THETA_E_EDGES_ARCSEC[:-1], THETA_E_EDGES_ARCSEC[1:])
+                },
+                "bound_known_shape_host_known": round(float(norm.cdf(snr / math.sqrt(2)).mean()), 4),
+                "bound_known_shape_host_fitted": round(float(norm.cdf(kept * snr / math.sqrt(2)).mean()), 4),
+                "draws_projected": projected["draws"],
+                "epochs": res.epochs_run,
+                "s_per_epoch": round(wall / max(res.epochs_run, 1), 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -67,12 +67,25 @@ def main() -> None:
         for name in ("best", "last"):
             model, ck = load_checkpoint(out, name)
             p_inj, p_ctrl = (score_stamps(model, ck, x)[0] for x in (arcs_in_noise, noise_controls))
-            scored[name] = {"test_auroc_injections_vs_controls": auroc_of(p_inj, p_ctrl), "auroc_by_arc_snr": auroc_by(S_N_EDGES, snr, p_inj, p_ctrl),
-                            "auroc_by_theta_e_arcsec": auroc_by(THETA_E_EDGES_ARCSEC, theta_e, p_inj, p_ctrl)}
-    print(json.dumps({
-        "name": "host_oracle", "member": json.loads(a.member), "n_hosts": int(rows.size), "val_auroc": round(res.best_val_auroc, 4),
-        "best_epoch": res.best_epoch, "epochs": res.epochs_run, **scored, "s_per_epoch": round(wall / max(res.epochs_run, 1), 1),
-    }))
+            scored[name] = {
+                "test_auroc_injections_vs_controls": auroc_of(p_inj, p_ctrl),
+                "auroc_by_arc_snr": auroc_by(S_N_EDGES, snr, p_inj, p_ctrl),
+                "auroc_by_theta_e_arcsec": auroc_by(THETA_E_EDGES_ARCSEC, theta_e, p_inj, p_ctrl),
+            }
+    print(
+        json.dumps(
+            {
+                "name": "host_oracle",
+                "member": json.loads(a.member),
+                "n_hosts": int(rows.size),
+                "val_auroc": round(res.best_val_auroc, 4),
+                "best_epoch": res.best_epoch,
+                "epochs": res.epochs_run,
+                **scored,
+                "s_per_epoch": round(wall / max(res.epochs_run, 1), 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

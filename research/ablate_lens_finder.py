@@ -48,7 +48,11 @@ def main() -> None:
     ap.add_argument("--preprocess", default="{}", help="PreprocessSpec fields over the recorded spec (JSON)")
     ap.add_argument("--stream", default="{}", help="StreamSpec fields over the recorded stream (JSON)")
     ap.add_argument("--fixed-arcs", action="store_true")
-    ap.add_argument("--scores", default=None, help="write the test rows' scores, the injections' arc S/N and the threshold here (.npz)")
+    ap.add_argument(
+        "--scores",
+        default=None,
+        help="write the test rows' scores, the injections' arc S/N and the threshold here (.npz)",
+    )
     a, lake = parse_lake_args(ap)
     profile = training_profile("demo")
     arrays = load_training_set(lake.table(*T.TRAINING_SET.key).read())
@@ -71,15 +75,39 @@ def main() -> None:
         p_neg, p_real, p_inj, p_ctrl = (score_stamps(model, ck, x)[0] for x in (neg, real, inj, ctrl))
     thr = threshold_at(p_neg)
     if a.scores:
-        np.savez(a.scores, negatives=p_neg, known_lenses=p_real, injections=p_inj, controls=p_ctrl, arc_snr=snr, threshold=thr)
-    print(json.dumps({
-        "name": a.name, "member": json.loads(a.member), "preprocess": json.loads(a.preprocess), "stream": json.loads(a.stream),
-        "fixed_arcs": a.fixed_arcs, "val_auroc": round(res.best_val_auroc, 4), "best_epoch": res.best_epoch, "gates": gates,
-        "test_auroc_injections_vs_controls": auroc_of(p_inj, p_ctrl), "test_auroc_real_vs_negatives": auroc_of(p_real, p_neg),
-        "threshold_fpr_1e-2": float(thr), "recall_test_known_lenses": detected_fraction(p_real, thr, 4),
-        "completeness_by_arc_snr": {k: c for k, (c, _) in completeness_by_snr(p_inj, snr, thr, digits=4).items()},
-        "s_per_epoch": round(wall / max(res.epochs_run, 1), 1), "cpu_s": round(cpu), "load": os.getloadavg()[0],
-    }))
+        np.savez(
+            a.scores,
+            negatives=p_neg,
+            known_lenses=p_real,
+            injections=p_inj,
+            controls=p_ctrl,
+            arc_snr=snr,
+            threshold=thr,
+        )
+    print(
+        json.dumps(
+            {
+                "name": a.name,
+                "member": json.loads(a.member),
+                "preprocess": json.loads(a.preprocess),
+                "stream": json.loads(a.stream),
+                "fixed_arcs": a.fixed_arcs,
+                "val_auroc": round(res.best_val_auroc, 4),
+                "best_epoch": res.best_epoch,
+                "gates": gates,
+                "test_auroc_injections_vs_controls": auroc_of(p_inj, p_ctrl),
+                "test_auroc_real_vs_negatives": auroc_of(p_real, p_neg),
+                "threshold_fpr_1e-2": float(thr),
+                "recall_test_known_lenses": detected_fraction(p_real, thr, 4),
+                "completeness_by_arc_snr": {
+                    k: c for k, (c, _) in completeness_by_snr(p_inj, snr, thr, digits=4).items()
+                },
+                "s_per_epoch": round(wall / max(res.epochs_run, 1), 1),
+                "cpu_s": round(cpu),
+                "load": os.getloadavg()[0],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

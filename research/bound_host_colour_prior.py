@@ -37,16 +37,28 @@ from scipy.stats import norm
 from darkhaloscope.stamps import from_tensor_column
 from darkhaloscope.training.profiles import training_profile
 from mock_survey.populations import (
-    DEV, EARLY_GR, EARLY_RZ, ELLIPTICITY_BETA, MAX_ELLIPTICITY, SER, SER_INDEX_LOG_SCATTER, SIZE_LOG_SCATTER,
+    DEV,
+    EARLY_GR,
+    EARLY_RZ,
+    ELLIPTICITY_BETA,
+    MAX_ELLIPTICITY,
+    SER,
+    SER_INDEX_LOG_SCATTER,
+    SIZE_LOG_SCATTER,
 )
 from research.common import THETA_E_EDGES_ARCSEC, band_sigma, bank_table, parse_lake_args
 from research.host_model import N_SHAPE, fit_hosts, refit_share_kept
 
-
 #: (name, (σ g − r, σ r − z) mag or None for free colours, whether the shape has the mock's priors too)
-PRIORS = (("held", (0.0, 0.0), False), ("0.02", (0.02, 0.02), False), ("red_sequence_0.05", (0.05, 0.05), False), ("0.10", (0.1, 0.1), False),
-          ("mock_early_types", (EARLY_GR[1], EARLY_RZ[1]), False), ("free", None, False),
-          ("mock_early_types_shape_too", (EARLY_GR[1], EARLY_RZ[1]), True))
+PRIORS = (
+    ("held", (0.0, 0.0), False),
+    ("0.02", (0.02, 0.02), False),
+    ("red_sequence_0.05", (0.05, 0.05), False),
+    ("0.10", (0.1, 0.1), False),
+    ("mock_early_types", (EARLY_GR[1], EARLY_RZ[1]), False),
+    ("free", None, False),
+    ("mock_early_types_shape_too", (EARLY_GR[1], EARLY_RZ[1]), True),
+)
 
 
 def mock_shape_sd(host_type: np.ndarray) -> np.ndarray:
@@ -82,16 +94,36 @@ def main() -> None:
     for s in range(0, len(ctrl), 192):  # a chunk's columns: 192 × 7,203 px × 12 in float32, 66 MB
         fit = fit_hosts(ctrl[s : s + 192], fwhm[s : s + 192], sigma[s : s + 192].double().numpy(), columns=True)
         for name, sd, shaped in PRIORS:
-            kept.setdefault(name, []).append(refit_share_kept(inj[s : s + 192] - ctrl[s : s + 192], fit, sigma[s : s + 192], sd,
-                                                              shape_sd[s : s + 192] if shaped else None))
+            kept.setdefault(name, []).append(
+                refit_share_kept(
+                    inj[s : s + 192] - ctrl[s : s + 192],
+                    fit,
+                    sigma[s : s + 192],
+                    sd,
+                    shape_sd[s : s + 192] if shaped else None,
+                )
+            )
     bins = list(zip(THETA_E_EDGES_ARCSEC[:-1], THETA_E_EDGES_ARCSEC[1:]))
     out = {}
     for name, _, _ in PRIORS:
         k = np.concatenate(kept[name])
-        out[name] = {"bound": round(float(norm.cdf(k * snr / math.sqrt(2)).mean()), 4),
-                     "sn_kept_median_by_theta_e": {f"{lo}-{hi}": round(float(np.median(k[(theta_e >= lo) & (theta_e < hi)])), 3) for lo, hi in bins}}
-    print(json.dumps({"pairs": int(len(ctrl)), "fit_s": round(time.time() - t0), "bound_host_known": round(float(norm.cdf(snr / math.sqrt(2)).mean()), 4),
-                      "colour_sd_mag": {name: sd for name, sd, _ in PRIORS}, "host_fitted": out}))
+        out[name] = {
+            "bound": round(float(norm.cdf(k * snr / math.sqrt(2)).mean()), 4),
+            "sn_kept_median_by_theta_e": {
+                f"{lo}-{hi}": round(float(np.median(k[(theta_e >= lo) & (theta_e < hi)])), 3) for lo, hi in bins
+            },
+        }
+    print(
+        json.dumps(
+            {
+                "pairs": int(len(ctrl)),
+                "fit_s": round(time.time() - t0),
+                "bound_host_known": round(float(norm.cdf(snr / math.sqrt(2)).mean()), 4),
+                "colour_sd_mag": {name: sd for name, sd, _ in PRIORS},
+                "host_fitted": out,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -32,9 +32,13 @@ THETA_E_EDGES_ARCSEC = (0.0, 1.01, 2.0, 3.1)
 def parse_lake_args(ap: argparse.ArgumentParser) -> tuple[argparse.Namespace, Lake]:
     """Add the shared ``--lake`` and ``--threads``, parse, set torch's threads; (args, lake)."""
     ap.add_argument("--lake", default="lakehouse", help="root of a materialized lake (read only)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads (default: torch's own, as the lens_finder asset runs, so the published model "
-                         "is reproduced)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: torch's own, as the lens_finder asset runs, so the published model "
+        "is reproduced)",
+    )
     a = ap.parse_args()
     if a.threads is not None:
         torch.set_num_threads(a.threads)
@@ -49,12 +53,18 @@ def bank_table(lake: Lake, columns: tuple = ()) -> pa.Table:
     return bank.filter(bank.column("success"))
 
 
-def held_out_tables(lake: Lake, cutout_columns: tuple = (),
-                    bank_columns: tuple = ()) -> tuple[pa.Table, pa.Table, pa.Table]:
+def held_out_tables(
+    lake: Lake, cutout_columns: tuple = (), bank_columns: tuple = ()
+) -> tuple[pa.Table, pa.Table, pa.Table]:
     """The test rows as tables, with their ``image`` (and ``control``) and any more columns named:
     held-out negatives (less those graded a lens), test-split known lenses, and :func:`bank_table`."""
-    cut = lake.table(*T.CUTOUTS.key).read(columns=list(dict.fromkeys(
-        ["object_id", "label", "split", "in_training_catalog", "quality_ok", "image", *cutout_columns])))
+    cut = lake.table(*T.CUTOUTS.key).read(
+        columns=list(
+            dict.fromkeys(
+                ["object_id", "label", "split", "in_training_catalog", "quality_ok", "image", *cutout_columns]
+            )
+        )
+    )
     cut = cut.filter(cut.column("quality_ok"))
     real = pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test"))
     graded = published_graded_lens_ids(lake.table(*T.VISUAL_GRADES.key))
@@ -65,9 +75,13 @@ def held_out_stamps(lake: Lake) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     """Stamps (N, 3, H, W) [nmgy] of the :func:`held_out_tables` and the injections' arc S/N:
     (negatives, known lenses, injections, controls, arc S/N)."""
     neg, real, bank = held_out_tables(lake)
-    return (from_tensor_column(neg.column("image")), from_tensor_column(real.column("image")),
-            from_tensor_column(bank.column("image")), from_tensor_column(bank.column("control")),
-            bank.column("arc_snr").to_numpy())
+    return (
+        from_tensor_column(neg.column("image")),
+        from_tensor_column(real.column("image")),
+        from_tensor_column(bank.column("image")),
+        from_tensor_column(bank.column("control")),
+        bank.column("arc_snr").to_numpy(),
+    )
 
 
 def threshold_at(neg_scores: np.ndarray, fpr: float = HEADLINE_FPR) -> float:
@@ -92,5 +106,6 @@ def noise_like(stamps: np.ndarray, spec, *key) -> np.ndarray:
 def auroc_by(edges, values: np.ndarray, p_inj: np.ndarray, p_ctrl: np.ndarray) -> dict[str, float]:
     """{``"lo-hi"``: AUROC of the injections ``p_inj`` whose ``values`` lie in [lo, hi) of
     consecutive ``edges`` against every control ``p_ctrl``}."""
-    return {f"{lo}-{hi}": auroc_of(p_inj[(values >= lo) & (values < hi)], p_ctrl)
-            for lo, hi in zip(edges[:-1], edges[1:])}
+    return {
+        f"{lo}-{hi}": auroc_of(p_inj[(values >= lo) & (values < hi)], p_ctrl) for lo, hi in zip(edges[:-1], edges[1:])
+    }

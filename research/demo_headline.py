@@ -27,9 +27,12 @@ from resources.config import build_resources
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lake", required=True)
-    ap.add_argument("--without-hidden-lenses", action="store_true",
-                    help="also the numbers had the held-out negatives held no hidden lens (reads the truth of the mock "
-                         "DHS_MOCK_SEED and DHS_MOCK_DIR name, and refuses one the lake was not built from)")
+    ap.add_argument(
+        "--without-hidden-lenses",
+        action="store_true",
+        help="also the numbers had the held-out negatives held no hidden lens (reads the truth of the mock "
+        "DHS_MOCK_SEED and DHS_MOCK_DIR name, and refuses one the lake was not built from)",
+    )
     a = ap.parse_args()
     lake = Lake(a.lake)
     hidden = None

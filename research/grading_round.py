@@ -42,24 +42,44 @@ def oracle_grades(lake: Lake, top: int) -> list[dict]:
         raise SystemExit(str(exc)) from exc
     shown = top_candidates(lake.table(*T.CANDIDATES.key).read(), top)
     report = hidden_lens_recovery(shown, truth, lake.table(*T.KNOWN_LENSES.key).read())
-    return [{**{c: r[c] for c in GRADE_COLUMNS if c != "grade"}, "grade": "not_a_lens" if r["match"] == "false" else "A"}
-            for r in report.candidates.to_pylist()]
+    return [
+        {**{c: r[c] for c in GRADE_COLUMNS if c != "grade"}, "grade": "not_a_lens" if r["match"] == "false" else "A"}
+        for r in report.candidates.to_pylist()
+    ]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lake", required=True)
     ap.add_argument("--out", required=True, help="the grades CSV to write")
-    ap.add_argument("--top", type=int, default=DEFAULT_TOP_N, help="candidates shown to the grader (the gallery's size)")
+    ap.add_argument(
+        "--top", type=int, default=DEFAULT_TOP_N, help="candidates shown to the grader (the gallery's size)"
+    )
     a = ap.parse_args()
     rows = oracle_grades(Lake(a.lake), a.top)
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(GRADE_COLUMNS))
         w.writeheader()
         for r in rows:
-            w.writerow({**r, "ra": repr(r["ra"]), "dec": repr(r["dec"]), "score": repr(r["score"]), "known": str(r["known"]).lower()})
-    print(json.dumps({"graded": len(rows), "lenses": sum(r["grade"] == "A" for r in rows), "not_a_lens": sum(r["grade"] == "not_a_lens" for r in rows),
-                      "out": a.out}))
+            w.writerow(
+                {
+                    **r,
+                    "ra": repr(r["ra"]),
+                    "dec": repr(r["dec"]),
+                    "score": repr(r["score"]),
+                    "known": str(r["known"]).lower(),
+                }
+            )
+    print(
+        json.dumps(
+            {
+                "graded": len(rows),
+                "lenses": sum(r["grade"] == "A" for r in rows),
+                "not_a_lens": sum(r["grade"] == "not_a_lens" for r in rows),
+                "out": a.out,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -44,7 +44,12 @@ _DT = torch.float64
 def _grid() -> tuple[torch.Tensor, torch.Tensor]:
     """Sub-pixel centres (arcsec from the stamp's centre pixel) of the rendered region, (S, S) each."""
     g = FIT_SIZE + 2 * MARGIN
-    px = torch.arange(g, dtype=_DT)[:, None] + (torch.arange(SUPERSAMPLE, dtype=_DT) + 0.5) / SUPERSAMPLE - 0.5 - (g - 1) / 2
+    px = (
+        torch.arange(g, dtype=_DT)[:, None]
+        + (torch.arange(SUPERSAMPLE, dtype=_DT) + 0.5) / SUPERSAMPLE
+        - 0.5
+        - (g - 1) / 2
+    )
     y, x = torch.meshgrid(px.reshape(-1) * PIXEL_SCALE_ARCSEC, px.reshape(-1) * PIXEL_SCALE_ARCSEC, indexing="ij")
     return x, y
 
@@ -55,7 +60,9 @@ _FFT = FIT_SIZE + 4 * MARGIN  # the rendered region plus the kernel, so the conv
 
 def psf_transforms(fwhm_arcsec: np.ndarray) -> torch.Tensor:
     """(N, 3, F, F//2+1) Fourier transforms of the Moffat kernels of FWHM (N, 3) arcsec."""
-    k = psf_kernels(torch.as_tensor(fwhm_arcsec, dtype=_DT).reshape(-1), MARGIN, "moffat", beta=MOFFAT_BETA, subsample=3)
+    k = psf_kernels(
+        torch.as_tensor(fwhm_arcsec, dtype=_DT).reshape(-1), MARGIN, "moffat", beta=MOFFAT_BETA, subsample=3
+    )
     return torch.fft.rfft2(k.reshape(-1, 3, 2 * MARGIN + 1, 2 * MARGIN + 1), s=(_FFT, _FFT))
 
 
@@ -64,9 +71,15 @@ def unit_models(shape: torch.Tensor, psf_ft: torch.Tensor) -> torch.Tensor:
     x0, y0, ln_r, ln_n, e1, e2 = (shape[:, i].reshape(-1, 1, 1) for i in range(N_SHAPE))
     r, n = torch.exp(ln_r), torch.exp(ln_n)
     one = torch.ones_like(r)
-    sb = sersic_surface_brightness(_X[None], _Y[None], one, r, n, e1, e2, x0 * PIXEL_SCALE_ARCSEC, y0 * PIXEL_SCALE_ARCSEC)
+    sb = sersic_surface_brightness(
+        _X[None], _Y[None], one, r, n, e1, e2, x0 * PIXEL_SCALE_ARCSEC, y0 * PIXEL_SCALE_ARCSEC
+    )
     g = FIT_SIZE + 2 * MARGIN
-    img = sb.reshape(-1, g, SUPERSAMPLE, g, SUPERSAMPLE).mean((2, 4)) * PIXEL_SCALE_ARCSEC**2 / sersic_total_flux(one, r, n)
+    img = (
+        sb.reshape(-1, g, SUPERSAMPLE, g, SUPERSAMPLE).mean((2, 4))
+        * PIXEL_SCALE_ARCSEC**2
+        / sersic_total_flux(one, r, n)
+    )
     conv = torch.fft.irfft2(torch.fft.rfft2(img[:, None], s=(_FFT, _FFT)) * psf_ft, s=(_FFT, _FFT))
     return conv[..., 2 * MARGIN : 2 * MARGIN + FIT_SIZE, 2 * MARGIN : 2 * MARGIN + FIT_SIZE]
 
@@ -112,8 +125,15 @@ def moment_start(data: torch.Tensor) -> torch.Tensor:
     return bounded(torch.stack([x0, y0, torch.log(r), torch.full_like(x0, math.log(2.0)), chi1 * f, chi2 * f], 1))
 
 
-def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, iters: int = 8, tangent: bool = False, chunk: int = 48,
-              columns: bool = False) -> dict:
+def fit_hosts(
+    stamps: np.ndarray,
+    fwhm_arcsec: np.ndarray,
+    sigma: np.ndarray,
+    iters: int = 8,
+    tangent: bool = False,
+    chunk: int = 48,
+    columns: bool = False,
+) -> dict:
     """Fit the host model to the central FIT_SIZE px of stamps (N, 3, H, H) [nmgy] with per-band PSF
     FWHM (N, 3) [arcsec] and pixel σ (N, 3) [nmgy]: {"model" (N, 3, FIT_SIZE, FIT_SIZE) float32 nmgy,
     "chi2" (N,) per pixel, "flux" (N, 3) nmgy, "tangent" (N, 3·FIT_SIZE², N_TANGENT) float32 orthonormal
@@ -125,7 +145,9 @@ def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, it
     out: dict[str, list] = {"model": [], "chi2": [], "flux": [], "tangent": [], "columns": []}
     lo = (stamps.shape[-1] - FIT_SIZE) // 2
     for s in range(0, len(stamps), chunk):
-        data = torch.as_tensor(np.ascontiguousarray(stamps[s : s + chunk, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE]), dtype=_DT)
+        data = torch.as_tensor(
+            np.ascontiguousarray(stamps[s : s + chunk, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE]), dtype=_DT
+        )
         n = data.shape[0]
         inv_sigma = 1.0 / torch.as_tensor(sigma[s : s + chunk], dtype=_DT)
         psf_ft = psf_transforms(fwhm_arcsec[s : s + chunk])
@@ -144,14 +166,24 @@ def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, it
         r = residual(shape)
         cost = (r * r).sum(-1)
         for _ in range(iters):
-            jac = (linear_fit(stepped(shape), data_each, inv_sigma_each)[2].reshape(n, N_SHAPE, -1) - r[:, None]) / steps[None, :, None]
+            jac = (
+                linear_fit(stepped(shape), data_each, inv_sigma_each)[2].reshape(n, N_SHAPE, -1) - r[:, None]
+            ) / steps[None, :, None]
             a = jac @ jac.transpose(1, 2)
-            a = a + damping[:, None, None] * torch.diag_embed(torch.diagonal(a, dim1=1, dim2=2)) + 1e-9 * torch.eye(N_SHAPE, dtype=_DT)
+            a = (
+                a
+                + damping[:, None, None] * torch.diag_embed(torch.diagonal(a, dim1=1, dim2=2))
+                + 1e-9 * torch.eye(N_SHAPE, dtype=_DT)
+            )
             trial = bounded(shape - torch.linalg.solve(a, jac @ r[..., None])[..., 0])
             rt = residual(trial)
             ct = (rt * rt).sum(-1)
             better = ct < cost
-            shape, r, cost = torch.where(better[:, None], trial, shape), torch.where(better[:, None], rt, r), torch.where(better, ct, cost)
+            shape, r, cost = (
+                torch.where(better[:, None], trial, shape),
+                torch.where(better[:, None], rt, r),
+                torch.where(better, ct, cost),
+            )
             damping = torch.where(better, damping * 0.3, damping * 10.0).clamp(1e-6, 1e6)
         unit = unit_models(shape, psf_ft)
         flux, bg, _ = linear_fit(unit, data, inv_sigma)
@@ -162,8 +194,18 @@ def fit_hosts(stamps: np.ndarray, fwhm_arcsec: np.ndarray, sigma: np.ndarray, it
             d_unit = stepped(shape).reshape(n, N_SHAPE, 3, FIT_SIZE, FIT_SIZE) - unit[:, None]
             eye = torch.eye(3, dtype=_DT)[None, :, :, None, None]
             w = inv_sigma[:, None, :, None, None]
-            cols = torch.cat([d_unit / steps[None, :, None, None, None] * flux[:, None, :, None, None] * w,
-                              unit[:, None] * eye * w, torch.ones_like(unit)[:, None] * eye * w], 1).reshape(n, N_TANGENT, -1).transpose(1, 2)
+            cols = (
+                torch.cat(
+                    [
+                        d_unit / steps[None, :, None, None, None] * flux[:, None, :, None, None] * w,
+                        unit[:, None] * eye * w,
+                        torch.ones_like(unit)[:, None] * eye * w,
+                    ],
+                    1,
+                )
+                .reshape(n, N_TANGENT, -1)
+                .transpose(1, 2)
+            )
             if tangent:
                 out["tangent"].append(torch.linalg.qr(cols)[0].float())
             if columns:
@@ -192,8 +234,13 @@ def refit_change(arcs: np.ndarray, basis: torch.Tensor, sigma: torch.Tensor) -> 
     return out
 
 
-def refit_share_kept(arcs: np.ndarray, fit: dict, sigma: torch.Tensor, colour_sd_mag: tuple[float, float] | None = None,
-                     shape_sd: np.ndarray | None = None) -> np.ndarray:
+def refit_share_kept(
+    arcs: np.ndarray,
+    fit: dict,
+    sigma: torch.Tensor,
+    colour_sd_mag: tuple[float, float] | None = None,
+    shape_sd: np.ndarray | None = None,
+) -> np.ndarray:
     """(N,) share of each arc's S/N (its norm in σ units over the central FIT_SIZE px of arcs (N, 3, W,
     W) nmgy) that a linearised refit of host plus arc leaves, with Gaussian priors of standard
     deviations ``colour_sd_mag`` = (g − r, r − z) [mag] on the host's colours and ``shape_sd`` (N,
@@ -203,7 +250,10 @@ def refit_share_kept(arcs: np.ndarray, fit: dict, sigma: torch.Tensor, colour_sd
     dᵀA(AᵀA + Λ)⁻¹Aᵀd over the columns A of the shape, the backgrounds and the host's magnitudes (all
     bands together, g − r, r − z), Λ the priors' precisions."""
     lo = (arcs.shape[-1] - FIT_SIZE) // 2
-    d = (torch.from_numpy(np.ascontiguousarray(arcs[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE])).to(_DT) / sigma.to(_DT)[:, :, None, None]).flatten(1)
+    d = (
+        torch.from_numpy(np.ascontiguousarray(arcs[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE])).to(_DT)
+        / sigma.to(_DT)[:, :, None, None]
+    ).flatten(1)
     out = np.empty(len(d))
     for s in range(0, len(d), 64):
         cols, flux = fit["columns"][s : s + 64].to(_DT), fit["flux"][s : s + 64].to(_DT)

@@ -5,7 +5,6 @@ run records); it is read from the environment variable named by ``slack_token_en
 sinks are built, and only the Slack client ever holds it.
 """
 
-
 import math
 import os
 import urllib.error
@@ -14,11 +13,11 @@ import dagster as dg
 from dagster_slack import SlackResource
 from pydantic import Field
 
+from darkhaloscope.errors import InputError
+from darkhaloscope.retry import TRANSIENT_HTTP_STATUSES, RetriesExhausted, RetryPolicy, call_with_retries, seconds_left
 from lakehouse.alert_log import JsonlAlertLog
 from lakehouse.alerts import DEFAULT_MAX_BACKLOG, DEFAULT_REST_S, Alert, AlertDeliveryError, AlertSinks
-from darkhaloscope.errors import InputError
 from lakehouse.lake import Lake
-from darkhaloscope.retry import TRANSIENT_HTTP_STATUSES, RetriesExhausted, RetryPolicy, call_with_retries, seconds_left
 from lakehouse.webhook import WebhookSink
 
 
@@ -58,12 +57,16 @@ class SlackSink:
             self._client.timeout = max(1, math.ceil(seconds_left(deadline)))
             resp = self._client.chat_postMessage(channel=self.channel, text=alert.summary())
             if not resp.get("ok", False):
-                raise AlertDeliveryError(f"Slack refused alert {alert.dedup_key} for channel {self.channel!r}: {resp.get('error')}")
+                raise AlertDeliveryError(
+                    f"Slack refused alert {alert.dedup_key} for channel {self.channel!r}: {resp.get('error')}"
+                )
 
         try:
             call_with_retries(attempt, _slack_transient, self.policy.until(deadline), (alert.dedup_key,))
         except RetriesExhausted as exc:
-            raise AlertDeliveryError(f"Slack did not accept alert {alert.dedup_key} for channel {self.channel!r}: {exc}") from exc
+            raise AlertDeliveryError(
+                f"Slack did not accept alert {alert.dedup_key} for channel {self.channel!r}: {exc}"
+            ) from exc
 
 
 class AlertSinksResource(dg.ConfigurableResource):
@@ -75,18 +78,41 @@ class AlertSinksResource(dg.ConfigurableResource):
     environment variable ``slack_token_env`` (DHS_SLACK_TOKEN, else SLACK_BOT_TOKEN).
     """
 
-    webhook_url: str | None = Field(default=None, description="URL receiving one JSON POST per alert; default env DHS_ALERT_WEBHOOK")
-    webhook_deadline_s: float = Field(default=10.0, description="seconds one delivery round may spend on the webhook (connect, retries and whole answers)")
+    webhook_url: str | None = Field(
+        default=None, description="URL receiving one JSON POST per alert; default env DHS_ALERT_WEBHOOK"
+    )
+    webhook_deadline_s: float = Field(
+        default=10.0,
+        description="seconds one delivery round may spend on the webhook (connect, retries and whole answers)",
+    )
     webhook_connect_timeout_s: float = Field(default=3.0, description="seconds to open a connection to the webhook")
-    webhook_max_attempts: int = Field(default=3, description="attempts per alert on connection errors and 408/425/429/5xx answers, within the deadline")
-    webhook_backoff_s: float = Field(default=0.5, description="first back-off cap in seconds (doubles each retry, full jitter)")
-    slack_channel: str | None = Field(default=None, description="Slack channel for alerts (default env DHS_SLACK_CHANNEL); Slack is used only with a channel and a token")
-    slack_token_env: str = Field(default="DHS_SLACK_TOKEN", description="name of the env var holding the Slack bot token")
+    webhook_max_attempts: int = Field(
+        default=3,
+        description="attempts per alert on connection errors and 408/425/429/5xx answers, within the deadline",
+    )
+    webhook_backoff_s: float = Field(
+        default=0.5, description="first back-off cap in seconds (doubles each retry, full jitter)"
+    )
+    slack_channel: str | None = Field(
+        default=None,
+        description="Slack channel for alerts (default env DHS_SLACK_CHANNEL); Slack is used only with a channel and a token",
+    )
+    slack_token_env: str = Field(
+        default="DHS_SLACK_TOKEN", description="name of the env var holding the Slack bot token"
+    )
     slack_api_url: str | None = Field(default=None, description="Slack API base URL override (tests, proxies)")
     slack_deadline_s: float = Field(default=10.0, description="seconds one delivery round may spend on Slack")
-    max_backlog: int = Field(default=DEFAULT_MAX_BACKLOG, description="undelivered alerts kept and retried; beyond it the oldest are given up")
-    rest_after_failure_s: float = Field(default=DEFAULT_REST_S, description="seconds a sink that failed is not tried again by the same deliverer (its alerts stay owed)")
-    lake_uri: str | None = Field(default=None, description="lake root holding ops/alert_log and ops/alerts; default env DHS_LAKE")
+    max_backlog: int = Field(
+        default=DEFAULT_MAX_BACKLOG,
+        description="undelivered alerts kept and retried; beyond it the oldest are given up",
+    )
+    rest_after_failure_s: float = Field(
+        default=DEFAULT_REST_S,
+        description="seconds a sink that failed is not tried again by the same deliverer (its alerts stay owed)",
+    )
+    lake_uri: str | None = Field(
+        default=None, description="lake root holding ops/alert_log and ops/alerts; default env DHS_LAKE"
+    )
     s3_endpoint: str | None = Field(default=None, description="S3 endpoint override; default env DHS_S3_ENDPOINT")
 
     def _slack_token(self) -> str | None:
@@ -102,8 +128,15 @@ class AlertSinksResource(dg.ConfigurableResource):
         senders: list = []
         url = self.webhook_url or os.environ.get("DHS_ALERT_WEBHOOK") or None
         if url:
-            senders.append(WebhookSink(url, deadline_s=self.webhook_deadline_s, connect_timeout_s=self.webhook_connect_timeout_s,
-                                       max_attempts=self.webhook_max_attempts, backoff_s=self.webhook_backoff_s))
+            senders.append(
+                WebhookSink(
+                    url,
+                    deadline_s=self.webhook_deadline_s,
+                    connect_timeout_s=self.webhook_connect_timeout_s,
+                    max_attempts=self.webhook_max_attempts,
+                    backoff_s=self.webhook_backoff_s,
+                )
+            )
         token = self._slack_token()
         channel = self.slack_channel or os.environ.get("DHS_SLACK_CHANNEL") or None
         if channel and token:
@@ -113,11 +146,18 @@ class AlertSinksResource(dg.ConfigurableResource):
             senders.append(SlackSink(client, channel, deadline_s=self.slack_deadline_s))
         elif channel or token:
             # Said once per build, without any secret: only one of channel and token is configured.
-            missing = f"env {self.slack_token_env} is empty" if channel else "no channel (slack_channel or DHS_SLACK_CHANNEL)"
+            missing = (
+                f"env {self.slack_token_env} is empty" if channel else "no channel (slack_channel or DHS_SLACK_CHANNEL)"
+            )
             dg.get_dagster_logger().warning(f"Slack alerts are off: {missing}")
         try:
             alert_log = JsonlAlertLog(self.lake())
         except InputError as exc:  # a malformed DHS_LAKE must not silence the webhook and Slack
             dg.get_dagster_logger().error(f"the alert log is off: {exc}")
             alert_log = None
-        return AlertSinks(log=alert_log, senders=tuple(senders), max_backlog=self.max_backlog, rest_after_failure_s=self.rest_after_failure_s)
+        return AlertSinks(
+            log=alert_log,
+            senders=tuple(senders),
+            max_backlog=self.max_backlog,
+            rest_after_failure_s=self.rest_after_failure_s,
+        )

@@ -2,13 +2,11 @@
 the search scores (DHS_SEARCH_LAUNCH: local | spark | pipes) and the Spark session of the catalog
 stage and of the search's Spark launch."""
 
-
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 from dagster_pyspark.resources import LazyPySparkResource, spark_session_from_config
 
 from darkhaloscope.errors import InputError
-
 
 #: Where ``search_scores`` runs its chunks: in the asset's process, as Spark tasks, or in a process
 #: launched through Dagster Pipes.
@@ -38,8 +36,10 @@ class ComputeResource(dg.ConfigurableResource):
         """The launch of a search run: ``requested`` (the run's config) or else ``search_launch``."""
         launch = requested or self.search_launch
         if launch not in SEARCH_LAUNCHES:
-            raise InputError(f"search launch {launch!r} (search_scores config 'launch' or DHS_SEARCH_LAUNCH): "
-                             f"expected one of {', '.join(SEARCH_LAUNCHES)}")
+            raise InputError(
+                f"search launch {launch!r} (search_scores config 'launch' or DHS_SEARCH_LAUNCH): "
+                f"expected one of {', '.join(SEARCH_LAUNCHES)}"
+            )
         return launch
 
 
@@ -85,7 +85,9 @@ class CatalogLaunchResource(dg.ConfigurableResource):
         chain: environment, profile, instance role)."""
         return S3Resource(endpoint_url=self.s3_endpoint, region_name=self.s3_region).get_client()
 
-    def run_negatives(self, context, lake_uri: str, s3_endpoint: str | None, staging: str, names: list[str], selection: dict) -> dict:
+    def run_negatives(
+        self, context, lake_uri: str, s3_endpoint: str | None, staging: str, names: list[str], selection: dict
+    ) -> dict:
         """Launch :mod:`lens_assets.pipes.negatives_job`; returns the funnel it reported."""
         import sys
 
@@ -94,13 +96,26 @@ class CatalogLaunchResource(dg.ConfigurableResource):
         from darkhaloscope.catalog.spark import spark_settings
 
         if self.mode != "pipes-s3" or not self.bucket:
-            raise ValueError(f"catalog launch mode {self.mode!r} with bucket {self.bucket!r}: expected 'pipes-s3' and a bucket")
+            raise ValueError(
+                f"catalog launch mode {self.mode!r} with bucket {self.bucket!r}: expected 'pipes-s3' and a bucket"
+            )
         client = self.s3_client()
-        pipes = dg.PipesSubprocessClient(context_injector=PipesS3ContextInjector(bucket=self.bucket, client=client, key_prefix="pipes/"),
-                                         message_reader=PipesS3MessageReader(bucket=self.bucket, client=client, interval=1))
-        extras = {"lake_uri": lake_uri, "s3_endpoint": s3_endpoint, "staging": staging, "names": names, "selection": selection,
-                  "spark_master": spark_settings()["spark.master"], "spark_log": spark_log_file()}
-        done = pipes.run(context=context, command=[sys.executable, "-m", "lens_assets.pipes.negatives_job"], extras=extras)
+        pipes = dg.PipesSubprocessClient(
+            context_injector=PipesS3ContextInjector(bucket=self.bucket, client=client, key_prefix="pipes/"),
+            message_reader=PipesS3MessageReader(bucket=self.bucket, client=client, interval=1),
+        )
+        extras = {
+            "lake_uri": lake_uri,
+            "s3_endpoint": s3_endpoint,
+            "staging": staging,
+            "names": names,
+            "selection": selection,
+            "spark_master": spark_settings()["spark.master"],
+            "spark_log": spark_log_file(),
+        }
+        done = pipes.run(
+            context=context, command=[sys.executable, "-m", "lens_assets.pipes.negatives_job"], extras=extras
+        )
         return reported(done, "funnel", "the negatives job")
 
 

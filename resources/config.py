@@ -1,6 +1,5 @@
 """Resources built from the environment (all optional; the defaults give the embedded demo)."""
 
-
 import os
 
 from darkhaloscope.errors import InputError
@@ -30,13 +29,19 @@ def build_resources() -> dict:
             s3_endpoint=s3_endpoint,
         ),
         "imaging": ImagingResource(cutout_source=os.environ.get("DHS_CUTOUT_SOURCE", "auto")),
-        "compute": ComputeResource(device=os.environ.get("DHS_DEVICE", "auto"), profile=profile,
-                                   search_launch=os.environ.get("DHS_SEARCH_LAUNCH", "local")),
+        "compute": ComputeResource(
+            device=os.environ.get("DHS_DEVICE", "auto"),
+            profile=profile,
+            search_launch=os.environ.get("DHS_SEARCH_LAUNCH", "local"),
+        ),
         "pyspark": QuietPySparkResource(spark_config=spark_config(os.environ.get("DHS_SPARK_MASTER", "local[*]"))),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
     resources["catalog_launch"] = CatalogLaunchResource(
-        mode=os.environ.get("DHS_CATALOG_LAUNCH", "local"), bucket=os.environ.get("DHS_PIPES_BUCKET", ""), s3_endpoint=s3_endpoint)
+        mode=os.environ.get("DHS_CATALOG_LAUNCH", "local"),
+        bucket=os.environ.get("DHS_PIPES_BUCKET", ""),
+        s3_endpoint=s3_endpoint,
+    )
     from io_managers import LakeIOManager
 
     from .alert_sinks import AlertSinksResource

@@ -28,8 +28,14 @@ class ImagingResource(dg.ConfigurableResource):
         """The source's settings, from which any process (a Spark executor, a Pipes subprocess) opens it."""
         if self.cutout_source == "auto" and survey.is_mock:
             return MockSkySettings(root=str(survey.mock_manifest().root))
-        return ImageSourceSettings(cutout_source=self.cutout_source, layer=self.layer, max_concurrency=self.max_concurrency,
-                                   timeout_s=self.timeout_s, max_retries=self.max_retries, survey=survey.location())
+        return ImageSourceSettings(
+            cutout_source=self.cutout_source,
+            layer=self.layer,
+            max_concurrency=self.max_concurrency,
+            timeout_s=self.timeout_s,
+            max_retries=self.max_retries,
+            survey=survey.location(),
+        )
 
     def source(self, survey: SurveyResource) -> ImageSource:
         """The configured image source (``cutouts(ra, dec, size) -> (CutoutBatch, failures)``)."""

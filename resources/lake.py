@@ -19,8 +19,11 @@ from lakehouse.staging import Stage, StageOwner, owner_process_alive, sweep_orph
 
 #: Run states in which a run still owns its staging area.
 LIVE_RUN_STATUSES = (
-    dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING,
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
 )
 
 
@@ -48,7 +51,9 @@ class LakeResource(dg.ConfigurableResource):
     s3_max_attempts: int = 5
 
     def lake(self) -> Lake:
-        lake = Lake(self.uri, s3_endpoint=self.s3_endpoint, s3_region=self.s3_region, s3_max_attempts=self.s3_max_attempts)
+        lake = Lake(
+            self.uri, s3_endpoint=self.s3_endpoint, s3_region=self.s3_region, s3_max_attempts=self.s3_max_attempts
+        )
         log = os.environ.get("DHS_LAKE_READ_LOG")
         if log:
             lake.__class__ = ReadRecordingLake

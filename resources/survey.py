@@ -1,6 +1,5 @@
 """The survey: the embedded mock DR10 (DHS_SURVEY=mock) or a DR10 mirror, local or s3://."""
 
-
 import os
 import tempfile
 from contextlib import contextmanager

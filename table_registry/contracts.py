@@ -62,6 +62,7 @@ SWEEPS = Contract(
     optional=frozenset({*(f"psfsize_{b}" for b in _BANDS), "shape_r", "shape_e1", "shape_e2", "sersic"}),
 )
 
+
 def _columns(schema: pa.Schema) -> dict[str, pa.DataType]:
     return {f.name: f.type for f in schema}
 
@@ -72,7 +73,11 @@ KNOWN_LENSES = Contract(
     table="known_lenses",
     columns=_columns(KNOWN_LENS_SCHEMA),
     key=("lens_id",),
-    ranges=(Range("ra", 0.0, 360.0, hi_inclusive=False), Range("dec", -90.0, 90.0), Range("z_lens", 0.0, 10.0, nullable=True)),
+    ranges=(
+        Range("ra", 0.0, 360.0, hi_inclusive=False),
+        Range("dec", -90.0, 90.0),
+        Range("z_lens", 0.0, 10.0, nullable=True),
+    ),
 )
 
 NEGATIVES = Contract(
@@ -115,8 +120,14 @@ CUTOUTS = Contract(
 
 TRAINING_SET = Contract(
     table="training_set",
-    columns={"object_id": pa.int64(), "split": pa.string(), "label": pa.int8(), "weight": pa.float32(), "kind": pa.string(),
-             "image": tensor_type(STAMP_SHAPE)},
+    columns={
+        "object_id": pa.int64(),
+        "split": pa.string(),
+        "label": pa.int8(),
+        "weight": pa.float32(),
+        "kind": pa.string(),
+        "image": tensor_type(STAMP_SHAPE),
+    },
     key=("object_id",),
     ranges=(Range("label", 0, 1), Range("weight", 0.0, None)),
     allowed_values={"split": ("train", "val"), "kind": ("real_positive", "negative")},
@@ -126,8 +137,13 @@ SWEEP_FILES = Contract(
     table="sweep_files",
     columns=_columns(MANIFEST_SCHEMA),
     key=("sweep_file",),
-    ranges=(Range("ra_min", 0.0, 360.0), Range("ra_max", 0.0, 360.0), Range("dec_min", -90.0, 90.0), Range("dec_max", -90.0, 90.0),
-            Range("size_bytes", 0, None, nullable=True)),
+    ranges=(
+        Range("ra_min", 0.0, 360.0),
+        Range("ra_max", 0.0, 360.0),
+        Range("dec_min", -90.0, 90.0),
+        Range("dec_max", -90.0, 90.0),
+        Range("size_bytes", 0, None, nullable=True),
+    ),
 )
 
 SELECTION_FUNNEL = Contract(
@@ -154,13 +170,27 @@ CUTOUT_VALIDATION = Contract(
 
 INJECTION_PLAN = Contract(
     table="injection_plan",
-    columns={"injection_id": pa.int64(), "batch": pa.int32(), "seed": pa.int64(), "host_object_id": pa.int64(),
-             "theta_e_arcsec": pa.float64(), "z_l": pa.float64(), "z_s": pa.float64(), "sigma_v_kms": pa.float64()},
+    columns={
+        "injection_id": pa.int64(),
+        "batch": pa.int32(),
+        "seed": pa.int64(),
+        "host_object_id": pa.int64(),
+        "theta_e_arcsec": pa.float64(),
+        "z_l": pa.float64(),
+        "z_s": pa.float64(),
+        "sigma_v_kms": pa.float64(),
+    },
     key=("injection_id",),
-    ranges=(Range("batch", 0, None), Range("theta_e_arcsec", 0.0, None, lo_inclusive=False), Range("z_l", 0.0, None, lo_inclusive=False),
-            Range("z_s", 0.0, None, lo_inclusive=False), Range("sigma_v_kms", 0.0, None, lo_inclusive=False)),
+    ranges=(
+        Range("batch", 0, None),
+        Range("theta_e_arcsec", 0.0, None, lo_inclusive=False),
+        Range("z_l", 0.0, None, lo_inclusive=False),
+        Range("z_s", 0.0, None, lo_inclusive=False),
+        Range("sigma_v_kms", 0.0, None, lo_inclusive=False),
+    ),
     allowed_values={"host_split": _SPLITS},
 )
+
 
 def scores_contract(table: str) -> Contract:
     """The score rows of ``score_batches`` (``cutout_scores`` and ``injection_scores``)."""
@@ -179,7 +209,9 @@ THRESHOLDS = Contract(
     ranges=(Range("n_valid_negatives", 0, None), Range("n_above", 0, None, nullable=True)),
 )
 
-_FRACTIONS = tuple(Range(c, 0.0, 1.0, nullable=True) for c in ("completeness", "ci68_lo", "ci68_hi", "ci95_lo", "ci95_hi"))
+_FRACTIONS = tuple(
+    Range(c, 0.0, 1.0, nullable=True) for c in ("completeness", "ci68_lo", "ci68_hi", "ci95_lo", "ci95_hi")
+)
 
 SELECTION_FUNCTION = Contract(
     table="selection_function",
@@ -216,7 +248,13 @@ EVALUATION_REPORT = Contract(
 
 ALERTS = Contract(
     table="alerts",
-    columns={"dedup_key": pa.string(), "kind": pa.string(), "asset": pa.string(), "severity": pa.string(), "run_id": pa.string()},
+    columns={
+        "dedup_key": pa.string(),
+        "kind": pa.string(),
+        "asset": pa.string(),
+        "severity": pa.string(),
+        "run_id": pa.string(),
+    },
     key=("dedup_key",),
     allowed_values={"severity": ("ERROR", "WARN")},
 )
@@ -231,8 +269,14 @@ SEARCH_TARGETS = Contract(
 
 SEARCH_SCORES = Contract(
     table="search_scores",
-    columns={"object_id": pa.int64(), "sweep_file": pa.string(), "ra": pa.float64(), "dec": pa.float64(), "split": pa.string(),
-             **{f.name: f.type for f in SCORE_FIELDS}},
+    columns={
+        "object_id": pa.int64(),
+        "sweep_file": pa.string(),
+        "ra": pa.float64(),
+        "dec": pa.float64(),
+        "split": pa.string(),
+        **{f.name: f.type for f in SCORE_FIELDS},
+    },
     key=("object_id",),
     ranges=(Range("score", 0.0, 1.0, nullable=True),),
 )
@@ -246,12 +290,21 @@ SEARCH_STAMPS = Contract(
 
 CANDIDATES = Contract(
     table="candidates",
-    columns={**{c: TARGET_SCHEMA.field(c).type for c in SCORE_COLUMNS if c in TARGET_SCHEMA.names}, "score": pa.float64(),
-             "model_version": pa.string(), **{f.name: f.type for f in CANDIDATE_FIELDS}},
+    columns={
+        **{c: TARGET_SCHEMA.field(c).type for c in SCORE_COLUMNS if c in TARGET_SCHEMA.names},
+        "score": pa.float64(),
+        "model_version": pa.string(),
+        **{f.name: f.type for f in CANDIDATE_FIELDS},
+    },
     key=("object_id",),
-    ranges=(Range("rank", 1, None), Range("score", 0.0, 1.0), Range("score_percentile", 0.0, 100.0), Range("n_merged", 0, None),
-            Range("known_separation_arcsec", 0.0, None, nullable=True),
-            *(Range(c, 0.0, 1.0, nullable=True) for c in ("completeness", "completeness_ci68_lo", "completeness_ci68_hi"))),
+    ranges=(
+        Range("rank", 1, None),
+        Range("score", 0.0, 1.0),
+        Range("score_percentile", 0.0, 100.0),
+        Range("n_merged", 0, None),
+        Range("known_separation_arcsec", 0.0, None, nullable=True),
+        *(Range(c, 0.0, 1.0, nullable=True) for c in ("completeness", "completeness_ci68_lo", "completeness_ci68_hi")),
+    ),
 )
 
 CANDIDATE_GALLERY = Contract(

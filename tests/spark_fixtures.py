@@ -46,7 +46,10 @@ def synthetic_sweeps(
     flux_r = (flux_z * 10 ** (-0.4 * r_z)).astype(np.float32)
     flux_g = (flux_r * 10 ** (-0.4 * g_r)).astype(np.float32)
     flux_w1 = (flux_z * 10 ** (0.4 * z_w1)).astype(np.float32)
-    nobs = {b: (rng.poisson(lam, n) + rng.integers(0, 2, n)).astype(np.int16) for b, lam in (("g", 3.5), ("r", 3.5), ("z", 4.5))}
+    nobs = {
+        b: (rng.poisson(lam, n) + rng.integers(0, 2, n)).astype(np.int16)
+        for b, lam in (("g", 3.5), ("r", 3.5), ("z", 4.5))
+    }
     masked = rng.random(n) < 0.15
     bits = _MASK_BITS[rng.integers(0, len(_MASK_BITS), n)]
     maskbits = np.where(masked, 1 << bits, 0).astype(np.int32)
@@ -72,7 +75,10 @@ def synthetic_sweeps(
     counts = np.bincount(binv)
     objid[order] = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
     names = np.array(
-        [f"{(b - 1) % 1440 * 0.25 * 10:04.0f}{'p' if ((b - 1) // 1440) * 0.25 - 90 >= 0 else 'm'}{abs(((b - 1) // 1440) * 0.25 - 90) * 10:03.0f}" for b in ub],
+        [
+            f"{(b - 1) % 1440 * 0.25 * 10:04.0f}{'p' if ((b - 1) // 1440) * 0.25 - 90 >= 0 else 'm'}{abs(((b - 1) // 1440) * 0.25 - 90) * 10:03.0f}"
+            for b in ub
+        ],
         dtype=object,
     )
     release = np.full(n, 10000, np.int16)
@@ -85,14 +91,20 @@ def synthetic_sweeps(
         "ra": ra,
         "dec": dec,
         "ebv": rng.uniform(0.01, 0.1, n).astype(np.float32),
-        "flux_g": flux_g, "flux_r": flux_r, "flux_z": flux_z, "flux_w1": flux_w1,
+        "flux_g": flux_g,
+        "flux_r": flux_r,
+        "flux_z": flux_z,
+        "flux_w1": flux_w1,
         **{f"flux_ivar_{b}": rng.uniform(1, 100, n).astype(np.float32) for b in ("g", "r", "z", "w1")},
         **{f"mw_transmission_{b}": rng.uniform(0.8, 1.0, n).astype(np.float32) for b in ("g", "r", "z")},
         **{f"nobs_{b}": v for b, v in nobs.items()},
         **{f"psfsize_{b}": rng.uniform(0.9, 1.8, n).astype(np.float32) for b in ("g", "r", "z")},
         **{f"psfdepth_{b}": rng.lognormal(np.log(500), 0.5, n).astype(np.float32) for b in ("g", "r", "z")},
         **{f"galdepth_{b}": rng.lognormal(np.log(300), 0.5, n).astype(np.float32) for b in ("g", "r", "z")},
-        "shape_r": shape_r, "shape_e1": e1, "shape_e2": e2, "sersic": sersic,
+        "shape_r": shape_r,
+        "shape_e1": e1,
+        "shape_e2": e2,
+        "sersic": sersic,
         "maskbits": maskbits,
         "fitbits": np.zeros(n, np.int16),
         "healpix_128": sky.healpix_nested(ra, dec, 128),
@@ -114,8 +126,17 @@ def known_lenses_table(rows: list[dict]) -> pa.Table:
         d["grade"].append(r.get("grade", "confident"))
         d["kind"].append(r.get("kind", "galaxy"))
         d["reference"].append(r.get("reference", "test"))
-    schema = pa.schema([("name", pa.string()), ("ra", pa.float64()), ("dec", pa.float64()), ("z_lens", pa.float64()),
-                        ("grade", pa.string()), ("kind", pa.string()), ("reference", pa.string())])
+    schema = pa.schema(
+        [
+            ("name", pa.string()),
+            ("ra", pa.float64()),
+            ("dec", pa.float64()),
+            ("z_lens", pa.float64()),
+            ("grade", pa.string()),
+            ("kind", pa.string()),
+            ("reference", pa.string()),
+        ]
+    )
     return pa.Table.from_pydict(d, schema=schema)
 
 
@@ -127,6 +148,14 @@ def spark(s3_server):
     from darkhaloscope.catalog.spark import spark_session
 
     os.environ.setdefault("DHS_SPARK_DRIVER_MEMORY", "1g")
-    session = spark_session("local[2]", app_name="dhs-tests", conf={"spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "2", "spark.sql.adaptive.enabled": "false"})
+    session = spark_session(
+        "local[2]",
+        app_name="dhs-tests",
+        conf={
+            "spark.sql.shuffle.partitions": "1",
+            "spark.default.parallelism": "2",
+            "spark.sql.adaptive.enabled": "false",
+        },
+    )
     yield session
     session.stop()

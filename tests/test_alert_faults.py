@@ -34,9 +34,18 @@ DEADLINE_S = 1.5
 
 
 def _alert(n: int = 0, **kw) -> Alert:
-    return Alert(kind="check_failed", asset="sweeps", check="contract", partition=f"sweep-{n:03d}", severity="ERROR",
-                 description="3 rows with dec outside [-90, 90]", run_id=kw.pop("run_id", "run-1"), run_url="http://x/runs/run-1",
-                 created_at=f"2030-01-01T00:00:{n:02d}+00:00", **kw)
+    return Alert(
+        kind="check_failed",
+        asset="sweeps",
+        check="contract",
+        partition=f"sweep-{n:03d}",
+        severity="ERROR",
+        description="3 rows with dec outside [-90, 90]",
+        run_id=kw.pop("run_id", "run-1"),
+        run_url="http://x/runs/run-1",
+        created_at=f"2030-01-01T00:00:{n:02d}+00:00",
+        **kw,
+    )
 
 
 def _webhook(url: str, **kw) -> WebhookSink:
@@ -69,7 +78,9 @@ def test_the_alert_log_is_not_locked_while_sending_nor_when_nothing_is_owed(tmp_
     log = JsonlAlertLog(Lake(str(tmp_path / "lake")))
     with WebhookReceiver(trickle_s=2.0) as rx:
         rx.script(["trickle"])
-        sending = threading.Thread(target=deliver, args=([_alert()], AlertSinks(log, (_webhook(rx.url, deadline_s=3.0),))))
+        sending = threading.Thread(
+            target=deliver, args=([_alert()], AlertSinks(log, (_webhook(rx.url, deadline_s=3.0),)))
+        )
         sending.start()
         while not rx.received:  # the POST is on the wire and trickling back
             time.sleep(0.05)
@@ -84,7 +95,9 @@ def test_the_alert_log_is_not_locked_while_sending_nor_when_nothing_is_owed(tmp_
         # Nothing new and nothing owed: delivery only reads the log, even while another holds its lock.
         result: list = []
         with log.locked():
-            idle = threading.Thread(target=lambda: result.append(deliver([_alert()], AlertSinks(log, (_webhook(rx.url),)))))
+            idle = threading.Thread(
+                target=lambda: result.append(deliver([_alert()], AlertSinks(log, (_webhook(rx.url),))))
+            )
             idle.start()
             idle.join(2.0)
             assert not idle.is_alive(), "deliver() took the alert log's lock although it had nothing to send"
@@ -99,7 +112,9 @@ def test_a_refusing_webhook_gets_its_alerts_when_it_recovers_within_a_bounded_ba
     # The port now refuses connections: three rounds, three alerts owed to the webhook; backlog of 2.
     for n in range(3):
         outcomes = deliver([_alert(n)], AlertSinks(log, (_webhook(f"http://127.0.0.1:{port}"),), max_backlog=2))
-        assert all("ConnectionRefusedError" in o.errors["webhook"] or "not sent" in o.errors["webhook"] for o in outcomes)
+        assert all(
+            "ConnectionRefusedError" in o.errors["webhook"] or "not sent" in o.errors["webhook"] for o in outcomes
+        )
     status = {e["partition"]: e["status"] for e in log.entries()}
     assert status == {"sweep-000": "given_up", "sweep-001": "pending", "sweep-002": "pending"}
     assert any("given up" in r.getMessage() for r in caplog.records)
@@ -110,7 +125,11 @@ def test_a_refusing_webhook_gets_its_alerts_when_it_recovers_within_a_bounded_ba
         assert all(o.ok for o in outcomes)
         assert sorted(r.json()["partition"] for r in back.accepted()) == ["sweep-001", "sweep-002", "sweep-003"]
     assert {e["partition"]: e["status"] for e in log.entries()} == {
-        "sweep-000": "given_up", "sweep-001": "done", "sweep-002": "done", "sweep-003": "done"}
+        "sweep-000": "given_up",
+        "sweep-001": "done",
+        "sweep-002": "done",
+        "sweep-003": "done",
+    }
     assert len(log.lake.read_table("ops", "alerts")) == 4
 
 
@@ -118,7 +137,9 @@ def test_a_refusing_webhook_gets_its_alerts_when_it_recovers_within_a_bounded_ba
 def test_a_failed_sink_rests_so_a_long_materialization_pays_its_deadline_once_per_rest(tmp_path):
     log = JsonlAlertLog(Lake(str(tmp_path / "lake")))
     with WebhookReceiver(trickle_s=2.0) as rx:
-        sinks = AlertSinks(log, (_webhook(rx.url, deadline_s=0.5),), rest_after_failure_s=1.0)  # one deliverer, many runs
+        sinks = AlertSinks(
+            log, (_webhook(rx.url, deadline_s=0.5),), rest_after_failure_s=1.0
+        )  # one deliverer, many runs
         rx.script(["trickle"])
         deliver([_alert(0)], sinks)  # pays the 0.5 s deadline
         t0 = time.monotonic()
@@ -138,8 +159,13 @@ def test_a_lake_that_is_a_file_does_not_silence_the_webhook_or_slack(tmp_path):
     with WebhookReceiver() as rx, WebhookReceiver() as slack_api:
         with WebhookReceiver() as gone:
             dead = gone.url
-        res = AlertSinksResource(webhook_url=dead, webhook_deadline_s=1.0, webhook_connect_timeout_s=0.5,
-                                 webhook_backoff_s=0.05, lake_uri=str(lake_file))
+        res = AlertSinksResource(
+            webhook_url=dead,
+            webhook_deadline_s=1.0,
+            webhook_connect_timeout_s=0.5,
+            webhook_backoff_s=0.05,
+            lake_uri=str(lake_file),
+        )
         sinks = res.build_sinks()
         slack = _slack_sink(slack_api.url)
         sinks = AlertSinks(sinks.log, (_webhook(rx.url), _webhook(dead, name="dead"), slack))
@@ -163,14 +189,22 @@ def _slack_sink(api_url: str):
 
 @dg.asset(check_specs=[dg.AssetCheckSpec("contract", asset="violating", blocking=True)])
 def violating() -> dg.MaterializeResult:
-    return dg.MaterializeResult(check_results=[dg.AssetCheckResult(check_name="contract", passed=False, description="1 duplicate object id")])
+    return dg.MaterializeResult(
+        check_results=[dg.AssetCheckResult(check_name="contract", passed=False, description="1 duplicate object id")]
+    )
 
 
 class _FastFailingS3Sinks(AlertSinksResource):
     """The resource with an S3 client that gives up after 2 attempts (5 take ~11 s per request)."""
 
     def lake(self) -> Lake:
-        return Lake(self.lake_uri, s3_endpoint=self.s3_endpoint, s3_max_attempts=2, s3_connect_timeout_s=1.0, s3_request_timeout_s=2.0)
+        return Lake(
+            self.lake_uri,
+            s3_endpoint=self.s3_endpoint,
+            s3_max_attempts=2,
+            s3_connect_timeout_s=1.0,
+            s3_request_timeout_s=2.0,
+        )
 
 
 @pytest.mark.s3
@@ -200,8 +234,8 @@ def test_the_sensor_alerts_while_the_s3_lake_is_unreachable_and_records_once_it_
 def test_materialize_on_a_lake_that_is_a_file_fails_once_naming_it_and_still_alerts(tmp_path):
     """The step fails without retries (the lake's path is a file: a permanent error), `dhs
     materialize` ends with its FAILED: summary rather than a traceback, and the webhook hears it."""
-    from io_managers import LakeIOManager
     from dhs.materialize import MaterializeError, Materializer
+    from io_managers import LakeIOManager
     from lens_assets.survey import sweep_files
     from resources import LakeResource, SurveyResource
     from resources.survey import SWEEP_DIR
@@ -213,9 +247,17 @@ def test_materialize_on_a_lake_that_is_a_file_fails_once_naming_it_and_still_ale
     lake_file.write_text("not a folder")
     lake_res = LakeResource(uri=str(lake_file))
     with WebhookReceiver() as rx, dg.instance_for_test() as instance:
-        defs = dg.Definitions(assets=[sweep_files], resources={
-            "survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": lake_res, "io_manager": LakeIOManager(uri=str(lake_file)),
-            "alert_sinks": AlertSinksResource(webhook_url=rx.url, lake_uri=str(lake_file), webhook_deadline_s=DEADLINE_S)})
+        defs = dg.Definitions(
+            assets=[sweep_files],
+            resources={
+                "survey": SurveyResource(survey=str(tmp_path / "mirror")),
+                "lake": lake_res,
+                "io_manager": LakeIOManager(uri=str(lake_file)),
+                "alert_sinks": AlertSinksResource(
+                    webhook_url=rx.url, lake_uri=str(lake_file), webhook_deadline_s=DEADLINE_S
+                ),
+            },
+        )
         out = io.StringIO()
         with pytest.raises(MaterializeError, match="StorageError") as err:
             Materializer(defs, instance, out=out).run(["sweep_files"])
@@ -224,4 +266,7 @@ def test_materialize_on_a_lake_that_is_a_file_fails_once_naming_it_and_still_ale
         events = {e.dagster_event.event_type_value for e in instance.all_logs(run.run_id) if e.dagster_event}
         assert "STEP_UP_FOR_RETRY" not in events and "STEP_FAILURE" in events
         assert [r.json()["kind"] for r in rx.accepted()] == ["run_failed"]
-        assert "ALERT [ERROR] run touching survey/sweep_files" in out.getvalue() and "alert_log: StorageError" in out.getvalue()
+        assert (
+            "ALERT [ERROR] run touching survey/sweep_files" in out.getvalue()
+            and "alert_log: StorageError" in out.getvalue()
+        )

@@ -14,13 +14,13 @@ import logging
 import dagster as dg
 import pytest
 
+from darkhaloscope.errors import InputError
 from lakehouse.alert_log import JsonlAlertLog
 from lakehouse.alerts import REDACTED, Alert, AlertSinks, deliver, redact
-from darkhaloscope.errors import InputError
 from lakehouse.lake import Lake
+from lakehouse.webhook import WebhookSink
 from lens_assets.ops import alert_sensor, collect_alerts, deliver_run_alerts
 from resources.alert_sinks import AlertSinksResource
-from lakehouse.webhook import WebhookSink
 from tests.support.webhook_receiver import WebhookReceiver
 
 
@@ -35,10 +35,19 @@ def planted() -> dg.MaterializeResult:
     return dg.MaterializeResult(
         metadata={"rows": 10},
         check_results=[
-            dg.AssetCheckResult(check_name="contract", passed=False, metadata={"bad_rows": 3, "column": "dec"},
-                                description="3 rows with dec outside [-90, 90]"),
-            dg.AssetCheckResult(check_name="coverage", passed=False, severity=dg.AssetCheckSeverity.WARN,
-                                metadata={"coverage": 0.41}, description="footprint coverage 0.41 < 0.5"),
+            dg.AssetCheckResult(
+                check_name="contract",
+                passed=False,
+                metadata={"bad_rows": 3, "column": "dec"},
+                description="3 rows with dec outside [-90, 90]",
+            ),
+            dg.AssetCheckResult(
+                check_name="coverage",
+                passed=False,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={"coverage": 0.41},
+                description="footprint coverage 0.41 < 0.5",
+            ),
         ],
     )
 
@@ -50,9 +59,13 @@ def downstream(planted) -> None:  # must not run: the blocking check failed
 
 @dg.asset(check_specs=[dg.AssetCheckSpec("freshness", asset="soft_only")])
 def soft_only() -> dg.MaterializeResult:
-    return dg.MaterializeResult(check_results=[
-        dg.AssetCheckResult(check_name="freshness", passed=False, severity=dg.AssetCheckSeverity.WARN, description="stale")
-    ])
+    return dg.MaterializeResult(
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="freshness", passed=False, severity=dg.AssetCheckSeverity.WARN, description="stale"
+            )
+        ]
+    )
 
 
 @pytest.fixture
@@ -68,7 +81,9 @@ def receiver():
 
 
 def _sinks(lake_root, url, **webhook):
-    return AlertSinks(JsonlAlertLog(Lake(str(lake_root))), (WebhookSink(url, **{"deadline_s": 5, "backoff_s": 0.05, **webhook}),))
+    return AlertSinks(
+        JsonlAlertLog(Lake(str(lake_root))), (WebhookSink(url, **{"deadline_s": 5, "backoff_s": 0.05, **webhook}),)
+    )
 
 
 def _key(body: dict) -> tuple:
@@ -134,9 +149,13 @@ def test_each_failure_alerts_once_across_cli_sensor_and_restart(instance, receiv
 
 @dg.asset(check_specs=[dg.AssetCheckSpec("contract", asset="violating", blocking=True)])
 def violating() -> dg.MaterializeResult:
-    return dg.MaterializeResult(check_results=[
-        dg.AssetCheckResult(check_name="contract", passed=False, metadata={"bad_rows": 1}, description="1 duplicate object id")
-    ])
+    return dg.MaterializeResult(
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="contract", passed=False, metadata={"bad_rows": 1}, description="1 duplicate object id"
+            )
+        ]
+    )
 
 
 @pytest.mark.timeout(60)
@@ -174,8 +193,18 @@ def test_collect_alerts_cursor_only_moves_forward():
 
 
 def _alert(check="contract", run_id="run-1", **kw) -> Alert:
-    return Alert(kind="check_failed", asset="sweeps", check=check, partition="sweep-000m005", severity="ERROR",
-                 description="bad", metadata=kw.pop("metadata", {}), run_id=run_id, run_url=f"http://x/runs/{run_id}", **kw)
+    return Alert(
+        kind="check_failed",
+        asset="sweeps",
+        check=check,
+        partition="sweep-000m005",
+        severity="ERROR",
+        description="bad",
+        metadata=kw.pop("metadata", {}),
+        run_id=run_id,
+        run_url=f"http://x/runs/{run_id}",
+        **kw,
+    )
 
 
 @pytest.mark.timeout(30)
@@ -193,7 +222,9 @@ def test_webhook_retries_server_errors_and_records_failures(receiver, tmp_path, 
     with WebhookReceiver() as gone:
         dead_url = gone.url
     with caplog.at_level(logging.ERROR, logger="lakehouse.alerts"):
-        outcomes = deliver([_alert(run_id="run-2")], _sinks(lake, dead_url, deadline_s=2, max_attempts=2, backoff_s=0.01))
+        outcomes = deliver(
+            [_alert(run_id="run-2")], _sinks(lake, dead_url, deadline_s=2, max_attempts=2, backoff_s=0.01)
+        )
     # the new alert, and the one the 404 left owed (the round stops at the first failure)
     assert [o.alert.check for o in outcomes] == ["contract", "other"]
     outcome = outcomes[0]
@@ -210,7 +241,9 @@ def test_slack_through_the_resource_keeps_the_token_out_of_logs(receiver, tmp_pa
     token = "xoxb-1234567890-abcdefghijklmnop"
     monkeypatch.setenv("DHS_SLACK_TOKEN", token)
     monkeypatch.delenv("DHS_ALERT_WEBHOOK", raising=False)
-    res = AlertSinksResource(slack_channel="#lens-alerts", slack_api_url=receiver.url + "/api/", lake_uri=str(tmp_path / "lake"))
+    res = AlertSinksResource(
+        slack_channel="#lens-alerts", slack_api_url=receiver.url + "/api/", lake_uri=str(tmp_path / "lake")
+    )
     with caplog.at_level(logging.DEBUG):
         sinks = res.build_sinks()
         [outcome] = deliver([_alert(metadata={"note": f"token is {token}"})], sinks)
@@ -227,15 +260,23 @@ def test_redact_removes_env_secrets_and_key_shapes(monkeypatch):
     secret = "Zq8vP2mK7xR4tW9yB3nC6dF1gH5jL0sA2eU4iO7p"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     monkeypatch.setenv("AWS_SESSION_TOKEN", "FwoGZXIvYXdzEJr//sessiontoken")
-    out = redact({
-        "msg": f"failed with {secret} and AKIAIOSFODNN7EXAMPLE",
-        "nested": [{"cfg": "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}],
-        "password": "hunter22",
-        "token": "FwoGZXIvYXdzEJr//sessiontoken",
-        "rows": 3,
-    })
+    out = redact(
+        {
+            "msg": f"failed with {secret} and AKIAIOSFODNN7EXAMPLE",
+            "nested": [{"cfg": "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}],
+            "password": "hunter22",
+            "token": "FwoGZXIvYXdzEJr//sessiontoken",
+            "rows": 3,
+        }
+    )
     text = json.dumps(out)
-    for leaked in (secret, "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "hunter22", "sessiontoken"):
+    for leaked in (
+        secret,
+        "AKIAIOSFODNN7EXAMPLE",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "hunter22",
+        "sessiontoken",
+    ):
         assert leaked not in text
     assert out["rows"] == 3 and out["password"] == REDACTED and "aws_secret_access_key = " in out["nested"][0]["cfg"]
     assert redact("nothing secret here") == "nothing secret here"
@@ -247,7 +288,8 @@ def test_alert_validation_and_stable_dedup_key():
     assert a.dedup_key == _alert(created_at="2030-01-01T00:00:00+00:00", metadata={"x": 1}).dedup_key
     assert a.dedup_key != _alert(run_id="run-2").dedup_key
     assert a.dedup_key == "%016x" % __import__("darkhaloscope.seeding", fromlist=["x"]).stable_hash64(
-        "check_failed", "sweeps", "contract", "sweep-000m005", "run-1")
+        "check_failed", "sweeps", "contract", "sweep-000m005", "run-1"
+    )
     with pytest.raises(InputError, match="kind"):
         Alert(kind="oops", asset="a", severity="ERROR", description="", run_id="r", run_url="u")
     with pytest.raises(InputError, match="severity"):

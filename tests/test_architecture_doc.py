@@ -24,15 +24,21 @@ def test_the_pasted_asset_graph_matches_the_definitions():
     graph = mod.asset_graph_text(defs)
     assert "catalog     <- survey" in graph and "evaluation_report" in graph
     assert mod.replace_block(text, graph) == text, (
-        "docs/architecture.md shows an outdated asset graph: run `.venv/bin/python docs/asset_graph.py --write`")
+        "docs/architecture.md shows an outdated asset graph: run `.venv/bin/python docs/asset_graph.py --write`"
+    )
 
 
 def test_every_path_the_doc_names_exists():
     text = DOC.read_text(encoding="utf-8")
     paths = {m.split("::")[0] for m in re.findall(r"`([\w./:-]+\.(?:py|md)(?:::\w+)?|[\w-]+/)`", text)}
     assert len(paths) > 15
-    missing = sorted(p for p in paths if not p.startswith("_")  # lake folders, not repository paths
-                     and not (REPO / p).exists() and not (REPO / "docs" / p).exists())
+    missing = sorted(
+        p
+        for p in paths
+        if not p.startswith("_")  # lake folders, not repository paths
+        and not (REPO / p).exists()
+        and not (REPO / "docs" / p).exists()
+    )
     assert missing == []
 
 

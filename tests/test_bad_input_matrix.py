@@ -43,11 +43,11 @@ from astropy.io import fits
 from darkhaloscope.errors import CredentialError, InputError
 from darkhaloscope.imaging.legacy_npz import decode_stamp_npz, pad_to_grz
 from darkhaloscope.imaging.service import CutoutServiceClient
-from lakehouse.lake import STAGING_DIR, Lake
 from darkhaloscope.stamps import STAMP_SHAPE, from_tensor_column, tensor_type, to_tensor_array
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.known_lenses import load_known_lenses, validate_known_lenses
 from darkhaloscope.survey.sweeps import SweepBox, iter_sweep_batches, parse_sweep_filename
+from lakehouse.lake import STAGING_DIR, Lake
 from tests.support.cutout_server import CutoutServer
 from tests.support.s3_server import fresh_bucket, s3_server  # noqa: F401  (fixture import)
 from tests.support.sweep_rows import dr10_rows
@@ -71,8 +71,13 @@ def _rows(n: int = N_ROWS) -> np.ndarray:
     return dr10_rows(n, BOX)
 
 
-def _write_sweep(path: Path, rows: np.ndarray, columns=sm.DR10_SWEEP_COLUMNS, override: dict | None = None,
-                 drop: tuple[str, ...] = ()) -> Path:
+def _write_sweep(
+    path: Path,
+    rows: np.ndarray,
+    columns=sm.DR10_SWEEP_COLUMNS,
+    override: dict | None = None,
+    drop: tuple[str, ...] = (),
+) -> Path:
     """A sweep-like FITS file (primary HDU + BINTABLE) with ``columns``; ``override``: name -> (tform, array)."""
     override = override or {}
     cols = []
@@ -109,8 +114,10 @@ def _stamp_batches(blobs: list[bytes], source: str, rows_per_batch: int = 2):
             arr, bandset = decode_stamp_npz(blobs[i], STAMP_SHAPE[1:], name=f"{source} row {i}")
             images.append(pad_to_grz(arr, bandset)[0])
             bandsets.append(bandset)
-        yield pa.record_batch([pa.array(list(idx), pa.int64()), to_tensor_array(np.stack(images)), pa.array(bandsets)],
-                              schema=STAMPS_SCHEMA)
+        yield pa.record_batch(
+            [pa.array(list(idx), pa.int64()), to_tensor_array(np.stack(images)), pa.array(bandsets)],
+            schema=STAMPS_SCHEMA,
+        )
 
 
 def _write_legacy_stamps(path: Path, blobs: list[bytes]) -> Path:
@@ -141,8 +148,9 @@ def _save_checkpoint(folder: Path):
     torch.manual_seed(0)
     spec = PreprocessSpec()
     model = build_model("bottleneck_resnet_tiny", spec.out_channels(3))
-    return ck.save_checkpoint(folder, "best", model, architecture="bottleneck_resnet_tiny",
-                              in_channels=spec.out_channels(3), preprocess=spec)
+    return ck.save_checkpoint(
+        folder, "best", model, architecture="bottleneck_resnet_tiny", in_channels=spec.out_channels(3), preprocess=spec
+    )
 
 
 class _PickledPayload:
@@ -159,15 +167,22 @@ def _sweep_into_lake(lake: Lake, path: Path, partition_key: str | None = None, *
     """Stream a sweep file into survey/sweeps (the ingest path): peek the first batch for the schema."""
     batches = iter_sweep_batches(path, batch_rows=BATCH_ROWS, **kw)
     first = next(batches)
-    return lake.write_table("survey", "sweeps", itertools.chain([first], batches), schema=first.schema,
-                            partition={"sweep_file": partition_key or Path(path).name})
+    return lake.write_table(
+        "survey",
+        "sweeps",
+        itertools.chain([first], batches),
+        schema=first.schema,
+        partition={"sweep_file": partition_key or Path(path).name},
+    )
 
 
 def _commit_base(lake: Lake, tmp: Path) -> None:
     """The lake before every case: a sweep partition, a stamps partition, known lenses, a checkpoint spec."""
     _sweep_into_lake(lake, _write_sweep(tmp / "valid" / SWEEP, _rows()))
     blobs = [_stamp_blob(i) for i in range(4)]
-    lake.write_table("imaging", "stamps", _stamp_batches(blobs, "base"), schema=STAMPS_SCHEMA, partition=STAMPS_PARTITION)
+    lake.write_table(
+        "imaging", "stamps", _stamp_batches(blobs, "base"), schema=STAMPS_SCHEMA, partition=STAMPS_PARTITION
+    )
     lake.write_table("survey", "known_lenses", load_known_lenses(str(_lenscat_csv(tmp / "lenses.csv", GOOD_LENSES))))
     lake.write_bytes("training", "checkpoints", "best.json", b'{"previous": "checkpoint spec"}')
 
@@ -289,13 +304,26 @@ def case_row_outside_box(env: Env):
     rows = _rows()
     rows["RA"][13] = 36.25  # valid sky position, but east of the file's box [30, 35)
     p = _write_sweep(env.bad(), rows)
-    return [Attempt(lambda: _sweep_into_lake(env.lake, p), [SWEEP, "row 13", "RA=36.250000", "outside the sweep box"], env.lake)]
+    return [
+        Attempt(
+            lambda: _sweep_into_lake(env.lake, p), [SWEEP, "row 13", "RA=36.250000", "outside the sweep box"], env.lake
+        )
+    ]
 
 
 def case_pre_dr4_schema(env: Env):
     n = 6
-    cols = [("BRICKID", "J"), ("BRICKNAME", "8A"), ("OBJID", "J"), ("TYPE", "4A"), ("RA", "D"), ("DEC", "D"),
-            ("DECAM_FLUX", "6E"), ("DECAM_FLUX_IVAR", "6E"), ("WISE_FLUX", "5E")]
+    cols = [
+        ("BRICKID", "J"),
+        ("BRICKNAME", "8A"),
+        ("OBJID", "J"),
+        ("TYPE", "4A"),
+        ("RA", "D"),
+        ("DEC", "D"),
+        ("DECAM_FLUX", "6E"),
+        ("DECAM_FLUX_IVAR", "6E"),
+        ("WISE_FLUX", "5E"),
+    ]
     rows = np.zeros(n, dtype=sm.numpy_dtype(tuple(cols)))
     rows["RA"], rows["DEC"], rows["TYPE"] = 31.0, -2.0, b"SIMP"
     p = _write_sweep(env.bad(), rows, columns=cols)
@@ -309,8 +337,9 @@ def _legacy_stamps_attempt(env: Env, bad_blob: bytes, names: list[str]) -> Attem
 
     def run():
         blobs = pq.read_table(src).column("stamp_npz").to_pylist()
-        return env.lake.write_table("imaging", "stamps", _stamp_batches(blobs, src.name), schema=STAMPS_SCHEMA,
-                                    partition=STAMPS_PARTITION)
+        return env.lake.write_table(
+            "imaging", "stamps", _stamp_batches(blobs, src.name), schema=STAMPS_SCHEMA, partition=STAMPS_PARTITION
+        )
 
     return Attempt(run, [STAMP_SOURCE, "row 2"] + names, env.lake)
 
@@ -338,13 +367,17 @@ def case_pickled_npz(env: Env):
 def case_wrong_stamp_shape(env: Env):
     npz_attempt = _legacy_stamps_attempt(env, _stamp_blob(12, size=64), ["(3, 64, 64)", "(101, 101)"])
     src = env.tmp / "stamps_64.parquet"
-    pq.write_table(pa.table({"object_id": np.arange(2), "image": to_tensor_array(np.zeros((2, 3, 64, 64), np.float32))}), src)
+    pq.write_table(
+        pa.table({"object_id": np.arange(2), "image": to_tensor_array(np.zeros((2, 3, 64, 64), np.float32))}), src
+    )
 
     def run_tensor():
         t = pq.read_table(src)
         images = from_tensor_column(t.column("image"), STAMP_SHAPE, name=f"{src.name}:image")
-        batch = pa.record_batch([t.column("object_id").combine_chunks(), to_tensor_array(images), pa.array(["grz"] * len(images))],
-                                schema=STAMPS_SCHEMA)
+        batch = pa.record_batch(
+            [t.column("object_id").combine_chunks(), to_tensor_array(images), pa.array(["grz"] * len(images))],
+            schema=STAMPS_SCHEMA,
+        )
         return env.lake.write_table("imaging", "stamps", [batch], schema=STAMPS_SCHEMA, partition=STAMPS_PARTITION)
 
     return [npz_attempt, Attempt(run_tensor, ["stamps_64.parquet:image", "(3, 64, 64)", "(3, 101, 101)"], env.lake)]
@@ -367,8 +400,14 @@ def case_cutout_html(env: Env):
 
     def run():
         outcome = client.fetch_many([(7, 31.0, -2.0), (8, ra, dec)])
-        batch = pa.record_batch([pa.array([r.key for r in outcome.results], pa.int64()), to_tensor_array(outcome.stacked_images()),
-                                 pa.array([r.bands for r in outcome.results])], schema=STAMPS_SCHEMA)
+        batch = pa.record_batch(
+            [
+                pa.array([r.key for r in outcome.results], pa.int64()),
+                to_tensor_array(outcome.stacked_images()),
+                pa.array([r.bands for r in outcome.results]),
+            ],
+            schema=STAMPS_SCHEMA,
+        )
         return env.lake.write_table("imaging", "stamps", [batch], schema=STAMPS_SCHEMA, partition=STAMPS_PARTITION)
 
     return [Attempt(run, [client.url_for(ra, dec), "HTML"], env.lake)]
@@ -391,7 +430,9 @@ def case_missing_s3_bucket(env: Env):
 
 
 def case_known_lens_bad_coordinate(env: Env):
-    bad_csv = _lenscat_csv(env.tmp / "lenses_bad.csv", GOOD_LENSES + [("J9999+9999", 12.5, 95.0, "0.4", "confident", "galaxy", "ref-c")])
+    bad_csv = _lenscat_csv(
+        env.tmp / "lenses_bad.csv", GOOD_LENSES + [("J9999+9999", 12.5, 95.0, "0.4", "confident", "galaxy", "ref-c")]
+    )
 
     def load_and_write():
         return env.lake.write_table("survey", "known_lenses", load_known_lenses(str(bad_csv)))
@@ -435,7 +476,9 @@ def case_checkpoint_pickle_as_weights(env: Env):
     d = json.loads((folder / "best.json").read_text())
     d["weights_sha256"] = sha256_file(weights)  # a consistent spec: only the format is wrong
     (folder / "best.json").write_text(json.dumps(d))
-    return [Attempt(lambda: _checkpoint_into_lake(env, folder), [spec.weights_file, "not a valid safetensors"], env.lake)]
+    return [
+        Attempt(lambda: _checkpoint_into_lake(env, folder), [spec.weights_file, "not a valid safetensors"], env.lake)
+    ]
 
 
 def case_checkpoint_pickle_only(env: Env):
@@ -443,7 +486,6 @@ def case_checkpoint_pickle_only(env: Env):
     folder.mkdir()
     (folder / "best.pt").write_bytes(pickle.dumps({"state_dict": _PickledPayload()}))
     return [Attempt(lambda: _checkpoint_into_lake(env, folder), [str(folder), "best.pt"], env.lake)]
-
 
 
 def case_float32_coordinates(env: Env):
@@ -462,7 +504,9 @@ def case_type_outside_data_model(env: Env):
     rows = _rows()
     rows["TYPE"][11] = b"GAL"  # second batch: found mid-write
     p = _write_sweep(env.bad(), rows)
-    return [Attempt(lambda: _sweep_into_lake(env.lake, p), [SWEEP, "row 11", "TYPE 'GAL'", "dr10-sweep", "SER"], env.lake)]
+    return [
+        Attempt(lambda: _sweep_into_lake(env.lake, p), [SWEEP, "row 11", "TYPE 'GAL'", "dr10-sweep", "SER"], env.lake)
+    ]
 
 
 def case_bad_inverse_variance(env: Env):
@@ -495,7 +539,11 @@ def case_non_ascii_digits_in_name(env: Env):
     name = "sweep-٠٣٠m005-035p000.fits"  # Arabic-Indic digits: int() would read them as 030
     p = env.bad(name)
     p.write_bytes(env.valid_sweep.read_bytes())
-    return [Attempt(lambda: _sweep_into_lake(env.lake, p, partition_key=SWEEP), [repr(name), "not a sweep file name"], env.lake)]
+    return [
+        Attempt(
+            lambda: _sweep_into_lake(env.lake, p, partition_key=SWEEP), [repr(name), "not a sweep file name"], env.lake
+        )
+    ]
 
 
 CASES = [
@@ -550,18 +598,22 @@ def test_bad_input_refused_and_lake_unchanged(case, env):
         else:
             raise AssertionError("no error was raised: the bad input was accepted")
         assert isinstance(err, attempt.error) and isinstance(err, (InputError, CredentialError)), (
-            f"expected {attempt.error.__name__}, got {type(err).__name__}: {err}")
+            f"expected {attempt.error.__name__}, got {type(err).__name__}: {err}"
+        )
         message = str(err)
         missing = [s for s in attempt.names if s not in message]
         assert not missing, f"message does not name {missing}: {message}"
         assert "np.float" not in message, f"numbers must print plainly: {message}"
         after = _snapshot(attempt.lake)
-        assert not [k for k, v in after.items() if k.startswith(STAGING_DIR) and v != ("dir",)], f"staging leftovers: {sorted(after)}"
+        assert not [k for k, v in after.items() if k.startswith(STAGING_DIR) and v != ("dir",)], (
+            f"staging leftovers: {sorted(after)}"
+        )
         after = {k: v for k, v in after.items() if not k.startswith(STAGING_DIR)}
         before = {k: v for k, v in before.items() if not k.startswith(STAGING_DIR)}
         assert after == before, (
             f"lake changed: added {sorted(set(after) - set(before))}, removed {sorted(set(before) - set(after))}, "
-            f"rewritten {sorted(k for k in set(after) & set(before) if after[k] != before[k])}")
+            f"rewritten {sorted(k for k in set(after) & set(before) if after[k] != before[k])}"
+        )
 
 
 def test_snapshot_sees_a_commit(env):

@@ -30,8 +30,11 @@ def test_full_grid_matches_dr10():
     assert len(t) == 662174 and t.brickid.min() == 1 and t.brickid.max() == 662174
     i = t.index_of(BRICK)
     assert t.brickid[i] == 657438  # the real brick's header BRICKID
-    np.testing.assert_allclose([t.ra1[i], t.ra2[i], t.dec1[i], t.dec2[i], t.ra[i]],
-                               [95.206611570248, 96.6942148760331, 80.375, 80.625, 95.9504132231405], atol=1e-9)
+    np.testing.assert_allclose(
+        [t.ra1[i], t.ra2[i], t.dec1[i], t.dec2[i], t.ra[i]],
+        [95.206611570248, 96.6942148760331, 80.375, 80.625, 95.9504132231405],
+        atol=1e-9,
+    )
     with pytest.raises(InputError, match="9999p999"):
         t.index_of("9999p999")
 
@@ -145,8 +148,8 @@ def test_real_brick_cutouts(real_mirror, real_arrays):
     assert b.image.shape == (3, 3, 101, 101) and b.image.dtype == np.float32
     assert b.invvar.dtype == np.float32 and b.maskbits.dtype == np.int32
     assert list(b.brickname) == [BRICK] * 3
-    np.testing.assert_array_equal(b.image[0, 0], img[cy - 50:cy + 51, cx - 50:cx + 51])
-    np.testing.assert_array_equal(b.invvar[0, 0], iv[cy - 50:cy + 51, cx - 50:cx + 51])
+    np.testing.assert_array_equal(b.image[0, 0], img[cy - 50 : cy + 51, cx - 50 : cx + 51])
+    np.testing.assert_array_equal(b.invvar[0, 0], iv[cy - 50 : cy + 51, cx - 50 : cx + 51])
     np.testing.assert_allclose([b.dx[0], b.dy[0]], [0.3, -0.2], atol=1e-6)
     # r and z are absent: zeros with invvar 0, flagged, no crash
     assert np.all(b.band_missing == BAND_MISSING_BIT["r"] | BAND_MISSING_BIT["z"])

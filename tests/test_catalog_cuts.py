@@ -44,23 +44,48 @@ def rows(n: int, **overrides) -> pa.Table:
         "type": ["DEV"] * n,
         "ra": [150.0 + 0.01 * i for i in range(n)],
         "dec": [1.0] * n,
-        "flux_g": [5.0] * n, "flux_r": [12.0] * n, "flux_z": [25.0] * n, "flux_w1": [30.0] * n,
-        "nobs_g": [4] * n, "nobs_r": [4] * n, "nobs_z": [4] * n,
-        "maskbits": [0] * n, "fitbits": [0] * n,
-        "shape_r": [1.0] * n, "shape_e1": [0.1] * n, "shape_e2": [0.0] * n, "sersic": [4.0] * n,
-        "psfsize_g": [1.3] * n, "psfsize_r": [1.2] * n, "psfsize_z": [1.1] * n,
-        "psfdepth_g": [600.0] * n, "psfdepth_r": [300.0] * n, "psfdepth_z": [80.0] * n,
-        "galdepth_g": [400.0] * n, "galdepth_r": [200.0] * n, "galdepth_z": [50.0] * n,
+        "flux_g": [5.0] * n,
+        "flux_r": [12.0] * n,
+        "flux_z": [25.0] * n,
+        "flux_w1": [30.0] * n,
+        "nobs_g": [4] * n,
+        "nobs_r": [4] * n,
+        "nobs_z": [4] * n,
+        "maskbits": [0] * n,
+        "fitbits": [0] * n,
+        "shape_r": [1.0] * n,
+        "shape_e1": [0.1] * n,
+        "shape_e2": [0.0] * n,
+        "sersic": [4.0] * n,
+        "psfsize_g": [1.3] * n,
+        "psfsize_r": [1.2] * n,
+        "psfsize_z": [1.1] * n,
+        "psfdepth_g": [600.0] * n,
+        "psfdepth_r": [300.0] * n,
+        "psfdepth_z": [80.0] * n,
+        "galdepth_g": [400.0] * n,
+        "galdepth_r": [200.0] * n,
+        "galdepth_z": [50.0] * n,
         "ebv": [0.03] * n,
-        "mw_transmission_g": [0.9] * n, "mw_transmission_r": [0.93] * n, "mw_transmission_z": [0.96] * n,
+        "mw_transmission_g": [0.9] * n,
+        "mw_transmission_r": [0.93] * n,
+        "mw_transmission_z": [0.96] * n,
         "sweep_file": ["sweep-150p000-155p005.fits"] * n,
         "row_index": list(range(n)),
     }
     good.update(overrides)
     types = {
-        "release": pa.int16(), "brickid": pa.int32(), "objid": pa.int32(), "nobs_g": pa.int16(),
-        "nobs_r": pa.int16(), "nobs_z": pa.int16(), "maskbits": pa.int32(), "fitbits": pa.int16(),
-        "ra": pa.float64(), "dec": pa.float64(), "row_index": pa.int64(),
+        "release": pa.int16(),
+        "brickid": pa.int32(),
+        "objid": pa.int32(),
+        "nobs_g": pa.int16(),
+        "nobs_r": pa.int16(),
+        "nobs_z": pa.int16(),
+        "maskbits": pa.int32(),
+        "fitbits": pa.int16(),
+        "ra": pa.float64(),
+        "dec": pa.float64(),
+        "row_index": pa.int64(),
     }
     cols = {}
     for k, v in good.items():
@@ -120,13 +145,37 @@ def test_known_lens_exclusion_at_11_arcsec():
 
 
 def test_funnel_counts_each_cut_in_order_per_sweep_file():
-    t = rows(8, dec=[1.0, 50.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], type=["DEV", "DEV", "PSF", "DEV", "DEV", "DEV", "DEV", "DEV"],
-             maskbits=[0, 0, 0, 2, 0, 0, 0, 0], nobs_z=[4, 4, 4, 4, 1, 4, 4, 4], flux_z=[25, 25, 25, 25, 25, 1.0, 25, 25],
-             sweep_file=["a.fits"] * 4 + ["b.fits"] * 4)
+    t = rows(
+        8,
+        dec=[1.0, 50.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+        type=["DEV", "DEV", "PSF", "DEV", "DEV", "DEV", "DEV", "DEV"],
+        maskbits=[0, 0, 0, 2, 0, 0, 0, 0],
+        nobs_z=[4, 4, 4, 4, 1, 4, 4, 4],
+        flux_z=[25, 25, 25, 25, 25, 1.0, 25, 25],
+        sweep_file=["a.fits"] * 4 + ["b.fits"] * 4,
+    )
     lens = known_lenses_table([{"ra": 150.06, "dec": 1.0}])
     neg, funnel = select_negatives(t, lens)
-    assert funnel["a.fits"] == {"input": 4, "dec_footprint": 1, "type": 1, "maskbits": 1, "nobs": 0, "zmag": 0, "known_lens": 0, "selected": 1}
-    assert funnel["b.fits"] == {"input": 4, "dec_footprint": 0, "type": 0, "maskbits": 0, "nobs": 1, "zmag": 1, "known_lens": 1, "selected": 1}
+    assert funnel["a.fits"] == {
+        "input": 4,
+        "dec_footprint": 1,
+        "type": 1,
+        "maskbits": 1,
+        "nobs": 0,
+        "zmag": 0,
+        "known_lens": 0,
+        "selected": 1,
+    }
+    assert funnel["b.fits"] == {
+        "input": 4,
+        "dec_footprint": 0,
+        "type": 0,
+        "maskbits": 0,
+        "nobs": 1,
+        "zmag": 1,
+        "known_lens": 1,
+        "selected": 1,
+    }
     assert neg.column("row_index").to_pylist() == [0, 7]
     # Long form round-trips, and funnels of two batches add up.
     assert funnel_from_table(funnel_table(funnel)) == funnel
@@ -205,14 +254,16 @@ def test_pool_assignment_in_negatives():
 
 
 def test_crossmatch_nearest_within_radius_and_flags_kept():
-    lenses = known_lenses_table([
-        {"name": "A", "ra": 150.0, "dec": 1.0, "grade": "confident", "z_lens": 0.4},
-        {"name": "B", "ra": 150.5, "dec": 1.0, "grade": "probable"},
-        {"name": "far", "ra": 151.0, "dec": 1.0},
-        {"name": "cluster", "ra": 150.0, "dec": 1.0, "kind": "cluster"},
-        {"name": "C", "ra": 150.0, "dec": 40.0, "grade": "probable"},
-        {"name": "ungraded", "ra": 150.5, "dec": 1.0, "grade": "maybe"},
-    ])
+    lenses = known_lenses_table(
+        [
+            {"name": "A", "ra": 150.0, "dec": 1.0, "grade": "confident", "z_lens": 0.4},
+            {"name": "B", "ra": 150.5, "dec": 1.0, "grade": "probable"},
+            {"name": "far", "ra": 151.0, "dec": 1.0},
+            {"name": "cluster", "ra": 150.0, "dec": 1.0, "kind": "cluster"},
+            {"name": "C", "ra": 150.0, "dec": 40.0, "grade": "probable"},
+            {"name": "ungraded", "ra": 150.5, "dec": 1.0, "grade": "maybe"},
+        ]
+    )
     t = rows(
         6,
         ra=[150.0, 150.0, 150.5, 151.0, 150.0, 155.0],
@@ -236,7 +287,12 @@ def test_crossmatch_nearest_within_radius_and_flags_kept():
 
 def test_crossmatch_one_row_per_object():
     # Two lenses 0.8" apart share one source: the closer lens keeps it.
-    lenses = known_lenses_table([{"name": "near", "ra": 150.0, "dec": 1.0 + 0.8 / 3600}, {"name": "closest", "ra": 150.0, "dec": 1.0 + 0.1 / 3600}])
+    lenses = known_lenses_table(
+        [
+            {"name": "near", "ra": 150.0, "dec": 1.0 + 0.8 / 3600},
+            {"name": "closest", "ra": 150.0, "dec": 1.0 + 0.1 / 3600},
+        ]
+    )
     pos, summary = crossmatch_positives(rows(1, ra=[150.0], dec=[1.0]), lenses)
     assert pos.column("name").to_pylist() == ["closest"]
     assert summary["n_dropped_shared_source"] == 1
@@ -254,7 +310,9 @@ def test_independent_checks_agree_and_catch_violations():
     neg_all, _ = select_negatives(t, NO_LENSES)
     assert verify_exclusion_with_astropy(neg_all, lenses, 11.0)["n_violations"] == neg_all.num_rows - neg.num_rows > 0
     # A corrupted table fails the DuckDB re-check, cut by cut.
-    bad = neg.set_column(neg.schema.get_field_index("nobs_r"), "nobs_r", pa.array([2] + [4] * (neg.num_rows - 1), pa.int16()))
+    bad = neg.set_column(
+        neg.schema.get_field_index("nobs_r"), "nobs_r", pa.array([2] + [4] * (neg.num_rows - 1), pa.int16())
+    )
     res = verify_cuts_with_duckdb(bad)
     assert res["n_violating"] == 1 and res["nobs"] == 1
     # A split that disagrees with the pixel of the row is caught from ra/dec, not the stored pixel.

@@ -5,24 +5,23 @@ import pyarrow as pa
 import pytest
 
 import lens_assets.catalog as catalog
-
 from darkhaloscope.catalog.crossmatch import crossmatch_positives
 from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA, KnownLensIndex, recorded_selection, select_negatives
 from darkhaloscope.catalog.spark import negatives_on_spark, positives_on_spark
-from lakehouse.lake import Lake
-from lakehouse.staging import rejected
 from darkhaloscope.survey.known_lenses import load_known_lenses
-from mock_survey.survey import MockSurveyConfig, generate_mock_survey
 from darkhaloscope.survey.sweeps import read_sweep
 from io_managers import LakeIOManager
+from lakehouse.lake import Lake
+from lakehouse.staging import rejected
 from lens_assets.ops import deliver_run_alerts
+from mock_survey.survey import MockSurveyConfig, generate_mock_survey
 from resources import ComputeResource, LakeResource
 from resources.alert_sinks import AlertSinksResource
 from resources.compute import QuietPySparkResource
 from resources.config import spark_config
+from table_registry.tables import NEGATIVES, POSITIVES, SELECTION_FUNNEL, TRAINING_CATALOG, TRAINING_STRATA
 from tests.spark_fixtures import spark  # noqa: F401  (fixture)
 from tests.support.wap import events, published_files, run_assets
-from table_registry.tables import NEGATIVES, POSITIVES, SELECTION_FUNNEL, TRAINING_CATALOG, TRAINING_STRATA
 
 pytest.importorskip("pyspark")
 
@@ -61,8 +60,12 @@ def _catalog_lake(source: Lake, lenses: pa.Table, root) -> tuple[Lake, dict, dg.
         lake.write_table("survey", "sweeps", source.read_table("survey", "sweeps", partition=part), partition=part)
     lake.write_table("survey", "known_lenses", lenses)
     resource = LakeResource(uri=lake.uri)
-    resources = {"lake": resource, "io_manager": LakeIOManager(uri=resource.uri), "compute": ComputeResource(profile="demo"),
-                 "pyspark": QuietPySparkResource(spark_config=spark_config("local[2]"))}
+    resources = {
+        "lake": resource,
+        "io_manager": LakeIOManager(uri=resource.uri),
+        "compute": ComputeResource(profile="demo"),
+        "pyspark": QuietPySparkResource(spark_config=spark_config("local[2]")),
+    }
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("sweep_file", sorted(p["sweep_file"] for p in lake.partitions("survey", "sweeps")))
     return lake, resources, instance
@@ -80,14 +83,29 @@ def test_catalog_assets_materialize_with_their_checks(spark, mock_lake, tmp_path
     lake, resources, instance = _catalog_lake(source, lenses, tmp_path)
     # a non-default selection: the checks must re-verify the selection that was run, not the defaults
     run_config = {"ops": {"negatives": {"config": {"exclusion_radius_arcsec": 5.0, "zmag_max": 19.5}}}}
-    neg = run_assets([NEGATIVES.key, SELECTION_FUNNEL.key], resources, instance, run_config=run_config, partition_range=_all_sweeps(instance))
+    neg = run_assets(
+        [NEGATIVES.key, SELECTION_FUNNEL.key],
+        resources,
+        instance,
+        run_config=run_config,
+        partition_range=_all_sweeps(instance),
+    )
     rest = run_assets([POSITIVES.key, TRAINING_CATALOG.key, TRAINING_STRATA.key], resources, instance)
     assert recorded_selection(lake.read_table("catalog", "selection_funnel")).exclusion_radius_arcsec == 5.0
     assert max(lake.read_table("catalog", "negatives").column("mag_z").to_pylist()) < 19.5
     evaluations = neg.get_asset_check_evaluations() + rest.get_asset_check_evaluations()
     assert {e.check_name for e in evaluations} == {
-        "negatives_contract", "negatives_exclusion", "negatives_pass_cuts", "selection_funnel_contract", "positives_contract",
-        "training_catalog_contract", "splits_disjoint", "split_fractions", "strata_have_negatives", "training_strata_contract"}
+        "negatives_contract",
+        "negatives_exclusion",
+        "negatives_pass_cuts",
+        "selection_funnel_contract",
+        "positives_contract",
+        "training_catalog_contract",
+        "splits_disjoint",
+        "split_fractions",
+        "strata_have_negatives",
+        "training_strata_contract",
+    }
     failed = {e.check_name: e.metadata for e in evaluations if not e.passed and e.check_name != "split_fractions"}
     assert not failed
     names = sorted(p["sweep_file"] for p in lake.partitions("survey", "sweeps"))
@@ -113,13 +131,21 @@ def test_a_negative_failing_a_cut_rejects_every_partition_of_the_run(spark, mock
         part = {"sweep_file": names[0]}
         staged = out.read(part)
         bad = staged.slice(0, 1)
-        bad = bad.set_column(bad.schema.get_field_index("nobs_z"), "nobs_z", pa.array([1], bad.schema.field("nobs_z").type))
+        bad = bad.set_column(
+            bad.schema.get_field_index("nobs_z"), "nobs_z", pa.array([1], bad.schema.field("nobs_z").type)
+        )
         bad = bad.set_column(bad.schema.get_field_index("object_id"), "object_id", pa.array([-1], pa.int64()))
         out.write(pa.concat_tables([staged, bad.cast(staged.schema)]), partition=part)
         return funnel
 
     monkeypatch.setattr(catalog, "negatives_on_spark", leaky)
-    result = run_assets([NEGATIVES.key, SELECTION_FUNNEL.key], resources, instance, partition_range=_all_sweeps(instance), raise_on_error=False)
+    result = run_assets(
+        [NEGATIVES.key, SELECTION_FUNNEL.key],
+        resources,
+        instance,
+        partition_range=_all_sweeps(instance),
+        raise_on_error=False,
+    )
     assert not result.success
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert not checks["negatives_pass_cuts"].passed and checks["negatives_contract"].passed
@@ -132,5 +158,7 @@ def test_a_negative_failing_a_cut_rejects_every_partition_of_the_run(spark, mock
     assert sorted(k["table"] for k in kept) == ["catalog/negatives"] * 2 + ["catalog/selection_funnel"] * 2
     sinks = AlertSinksResource(lake_uri=lake.uri).build_sinks()
     sent = deliver_run_alerts(instance, result.run_id, sinks)
-    assert [(o.alert.kind, o.alert.check) for o in sent] == [("check_failed", "negatives_pass_cuts")]  # one incident, one alert
+    assert [(o.alert.kind, o.alert.check) for o in sent] == [
+        ("check_failed", "negatives_pass_cuts")
+    ]  # one incident, one alert
     assert deliver_run_alerts(instance, result.run_id, sinks) == []

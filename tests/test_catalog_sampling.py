@@ -28,8 +28,16 @@ def negatives(spec: dict[tuple[str, str, str], int], start: int = 0) -> pa.Table
             oid += 1
             row = {f.name: None for f in NEGATIVE_SCHEMA}
             row.update(
-                object_id=oid, sweep_file="s.fits", row_index=oid, ra=150.0 + oid * 1e-3, dec=1.0,
-                healpix_128=0, split="train", nobs_z_bin=nb, type_bin=tb, pool=pool,
+                object_id=oid,
+                sweep_file="s.fits",
+                row_index=oid,
+                ra=150.0 + oid * 1e-3,
+                dec=1.0,
+                healpix_128=0,
+                split="train",
+                nobs_z_bin=nb,
+                type_bin=tb,
+                pool=pool,
                 confuser_category="ring_proxy" if pool == "N2" else None,
             )
             for k, v in row.items():
@@ -43,10 +51,26 @@ def positives(spec: list[tuple[str, str, bool, bool]], start: int = 10**9) -> pa
     for i, (nb, tb, foot, ok) in enumerate(spec):
         row = {f.name: None for f in POSITIVE_SCHEMA}
         row.update(
-            lens_index=i, name=f"L{i}", lens_ra=10.0, lens_dec=1.0, grade="confident", kind="galaxy", tier="A",
-            separation_arcsec=0.1, object_id=start + i, sweep_file="s.fits", row_index=i, ra=10.0 + i * 1e-3,
-            dec=1.0, healpix_128=0, split="val", nobs_z_bin=nb, type_bin=tb,
-            in_negative_footprint=foot, passes_negative_cuts=ok, failed_cuts="" if ok else "nobs",
+            lens_index=i,
+            name=f"L{i}",
+            lens_ra=10.0,
+            lens_dec=1.0,
+            grade="confident",
+            kind="galaxy",
+            tier="A",
+            separation_arcsec=0.1,
+            object_id=start + i,
+            sweep_file="s.fits",
+            row_index=i,
+            ra=10.0 + i * 1e-3,
+            dec=1.0,
+            healpix_128=0,
+            split="val",
+            nobs_z_bin=nb,
+            type_bin=tb,
+            in_negative_footprint=foot,
+            passes_negative_cuts=ok,
+            failed_cuts="" if ok else "nobs",
         )
         for k, v in row.items():
             cols[k].append(v)
@@ -54,14 +78,28 @@ def positives(spec: list[tuple[str, str, bool, bool]], start: int = 10**9) -> pa
 
 
 def test_ratio_and_n1_n2_mix_per_stratum():
-    neg = negatives({("3-5", "DEV", "N1"): 400, ("3-5", "DEV", "N2"): 100, ("6-10", "SER", "N1"): 300, ("6-10", "SER", "N2"): 60, ("11+", "REX", "N1"): 50})
-    pos = positives([("3-5", "DEV", True, True)] * 2 + [("6-10", "SER", True, True)] + [("11+", "REX", False, True), ("11+", "REX", True, False)])
+    neg = negatives(
+        {
+            ("3-5", "DEV", "N1"): 400,
+            ("3-5", "DEV", "N2"): 100,
+            ("6-10", "SER", "N1"): 300,
+            ("6-10", "SER", "N2"): 60,
+            ("11+", "REX", "N1"): 50,
+        }
+    )
+    pos = positives(
+        [("3-5", "DEV", True, True)] * 2
+        + [("6-10", "SER", True, True)]
+        + [("11+", "REX", False, True), ("11+", "REX", True, False)]
+    )
     cat, strata = build_training_catalog(neg, pos, ratio=100, n1_fraction=0.85)
     assert cat.schema == CATALOG_SCHEMA and strata.schema == STRATA_SCHEMA
     s = {r["stratum"]: r for r in strata.to_pylist()}
     # Only eligible positives (in footprint and passing cuts) define strata.
     assert set(s) == {"3-5|DEV", "6-10|SER"}
-    assert s["3-5|DEV"] == dict(s["3-5|DEV"], n_positives=2, target=200, n1_target=170, n2_target=30, n1_actual=170, n2_actual=30, backfilled=0)
+    assert s["3-5|DEV"] == dict(
+        s["3-5|DEV"], n_positives=2, target=200, n1_target=170, n2_target=30, n1_actual=170, n2_actual=30, backfilled=0
+    )
     assert s["6-10|SER"]["n1_actual"] == 85 and s["6-10|SER"]["n2_actual"] == 15
     labels = cat.column("label").to_numpy()
     assert labels.sum() == 3 and (labels == 0).sum() == 300
@@ -104,7 +142,9 @@ def test_selection_is_hash_ordered_and_independent_of_row_order():
 
 
 def test_quota_arithmetic_and_bad_arguments():
-    q = stratum_quotas({"3-5|SER": 3}, {("3-5|SER", "N1"): 10**6, ("3-5|SER", "N2"): 10**6}, ratio=100, n1_fraction=0.85)
+    q = stratum_quotas(
+        {"3-5|SER": 3}, {("3-5|SER", "N1"): 10**6, ("3-5|SER", "N2"): 10**6}, ratio=100, n1_fraction=0.85
+    )
     r = q.to_pylist()[0]
     assert r["target"] == 300 and r["n1_target"] + r["n2_target"] == 300 and r["n2_target"] == 45
     with pytest.raises(InputError):

@@ -24,14 +24,19 @@ def _synthetic_survey() -> tuple[list[pa.Table], pa.Table]:
     both = pa.concat_tables([a, b])
     # Lenses 0.2" from every 40th source (galaxy-scale, graded) plus a group lens (never a positive).
     ra, dec = both.column("ra").to_numpy(), both.column("dec").to_numpy()
-    rows = [{"name": f"L{i}", "ra": ra[i], "dec": dec[i] + 0.2 / 3600, "grade": "confident" if i % 80 else "probable"} for i in range(0, both.num_rows, 40)]
+    rows = [
+        {"name": f"L{i}", "ra": ra[i], "dec": dec[i] + 0.2 / 3600, "grade": "confident" if i % 80 else "probable"}
+        for i in range(0, both.num_rows, 40)
+    ]
     rows.append({"name": "grp", "ra": ra[7], "dec": dec[7], "kind": "group"})
     return [a, b], known_lenses_table(rows)
 
 
 def _lake_with_sweeps(lake: Lake, files: list[pa.Table]) -> Lake:
     for t in files:
-        lake.write_table("survey", "sweeps", t, partition={"sweep_file": t.column("sweep_file")[0].as_py()}, row_group_size=700)
+        lake.write_table(
+            "survey", "sweeps", t, partition={"sweep_file": t.column("sweep_file")[0].as_py()}, row_group_size=700
+        )
     return lake
 
 
@@ -62,7 +67,9 @@ def test_negatives_spark_equals_in_process(spark, survey, lake):  # noqa: F811
     assert _sorted(got.cast(NEGATIVE_SCHEMA)).equals(_sorted(local))
     assert funnel_spark == merge_funnels(funnel_local)
     assert funnel_spark[files[0].column("sweep_file")[0].as_py()]["known_lens"] > 0
-    assert _sorted(negatives_dataframe(spark, lake.table("catalog", "negatives")).toArrow().cast(NEGATIVE_SCHEMA)).equals(_sorted(local))
+    assert _sorted(
+        negatives_dataframe(spark, lake.table("catalog", "negatives")).toArrow().cast(NEGATIVE_SCHEMA)
+    ).equals(_sorted(local))
     for t in files:
         name = t.column("sweep_file")[0].as_py()
         part = lake.read_table("catalog", "negatives", partition={"sweep_file": name})
@@ -93,8 +100,12 @@ def test_training_catalog_spark_equals_in_process(spark, survey):  # noqa: F811
     negs, _ = select_negatives(both, known_lenses_table([]))
     pos, _ = crossmatch_positives(both, lenses)
     # Pretend every positive is eligible so several strata have quotas.
-    pos = pos.set_column(pos.schema.get_field_index("passes_negative_cuts"), "passes_negative_cuts", pa.array([True] * pos.num_rows))
-    pos = pos.set_column(pos.schema.get_field_index("in_negative_footprint"), "in_negative_footprint", pa.array([True] * pos.num_rows))
+    pos = pos.set_column(
+        pos.schema.get_field_index("passes_negative_cuts"), "passes_negative_cuts", pa.array([True] * pos.num_rows)
+    )
+    pos = pos.set_column(
+        pos.schema.get_field_index("in_negative_footprint"), "in_negative_footprint", pa.array([True] * pos.num_rows)
+    )
     local_cat, local_strata = build_training_catalog(negs, pos, ratio=3, n1_fraction=0.8)
     df = spark.createDataFrame(negs).repartition(2)
     cat, strata = training_catalog_on_spark(spark, df, pos, ratio=3, n1_fraction=0.8)
@@ -116,7 +127,9 @@ def test_real_dr8_sweep_runs_through_the_spark_stage(spark, lake):  # noqa: F811
     t = read_sweep(path)
     lake.write_table("survey", "sweeps", t, partition={"sweep_file": path.name})
     galaxy = next(i for i, s in enumerate(t.column("type").to_pylist()) if s.strip() in {"SER", "DEV", "REX", "EXP"})
-    lenses = known_lenses_table([{"name": "planted", "ra": t.column("ra")[galaxy].as_py(), "dec": t.column("dec")[galaxy].as_py() + 0.3 / 3600}])
+    lenses = known_lenses_table(
+        [{"name": "planted", "ra": t.column("ra")[galaxy].as_py(), "dec": t.column("dec")[galaxy].as_py() + 0.3 / 3600}]
+    )
     local, funnel_local = select_negatives(t, lenses)
     funnel = negatives_on_spark(spark, lake.table("survey", "sweeps"), lenses, lake.table("catalog", "negatives"))
     assert funnel == funnel_local

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SKIPPING_TESTS = '''
+SKIPPING_TESTS = """
 import pytest
 
 def test_skips():
@@ -31,7 +31,7 @@ def test_browser():
 @pytest.mark.xfail(reason="known")
 def test_xfail():
     assert False
-'''
+"""
 
 
 def _run(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess:
@@ -40,8 +40,18 @@ def _run(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess:
     env.update(PYTHONPATH=str(REPO), DHS_REAL_DATA=str(tmp_path / "no-real-data"))
     if ci is not None:
         env["CI"] = ci
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "tests.conftest", "-p", "no:cacheprovider",
-           str(tmp_path / "test_skipping.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-rA",
+        "-p",
+        "tests.conftest",
+        "-p",
+        "no:cacheprovider",
+        str(tmp_path / "test_skipping.py"),
+    ]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -59,6 +69,10 @@ def test_skips_say_why_on_a_users_machine(tmp_path):
         out = _run(tmp_path, ci)
         assert out.returncode == 0, out.stdout
         assert "4 skipped, 1 xfailed" in out.stdout, out.stdout
-        for reason in ("no widget here", "marked off", "no-such-file.fits not found (set DHS_REAL_DATA",
-                       "no-such-browser is absent, so the browser check did not run"):
+        for reason in (
+            "no widget here",
+            "marked off",
+            "no-such-file.fits not found (set DHS_REAL_DATA",
+            "no-such-browser is absent, so the browser check did not run",
+        ):
             assert reason in out.stdout

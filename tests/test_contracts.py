@@ -3,9 +3,9 @@
 import pyarrow as pa
 import pytest
 
+from darkhaloscope.survey.sweeps import read_sweep
 from lakehouse.contracts import schema_problems, value_problems
 from table_registry.contracts import NEGATIVES, SWEEPS
-from darkhaloscope.survey.sweeps import read_sweep
 from tests.conftest import require_real_file
 from tests.support.sweep_rows import dr10_rows
 
@@ -48,6 +48,13 @@ def test_real_dr8_sweep_meets_the_sweeps_contract():
 
 
 def test_allowed_values_are_enforced():
-    t = pa.table({"object_id": pa.array([1, 2], pa.int64()), "dec": [0.0, 1.0], "ra": [1.0, 2.0],
-                  "pool": ["N1", "N3"], "split": ["train", "test"]})
+    t = pa.table(
+        {
+            "object_id": pa.array([1, 2], pa.int64()),
+            "dec": [0.0, 1.0],
+            "ra": [1.0, 2.0],
+            "pool": ["N1", "N3"],
+            "split": ["train", "test"],
+        }
+    )
     assert value_problems(t, NEGATIVES) == ["negatives: column 'pool' has values [('N3',)] outside ('N1', 'N2')"]

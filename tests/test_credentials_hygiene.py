@@ -7,7 +7,6 @@ metadata, the process's stdout/stderr at the file-descriptor level (C++ SDK outp
 alert webhook bodies and the alert log -- and neither the secret nor the key id may appear.
 """
 
-
 import secrets
 import string
 
@@ -46,8 +45,11 @@ def hygiene_table(context: dg.AssetExecutionContext, config: LakeConfig) -> dg.M
     return dg.MaterializeResult(
         metadata={"uri": info.uri, "rows": rows, "lake": lake.describe()},
         # A failing check so that alerts (with the lake's description in their metadata) are produced.
-        check_results=[dg.AssetCheckResult(check_name="row_contract", passed=rows == 101,
-                                           metadata={"rows": rows, "lake": lake.describe()})],
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="row_contract", passed=rows == 101, metadata={"rows": rows, "lake": lake.describe()}
+            )
+        ],
     )
 
 
@@ -70,13 +72,21 @@ def test_credentials_never_appear_in_logs_metadata_or_alerts(s3_server, monkeypa
     bucket = fresh_bucket(s3_server, prefix="hygiene")
 
     good = {"ops": {"hygiene_table": {"config": {"uri": f"s3://{bucket}/lake", "endpoint": s3_server.endpoint_url}}}}
-    bad = {"ops": {"missing_bucket_table": {"config": {"uri": "s3://no-such-bucket-hygiene/lake", "endpoint": s3_server.endpoint_url}}}}
+    bad = {
+        "ops": {
+            "missing_bucket_table": {
+                "config": {"uri": "s3://no-such-bucket-hygiene/lake", "endpoint": s3_server.endpoint_url}
+            }
+        }
+    }
     with dg.instance_for_test() as instance, WebhookReceiver() as rx:
         r1 = dg.materialize([hygiene_table], instance=instance, run_config=good, raise_on_error=False)
         r2 = dg.materialize([missing_bucket_table], instance=instance, run_config=bad, raise_on_error=False)
         assert not r1.success and not r2.success  # the blocking check and the missing bucket fail them
 
-        sinks = AlertSinks(JsonlAlertLog(Lake(str(tmp_path / "alerts"))), (WebhookSink(rx.url, deadline_s=5, max_attempts=2),))
+        sinks = AlertSinks(
+            JsonlAlertLog(Lake(str(tmp_path / "alerts"))), (WebhookSink(rx.url, deadline_s=5, max_attempts=2),)
+        )
         outcomes = deliver_run_alerts(instance, r1.run_id, sinks) + deliver_run_alerts(instance, r2.run_id, sinks)
 
         events = [serialize_value(e) for rid in (r1.run_id, r2.run_id) for e in instance.all_logs(rid)]
@@ -94,9 +104,14 @@ def test_credentials_never_appear_in_logs_metadata_or_alerts(s3_server, monkeypa
     assert len(outcomes) == 2 and len(webhook_bodies) == 2
     assert "no-such-bucket-hygiene" in alert_log
 
-    sources = {"event log": "\n".join(events), "materialization metadata": "\n".join(mats),
-               "stdout": captured.out, "stderr": captured.err, "webhook bodies": "\n".join(webhook_bodies),
-               "alert log": alert_log}
+    sources = {
+        "event log": "\n".join(events),
+        "materialization metadata": "\n".join(mats),
+        "stdout": captured.out,
+        "stderr": captured.err,
+        "webhook bodies": "\n".join(webhook_bodies),
+        "alert log": alert_log,
+    }
     for name, text in sources.items():
         assert secret not in text, f"the AWS secret leaked into the {name}"
         assert key_id not in text, f"the AWS access key id leaked into the {name}"

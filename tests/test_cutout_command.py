@@ -68,17 +68,20 @@ def test_fits_and_png_of_a_real_brick(dhs, mirror, tmp_path):
     assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
 
 
-@pytest.mark.parametrize("args, message", [
-    (("400", "10"), "RA 400.0 deg is outside [0, 360)"),
-    (("360", "10"), "RA 360.0 deg is outside [0, 360)"),
-    (("-0.5", "10"), "RA -0.5 deg is outside"),
-    (("nan", "10"), "RA nan deg"),
-    (("10", "90.5"), "DEC 90.5 deg is outside [-90, 90]"),
-    (("10", "-90.5"), "DEC -90.5 deg is outside"),
-    (("10", "inf"), "DEC inf deg"),
-    (("10", "5", "--size", "0"), "size 0 pixels is outside [1, 1024]"),
-    (("10", "5", "--size", "100000"), "size 100000 pixels is outside [1, 1024]"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("400", "10"), "RA 400.0 deg is outside [0, 360)"),
+        (("360", "10"), "RA 360.0 deg is outside [0, 360)"),
+        (("-0.5", "10"), "RA -0.5 deg is outside"),
+        (("nan", "10"), "RA nan deg"),
+        (("10", "90.5"), "DEC 90.5 deg is outside [-90, 90]"),
+        (("10", "-90.5"), "DEC -90.5 deg is outside"),
+        (("10", "inf"), "DEC inf deg"),
+        (("10", "5", "--size", "0"), "size 0 pixels is outside [1, 1024]"),
+        (("10", "5", "--size", "100000"), "size 100000 pixels is outside [1, 1024]"),
+    ],
+)
 def test_out_of_range_requests_are_usage_errors(dhs, tmp_path, monkeypatch, args, message):
     # nothing is built, read or allocated before the request is checked
     monkeypatch.setattr("resources.config.build_resources", lambda: pytest.fail("source built for a bad request"))

@@ -129,7 +129,9 @@ def test_404_is_not_retried(make_client):
 def test_wrong_shape_or_bands_is_input_error():
     client = CutoutServiceClient("http://127.0.0.1:9", size=SIZE + 2)
     body = fits_bytes(*expected_cube(1.0, 1.0, SIZE), "grz")
-    with pytest.raises(InputError, match=r"http://x/fits-cutout: primary HDU has shape \(3, 15, 15\), expected \(3, 17, 17\)"):
+    with pytest.raises(
+        InputError, match=r"http://x/fits-cutout: primary HDU has shape \(3, 15, 15\), expected \(3, 17, 17\)"
+    ):
         client.parse_fits(body, "http://x/fits-cutout")
     client = CutoutServiceClient("http://127.0.0.1:9", size=SIZE)
     with pytest.raises(InputError, match="BANDS='gri'"):

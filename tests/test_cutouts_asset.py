@@ -4,12 +4,12 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA
 from darkhaloscope.catalog.crossmatch import POSITIVE_SCHEMA
+from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA
 from darkhaloscope.imaging.cutout_table import FETCHES, load_stamps
-from lakehouse.lake import Lake
 from darkhaloscope.stamps import from_tensor_column
 from io_managers import LakeIOManager
+from lakehouse.lake import Lake
 from lens_assets.imaging import cutouts
 from lens_assets.shared.partitions import sweep_partitions
 from resources import LakeResource, SurveyResource
@@ -22,9 +22,18 @@ SWEEP = "sweep-030m005-035p000.fits"
 
 def _catalog(lake: Lake, n: int = 4) -> pa.Table:
     rows = {f.name: [None] * n for f in NEGATIVE_SCHEMA}
-    rows.update(object_id=list(range(1, n + 1)), ra=[31.0 + 0.01 * i for i in range(n)], dec=[-2.0] * n, type=["DEV"] * n,
-                split=["test"] * n, sweep_file=[SWEEP] * n, row_index=list(range(n)), pool=["N1"] * n,
-                nobs_z_bin=["3-5"] * n, type_bin=["DEV"] * n)
+    rows.update(
+        object_id=list(range(1, n + 1)),
+        ra=[31.0 + 0.01 * i for i in range(n)],
+        dec=[-2.0] * n,
+        type=["DEV"] * n,
+        split=["test"] * n,
+        sweep_file=[SWEEP] * n,
+        row_index=list(range(n)),
+        pool=["N1"] * n,
+        nobs_z_bin=["3-5"] * n,
+        type_bin=["DEV"] * n,
+    )
     for b in "grz":
         rows[f"psfsize_{b}"] = [1.2] * n
         rows[f"psfdepth_{b}"] = [1e3] * n
@@ -37,8 +46,12 @@ def _catalog(lake: Lake, n: int = 4) -> pa.Table:
 
 def _resources(tmp_path, server) -> dict:
     lake = LakeResource(uri=str(tmp_path / "lake"))
-    return {"lake": lake, "survey": SurveyResource(survey=str(tmp_path / "no-mirror")),
-            "imaging": ImagingResource(cutout_source=server.base_url), "io_manager": LakeIOManager(uri=lake.uri)}
+    return {
+        "lake": lake,
+        "survey": SurveyResource(survey=str(tmp_path / "no-mirror")),
+        "imaging": ImagingResource(cutout_source=server.base_url),
+        "io_manager": LakeIOManager(uri=lake.uri),
+    }
 
 
 def test_service_cutouts_are_committed_failures_recorded_and_not_fetched_again(tmp_path):
@@ -64,7 +77,9 @@ def test_service_cutouts_are_committed_failures_recorded_and_not_fetched_again(t
     assert set(second.column("fetch_error").to_pylist()) == {""}
     (stamps,), found = load_stamps(lake.dataset("imaging", "cutouts"), [4, 1])
     assert found.all() and stamps.shape == (2, 3, 101, 101)
-    assert np.array_equal(stamps[1], from_tensor_column(first.column("image"))[first.column("object_id").to_pylist().index(1)])
+    assert np.array_equal(
+        stamps[1], from_tensor_column(first.column("image"))[first.column("object_id").to_pylist().index(1)]
+    )
 
 
 def test_a_run_that_dies_mid_partition_resumes_chunk_by_chunk(tmp_path, monkeypatch):
@@ -101,4 +116,9 @@ def test_a_run_that_dies_mid_partition_resumes_chunk_by_chunk(tmp_path, monkeypa
     part = lake.read_table("imaging", "cutouts", partition={"sweep_file": SWEEP})
     assert sorted(part.column("object_id").to_pylist()) == list(range(1, 9))
     assert not lake.inflight().exists(*FETCHES)  # in-flight chunks dropped once published
-    assert lake.tables() == [("catalog", "negatives"), ("catalog", "positives"), ("catalog", "training_catalog"), ("imaging", "cutouts")]
+    assert lake.tables() == [
+        ("catalog", "negatives"),
+        ("catalog", "positives"),
+        ("catalog", "training_catalog"),
+        ("imaging", "cutouts"),
+    ]

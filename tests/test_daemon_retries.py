@@ -18,9 +18,9 @@ import dagster as dg
 import pytest
 from astropy.io import fits
 
-from lakehouse.lake import Lake
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import SweepBox
+from lakehouse.lake import Lake
 from resources.survey import SWEEP_DIR
 from tests.support.dagster_ui import REPO, DagsterDev
 from tests.support.fault_proxy import FaultProxy
@@ -60,9 +60,16 @@ def test_ui_runs_fail_once_on_a_blocking_check_and_absorb_transient_storage_faul
     bucket = fresh_bucket(s3_server)
     flag = tmp_path / "duplicate-rows"
     with FaultProxy(s3_server.host, s3_server.port, lifetime_s=500) as proxy, WebhookReceiver(lifetime_s=500) as rx:
-        env = dict(os.environ, DHS_LAKE=f"s3://{bucket}/lake", DHS_S3_ENDPOINT=proxy.endpoint_url, DHS_SURVEY=str(_mirror(tmp_path / "mirror")),
-                   DHS_ALERT_WEBHOOK=rx.url, DHS_TEST_DUPLICATE_ROWS=str(flag), PYTHONWARNINGS="ignore",
-                   PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "support" / "faults"), str(REPO)]))
+        env = dict(
+            os.environ,
+            DHS_LAKE=f"s3://{bucket}/lake",
+            DHS_S3_ENDPOINT=proxy.endpoint_url,
+            DHS_SURVEY=str(_mirror(tmp_path / "mirror")),
+            DHS_ALERT_WEBHOOK=rx.url,
+            DHS_TEST_DUPLICATE_ROWS=str(flag),
+            PYTHONWARNINGS="ignore",
+            PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "support" / "faults"), str(REPO)]),
+        )
         lake = Lake(f"s3://{bucket}/lake", s3_endpoint=s3_server.endpoint_url)
         with DagsterDev(tmp_path / "home", env, tmp_path / "dagster-dev.log") as ui:
             instance = dg.DagsterInstance.from_config(str(tmp_path / "home"))
@@ -75,8 +82,10 @@ def test_ui_runs_fail_once_on_a_blocking_check_and_absorb_transient_storage_faul
             assert ui.wait(failed) == "FAILURE"
             assert published_files(lake) == before
             assert _retry_decision(instance, failed) == ("STEP_FAILURE", "false")
-            checks = {e.dagster_event.event_specific_data.check_name: e.dagster_event.event_specific_data.passed
-                      for e in instance.all_logs(failed, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)}
+            checks = {
+                e.dagster_event.event_specific_data.check_name: e.dagster_event.event_specific_data.passed
+                for e in instance.all_logs(failed, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+            }
             assert checks["sweeps_contract"] is False
 
             flag.unlink()
@@ -93,6 +102,9 @@ def test_ui_runs_fail_once_on_a_blocking_check_and_absorb_transient_storage_faul
             alerts = _alerts_for(rx, failed)
     assert [r.run_id for r in runs if r.tags.get("dagster/parent_run_id") == failed] == []
     assert len(runs) == 3
-    assert [(a["kind"], a["check"]) for a in alerts if a["severity"] == "ERROR"] == [("check_failed", "sweeps_contract"), ("check_failed", "sweeps_row_count")]
+    assert [(a["kind"], a["check"]) for a in alerts if a["severity"] == "ERROR"] == [
+        ("check_failed", "sweeps_contract"),
+        ("check_failed", "sweeps_row_count"),
+    ]
     assert not [a for a in alerts if a["kind"] == "run_failed"]
     assert not _alerts_for(rx, transient)

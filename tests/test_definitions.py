@@ -11,20 +11,45 @@ import yaml
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXPECTED_ASSETS = {
-    "survey/sweep_files", "survey/sweeps", "survey/known_lenses",
-    "catalog/negatives", "catalog/selection_funnel", "catalog/positives", "catalog/training_catalog", "catalog/training_strata",
-    "imaging/cutouts", "imaging/cutout_validation",
-    "injection/injection_plan", "injection/injection_bank",
-    "training/training_set", "training/lens_finder",
-    "evaluation/cutout_scores", "evaluation/injection_scores", "evaluation/thresholds", "evaluation/selection_function",
-    "evaluation/selection_marginals", "evaluation/real_lens_recall", "evaluation/fpr_by_confuser", "evaluation/evaluation_report",
-    "search/search_targets", "search/search_scores", "search/search_stamps", "search/candidates", "search/candidate_gallery",
+    "survey/sweep_files",
+    "survey/sweeps",
+    "survey/known_lenses",
+    "catalog/negatives",
+    "catalog/selection_funnel",
+    "catalog/positives",
+    "catalog/training_catalog",
+    "catalog/training_strata",
+    "imaging/cutouts",
+    "imaging/cutout_validation",
+    "injection/injection_plan",
+    "injection/injection_bank",
+    "training/training_set",
+    "training/lens_finder",
+    "evaluation/cutout_scores",
+    "evaluation/injection_scores",
+    "evaluation/thresholds",
+    "evaluation/selection_function",
+    "evaluation/selection_marginals",
+    "evaluation/real_lens_recall",
+    "evaluation/fpr_by_confuser",
+    "evaluation/evaluation_report",
+    "search/search_targets",
+    "search/search_scores",
+    "search/search_stamps",
+    "search/candidates",
+    "search/candidate_gallery",
     "search/visual_grades",
     "ops/alerts",
 }
 #: Assets that put tensors on the compute device (CUDA when present): one at a time (pool "gpu").
-GPU_ASSETS = {"injection/injection_bank", "training/lens_finder", "evaluation/cutout_scores", "evaluation/injection_scores",
-              "search/search_scores", "search/search_stamps"}
+GPU_ASSETS = {
+    "injection/injection_bank",
+    "training/lens_finder",
+    "evaluation/cutout_scores",
+    "evaluation/injection_scores",
+    "search/search_scores",
+    "search/search_stamps",
+}
 
 
 def test_every_table_is_an_asset_with_its_checks_in_its_own_step():
@@ -61,21 +86,34 @@ def test_gpu_pool_and_spark_pool():
 def test_sensors_register_partitions_alert_and_reap_dead_runs():
     from definitions import defs
 
-    assert {s.name for s in defs.sensors} >= {"alert_sensor", "sweep_file_sensor", "injection_batch_sensor", "dead_run_sensor"}
+    assert {s.name for s in defs.sensors} >= {
+        "alert_sensor",
+        "sweep_file_sensor",
+        "injection_batch_sensor",
+        "dead_run_sensor",
+    }
 
 
 def test_the_code_location_loads_without_warnings():
     """No preview, beta or deprecation warnings when the definitions load (the UI's and every
     step process's import)."""
-    out = subprocess.run([sys.executable, "-W", "always", "-c", "import definitions"], cwd=REPO, capture_output=True, text=True, timeout=300,
-                         env={k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"})
+    out = subprocess.run(
+        [sys.executable, "-W", "always", "-c", "import definitions"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Warning" not in out.stderr, out.stderr[-3000:]
 
 
 def test_library_never_imports_dagster():
     root = REPO / "darkhaloscope"
-    offenders = [str(p) for p in root.rglob("*.py") if "import dagster" in p.read_text() or "from dagster" in p.read_text()]
+    offenders = [
+        str(p) for p in root.rglob("*.py") if "import dagster" in p.read_text() or "from dagster" in p.read_text()
+    ]
     assert offenders == []
 
 
@@ -93,5 +131,12 @@ def test_workspace_points_at_definitions_and_ui_binds_loopback():
 def test_code_location_loads_from_the_workspace_like_dagster_dev(tmp_path):
     dagster = pathlib.Path(sys.executable).with_name("dagster")
     env = dict(os.environ, DAGSTER_HOME=str(tmp_path))
-    out = subprocess.run([str(dagster), "definitions", "validate", "-w", str(REPO / "workspace.yaml")], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(dagster), "definitions", "validate", "-w", str(REPO / "workspace.yaml")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -5,15 +5,25 @@ from __future__ import annotations
 import ast
 import re
 import sys
-import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 #: Where each kind of import must be declared: the library and pipeline need the main
 #: dependencies (and the ``java`` extra, the packaged JDK that spark_env imports only when it is
 #: installed); tests may also use the ``test`` extra, benchmarks and research the ``bench`` extra.
-PRODUCT = ("darkhaloscope", "mock_survey", "lakehouse", "table_registry", "lens_assets", "resources", "io_managers", "dhs")
+PRODUCT = (
+    "darkhaloscope",
+    "mock_survey",
+    "lakehouse",
+    "table_registry",
+    "lens_assets",
+    "resources",
+    "io_managers",
+    "dhs",
+)
 SCOPES = {
     (*PRODUCT, "definitions.py"): ("java",),
     ("tests",): ("test",),
@@ -29,8 +39,11 @@ def _imports(paths) -> dict[str, str]:
         root = REPO / rel
         for path in [root] if root.is_file() else sorted(root.rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                    [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else ([node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+                )
                 for name in names:
                     found.setdefault(name.split(".")[0], str(path.relative_to(REPO)))
     return found

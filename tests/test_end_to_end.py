@@ -13,15 +13,21 @@ from tests.conftest import require_chromium
 from tests.support.chromium import SENTINEL, image_load_results
 
 
-
 @pytest.mark.slow
 @pytest.mark.timeout(2700)
 def test_demo_runs_end_to_end(tmp_path):
     reads = tmp_path / "reads.jsonl"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    env.update(DHS_LAKE=str(tmp_path / "lakehouse"), DAGSTER_HOME=str(tmp_path / "dagster_home"), DHS_MOCK_DIR=str(tmp_path / "mock"),
-               DHS_PROFILE="demo", DHS_LAKE_READ_LOG=str(reads))
-    run = subprocess.run([sys.executable, "-m", "dhs.main", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    env.update(
+        DHS_LAKE=str(tmp_path / "lakehouse"),
+        DAGSTER_HOME=str(tmp_path / "dagster_home"),
+        DHS_MOCK_DIR=str(tmp_path / "mock"),
+        DHS_PROFILE="demo",
+        DHS_LAKE_READ_LOG=str(reads),
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "dhs.main", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "Selection function C(theta_E, z_l)" in run.stdout and "Evaluation report:" in run.stdout
     assert "Trained with no visual grades" in run.stdout  # a fresh lake: no grades landed
@@ -33,11 +39,19 @@ def test_demo_runs_end_to_end(tmp_path):
     assert (tmp_path / "dagster_home" / "logs" / "spark.log").stat().st_size > 0
 
     def query(sql):
-        out = subprocess.run([sys.executable, "-m", "dhs.main", "query", sql, "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "dhs.main", "query", sql, "--format", "json"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
 
-    cells = query("select threshold_name, count(*) filter (where n_valid > 0) as nonempty, count(*) as cells from selection_function group by 1")
+    cells = query(
+        "select threshold_name, count(*) filter (where n_valid > 0) as nonempty, count(*) as cells from selection_function group by 1"
+    )
     assert cells and all(c["nonempty"] == c["cells"] == 99 for c in cells)
     recall = query("select * from real_lens_recall where tier = 'all'")
     assert recall and all(r["n"] > 0 for r in recall)
@@ -48,7 +62,13 @@ def test_demo_runs_end_to_end(tmp_path):
     # dhs cutout: a FITS cube (band, y, x) whose WCS puts the lens at the requested position
     lens = query("select ra, dec from positives order by name limit 1")[0]
     out = tmp_path / "lens.fits"
-    cut = subprocess.run([sys.executable, "-m", "dhs.main", "cutout", str(lens["ra"]), str(lens["dec"]), "--out", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    cut = subprocess.run(
+        [sys.executable, "-m", "dhs.main", "cutout", str(lens["ra"]), str(lens["dec"]), "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert cut.returncode == 0, cut.stderr
     from astropy.io import fits
     from astropy.wcs import WCS
@@ -58,7 +78,13 @@ def test_demo_runs_end_to_end(tmp_path):
         x, y = WCS(hdul[0].header).celestial.world_to_pixel_values(lens["ra"], lens["dec"])
     assert abs(x - 50) < 0.5 and abs(y - 50) < 0.5
     # ... and a position outside the survey is refused, not written as an all-zero stamp
-    far = subprocess.run([sys.executable, "-m", "dhs.main", "cutout", "0.5", "-80", "--out", str(tmp_path / "far.fits")], cwd=tmp_path, env=env, capture_output=True, text=True)
+    far = subprocess.run(
+        [sys.executable, "-m", "dhs.main", "cutout", "0.5", "-80", "--out", str(tmp_path / "far.fits")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert far.returncode == 1 and "no imaging data" in far.stderr and not (tmp_path / "far.fits").exists()
 
     # every table in the lake is an asset, and every table an asset read is one of its upstreams
@@ -70,11 +96,21 @@ def test_demo_runs_end_to_end(tmp_path):
     assert len(tables) >= 21
     read_edges = {(tuple(r["reader"]), r["table"]) for r in map(json.loads, reads.read_text().splitlines())}
     assert read_edges, "no reads were recorded"
-    undeclared = [(reader, table) for reader, table in read_edges - MAINTENANCE_LISTINGS if table not in upstream_of(graph, reader)]
+    undeclared = [
+        (reader, table)
+        for reader, table in read_edges - MAINTENANCE_LISTINGS
+        if table not in upstream_of(graph, reader)
+    ]
     assert undeclared == [], undeclared
 
     # a failing materialization names the asset and exits non-zero
-    bad = subprocess.run([sys.executable, "-m", "dhs.main", "materialize", "no_such_asset"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "dhs.main", "materialize", "no_such_asset"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 1 and "unknown asset 'no_such_asset'" in bad.stderr
 
     # last, so that without Chromium everything else has been checked before the test is marked
@@ -119,7 +155,9 @@ def check_the_finder_finds_lenses(tmp_path, env):
     assert f"'mock_seed': {seed}" in message and f"'mock_seed': {seed + 1}" in message, message
     assert not (tmp_path / "other_mock").exists()
     # every injection host is an N1 or N2 negative, counted once
-    assert sum(n for _, n in head["test_auroc_injections_vs_controls_by_host_pool"].values()) == head["injection_hosts"], head
+    assert (
+        sum(n for _, n in head["test_auroc_injections_vs_controls_by_host_pool"].values()) == head["injection_hosts"]
+    ), head
     assert set(head["test_auroc_injections_vs_controls_by_host_pool"]) <= {"N1", "N2"}, head
 
 
@@ -130,7 +168,13 @@ MAINTENANCE_LISTINGS = {(("survey/sweep_files",), "survey/sweeps")}
 
 
 def query_tables(tmp_path, env) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "dhs.main", "tables", "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "dhs.main", "tables", "--format", "json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

@@ -25,7 +25,9 @@ def _bank(n_hosts: int = 60, per_host: int = 9):
     inj_logit = offset + rng.normal(1.5, 1.0, host.size)
     valid = np.ones(host.size, bool)
     valid[5] = False
-    inj = pa.table({"score": pa.array(1 / (1 + np.exp(-inj_logit)), mask=~valid), "valid": valid, "host_object_id": host})
+    inj = pa.table(
+        {"score": pa.array(1 / (1 + np.exp(-inj_logit)), mask=~valid), "valid": valid, "host_object_id": host}
+    )
     ctrl = pa.table({"score": 1 / (1 + np.exp(-offset)), "valid": np.ones(host.size, bool), "host_object_id": host})
     real = pa.table({"score": rng.beta(5, 2, 40), "valid": np.ones(40, bool)})
     neg = pa.table({"score": rng.beta(2, 5, 400), "valid": np.ones(400, bool)})
@@ -44,7 +46,12 @@ def test_aurocs_are_sklearns_with_host_resampled_intervals():
     ok = inj.column("valid").to_numpy()
     s, y = _pairs(inj.column("score").to_numpy(zero_copy_only=False)[ok], ctrl.column("score").to_numpy())
     assert injections["auroc"] == skm.roc_auc_score(y, s)
-    assert (injections["n_pos"], injections["n_neg"], injections["resampled"], injections["n_resampled"]) == (539, 540, "host", 60)
+    assert (injections["n_pos"], injections["n_neg"], injections["resampled"], injections["n_resampled"]) == (
+        539,
+        540,
+        "host",
+        60,
+    )
     sr, yr = _pairs(real.column("score").to_numpy(), neg.column("score").to_numpy())
     assert known["auroc"] == skm.roc_auc_score(yr, sr)
     assert (known["resampled"], known["n_resampled"]) == ("object", 440)
@@ -56,10 +63,14 @@ def test_aurocs_are_sklearns_with_host_resampled_intervals():
     for level in (0.68, 0.95):
         tag = f"ci{round(level * 100)}"
         rng = rng_for("evaluation", "auroc_intervals", "injections vs paired controls", level)
-        assert (injections[f"{tag}_lo"], injections[f"{tag}_hi"]) == auc_bootstrap_interval(s, y, rng, 400, level, clusters=host)
+        assert (injections[f"{tag}_lo"], injections[f"{tag}_hi"]) == auc_bootstrap_interval(
+            s, y, rng, 400, level, clusters=host
+        )
         rng = rng_for("evaluation", "auroc_intervals", "real positives vs held-out negatives", level)
         assert (known[f"{tag}_lo"], known[f"{tag}_hi"]) == auc_bootstrap_interval(sr, yr, rng, 400, level)
-    by_row = auc_bootstrap_interval(s, y, rng_for("evaluation", "auroc_intervals", "injections vs paired controls", 0.95), 400, 0.95)
+    by_row = auc_bootstrap_interval(
+        s, y, rng_for("evaluation", "auroc_intervals", "injections vs paired controls", 0.95), 400, 0.95
+    )
     assert by_row != (injections["ci95_lo"], injections["ci95_hi"])
     assert auroc_intervals(inj, ctrl, real, neg, n_boot=400).equals(table)
 

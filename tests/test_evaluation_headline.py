@@ -24,8 +24,10 @@ from darkhaloscope.evaluation.thresholds import thresholds_from_negatives
 from darkhaloscope.seeding import rng_for
 
 THETA_E = (0.5, 1.0, 1.5, 2.0)
-GATES = [{"name": "core_lr_auc", "value": 0.61234, "passed": True},
-         {"name": "hard_negative_auroc", "value": 0.9, "passed": True}]
+GATES = [
+    {"name": "core_lr_auc", "value": 0.61234, "passed": True},
+    {"name": "hard_negative_auroc", "value": 0.9, "passed": True},
+]
 
 
 def _sigmoid(x):
@@ -47,10 +49,16 @@ def _tables(n_hosts: int = 40, n_neg: int = 800, n_real: int = 30):
     inj_score = _sigmoid(np.repeat(offset, per_host) + 0.25 * snr + te)
     valid = np.r_[np.ones(host.size, bool), np.ones(host.size, bool)]
     valid[3] = False
-    rows = {"host_object_id": np.r_[host, host], "kind": ["injection"] * host.size + ["control"] * host.size,
-            "score": pa.array(np.r_[inj_score, np.repeat(_sigmoid(offset), per_host)], mask=~valid), "valid": valid,
-            "arc_snr": np.r_[snr, snr], "theta_e_arcsec": np.r_[te, te],
-            "psf_fwhm_r": np.full(2 * host.size, 1.2), "src_mag_r": np.full(2 * host.size, 23.0)}
+    rows = {
+        "host_object_id": np.r_[host, host],
+        "kind": ["injection"] * host.size + ["control"] * host.size,
+        "score": pa.array(np.r_[inj_score, np.repeat(_sigmoid(offset), per_host)], mask=~valid),
+        "valid": valid,
+        "arc_snr": np.r_[snr, snr],
+        "theta_e_arcsec": np.r_[te, te],
+        "psf_fwhm_r": np.full(2 * host.size, 1.2),
+        "src_mag_r": np.full(2 * host.size, 23.0),
+    }
     injections = pa.table(rows)
 
     neg_ids = np.arange(5000, 5000 + n_neg, dtype=np.int64)
@@ -62,11 +70,13 @@ def _tables(n_hosts: int = 40, n_neg: int = 800, n_real: int = 30):
         "label": np.r_[np.zeros(n_hosts + n_neg, np.int8), np.ones(n_real + 5, np.int8)],
         "split": np.r_[np.full(n_hosts, "test"), neg_split, np.full(n_real, "test"), np.full(5, "train")],
         "in_training_catalog": np.r_[np.zeros(n_hosts, bool), in_catalog, np.ones(n_real + 5, bool)],
-        "pool": np.r_[np.where(np.arange(n_hosts) % 3 == 0, "N2", "N1"), np.full(n_neg, "N1"),
-                      np.full(n_real + 5, None)],
+        "pool": np.r_[
+            np.where(np.arange(n_hosts) % 3 == 0, "N2", "N1"), np.full(n_neg, "N1"), np.full(n_real + 5, None)
+        ],
         "tier": np.r_[np.full(n_hosts + n_neg, None), np.where(np.arange(n_real + 5) % 5 == 0, "A", "B")],
-        "score": np.r_[_sigmoid(offset), _sigmoid(rng.normal(-2.0, 1.0, n_neg)),
-                       _sigmoid(rng.normal(2.0, 1.5, n_real + 5))],
+        "score": np.r_[
+            _sigmoid(offset), _sigmoid(rng.normal(-2.0, 1.0, n_neg)), _sigmoid(rng.normal(2.0, 1.5, n_real + 5))
+        ],
     }
     valid_cut = np.ones(cut["object_id"].size, bool)
     valid_cut[n_hosts + 1] = False
@@ -79,8 +89,12 @@ def _published(injections, cutouts, graded=()):
     thresholds = thresholds_from_negatives(held_out_negatives(cutouts, graded))
     real = cutouts.filter(pc.equal(cutouts.column("label"), 1))
     recall = real_lens_recall(real, thresholds, [], split="test")
-    metrics = {"gates": GATES, "best_epoch": 3, "epochs_run": 5,
-               "calibration": {"ece_before": 0.031, "ece_after": 0.02}}
+    metrics = {
+        "gates": GATES,
+        "best_epoch": 3,
+        "epochs_run": 5,
+        "calibration": {"ece_before": 0.031, "ece_after": 0.02},
+    }
     finder = pa.table({"val_auroc": [0.95123], "metrics": [json.dumps(metrics)]})
     return finder, thresholds, recall
 
@@ -111,8 +125,10 @@ def test_the_headline_counts_what_the_evaluation_tables_hold():
     assert h["test_auroc_injections_snr_ge_5_vs_controls"] == auc(p[snr >= 5], ctrl_p)
     assert h["test_auroc_real_vs_negatives"] == auc(real_p, neg_p)
     real = cutouts.filter(pc.and_(pc.equal(cutouts.column("label"), 1), pc.equal(cutouts.column("split"), "test")))
-    intervals = {r["comparison"]: [round(r["ci95_lo"], 4), round(r["ci95_hi"], 4)]
-                 for r in auroc_intervals(inj, ctrl, real, neg).to_pylist()}
+    intervals = {
+        r["comparison"]: [round(r["ci95_lo"], 4), round(r["ci95_hi"], 4)]
+        for r in auroc_intervals(inj, ctrl, real, neg).to_pylist()
+    }
     assert h["test_auroc_ci95"] == intervals
     # the threshold is the evaluation's fpr=1e-2 row; a score counts when strictly above it
     t = [r["threshold"] for r in thresholds.to_pylist() if r["name"] == "fpr=1e-2"][0]
@@ -147,8 +163,7 @@ def test_graded_lenses_leave_the_negatives_and_hidden_lenses_the_diagnostic():
     ids, scores = _col(neg, "object_id"), np.nan_to_num(_col(neg, "score"), nan=-1.0)
     top = ids[np.argsort(scores)[::-1][:4]]  # the best-scored negatives: lenses no catalog lists
     finder, thresholds, recall = _published(injections, cutouts, graded=top[:1])
-    h = headline(finder, injections, cutouts, thresholds, recall, graded_lenses=top[:1],
-                 hidden_lenses=np.r_[top, 1000])
+    h = headline(finder, injections, cutouts, thresholds, recall, graded_lenses=top[:1], hidden_lenses=np.r_[top, 1000])
     assert h["n_held_out_negatives"] == neg.num_rows - 1
     w = h["without_hidden_lenses"]
     # the graded one is gone already; the other three and the host 1000 (itself a held-out negative) leave

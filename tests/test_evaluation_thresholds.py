@@ -15,14 +15,16 @@ from darkhaloscope.seeding import rng_for
 def _neg(scores, valid=None, mask=None) -> pa.Table:
     scores = np.asarray(scores, dtype=np.float32)
     valid = np.ones(scores.size, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
-    return pa.table({
-        "object_id": np.arange(scores.size, dtype=np.int64),
-        "score": pa.array(scores, mask=mask),
-        "valid": valid,
-        "split": ["val"] * scores.size,
-        "pool": ["N1"] * scores.size,
-        "confuser_category": pa.nulls(scores.size, pa.string()),
-    })
+    return pa.table(
+        {
+            "object_id": np.arange(scores.size, dtype=np.int64),
+            "score": pa.array(scores, mask=mask),
+            "valid": valid,
+            "split": ["val"] * scores.size,
+            "pool": ["N1"] * scores.size,
+            "confuser_category": pa.nulls(scores.size, pa.string()),
+        }
+    )
 
 
 def _row(table: pa.Table, name: str) -> dict:
@@ -50,8 +52,7 @@ def test_fpr_1e3_matches_normal_quantile():
 
 
 def test_order_statistic_exact_on_distinct_scores():
-    t = thresholds_from_negatives(_neg(np.arange(1000)), target_fprs=(1e-2, 1e-3),
-                                  top_percentiles=(0.5,), n_boot=10)
+    t = thresholds_from_negatives(_neg(np.arange(1000)), target_fprs=(1e-2, 1e-3), top_percentiles=(0.5,), n_boot=10)
     # k = 10 allowed above -> the 11th highest of 999..0
     assert _row(t, "fpr=1e-2")["threshold"] == 989.0
     assert _row(t, "fpr=1e-2")["n_above"] == 10
@@ -70,8 +71,7 @@ def test_rank_uses_n_valid_not_n_total():
     valid = np.r_[np.ones(1400, dtype=bool), np.ones(300, dtype=bool), np.zeros(300, dtype=bool)]
     mask = np.zeros(2000, dtype=bool)
     mask[1400:1700] = True  # null score although flagged valid
-    t = thresholds_from_negatives(_neg(scores, valid, mask), target_fprs=(1e-2,),
-                                  top_percentiles=(), n_boot=10)
+    t = thresholds_from_negatives(_neg(scores, valid, mask), target_fprs=(1e-2,), top_percentiles=(), n_boot=10)
     row = _row(t, "fpr=1e-2")
     assert row["n_total_negatives"] == 2000
     assert row["n_valid_negatives"] == 1000
@@ -82,8 +82,7 @@ def test_rank_uses_n_valid_not_n_total():
 
 def test_unresolvable_target_is_flagged_not_invented():
     scores = rng_for("test", "thresholds", "small").standard_normal(500)
-    t = thresholds_from_negatives(_neg(scores), target_fprs=(1e-2, 1e-4), top_percentiles=(0.01,),
-                                  n_boot=10)
+    t = thresholds_from_negatives(_neg(scores), target_fprs=(1e-2, 1e-4), top_percentiles=(0.01,), n_boot=10)
     ok = _row(t, "fpr=1e-2")
     assert ok["resolvable"] is True and ok["threshold"] is not None
     for name in ("fpr=1e-4", "top=0.01%"):
@@ -98,8 +97,9 @@ def test_ties_never_exceed_target():
     rng = rng_for("test", "thresholds", "ties")
     for trial in range(5):
         scores = rng.integers(0, 20, 3000).astype(np.float64)
-        t = thresholds_from_negatives(_neg(scores), target_fprs=(1e-2, 5e-2, 0.2),
-                                      top_percentiles=(), n_boot=5, seed_key=("ties", trial))
+        t = thresholds_from_negatives(
+            _neg(scores), target_fprs=(1e-2, 5e-2, 0.2), top_percentiles=(), n_boot=5, seed_key=("ties", trial)
+        )
         for row in t.to_pylist():
             assert row["n_above"] == int(np.sum(scores > row["threshold"]))
             assert row["achieved_fpr"] <= row["target"] + 1e-12

@@ -6,8 +6,8 @@ import numpy as np
 
 from darkhaloscope.imaging.batch import ALL_BANDS_MISSING, CutoutBatch
 from darkhaloscope.imaging.coadd import BrickImageSource
-from mock_survey.sky import MockSky
 from darkhaloscope.imaging.sources import ImageSource, ServiceSource
+from mock_survey.sky import MockSky
 from tests.support.cutout_server import CutoutServer
 from tests.test_mock_sky import DEC0, FOOT, RA0, catalog
 

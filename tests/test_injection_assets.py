@@ -8,11 +8,11 @@ import pytest
 
 import darkhaloscope.lensing.verify as verify
 import lens_assets.injection as injection
-from lakehouse.lake import Lake
 from darkhaloscope.lensing.bank import plan_grid
-from lakehouse.staging import rejected
 from darkhaloscope.stamps import to_tensor_array
 from io_managers import LakeIOManager
+from lakehouse.lake import Lake
+from lakehouse.staging import rejected
 from lens_assets.ops import deliver_run_alerts
 from resources import ComputeResource, LakeResource
 from resources.alert_sinks import AlertSinksResource
@@ -24,16 +24,28 @@ PLAN = {"theta_e_grid": [1.0, 1.5, 0.5], "z_l_grid": [0.3, 0.5, 0.2], "per_cell"
 
 def _hosts(lake: Lake, n: int = 8) -> None:
     rng = np.random.default_rng(11)
-    lake.write_table("imaging", "cutouts", pa.table({
-        "object_id": pa.array(np.arange(1, n + 1), pa.int64()), "ra": np.linspace(31, 32, n), "dec": np.full(n, -2.0),
-        "split": ["test", "train"] * (n // 2), "type": ["DEV", "SER"] * (n // 2),
-        **{f"psfsize_{b}": pa.array(np.full(n, s), pa.float32()) for b, s in zip("grz", (1.4, 1.25, 1.1))},
-        **{f"psfdepth_{b}": pa.array(np.full(n, d), pa.float32()) for b, d in zip("grz", (2e3, 1e3, 2e2))},
-        "dx_pix": pa.array(rng.uniform(-0.5, 0.5, n), pa.float32()), "dy_pix": pa.array(rng.uniform(-0.5, 0.5, n), pa.float32()),
-        "label": pa.array(np.zeros(n), pa.int8()), "quality_ok": [True] * n,
-        "image": to_tensor_array(rng.normal(0, 0.01, (n, 3, 101, 101)).astype(np.float32)),
-        "invvar": to_tensor_array(np.full((n, 3, 101, 101), 1e4, np.float32)),
-    }), partition={"sweep_file": SWEEP})
+    lake.write_table(
+        "imaging",
+        "cutouts",
+        pa.table(
+            {
+                "object_id": pa.array(np.arange(1, n + 1), pa.int64()),
+                "ra": np.linspace(31, 32, n),
+                "dec": np.full(n, -2.0),
+                "split": ["test", "train"] * (n // 2),
+                "type": ["DEV", "SER"] * (n // 2),
+                **{f"psfsize_{b}": pa.array(np.full(n, s), pa.float32()) for b, s in zip("grz", (1.4, 1.25, 1.1))},
+                **{f"psfdepth_{b}": pa.array(np.full(n, d), pa.float32()) for b, d in zip("grz", (2e3, 1e3, 2e2))},
+                "dx_pix": pa.array(rng.uniform(-0.5, 0.5, n), pa.float32()),
+                "dy_pix": pa.array(rng.uniform(-0.5, 0.5, n), pa.float32()),
+                "label": pa.array(np.zeros(n), pa.int8()),
+                "quality_ok": [True] * n,
+                "image": to_tensor_array(rng.normal(0, 0.01, (n, 3, 101, 101)).astype(np.float32)),
+                "invvar": to_tensor_array(np.full((n, 3, 101, 101), 1e4, np.float32)),
+            }
+        ),
+        partition={"sweep_file": SWEEP},
+    )
 
 
 def _plan(tmp_path):
@@ -44,11 +56,21 @@ def _plan(tmp_path):
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("sweep_file", [SWEEP])
     resource = LakeResource(uri=lake.uri)
-    resources = {"lake": resource, "io_manager": LakeIOManager(uri=resource.uri), "compute": ComputeResource(device="cpu", profile="demo")}
+    resources = {
+        "lake": resource,
+        "io_manager": LakeIOManager(uri=resource.uri),
+        "compute": ComputeResource(device="cpu", profile="demo"),
+    }
 
     def plan_hosts() -> set[int]:
-        run_assets([injection.injection_plan.key], resources, instance, run_config={"ops": {"injection__injection_plan": {"config": PLAN}}})
+        run_assets(
+            [injection.injection_plan.key],
+            resources,
+            instance,
+            run_config={"ops": {"injection__injection_plan": {"config": PLAN}}},
+        )
         return set(lake.read_table("injection", "injection_plan").column("host_object_id").to_pylist())
+
     return lake, instance, resources, plan_hosts
 
 
@@ -71,7 +93,9 @@ def test_plan_records_its_grid_and_bank_audits_pass_on_real_renders(planned):
     key = instance.get_dynamic_partitions("injection_batch")[0]
     bank = run_assets([injection.injection_bank.key], resources, instance, partition_key=key)
     assert {e.check_name: e.passed for e in bank.get_asset_check_evaluations()} == {
-        "injection_matches_lenstronomy": True, "injection_physics_valid": True}
+        "injection_matches_lenstronomy": True,
+        "injection_physics_valid": True,
+    }
     assert lake.exists("injection", "injection_bank", {"injection_batch": key})
 
 
@@ -91,8 +115,13 @@ def test_hosts_graded_a_lens_are_not_injection_hosts(tmp_path):
     # the published plan stays
     csv = b"object_id,grade,ra,dec,score,model_version,known\n1,B,31.0,-2.0,0.9,v1,false\n5,A,31.6,-2.0,0.9,v1,false\n7,A,31.9,-2.0,0.9,v1,false\n"
     lake.write_table(*VISUAL_GRADES.key, new_round(first, parse_grades_csv(csv, "round2.csv"), "round2.csv", csv))
-    failed = run_assets([injection.injection_plan.key], resources, instance, raise_on_error=False,
-                        run_config={"ops": {"injection__injection_plan": {"config": PLAN}}})
+    failed = run_assets(
+        [injection.injection_plan.key],
+        resources,
+        instance,
+        raise_on_error=False,
+        run_config={"ops": {"injection__injection_plan": {"config": PLAN}}},
+    )
     assert not failed.success
     [event] = failed.get_step_failure_events()
     assert "no host has split in ('test',)" in event.step_failure_data.error.message
@@ -120,7 +149,9 @@ def test_a_batch_failing_the_flux_audit_is_rejected_once_and_the_published_batch
     [alert] = run_alerts(lake, strict.run_id)
     assert (alert["kind"], alert["check"], alert["severity"]) == ("check_failed", "injection_physics_valid", "ERROR")
     [kept] = rejected(lake)
-    assert kept["partition"] == {"injection_batch": key} and kept["failed_checks"][0]["check"] == "injection_physics_valid"
+    assert (
+        kept["partition"] == {"injection_batch": key} and kept["failed_checks"][0]["check"] == "injection_physics_valid"
+    )
 
 
 def test_another_realisation_is_planned_from_the_launchpad_and_a_bad_one_keeps_the_plan(tmp_path):
@@ -129,15 +160,24 @@ def test_another_realisation_is_planned_from_the_launchpad_and_a_bad_one_keeps_t
     lake, instance, resources, plan_hosts = _plan(tmp_path)
     plan_hosts()
     first = lake.read_table("injection", "injection_plan")
-    run = run_assets([injection.injection_plan.key], resources, instance,
-                     run_config={"ops": {"injection__injection_plan": {"config": {**PLAN, "realisation": 2}}}})
+    run = run_assets(
+        [injection.injection_plan.key],
+        resources,
+        instance,
+        run_config={"ops": {"injection__injection_plan": {"config": {**PLAN, "realisation": 2}}}},
+    )
     [mat] = [e.materialization for e in run.get_asset_materialization_events()]
     assert mat.metadata["realisation"].value == 2 and mat.metadata["seed_salt"].value.endswith("/realisation-2")
     again = lake.read_table("injection", "injection_plan")
     assert plan_grid(again) == plan_grid(first)
     assert not set(again.column("seed").to_pylist()) & set(first.column("seed").to_pylist())
-    failed = run_assets([injection.injection_plan.key], resources, instance, raise_on_error=False,
-                        run_config={"ops": {"injection__injection_plan": {"config": {**PLAN, "realisation": -1}}}})
+    failed = run_assets(
+        [injection.injection_plan.key],
+        resources,
+        instance,
+        raise_on_error=False,
+        run_config={"ops": {"injection__injection_plan": {"config": {**PLAN, "realisation": -1}}}},
+    )
     assert not failed.success
     [event] = failed.get_step_failure_events()
     assert "injection realisation must be an integer >= 0, got -1" in event.step_failure_data.error.message

@@ -5,8 +5,15 @@ import pyarrow as pa
 import pytest
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.lensing.bank import (InjectionConfig, host_psf_fwhm, injection_config, paint_known_lens_arcs,
-                                        plan_injection_grid, plan_summary, render_injection_batch)
+from darkhaloscope.lensing.bank import (
+    InjectionConfig,
+    host_psf_fwhm,
+    injection_config,
+    paint_known_lens_arcs,
+    plan_injection_grid,
+    plan_summary,
+    render_injection_batch,
+)
 from darkhaloscope.lensing.cosmology import sigma_v_from_theta_e
 from darkhaloscope.lensing.priors import DEFAULT_PRIORS, Prior, PriorRegistry, draw_clumps
 from darkhaloscope.lensing.render import RenderConfig
@@ -23,12 +30,23 @@ def _ipc_bytes(table: pa.Table) -> bytes:
 
 
 def _hosts(n=12, psf_z=1.1):
-    return pa.table({
-        "object_id": np.arange(n, dtype=np.int64) * 7 + 100, "ra": np.linspace(150, 151, n), "dec": np.zeros(n),
-        "split": (["train", "val", "test"] * n)[:n], "type": ["DEV"] * n,
-        "psfsize_g": np.full(n, 1.4), "psfsize_r": np.full(n, 1.25), "psfsize_z": np.full(n, psf_z),
-        "psfdepth_g": np.full(n, 2e3), "psfdepth_r": np.full(n, 1e3), "psfdepth_z": np.full(n, 2e2),
-        "dx_pix": np.zeros(n, np.float32), "dy_pix": np.zeros(n, np.float32)})
+    return pa.table(
+        {
+            "object_id": np.arange(n, dtype=np.int64) * 7 + 100,
+            "ra": np.linspace(150, 151, n),
+            "dec": np.zeros(n),
+            "split": (["train", "val", "test"] * n)[:n],
+            "type": ["DEV"] * n,
+            "psfsize_g": np.full(n, 1.4),
+            "psfsize_r": np.full(n, 1.25),
+            "psfsize_z": np.full(n, psf_z),
+            "psfdepth_g": np.full(n, 2e3),
+            "psfdepth_r": np.full(n, 1e3),
+            "psfdepth_z": np.full(n, 2e2),
+            "dx_pix": np.zeros(n, np.float32),
+            "dy_pix": np.zeros(n, np.float32),
+        }
+    )
 
 
 def test_every_prior_draw_lies_in_its_range():
@@ -81,8 +99,12 @@ def test_plan_grid_counts_skips_and_seeds():
 def test_another_realisation_redraws_every_injection_on_the_same_grid_and_hosts():
     hosts = _hosts(30)
     default = plan_injection_grid(hosts, injection_config("demo", per_cell=3, host_splits=("train", "val", "test")))
-    assert plan_injection_grid(hosts, injection_config("demo", per_cell=3, host_splits=("train", "val", "test"), realisation=0)).equals(default)
-    again = plan_injection_grid(hosts, injection_config("demo", per_cell=3, host_splits=("train", "val", "test"), realisation=1))
+    assert plan_injection_grid(
+        hosts, injection_config("demo", per_cell=3, host_splits=("train", "val", "test"), realisation=0)
+    ).equals(default)
+    again = plan_injection_grid(
+        hosts, injection_config("demo", per_cell=3, host_splits=("train", "val", "test"), realisation=1)
+    )
     d, a = default.to_pydict(), again.to_pydict()
     # the same grid and candidates over the same hosts (which tasks a draw skips, z_s behind the
     # lens or σ_v out of range, differs) ...
@@ -102,8 +124,9 @@ def test_another_realisation_redraws_every_injection_on_the_same_grid_and_hosts(
 
 def test_plan_skips_cells_with_source_behind_lens_and_filters_splits():
     reg = DEFAULT_PRIORS.with_overrides(z_s=("uniform", 0.51, 0.52))
-    cfg = InjectionConfig(theta_e_grid=(1.0, 1.0, 0.5), z_l_grid=(0.3, 0.7, 0.2), per_cell=4, priors=reg,
-                          host_splits=("test",))
+    cfg = InjectionConfig(
+        theta_e_grid=(1.0, 1.0, 0.5), z_l_grid=(0.3, 0.7, 0.2), per_cell=4, priors=reg, host_splits=("test",)
+    )
     tasks = plan_injection_grid(_hosts(), cfg)
     s = plan_summary(tasks)
     assert s["skipped_tasks"]["z_s_le_z_l"] == 4  # z_l = 0.7 lies behind every z_s
@@ -148,19 +171,33 @@ def test_render_injection_batch_bytes_failures_and_params():
     np.testing.assert_allclose(np.array(p["lensed_mag_r"])[ok], src_r - 2.5 * np.log10(mu), atol=0.01)
     assert p["psf_fwhm_z"][0] == pytest.approx(1.1)
     # Changing the chunking does not change the pixels beyond float32 round-off of the FFT.
-    inj3, _, _ = render_injection_batch(tasks, host, iv, config=InjectionConfig(per_cell=1, render=SMALL,
-                                                                                 poisson_gain=150.0, render_chunk=5))
+    inj3, _, _ = render_injection_batch(
+        tasks, host, iv, config=InjectionConfig(per_cell=1, render=SMALL, poisson_gain=150.0, render_chunk=5)
+    )
     np.testing.assert_allclose(inj3, inj, atol=1e-6, equal_nan=True)
     with pytest.raises(InputError, match="host_images"):
         render_injection_batch(tasks, host[:2], iv[:2], config=cfg)
 
 
 def test_paint_known_lens_arcs_centred_and_flux():
-    truth = pa.table({"theta_e_arcsec": [1.5, 0.8], "lens_e1": [0.1, 0.0], "lens_e2": [0.0, 0.05],
-                      "shear_g1": [0.02, 0.0], "shear_g2": [0.0, -0.01], "src_mag_r": [21.0, 22.0],
-                      "src_r_sersic_arcsec": [0.3, 0.2], "src_n_sersic": [1.0, 1.5], "src_e1": [0.1, 0.0],
-                      "src_e2": [0.0, 0.1], "src_x_arcsec": [0.05, 0.1], "src_y_arcsec": [0.0, -0.05],
-                      "src_g_minus_r": [0.3, 0.4], "src_r_minus_z": [0.2, 0.1]})
+    truth = pa.table(
+        {
+            "theta_e_arcsec": [1.5, 0.8],
+            "lens_e1": [0.1, 0.0],
+            "lens_e2": [0.0, 0.05],
+            "shear_g1": [0.02, 0.0],
+            "shear_g2": [0.0, -0.01],
+            "src_mag_r": [21.0, 22.0],
+            "src_r_sersic_arcsec": [0.3, 0.2],
+            "src_n_sersic": [1.0, 1.5],
+            "src_e1": [0.1, 0.0],
+            "src_e2": [0.0, 0.1],
+            "src_x_arcsec": [0.05, 0.1],
+            "src_y_arcsec": [0.0, -0.05],
+            "src_g_minus_r": [0.3, 0.4],
+            "src_r_minus_z": [0.2, 0.1],
+        }
+    )
     arcs = paint_known_lens_arcs(truth, np.array([[1.3, 1.2, 1.1], [1.5, 1.4, 0.0]]), stamp_size=61)
     assert arcs.shape == (2, 3, 61, 61) and arcs.dtype == np.float32
     yy, xx = np.mgrid[:61, :61]
@@ -178,9 +215,13 @@ def test_the_lens_is_centred_on_the_host_not_on_the_stamp_pixel():
     """Cutouts are cut at the nearest pixel, so a host sits (dx_pix, dy_pix) from its stamp's centre
     pixel (+x West, +y North); its lens is centred there. Fractional offsets go into the lens
     centre (engine x East); a one-pixel host offset moves the rendered arc by exactly one pixel."""
+
     def plan(dx, dy):
-        hosts = _hosts(3).set_column(11, "dx_pix", pa.array(np.full(3, dx, np.float32))).set_column(
-            12, "dy_pix", pa.array(np.full(3, dy, np.float32)))
+        hosts = (
+            _hosts(3)
+            .set_column(11, "dx_pix", pa.array(np.full(3, dx, np.float32)))
+            .set_column(12, "dy_pix", pa.array(np.full(3, dy, np.float32)))
+        )
         cfg = InjectionConfig(per_cell=1, batch_size=100, theta_e_grid=(1.5, 1.5, 0.25), z_l_grid=(0.3, 0.3, 0.1))
         return plan_injection_grid(hosts, cfg), cfg
 
@@ -193,6 +234,7 @@ def test_the_lens_is_centred_on_the_host_not_on_the_stamp_pixel():
     for d in (0.0, 1.0):
         t, cfg = plan(d, -d)
         arcs[d] = render_injection_batch(t, host, np.full_like(host, 1e6), config=cfg)[1][0]
+
     # one pixel West (+x) and South (-y): the arc moved by (+1, -1) pixels, to the sampling error of
     # ss = 4 near the caustic (lenstronomy's own ImageModel differs by 2-6% of the peak after such a
     # shift); any other direction is off by tens of percent

@@ -14,8 +14,8 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.lensing.bank import InjectionConfig, _col, task_batches
 from darkhaloscope.lensing.render import RenderConfig, arc_snr, render_lensed_sources
 from darkhaloscope.lensing.stream import StreamSpec, add_window, draw_injections, slot_thresholds, window_of
-from darkhaloscope.training.data import make_arrays, validation_arrays, with_hosts
 from darkhaloscope.training import dataset as dataset_module
+from darkhaloscope.training.data import make_arrays, validation_arrays, with_hosts
 from darkhaloscope.training.dataset import AugmentedStampDataset, batches_for_plan
 from darkhaloscope.training.preprocess import PreprocessSpec, arc_clears_core, core_mask, preprocess
 
@@ -24,12 +24,23 @@ S = 41
 
 
 def _hosts(n=10):
-    return pa.table({
-        "object_id": np.arange(n, dtype=np.int64) * 7 + 100, "ra": np.linspace(150, 151, n), "dec": np.zeros(n),
-        "split": ["train"] * n, "type": ["DEV"] * n,
-        "psfsize_g": np.full(n, 1.3), "psfsize_r": np.linspace(1.0, 1.5, n), "psfsize_z": np.full(n, 1.1),
-        "psfdepth_g": np.full(n, 2e3), "psfdepth_r": np.full(n, 1e3), "psfdepth_z": np.full(n, 2e2),
-        "dx_pix": np.linspace(-0.4, 0.4, n).astype(np.float32), "dy_pix": np.zeros(n, np.float32)})
+    return pa.table(
+        {
+            "object_id": np.arange(n, dtype=np.int64) * 7 + 100,
+            "ra": np.linspace(150, 151, n),
+            "dec": np.zeros(n),
+            "split": ["train"] * n,
+            "type": ["DEV"] * n,
+            "psfsize_g": np.full(n, 1.3),
+            "psfsize_r": np.linspace(1.0, 1.5, n),
+            "psfsize_z": np.full(n, 1.1),
+            "psfdepth_g": np.full(n, 2e3),
+            "psfdepth_r": np.full(n, 1e3),
+            "psfdepth_z": np.full(n, 2e2),
+            "dx_pix": np.linspace(-0.4, 0.4, n).astype(np.float32),
+            "dy_pix": np.zeros(n, np.float32),
+        }
+    )
 
 
 def _stamps(n=10, sigma=0.004):
@@ -58,8 +69,10 @@ def test_reproducible_every_host_its_own_arcs_chunk_independent_to_round_off(dra
     again = draw_injections(_hosts(), iv, _spec(), ("train", 0, 0), 2)
     assert again.arcs.tobytes() == drawn.arcs.tobytes() and np.array_equal(again.candidate, drawn.candidate)
     # the render chunk (part of the spec) and the other hosts change the batched FFTs' round-off only
-    for other in (draw_injections(_hosts(), iv, _spec(render_chunk=5), ("train", 0, 0), 2),
-                  draw_injections(_hosts().slice(0, 4), iv[:4], _spec(), ("train", 0, 0), 2)):
+    for other in (
+        draw_injections(_hosts(), iv, _spec(render_chunk=5), ("train", 0, 0), 2),
+        draw_injections(_hosts().slice(0, 4), iv[:4], _spec(), ("train", 0, 0), 2),
+    ):
         k = len(other)
         assert np.array_equal(other.candidate, drawn.candidate[:k]) and np.array_equal(other.seed, drawn.seed[:k])
         np.testing.assert_allclose(other.arcs, drawn.arcs[:k], rtol=0, atol=1e-6 * drawn.arcs.max())
@@ -97,7 +110,9 @@ def test_faint_slots_take_the_lower_threshold_in_training_only():
     thr = slot_thresholds(spec, ("train", 0, 0), ids, np.zeros_like(ids))
     assert set(np.unique(thr)) == {2.0, 8.0} and abs(np.mean(thr == 2.0) - 0.5) < 0.03
     assert np.array_equal(thr, slot_thresholds(spec, ("train", 0, 0), ids, np.zeros_like(ids)))
-    assert not np.array_equal(thr, slot_thresholds(spec, ("train", 0, 1), ids, np.zeros_like(ids)))  # re-drawn each epoch
+    assert not np.array_equal(
+        thr, slot_thresholds(spec, ("train", 0, 1), ids, np.zeros_like(ids))
+    )  # re-drawn each epoch
     assert np.all(slot_thresholds(spec.validation, ("val",), ids, np.zeros_like(ids)) == 8.0)
     _, iv = _stamps(40)
     hosts = _hosts(40)
@@ -106,15 +121,21 @@ def test_faint_slots_take_the_lower_threshold_in_training_only():
     assert mixed.n_below_min == 0 and np.all(mixed.arc_snr[~faint] >= 8.0) and np.all(mixed.arc_snr[faint] >= 2.0)
     assert np.any(mixed.arc_snr[faint] < 8.0)  # the faint slots keep arcs the single threshold would redraw
     single = draw_injections(hosts, iv, _spec(min_arc_snr=8.0), ("train", 0, 0), 1)
-    same = draw_injections(hosts, iv, _spec(min_arc_snr=8.0, faint_fraction=0.0, faint_min_arc_snr=2.0), ("train", 0, 0), 1)
+    same = draw_injections(
+        hosts, iv, _spec(min_arc_snr=8.0, faint_fraction=0.0, faint_min_arc_snr=2.0), ("train", 0, 0), 1
+    )
     assert same.arcs.tobytes() == single.arcs.tobytes()
 
 
 def test_window_keeps_the_arc_flux_of_a_full_stamp_render():
     """The 65 px window of the largest arcs (θ_E near 3″) against the same systems on 101 px."""
     hosts = _hosts(4)
-    spec = StreamSpec(window=65, min_arc_snr=0.0, render_chunk=4,
-                      injection=InjectionConfig(priors=InjectionConfig().priors.with_overrides(theta_e_arcsec=("uniform", 2.8, 3.0))))
+    spec = StreamSpec(
+        window=65,
+        min_arc_snr=0.0,
+        render_chunk=4,
+        injection=InjectionConfig(priors=InjectionConfig().priors.with_overrides(theta_e_arcsec=("uniform", 2.8, 3.0))),
+    )
     iv = np.full((4, 3, 101, 101), 1e4, np.float32)
     d = draw_injections(hosts, iv, spec, ("val",), 1)
     # the same systems rendered on the whole stamp by the engine
@@ -123,8 +144,19 @@ def test_window_keeps_the_arc_flux_of_a_full_stamp_render():
 
     cfg = spec.config
     params = draw_system_parameters(d.seed, cfg.priors, extra=("theta_e_arcsec", "z_l"))
-    tasks, _ = _build_tasks(hosts, params["theta_e_arcsec"], params["z_l"], d.seed, np.zeros(4, np.int64), d.candidate,
-                            np.full(4, -1), "training", cfg, params, host_row=d.host_row)
+    tasks, _ = _build_tasks(
+        hosts,
+        params["theta_e_arcsec"],
+        params["z_l"],
+        d.seed,
+        np.zeros(4, np.int64),
+        d.candidate,
+        np.full(4, -1),
+        "training",
+        cfg,
+        params,
+        host_row=d.host_row,
+    )
     lens, src = task_batches(tasks, "cpu", torch.float32, cfg.priors)
     psf = torch.as_tensor(np.stack([_col(tasks, f"psf_fwhm_{b}") for b in "grz"], axis=1), dtype=torch.float32)
     full = render_lensed_sources(lens, src, psf, RenderConfig()).arc.numpy()
@@ -141,15 +173,26 @@ def test_spec_round_trips_and_rejects_bad_values():
     # a spec recorded before the faint slots existed reads as a single-threshold stream
     old = {k: v for k, v in spec.to_dict().items() if k not in ("faint_fraction", "faint_min_arc_snr")}
     assert StreamSpec.from_dict(old) == spec and spec.faint_fraction == 0.0
-    for bad in ({"window": 32}, {"min_arc_snr": -1.0}, {"injections_per_host": 0}, {"faint_fraction": 1.5},
-                {"faint_min_arc_snr": float("nan")}):
+    for bad in (
+        {"window": 32},
+        {"min_arc_snr": -1.0},
+        {"injections_per_host": 0},
+        {"faint_fraction": 1.5},
+        {"faint_min_arc_snr": float("nan")},
+    ):
         with pytest.raises(InputError):
             _spec(**bad)
     with pytest.raises(InputError, match="unknown fields"):
         StreamSpec.from_dict({**spec.to_dict(), "bogus": 1})
     _, iv = _stamps()
     with pytest.raises(InputError, match="r-band PSF size"):
-        draw_injections(_hosts().set_column(_hosts().schema.get_field_index("psfsize_r"), "psfsize_r", pa.array(np.zeros(10))), iv, _spec(), ("val",), 2)
+        draw_injections(
+            _hosts().set_column(_hosts().schema.get_field_index("psfsize_r"), "psfsize_r", pa.array(np.zeros(10))),
+            iv,
+            _spec(),
+            ("val",),
+            2,
+        )
     with pytest.raises(InputError, match="lack columns"):
         draw_injections(_hosts().drop(["dx_pix"]), iv, _spec(), ("val",), 2)
 
@@ -189,13 +232,17 @@ def test_rows_preprocessed_once_give_the_batches_preprocessed_every_time(monkeyp
     a = _arrays()
     kw = dict(seed=3, hard_negative_prob=0.5, core_dropout_prob=0.3, core_dropout_spares_inner_arcs=True)
     a.psfsize_r = np.full(len(a), 1.1, np.float32)
-    once = AugmentedStampDataset(a, PreprocessSpec(crop=33, residual="append", stretch="asinh", colour_difference=True), **kw)
+    once = AugmentedStampDataset(
+        a, PreprocessSpec(crop=33, residual="append", stretch="asinh", colour_difference=True), **kw
+    )
     assert once._rows_x is not None and once._rows_x.shape == (len(a), 7, 33, 33)
     monkeypatch.setattr(dataset_module, "PREPROCESSED_ROWS_MAX_BYTES", 0)
     every = AugmentedStampDataset(a, once.spec, **kw)
     assert every._rows_x is None
     for epoch in (0, 1):
-        for keys in batches_for_plan(once.epoch_plan(epoch), epoch, 5):  # mixed batches: rows, injections, hard negatives
+        for keys in batches_for_plan(
+            once.epoch_plan(epoch), epoch, 5
+        ):  # mixed batches: rows, injections, hard negatives
             for p, q in zip(once.__getitems__(keys), every.__getitems__(keys)):
                 assert torch.equal(p, q)
 
@@ -210,7 +257,7 @@ def test_validation_set_is_fixed_and_pairs_each_injection_with_its_host():
     # the control of every injection is its host, itself a negative of the validation set
     for c in v1.controls_for(inj):
         assert any(np.array_equal(c, a.image[h]) for h in hosts)
-    assert np.all(v1.label[:len(a)][hosts] == 0)
+    assert np.all(v1.label[: len(a)][hosts] == 0)
 
 
 def test_core_dropout_can_spare_the_injections_whose_arc_reaches_into_the_core():
@@ -226,4 +273,6 @@ def test_core_dropout_can_spare_the_injections_whose_arc_reaches_into_the_core()
     # the injections whose arc reaches into the core keep it; every other row loses it
     assert zeroed.tolist() == (~inside).tolist() + [True] * len(a)
     everything = AugmentedStampDataset(a, PreprocessSpec(), seed=3, core_dropout_prob=1.0)
-    assert (everything.__getitems__([(0, f + k) for k in range(m)])[0][..., torch.from_numpy(core_mask(S, S, 5.0))] == 0).all()
+    assert (
+        everything.__getitems__([(0, f + k) for k in range(m)])[0][..., torch.from_numpy(core_mask(S, S, 5.0))] == 0
+    ).all()

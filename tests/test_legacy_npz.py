@@ -127,8 +127,9 @@ def test_wrong_shape_and_nonfinite_policy():
 def test_decode_column_pads_reports_and_names_rows():
     p = planes(5)
     p["g"][0, :4] = np.inf
-    blobs = pa.array([npz(image_g=p["g"], image_r=p["r"], image_z=p["z"]),
-                      gzip.compress(npz(image_r=p["r"]))], type=pa.binary())
+    blobs = pa.array(
+        [npz(image_g=p["g"], image_r=p["r"], image_z=p["z"]), gzip.compress(npz(image_r=p["r"]))], type=pa.binary()
+    )
     batch = decode_stamp_column(blobs, (H, H))
     assert batch.images.shape == (2, 3, H, H)
     assert batch.band_present.tolist() == [[True, True, True], [False, True, False]]

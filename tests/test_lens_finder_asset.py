@@ -10,11 +10,11 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
-from lakehouse.lake import Lake
 from darkhaloscope.stamps import to_tensor_array
 from darkhaloscope.training.data import synthetic_arrays
 from darkhaloscope.training.loop import TrainConfig
 from darkhaloscope.training.profiles import TrainingProfile, training_profile
+from lakehouse.lake import Lake
 from lens_assets import training as training_assets
 from resources import ComputeResource, LakeResource
 
@@ -23,23 +23,41 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _write_training_set(lake: Lake) -> None:
     a = synthetic_arrays(120, 33, seed=21, arc_amplitude=4.0)
-    lake.write_table("training", "training_set", pa.table({
-        "object_id": a.object_id, "label": pa.array(a.label, pa.int8()), "weight": a.weight,
-        "split": a.split.astype(str), "kind": a.kind.astype(str), "tier": pa.array([t or None for t in a.tier], pa.string()),
-        "image": to_tensor_array(a.image),
-    }))
+    lake.write_table(
+        "training",
+        "training_set",
+        pa.table(
+            {
+                "object_id": a.object_id,
+                "label": pa.array(a.label, pa.int8()),
+                "weight": a.weight,
+                "split": a.split.astype(str),
+                "kind": a.kind.astype(str),
+                "tier": pa.array([t or None for t in a.tier], pa.string()),
+                "image": to_tensor_array(a.image),
+            }
+        ),
+    )
 
 
 def _snapshot(folder: Path) -> dict:
     """sha256 of every file under ``folder`` by its relative path."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture()
 def tiny_profile(monkeypatch):
     demo = training_profile("demo")
-    member = TrainConfig(arch="bottleneck_resnet_tiny", epochs=1, batch_size=32, lr=1e-2, patience=0, checkpoint_every_steps=0)
-    monkeypatch.setattr(training_assets, "training_profile", lambda name: TrainingProfile(demo.preprocess, demo.stream, (member,)))
+    member = TrainConfig(
+        arch="bottleneck_resnet_tiny", epochs=1, batch_size=32, lr=1e-2, patience=0, checkpoint_every_steps=0
+    )
+    monkeypatch.setattr(
+        training_assets, "training_profile", lambda name: TrainingProfile(demo.preprocess, demo.stream, (member,))
+    )
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
@@ -47,8 +65,11 @@ def tiny_profile(monkeypatch):
 def _materialize(lake: Lake, core_threshold: float):
     return dg.materialize(
         [training_assets.lens_finder],
-        resources={"lake": LakeResource(uri=lake.uri), "compute": ComputeResource(device="cpu", profile="demo"),
-                   "pipes_subprocess_client": dg.PipesSubprocessClient(cwd=str(ROOT))},
+        resources={
+            "lake": LakeResource(uri=lake.uri),
+            "compute": ComputeResource(device="cpu", profile="demo"),
+            "pipes_subprocess_client": dg.PipesSubprocessClient(cwd=str(ROOT)),
+        },
         run_config={"ops": {"training__lens_finder": {"config": {"core_threshold": core_threshold}}}},
         raise_on_error=False,
     )
@@ -70,7 +91,9 @@ def test_publishes_only_after_the_blocking_gates_pass(tmp_path, tiny_profile):
     # the same run audited again with a threshold nothing passes: refused, nothing published
     bad = _materialize(lake, 0.0)
     assert not bad.success
-    assert _snapshot(Path(lake.table_path("training", "lens_finder"))) == table  # checkpoint and registry, byte for byte
+    assert (
+        _snapshot(Path(lake.table_path("training", "lens_finder"))) == table
+    )  # checkpoint and registry, byte for byte
     runs = list((Path(lake.inflight().table_path("training", "lens_finder_runs")) / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "complete.json").is_file() and (runs[0] / "gates.json").is_file()
     checks = {e.check_name: e.passed for e in bad.get_asset_check_evaluations()}

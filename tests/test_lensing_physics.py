@@ -10,8 +10,15 @@ from darkhaloscope.constants import PIXEL_SCALE_ARCSEC, flux_to_mag, mag_to_flux
 from darkhaloscope.errors import InputError
 from darkhaloscope.lensing.randomize import RandomizationConfig, draw_psf_anisotropy, randomize_pair
 from darkhaloscope.lensing.render import RenderConfig, add_poisson_noise, arc_snr, convolve_psf, render_lensed_sources
-from darkhaloscope.lensing.sie import (LensBatch, ellipticity_from_phi_q, hessian, magnification,
-                                       phi_q_from_ellipticity, sie_convergence, sie_deflection)
+from darkhaloscope.lensing.sie import (
+    LensBatch,
+    ellipticity_from_phi_q,
+    hessian,
+    magnification,
+    phi_q_from_ellipticity,
+    sie_convergence,
+    sie_deflection,
+)
 from darkhaloscope.lensing.source import SourceBatch, band_fluxes, unit_flux_surface_brightness
 from darkhaloscope.seeding import torch_generator_for
 
@@ -21,8 +28,16 @@ SMALL = RenderConfig(n_pix=61, psf_profile="gaussian")
 
 def _lens(theta_e=1.3, q=0.7, phi=0.4, g1=0.0, g2=0.0, cx=0.0, cy=0.0, dtype=F64):
     e1, e2 = ellipticity_from_phi_q(torch.tensor(phi, dtype=F64), torch.tensor(q, dtype=F64))
-    return LensBatch.from_arrays(dtype=dtype, theta_e=[theta_e], e1=[float(e1)], e2=[float(e2)], center_x=[cx],
-                                 center_y=[cy], gamma1=[g1], gamma2=[g2])
+    return LensBatch.from_arrays(
+        dtype=dtype,
+        theta_e=[theta_e],
+        e1=[float(e1)],
+        e2=[float(e2)],
+        center_x=[cx],
+        center_y=[cy],
+        gamma1=[g1],
+        gamma2=[g2],
+    )
 
 
 def test_kappa_half_on_critical_ellipse_axes():
@@ -30,7 +45,12 @@ def test_kappa_half_on_critical_ellipse_axes():
     lens = _lens(te, q, phi, cx=0.2, cy=-0.1)
     c, s = math.cos(phi), math.sin(phi)
     pts = []
-    for a, b in ((te / math.sqrt(q), 0.0), (-te / math.sqrt(q), 0.0), (0.0, te * math.sqrt(q)), (0.0, -te * math.sqrt(q))):
+    for a, b in (
+        (te / math.sqrt(q), 0.0),
+        (-te / math.sqrt(q), 0.0),
+        (0.0, te * math.sqrt(q)),
+        (0.0, -te * math.sqrt(q)),
+    ):
         pts.append((0.2 + c * a - s * b, -0.1 + s * a + c * b))
     x = torch.tensor([[p[0] for p in pts]], dtype=F64)
     y = torch.tensor([[p[1] for p in pts]], dtype=F64)
@@ -55,7 +75,9 @@ def test_det_a_is_one_minus_two_kappa_and_hessian_matches_finite_differences():
     y = torch.tensor(rng.uniform(-3, 3, (1, 50)), dtype=F64)
     fxx, fxy, fyy = hessian(x, y, lens)
     kappa = sie_convergence(x, y, lens)
-    np.testing.assert_allclose(((1 - fxx) * (1 - fyy) - fxy**2).numpy(), (1 - 2 * kappa).numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        ((1 - fxx) * (1 - fyy) - fxy**2).numpy(), (1 - 2 * kappa).numpy(), rtol=1e-12, atol=1e-12
+    )
     np.testing.assert_allclose((0.5 * (fxx + fyy)).numpy(), kappa.numpy(), rtol=1e-12)
     h = 1e-6
     axp, ayp = sie_deflection(x + h, y, lens)
@@ -101,10 +123,24 @@ def _system(dtype=F64, clumps=False, beta=(0.15, 0.1)):
     lens = _lens(1.2, 0.75, 0.3, g1=0.02, g2=-0.01, dtype=dtype)
     kw = {}
     if clumps:
-        kw = dict(clump_flux_frac=0.3, clump_x=[[0.1, -0.15]], clump_y=[[0.05, 0.1]], clump_sigma=[[0.08, 0.1]],
-                  clump_weight=[[1.0, 2.0]])
-    src = SourceBatch.from_arrays(flux=band_fluxes([22.0], [0.3], [0.2]), r_sersic=0.25, n_sersic=1.0, e1=0.1,
-                                  e2=-0.05, center_x=beta[0], center_y=beta[1], dtype=dtype, **kw)
+        kw = dict(
+            clump_flux_frac=0.3,
+            clump_x=[[0.1, -0.15]],
+            clump_y=[[0.05, 0.1]],
+            clump_sigma=[[0.08, 0.1]],
+            clump_weight=[[1.0, 2.0]],
+        )
+    src = SourceBatch.from_arrays(
+        flux=band_fluxes([22.0], [0.3], [0.2]),
+        r_sersic=0.25,
+        n_sersic=1.0,
+        e1=0.1,
+        e2=-0.05,
+        center_x=beta[0],
+        center_y=beta[1],
+        dtype=dtype,
+        **kw,
+    )
     return lens, src
 
 
@@ -151,8 +187,12 @@ def test_float32_matches_float64_and_adaptive_matches_full():
     assert float((a - b).abs().max()) <= 1e-4 * float(b.max())
     assert float(res[torch.float32].magnification) == pytest.approx(float(res[F64].magnification), rel=1e-4)
     lens, src = _system()
-    full = render_lensed_sources(lens, src, torch.tensor([[1.3, 1.2, 1.1]], dtype=F64),
-                                 RenderConfig(n_pix=61, psf_profile="gaussian", adaptive=False))
+    full = render_lensed_sources(
+        lens,
+        src,
+        torch.tensor([[1.3, 1.2, 1.1]], dtype=F64),
+        RenderConfig(n_pix=61, psf_profile="gaussian", adaptive=False),
+    )
     assert float((full.arc - b).abs().max()) <= 1e-4 * float(b.max())
 
 
@@ -206,7 +246,9 @@ def test_arc_snr_of_a_point_source_is_its_psf_weighted_snr():
     fwhm = s_px * 2.0 * math.sqrt(2.0 * math.log(2.0)) * PIXEL_SCALE_ARCSEC
     psf = convolve_psf(img, torch.full((1, 3), fwhm, dtype=F64), RenderConfig(n_pix=n, psf_profile="gaussian"))
     snr = arc_snr(psf, torch.full_like(psf, sigma**-2))[0]
-    assert torch.allclose(snr, torch.full((3,), flux / (sigma * math.sqrt(4 * math.pi * s_px**2)), dtype=F64), rtol=2e-3)
+    assert torch.allclose(
+        snr, torch.full((3,), flux / (sigma * math.sqrt(4 * math.pi * s_px**2)), dtype=F64), rtol=2e-3
+    )
 
 
 def test_magnitudes_and_colours():

@@ -27,8 +27,9 @@ FROZEN = [
 
 
 def _frozen_lens(dtype=F64):
-    return LensBatch.from_arrays(dtype=dtype, theta_e=[1.2], e1=[E1], e2=[E2], center_x=[0.1], center_y=[-0.05],
-                                 gamma1=[0.04], gamma2=[-0.02])
+    return LensBatch.from_arrays(
+        dtype=dtype, theta_e=[1.2], e1=[E1], e2=[E2], center_x=[0.1], center_y=[-0.05], gamma1=[0.04], gamma2=[-0.02]
+    )
 
 
 def test_ellipticity_matches_lenstronomy_param_util():
@@ -59,19 +60,30 @@ def test_deflection_and_magnification_vs_lenstronomy_random_points():
     epl = LensModel(["EPL", "SHEAR"])
     for theta_e, q, phi in [(0.5, 0.3, 0.2), (1.2, 0.7, 1.1), (2.7, 0.95, -0.6), (1.5, 0.999, 2.0)]:
         e1, e2 = (float(v) for v in ellipticity_from_phi_q(torch.tensor(phi, dtype=F64), torch.tensor(q, dtype=F64)))
-        kw = [{"theta_E": theta_e, "e1": e1, "e2": e2, "center_x": 0.05, "center_y": -0.1},
-              {"gamma1": 0.03, "gamma2": -0.07, "ra_0": 0.0, "dec_0": 0.0}]
+        kw = [
+            {"theta_E": theta_e, "e1": e1, "e2": e2, "center_x": 0.05, "center_y": -0.1},
+            {"gamma1": 0.03, "gamma2": -0.07, "ra_0": 0.0, "dec_0": 0.0},
+        ]
         x, y = rng.uniform(-4, 4, 300), rng.uniform(-4, 4, 300)
-        lens = LensBatch.from_arrays(dtype=F64, theta_e=[theta_e], e1=[e1], e2=[e2], center_x=[0.05],
-                                     center_y=[-0.1], gamma1=[0.03], gamma2=[-0.07])
+        lens = LensBatch.from_arrays(
+            dtype=F64,
+            theta_e=[theta_e],
+            e1=[e1],
+            e2=[e2],
+            center_x=[0.05],
+            center_y=[-0.1],
+            gamma1=[0.03],
+            gamma2=[-0.07],
+        )
         bx, by = ray_shoot(torch.tensor(x)[None], torch.tensor(y)[None], lens)
         rx, ry = lm.ray_shooting(x, y, kw)
         np.testing.assert_allclose(bx[0].numpy(), rx, atol=1e-7, err_msg=f"theta_e={theta_e} q={q}")
         np.testing.assert_allclose(by[0].numpy(), ry, atol=1e-7, err_msg=f"theta_e={theta_e} q={q}")
         kw_epl = [dict(kw[0], gamma=2.0), kw[1]]
         mu = magnification(torch.tensor(x)[None], torch.tensor(y)[None], lens)[0].numpy()
-        np.testing.assert_allclose(1.0 / mu, 1.0 / epl.magnification(x, y, kw_epl), atol=1e-9, rtol=1e-7,
-                                   err_msg=f"theta_e={theta_e} q={q}")
+        np.testing.assert_allclose(
+            1.0 / mu, 1.0 / epl.magnification(x, y, kw_epl), atol=1e-9, rtol=1e-7, err_msg=f"theta_e={theta_e} q={q}"
+        )
         # float32 engine stays within 1e-4 relative of lenstronomy's deflection.
         l32 = lens.to(dtype=torch.float32)
         bx32, _ = ray_shoot(torch.tensor(x, dtype=torch.float32)[None], torch.tensor(y, dtype=torch.float32)[None], l32)
@@ -81,8 +93,9 @@ def test_deflection_and_magnification_vs_lenstronomy_random_points():
 def test_sersic_frozen_reference_values():
     e1, e2 = (float(v) for v in ellipticity_from_phi_q(torch.tensor(1.0, dtype=F64), torch.tensor(0.6, dtype=F64)))
     total = 3.502746464343548  # lenstronomy total_flux for amp=2
-    src = SourceBatch.from_arrays(flux=[[total] * 3], r_sersic=0.35, n_sersic=1.5, e1=e1, e2=e2, center_x=0.05,
-                                  center_y=0.1, dtype=F64)
+    src = SourceBatch.from_arrays(
+        flux=[[total] * 3], r_sersic=0.35, n_sersic=1.5, e1=e1, e2=e2, center_x=0.05, center_y=0.1, dtype=F64
+    )
     x = torch.tensor([[0.05, 0.4, -0.2, 0.05]], dtype=F64)
     y = torch.tensor([[0.1, 0.1, 0.3, 0.45]], dtype=F64)
     sb = unit_flux_surface_brightness(x, y, src)[0] * total
@@ -91,7 +104,11 @@ def test_sersic_frozen_reference_values():
 
 FROZEN_THETA = [  # (z_l, z_s, sigma_v, theta_E) for FlatLambdaCDM(70, 0.3, Tcmb0=0),
     # distances integrated directly (astropy agrees to ~1e-6)
-    (0.3, 1.0, 200.0, 0.73655), (0.5, 2.0, 250.0, 1.14529), (0.5, 1.5, 300.0, 1.47225), (0.7, 2.5, 220.0, 0.79567)]
+    (0.3, 1.0, 200.0, 0.73655),
+    (0.5, 2.0, 250.0, 1.14529),
+    (0.5, 1.5, 300.0, 1.47225),
+    (0.7, 2.5, 220.0, 0.79567),
+]
 
 
 def test_theta_e_from_sigma_v_frozen_and_lenscosmo():
@@ -129,12 +146,29 @@ def _grid_cases():
         r_s = [0.15, 0.3, 0.5][k % 3]
         sq = rng.uniform(0.4, 1.0)
         le1, le2 = (float(v) for v in ellipticity_from_phi_q(torch.tensor(phi, dtype=F64), torch.tensor(q, dtype=F64)))
-        se1, se2 = (float(v) for v in ellipticity_from_phi_q(torch.tensor(rng.uniform(0, math.pi), dtype=F64),
-                                                             torch.tensor(sq, dtype=F64)))
-        lens = dict(theta_e=theta_e, e1=le1, e2=le2, center_x=rng.uniform(-0.1, 0.1), center_y=rng.uniform(-0.1, 0.1),
-                    gamma1=g * math.cos(2 * gphi), gamma2=g * math.sin(2 * gphi))
-        src = dict(r_sersic=r_s, n_sersic=n, e1=se1, e2=se2, center_x=lens["center_x"] + beta * math.cos(bang),
-                   center_y=lens["center_y"] + beta * math.sin(bang))
+        se1, se2 = (
+            float(v)
+            for v in ellipticity_from_phi_q(
+                torch.tensor(rng.uniform(0, math.pi), dtype=F64), torch.tensor(sq, dtype=F64)
+            )
+        )
+        lens = dict(
+            theta_e=theta_e,
+            e1=le1,
+            e2=le2,
+            center_x=rng.uniform(-0.1, 0.1),
+            center_y=rng.uniform(-0.1, 0.1),
+            gamma1=g * math.cos(2 * gphi),
+            gamma2=g * math.sin(2 * gphi),
+        )
+        src = dict(
+            r_sersic=r_s,
+            n_sersic=n,
+            e1=se1,
+            e2=se2,
+            center_x=lens["center_x"] + beta * math.cos(bang),
+            center_y=lens["center_y"] + beta * math.sin(bang),
+        )
         cases.append((lens, src, [0.9, 1.2, 1.5, 1.8][k % 4]))
     return cases
 
@@ -145,7 +179,9 @@ def test_render_matches_lenstronomy_image_model(adaptive):
     cfg = RenderConfig(psf_profile="gaussian", adaptive=adaptive)
     flux = 1.5848932  # m = 22
     lens = LensBatch.from_arrays(dtype=F64, **{k: [c[0][k] for c in cases] for k in cases[0][0]})
-    src = SourceBatch.from_arrays(flux=[[flux] * 3] * len(cases), dtype=F64, **{k: [c[1][k] for c in cases] for k in cases[0][1]})
+    src = SourceBatch.from_arrays(
+        flux=[[flux] * 3] * len(cases), dtype=F64, **{k: [c[1][k] for c in cases] for k in cases[0][1]}
+    )
     fwhm = torch.tensor([[c[2]] * 3 for c in cases], dtype=F64)
     res = render_lensed_sources(lens, src, fwhm, cfg)
     for i, (lp, sp, f) in enumerate(cases):
@@ -162,7 +198,9 @@ def test_magnification_of_a_compact_source_near_the_caustic():
     lenstronomy at 12x supersampling, where its mu has converged (8.40 / 8.45 / 8.44 at 5x / 8x / 12x). Taken as
     the ratio to the unlensed source on the same 4x grid, mu came out 7.69: a source under a pixel
     across is sampled near its cusp by a few sub-pixels, and the unlensed total was 1.10."""
-    lp = dict(theta_e=0.75, e1=0.000575, e2=-0.003963, center_x=-0.1320, center_y=0.0715, gamma1=0.003576, gamma2=0.009568)
+    lp = dict(
+        theta_e=0.75, e1=0.000575, e2=-0.003963, center_x=-0.1320, center_y=0.0715, gamma1=0.003576, gamma2=0.009568
+    )
     sp = dict(r_sersic=0.1764, n_sersic=1.9097, e1=-0.2825, e2=0.2236, center_x=-0.1620, center_y=0.2292)
     lens = LensBatch.from_arrays(dtype=F64, **{k: [v] for k, v in lp.items()})
     src = SourceBatch.from_arrays(flux=[[1.0] * 3], dtype=F64, **{k: [v] for k, v in sp.items()})

@@ -14,14 +14,14 @@ import torch
 
 from darkhaloscope.catalog.cuts import KnownLensIndex
 from darkhaloscope.errors import InputError
-from mock_survey.sky import MOCK_SKY_COLUMNS, mock_sky_noise_key
 from darkhaloscope.lensing.render import arc_snr
 from darkhaloscope.survey.known_lenses import load_known_lenses
+from darkhaloscope.survey.sweeps import read_sweep
 from mock_survey.hidden_lenses import HIDDEN_LENS_TRUTH_SCHEMA, flux_scale_for_snr
 from mock_survey.lenses import lens_catalog_rows, mock_sky_with_lenses
 from mock_survey.paths import HIDDEN_LENS_TRUTH_RELPATH, mock_survey_root
+from mock_survey.sky import MOCK_SKY_COLUMNS, mock_sky_noise_key
 from mock_survey.survey import MockSurveyConfig, generate_mock_survey
-from darkhaloscope.survey.sweeps import read_sweep
 from resources.config import mock_seed_from_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,7 +29,9 @@ N_HIDDEN = 8
 
 
 def config(seed: int) -> MockSurveyConfig:
-    return MockSurveyConfig(n_rows_per_file=3000, chunk_rows=1000, seed=seed, blocks=((30, -5),), n_hidden_lenses=N_HIDDEN)
+    return MockSurveyConfig(
+        n_rows_per_file=3000, chunk_rows=1000, seed=seed, blocks=((30, -5),), n_hidden_lenses=N_HIDDEN
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +56,14 @@ def test_same_seed_same_bytes_other_seed_other_survey(surveys):
         assert pa_.read_bytes() != p1.read_bytes(), pa_.name
     # known lenses stay at their lenscat positions; their truth (and everything else) changes
     known_a, known_one = pq.read_table(a.truth_path), pq.read_table(one.truth_path)
-    assert known_a.column("name").equals(known_one.column("name")) and known_a.column("ra").equals(known_one.column("ra"))
+    assert known_a.column("name").equals(known_one.column("name")) and known_a.column("ra").equals(
+        known_one.column("ra")
+    )
     assert not np.allclose(known_a.column("theta_e_arcsec").to_numpy(), known_one.column("theta_e_arcsec").to_numpy())
     assert not np.isin(hid_a.column("object_id").to_numpy(), hid_one.column("object_id").to_numpy()).all()
-    assert cat_a.num_rows == cat_one.num_rows and not np.array_equal(cat_a.column("ra").to_numpy(), cat_one.column("ra").to_numpy())
+    assert cat_a.num_rows == cat_one.num_rows and not np.array_equal(
+        cat_a.column("ra").to_numpy(), cat_one.column("ra").to_numpy()
+    )
 
 
 def test_skies_of_two_seeds_differ(surveys):
@@ -89,7 +95,7 @@ def test_hidden_arcs_are_in_the_sky_with_their_truth_flux_and_snr(surveys):
     ra, dec = hidden.column("ra").to_numpy(), hidden.column("dec").to_numpy()
     with_arcs, _ = mock_sky_with_lenses(cat, [hidden], seed=0, noise=False).cutouts(ra, dec, 101)
     without, _ = mock_sky_with_lenses(cat, [], seed=0, noise=False).cutouts(ra, dec, 101)
-    arc = (with_arcs.image.astype(np.float64) - without.image)
+    arc = with_arcs.image.astype(np.float64) - without.image
     for j, band in enumerate("grz"):
         np.testing.assert_allclose(arc[:, j].sum(axis=(1, 2)), hidden.column(f"arc_flux_{band}").to_numpy(), rtol=2e-3)
     # the S/N of the painted arc, measured in its cutout the way the injection engine measures it

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from darkhaloscope.imaging.bricks import BrickTable
-from mock_survey.sky import MockSky
 from darkhaloscope.lensing.bank import paint_known_lens_arcs
 from darkhaloscope.lensing.render import pixel_coordinates
 from darkhaloscope.lensing.sie import LensBatch, sie_convergence
 from mock_survey.lenses import draw_known_lenses, tractor_to_engine_ellipticity
+from mock_survey.sky import MockSky
 
 RA0, DEC0 = 150.12, 2.13
 FOOT = BrickTable.generate((RA0 - 0.01, RA0 + 0.01), (DEC0 - 0.01, DEC0 + 0.01))
@@ -27,11 +27,25 @@ SHAPES = [(0.3, 0.0), (0.0, 0.3), (-0.2, 0.2), (0.1, -0.25)]
 
 def _galaxy(ra, dec, e, flux_r=50.0):
     one = lambda v: np.array([v])  # noqa: E731
-    return {"ra": one(ra), "dec": one(dec), "type": one("EXP"), "flux_g": one(0.0), "flux_r": one(flux_r),
-            "flux_z": one(0.0), "shape_r": one(1.5), "shape_e1": one(e[0]), "shape_e2": one(e[1]),
-            "sersic": one(1.0), "psfsize_g": one(0.8), "psfsize_r": one(0.8), "psfsize_z": one(0.8),
-            "psfdepth_g": one(2500.0), "psfdepth_r": one(900.0), "psfdepth_z": one(180.0),
-            "maskbits": np.zeros(1, np.int32)}
+    return {
+        "ra": one(ra),
+        "dec": one(dec),
+        "type": one("EXP"),
+        "flux_g": one(0.0),
+        "flux_r": one(flux_r),
+        "flux_z": one(0.0),
+        "shape_r": one(1.5),
+        "shape_e1": one(e[0]),
+        "shape_e2": one(e[1]),
+        "sersic": one(1.0),
+        "psfsize_g": one(0.8),
+        "psfsize_r": one(0.8),
+        "psfsize_z": one(0.8),
+        "psfdepth_g": one(2500.0),
+        "psfdepth_r": one(900.0),
+        "psfdepth_z": one(180.0),
+        "maskbits": np.zeros(1, np.int32),
+    }
 
 
 def _pixel_angle(img: np.ndarray) -> float:
@@ -79,8 +93,16 @@ def test_conversion_values():
 @pytest.mark.parametrize("e", SHAPES)
 def test_convergence_has_the_light_position_angle(e):
     l1, l2 = tractor_to_engine_ellipticity(*e)
-    lens = LensBatch.from_arrays(dtype=torch.float64, theta_e=[1.5], e1=[float(l1)], e2=[float(l2)], center_x=[0.0],
-                                 center_y=[0.0], gamma1=[0.0], gamma2=[0.0])
+    lens = LensBatch.from_arrays(
+        dtype=torch.float64,
+        theta_e=[1.5],
+        e1=[float(l1)],
+        e2=[float(l2)],
+        center_x=[0.0],
+        center_y=[0.0],
+        gamma1=[0.0],
+        gamma2=[0.0],
+    )
     xc, yr = pixel_coordinates(N, 0.262)  # the engine's grid of a painted stamp, [row, column]
     y, x = torch.meshgrid(yr, xc, indexing="ij")
     kappa = sie_convergence(x[None], y[None], lens)[0].numpy()
@@ -96,10 +118,24 @@ def test_painted_einstein_cross_is_perpendicular_to_the_light(e):
     # are elongated at 90 degrees to the mass, i.e. to the light.
     ra, dec = _centre()
     l1, l2 = tractor_to_engine_ellipticity(*e)
-    truth = pa.table({"theta_e_arcsec": [1.5], "lens_e1": [float(l1)], "lens_e2": [float(l2)], "shear_g1": [0.0],
-                      "shear_g2": [0.0], "src_mag_r": [20.0], "src_r_sersic_arcsec": [0.05], "src_n_sersic": [1.0],
-                      "src_e1": [0.0], "src_e2": [0.0], "src_x_arcsec": [0.0], "src_y_arcsec": [0.0],
-                      "src_g_minus_r": [0.0], "src_r_minus_z": [0.0]})
+    truth = pa.table(
+        {
+            "theta_e_arcsec": [1.5],
+            "lens_e1": [float(l1)],
+            "lens_e2": [float(l2)],
+            "shear_g1": [0.0],
+            "shear_g2": [0.0],
+            "src_mag_r": [20.0],
+            "src_r_sersic_arcsec": [0.05],
+            "src_n_sersic": [1.0],
+            "src_e1": [0.0],
+            "src_e2": [0.0],
+            "src_x_arcsec": [0.0],
+            "src_y_arcsec": [0.0],
+            "src_g_minus_r": [0.0],
+            "src_r_minus_z": [0.0],
+        }
+    )
     arc = paint_known_lens_arcs(truth, np.array([[0.8, 0.8, 0.8]]), stamp_size=N)[0]
     sky = MockSky(_galaxy(ra, dec, e, flux_r=1e-9), bricks=FOOT, noise=False, extra_stamps=[(ra, dec, arc)])
     painted = sky.cutouts([ra], [dec], N)[0].image[0, 1].astype(np.float64)

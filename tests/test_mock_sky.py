@@ -20,24 +20,41 @@ def catalog(n=150, seed=1):
     rng = np.random.default_rng(seed)
     types = rng.choice(["PSF", "REX", "EXP", "DEV", "SER", "DUP"], n)
     return {
-        "ra": RA0 + rng.uniform(-0.06, 0.06, n), "dec": DEC0 + rng.uniform(-0.06, 0.06, n), "type": types,
-        "flux_g": 10 ** rng.uniform(0, 1.5, n), "flux_r": 10 ** rng.uniform(0, 1.8, n),
+        "ra": RA0 + rng.uniform(-0.06, 0.06, n),
+        "dec": DEC0 + rng.uniform(-0.06, 0.06, n),
+        "type": types,
+        "flux_g": 10 ** rng.uniform(0, 1.5, n),
+        "flux_r": 10 ** rng.uniform(0, 1.8, n),
         "flux_z": 10 ** rng.uniform(0, 2, n),
         "shape_r": np.where(types == "PSF", 0.0, rng.lognormal(np.log(0.8), 0.5, n)),
-        "shape_e1": rng.uniform(-0.3, 0.3, n), "shape_e2": rng.uniform(-0.3, 0.3, n),
+        "shape_e1": rng.uniform(-0.3, 0.3, n),
+        "shape_e2": rng.uniform(-0.3, 0.3, n),
         "sersic": np.where(types == "SER", rng.uniform(0.8, 5, n), 0.0),
-        "psfsize_g": np.full(n, 1.5), "psfsize_r": np.full(n, 1.35), "psfsize_z": np.full(n, 1.25),
-        "psfdepth_g": np.full(n, 2500.0), "psfdepth_r": np.full(n, 900.0), "psfdepth_z": np.full(n, 180.0),
+        "psfsize_g": np.full(n, 1.5),
+        "psfsize_r": np.full(n, 1.35),
+        "psfsize_z": np.full(n, 1.25),
+        "psfdepth_g": np.full(n, 2500.0),
+        "psfdepth_r": np.full(n, 900.0),
+        "psfdepth_z": np.full(n, 180.0),
         "maskbits": np.where(rng.uniform(size=n) < 0.05, 0x2, 0).astype(np.int32),
     }
 
 
 def single(type_, ra, dec, flux=(20.0, 40.0, 60.0), shape_r=0.0, e=(0.0, 0.0), sersic=0.0):
     c = catalog(1)
-    c.update(ra=np.array([ra]), dec=np.array([dec]), type=np.array([type_]),
-             flux_g=np.array([flux[0]]), flux_r=np.array([flux[1]]), flux_z=np.array([flux[2]]),
-             shape_r=np.array([shape_r]), shape_e1=np.array([e[0]]), shape_e2=np.array([e[1]]),
-             sersic=np.array([sersic]), maskbits=np.zeros(1, np.int32))
+    c.update(
+        ra=np.array([ra]),
+        dec=np.array([dec]),
+        type=np.array([type_]),
+        flux_g=np.array([flux[0]]),
+        flux_r=np.array([flux[1]]),
+        flux_z=np.array([flux[2]]),
+        shape_r=np.array([shape_r]),
+        shape_e1=np.array([e[0]]),
+        shape_e2=np.array([e[1]]),
+        sersic=np.array([sersic]),
+        maskbits=np.zeros(1, np.int32),
+    )
     return c
 
 
@@ -76,8 +93,10 @@ def test_noise_follows_psfdepth():
     assert np.isclose(1.0 / (gaussian_neff_pix(1.5) * sig[0] ** 2), 2500.0)
 
 
-@pytest.mark.parametrize("type_,shape_r,sersic", [("PSF", 0.0, 0.0), ("EXP", 0.9, 0.0), ("DEV", 1.2, 0.0),
-                                                  ("SER", 0.4, 2.5), ("REX", 0.3, 0.0)])
+@pytest.mark.parametrize(
+    "type_,shape_r,sersic",
+    [("PSF", 0.0, 0.0), ("EXP", 0.9, 0.0), ("DEV", 1.2, 0.0), ("SER", 0.4, 2.5), ("REX", 0.3, 0.0)],
+)
 def test_centring_and_flux(type_, shape_r, sersic):
     w = FOOT.wcs(0)
     x, y = 1800.37, 1650.81  # known sub-pixel position
@@ -128,7 +147,11 @@ def test_extra_stamps_are_added_at_their_position():
     ring = np.exp(-0.5 * ((np.hypot(xx, yy) - 8) / 1.5) ** 2)
     stamp[:] = ring / ring.sum() * np.array([5.0, 7.0, 9.0])[:, None, None]
     base = MockSky(catalog(), bricks=FOOT, noise=False).cutouts([ra], [dec], 101)[0].image[0]
-    with_arc = MockSky(catalog(), bricks=FOOT, noise=False, extra_stamps=[(ra, dec, stamp)]).cutouts([ra], [dec], 101)[0].image[0]
+    with_arc = (
+        MockSky(catalog(), bricks=FOOT, noise=False, extra_stamps=[(ra, dec, stamp)])
+        .cutouts([ra], [dec], 101)[0]
+        .image[0]
+    )
     diff = (with_arc - base).astype(np.float64)
     np.testing.assert_allclose(diff.sum(axis=(1, 2)), [5.0, 7.0, 9.0], rtol=1e-3)
     gy, gx = np.mgrid[:101, :101]

@@ -12,12 +12,12 @@ import pytest
 from astropy.io import fits
 
 from darkhaloscope.errors import InputError
-from lakehouse.lake import Lake
 from darkhaloscope.survey import sweep_model as sm
+from darkhaloscope.survey.sweeps import ingest_sweep, parse_sweep_filename, read_sweep
+from lakehouse.lake import Lake
 from mock_survey.conditions import EXTINCTION
 from mock_survey.lenses import KNOWN_LENS_TRUTH_SCHEMA, known_lenses_in_footprint
 from mock_survey.survey import MockSurveyConfig, block_box, generate_mock_survey
-from darkhaloscope.survey.sweeps import ingest_sweep, parse_sweep_filename, read_sweep
 
 SMALL = MockSurveyConfig(profile="demo", n_rows_per_file=3000, chunk_rows=1000, n_hidden_lenses=8)
 
@@ -50,7 +50,9 @@ def test_idempotent_and_seed_sensitive(two_runs, tmp_path):
     again = generate_mock_survey(ma.root, SMALL)
     assert again.digest == ma.digest
     assert [p.stat().st_mtime_ns for p in ma.sweep_files] == mtimes
-    other = generate_mock_survey(tmp_path, MockSurveyConfig(profile="demo", n_rows_per_file=3000, chunk_rows=1000, seed=1, blocks=((30, -5),)))
+    other = generate_mock_survey(
+        tmp_path, MockSurveyConfig(profile="demo", n_rows_per_file=3000, chunk_rows=1000, seed=1, blocks=((30, -5),))
+    )
     assert other.sweep_files[0].read_bytes() != ma.sweep_files[0].read_bytes()
     with pytest.raises(InputError, match="block"):
         MockSurveyConfig(blocks=((31, -5),)).resolved()
@@ -99,7 +101,12 @@ def test_population_realism(two_runs):
     oid = (d["RELEASE"].astype(np.int64) << 44) | (d["BRICKID"].astype(np.int64) << 20) | d["OBJID"]
     field = ~np.isin(oid, list(lens_ids))
     frac = {t: float(np.mean(types[field] == t)) for t in ("PSF", "REX", "EXP", "DEV", "SER")}
-    assert 0.35 < frac["PSF"] < 0.6 and 0.25 < frac["REX"] < 0.5 and frac["EXP"] > frac["DEV"] > 0.01 and frac["SER"] > 0.01
+    assert (
+        0.35 < frac["PSF"] < 0.6
+        and 0.25 < frac["REX"] < 0.5
+        and frac["EXP"] > frac["DEV"] > 0.01
+        and frac["SER"] > 0.01
+    )
     psf = types == "PSF"
     assert np.all(d["SHAPE_R"][psf] == 0) and np.all(d["SERSIC"][psf] == 0)
     assert np.all(d["SERSIC"][types == "DEV"] == 4) and np.all(d["SERSIC"][types == "EXP"] == 1)
@@ -148,4 +155,3 @@ def test_known_lenses_in_catalog_and_truth(two_runs):
     assert sm_r.min() >= 22.5 and sm_r.max() <= 24.0
     for box in ma.footprint:
         assert box in (block_box((30, -5)), block_box((35, -5)))
-

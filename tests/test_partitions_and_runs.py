@@ -15,12 +15,12 @@ import pyarrow as pa
 import pytest
 from astropy.io import fits
 
-from lakehouse.lake import Lake
 from darkhaloscope.lensing.bank import PLAN_SUMMARY_KEY
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import SweepBox
-from io_managers import LakeIOManager
 from dhs.materialize import MaterializeError, Materializer
+from io_managers import LakeIOManager
+from lakehouse.lake import Lake
 from lens_assets.injection import injection_batch_sensor
 from lens_assets.ops import HOST_TAG, reap_dead_runs
 from lens_assets.survey import known_lenses, sweep_file_sensor, sweep_files, sweeps
@@ -36,8 +36,14 @@ def _write_sweep(root, name: str, box: SweepBox) -> None:
     path = root / SWEEP_DIR / name
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = dr10_rows(20, box)
-    fits.HDUList([fits.PrimaryHDU(), fits.BinTableHDU.from_columns(
-        [fits.Column(name=n, format=t, array=rows[n]) for n, t in sm.DR10_SWEEP_COLUMNS if t != "L"])]).writeto(path)
+    fits.HDUList(
+        [
+            fits.PrimaryHDU(),
+            fits.BinTableHDU.from_columns(
+                [fits.Column(name=n, format=t, array=rows[n]) for n, t in sm.DR10_SWEEP_COLUMNS if t != "L"]
+            ),
+        ]
+    ).writeto(path)
 
 
 def _apply(instance: dg.DagsterInstance, result: dg.SensorResult) -> None:
@@ -82,9 +88,15 @@ def test_injection_batch_sensor_follows_the_published_plan(tmp_path):
 
 def _survey_defs(tmp_path, lake: Lake) -> dg.Definitions:
     resource = LakeResource(uri=lake.uri)
-    return dg.Definitions(assets=[sweep_files, sweeps, known_lenses], resources={
-        "survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": resource, "io_manager": LakeIOManager(uri=resource.uri),
-        "alert_sinks": AlertSinksResource(lake_uri=lake.uri)})
+    return dg.Definitions(
+        assets=[sweep_files, sweeps, known_lenses],
+        resources={
+            "survey": SurveyResource(survey=str(tmp_path / "mirror")),
+            "lake": resource,
+            "io_manager": LakeIOManager(uri=resource.uri),
+            "alert_sinks": AlertSinksResource(lake_uri=lake.uri),
+        },
+    )
 
 
 def test_materialize_takes_dagster_selections_and_reruns_only_what_dagster_calls_stale(tmp_path):
@@ -95,7 +107,10 @@ def test_materialize_takes_dagster_selections_and_reruns_only_what_dagster_calls
     out = io.StringIO()
     Materializer(defs, instance, out=out).run(["group:survey"])
     assert [line.split(" ok")[0] for line in out.getvalue().splitlines() if " ok in " in line] == [
-        "[1/3] known_lenses", "[2/3] sweep_files", f"[3/3] sweeps [{A}]"]
+        "[1/3] known_lenses",
+        "[2/3] sweep_files",
+        f"[3/3] sweeps [{A}]",
+    ]
     again = io.StringIO()
     Materializer(defs, instance, out=again).run(["survey/sweeps"])  # upstream fresh: only the target runs
     assert "[1/2] sweep_files: up to date, skipped" in again.getvalue() and f"[2/2] sweeps [{A}] ok" in again.getvalue()
@@ -131,9 +146,15 @@ def test_materialize_passes_run_config_to_the_assets_it_names(tmp_path, capsys):
     instance = dg.DagsterInstance.ephemeral()
 
     def realisation() -> int:
-        return instance.get_latest_materialization_event(dg.AssetKey(["injection", "draws"])).asset_materialization.metadata["realisation"].value
+        return (
+            instance.get_latest_materialization_event(dg.AssetKey(["injection", "draws"]))
+            .asset_materialization.metadata["realisation"]
+            .value
+        )
 
-    Materializer(defs, instance, out=io.StringIO()).run(["draws", "known_lenses"], {"injection/draws": {"realisation": 3}})
+    Materializer(defs, instance, out=io.StringIO()).run(
+        ["draws", "known_lenses"], {"injection/draws": {"realisation": 3}}
+    )
     assert realisation() == 3
     Materializer(defs, instance, out=io.StringIO()).run(["draws"])  # config is per command, as in the launchpad
     assert realisation() == 0
@@ -165,8 +186,12 @@ def test_a_killed_run_is_marked_failed_by_the_next_command(tmp_path):
     )
     from lakehouse.lake import host_tag
 
-    proc = subprocess.Popen([sys.executable, "-c", script, str(home), host_tag()], stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(home), host_tag()],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONWARNINGS="ignore"),
+    )
     try:
         assert proc.stdout.readline().strip() == "running"
         with dg.DagsterInstance.from_config(str(home)) as instance:

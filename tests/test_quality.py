@@ -39,9 +39,22 @@ def test_clean_stamps_pass_with_expected_schema():
     img, ivar = clean_batch(3)
     t = quality_metrics(img, ivar)
     assert isinstance(t, pa.Table) and t.num_rows == 3
-    for name in ("nonfinite_frac_g", "zero_frac_r", "central_nonfinite_frac", "has_z", "core_brightness_r",
-                 "annulus_brightness_r", "outer_brightness_r", "mad_r", "radial_gradient_r", "clip_frac_g",
-                 "bad_pixel_frac", "quality_ok", "quality_flags", "saturated_frac_r"):
+    for name in (
+        "nonfinite_frac_g",
+        "zero_frac_r",
+        "central_nonfinite_frac",
+        "has_z",
+        "core_brightness_r",
+        "annulus_brightness_r",
+        "outer_brightness_r",
+        "mad_r",
+        "radial_gradient_r",
+        "clip_frac_g",
+        "bad_pixel_frac",
+        "quality_ok",
+        "quality_flags",
+        "saturated_frac_r",
+    ):
         assert name in t.column_names
     assert col(t, "quality_ok").all() and (col(t, "quality_flags") == 0).all()
     assert (col(t, "nonfinite_frac") == 0).all() and (col(t, "n_bands_present") == 3).all()
@@ -80,8 +93,8 @@ def test_known_nan_and_zero_fractions_and_flags():
 def test_central_nan_block_trips_central_gate_only_when_above_two_percent():
     img, _ = clean_batch(2, seed=2)
     # 3x3 NaN block in every band just outside the core radius but inside the central box.
-    img[0, :, C + 9:C + 10, C:C + 9] = np.nan  # 9 px x 3 bands -> 27 / (3*441) = 2.04 %
-    img[1, :, C + 9:C + 10, C:C + 8] = np.nan  # 8 px -> 1.81 %
+    img[0, :, C + 9 : C + 10, C : C + 9] = np.nan  # 9 px x 3 bands -> 27 / (3*441) = 2.04 %
+    img[1, :, C + 9 : C + 10, C : C + 8] = np.nan  # 8 px -> 1.81 %
     t = quality_metrics(img, config=QualityConfig(max_bad_pixel_frac=1.0))
     frac = col(t, "central_nonfinite_frac")
     assert frac[0] == pytest.approx(9 / N_CENTRAL) and frac[1] == pytest.approx(8 / N_CENTRAL)

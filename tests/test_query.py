@@ -8,19 +8,26 @@ import pyarrow as pa
 import pytest
 
 from darkhaloscope.errors import InputError
-from lakehouse.query import describe_tables, format_rows, run_query
 from dhs.main import main
+from lakehouse.query import describe_tables, format_rows, run_query
 
 
 def _fill(lake):
-    lake.write_table("survey", "sweeps", pa.table({"object_id": [1, 2, 3], "ra": [10.0, 11.0, 12.0]}), partition={"sweep_file": "a.fits"})
+    lake.write_table(
+        "survey",
+        "sweeps",
+        pa.table({"object_id": [1, 2, 3], "ra": [10.0, 11.0, 12.0]}),
+        partition={"sweep_file": "a.fits"},
+    )
     lake.write_table("survey", "sweeps", pa.table({"object_id": [4], "ra": [13.0]}), partition={"sweep_file": "b.fits"})
     lake.write_table("catalog", "negatives", pa.table({"object_id": [2, 4], "pool": ["N1", "N2"]}))
 
 
 def test_views_named_after_assets(lake):
     _fill(lake)
-    cols, rows = run_query(lake, "SELECT s.sweep_file, count(*) AS n FROM sweeps s JOIN negatives USING (object_id) GROUP BY 1 ORDER BY 1")
+    cols, rows = run_query(
+        lake, "SELECT s.sweep_file, count(*) AS n FROM sweeps s JOIN negatives USING (object_id) GROUP BY 1 ORDER BY 1"
+    )
     assert cols == ["sweep_file", "n"] and rows == [("a.fits", 1), ("b.fits", 1)]
 
 
@@ -66,7 +73,10 @@ def test_local_and_s3_lakes_answer_identically(tmp_path, s3_server):
 def test_formats(lake):
     _fill(lake)
     cols, rows = run_query(lake, "SELECT object_id, pool FROM negatives ORDER BY 1")
-    assert json.loads(format_rows(cols, rows, "json")) == [{"object_id": 2, "pool": "N1"}, {"object_id": 4, "pool": "N2"}]
+    assert json.loads(format_rows(cols, rows, "json")) == [
+        {"object_id": 2, "pool": "N1"},
+        {"object_id": 4, "pool": "N2"},
+    ]
     assert format_rows(cols, rows, "csv").splitlines() == ["object_id,pool", "2,N1", "4,N2"]
     assert "(2 rows)" in format_rows(cols, rows, "table")
 
@@ -120,7 +130,9 @@ def test_results_are_capped_with_a_note(tmp_path, monkeypatch, capsys):
     assert len(captured.out.splitlines()) == 10_001 and "cut at 10,000 rows" in captured.err
 
 
-@pytest.mark.parametrize("sql, name", [("INSTALL httpfs", "INSTALL"), ("FORCE INSTALL httpfs", "FORCE INSTALL"), ("LOAD httpfs", "LOAD")])
+@pytest.mark.parametrize(
+    "sql, name", [("INSTALL httpfs", "INSTALL"), ("FORCE INSTALL httpfs", "FORCE INSTALL"), ("LOAD httpfs", "LOAD")]
+)
 def test_refusals_name_the_statement_as_written(lake, sql, name):
     with pytest.raises(InputError, match=f"read-only and only runs SELECT statements, not {name} "):
         run_query(lake, sql)

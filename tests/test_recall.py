@@ -15,14 +15,16 @@ THR = pa.table({"name": ["t0.5", "t0.9"], "threshold": [0.5, 0.9]})
 
 def _real() -> pa.Table:
     # tier A: scores 0.95, 0.95, 0.7, 0.3 and one unscorable; tier B: 0.6, 0.2, 0.1
-    return pa.table({
-        "object_id": pa.array([11, 12, 13, 14, 15, 21, 22, 23], pa.int64()),
-        "name": [f"L{i}" for i in range(8)],
-        "tier": ["A", "A", "A", "A", "A", "B", "B", "B"],
-        "split": ["val", "val", "test", "test", "val", "val", "test", "val"],
-        "score": pa.array([0.95, 0.95, 0.7, 0.3, None, 0.6, 0.2, 0.1], pa.float32()),
-        "valid": [True, True, True, True, False, True, True, True],
-    })
+    return pa.table(
+        {
+            "object_id": pa.array([11, 12, 13, 14, 15, 21, 22, 23], pa.int64()),
+            "name": [f"L{i}" for i in range(8)],
+            "tier": ["A", "A", "A", "A", "A", "B", "B", "B"],
+            "split": ["val", "val", "test", "test", "val", "val", "test", "val"],
+            "score": pa.array([0.95, 0.95, 0.7, 0.3, None, 0.6, 0.2, 0.1], pa.float32()),
+            "valid": [True, True, True, True, False, True, True, True],
+        }
+    )
 
 
 def _rows(table: pa.Table, **match) -> list[dict]:
@@ -75,14 +77,16 @@ def test_bad_tier_and_missing_columns():
 
 
 def test_fpr_by_pool_and_confuser_category():
-    neg = pa.table({
-        "object_id": np.arange(10, dtype=np.int64),
-        "score": pa.array([0.95, 0.1, 0.2, 0.6, 0.7, 0.1, 0.99, 0.3, np.nan, 0.0], pa.float32()),
-        "valid": [True] * 9 + [False],
-        "split": ["val"] * 10,
-        "pool": ["N1"] * 4 + ["N2"] * 6,
-        "confuser_category": [None] * 4 + ["ring", "ring", "spiral", "spiral", "spiral", "ring"],
-    })
+    neg = pa.table(
+        {
+            "object_id": np.arange(10, dtype=np.int64),
+            "score": pa.array([0.95, 0.1, 0.2, 0.6, 0.7, 0.1, 0.99, 0.3, np.nan, 0.0], pa.float32()),
+            "valid": [True] * 9 + [False],
+            "split": ["val"] * 10,
+            "pool": ["N1"] * 4 + ["N2"] * 6,
+            "confuser_category": [None] * 4 + ["ring", "ring", "spiral", "spiral", "spiral", "ring"],
+        }
+    )
     f = fpr_by_confuser(neg, THR)
     allr = _rows(f, threshold_name="t0.5", group="all")[0]
     assert (allr["n_valid"], allr["n_above"]) == (8, 4)  # NaN and invalid rows excluded

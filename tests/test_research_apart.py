@@ -9,8 +9,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 #: Every package of the product, the Dagster definitions and the tests.
-CHECKED = ("darkhaloscope", "lakehouse", "table_registry", "mock_survey", "lens_assets", "resources", "io_managers",
-           "dhs", "tests", "definitions.py")
+CHECKED = (
+    "darkhaloscope",
+    "lakehouse",
+    "table_registry",
+    "mock_survey",
+    "lens_assets",
+    "resources",
+    "io_managers",
+    "dhs",
+    "tests",
+    "definitions.py",
+)
 APART = {"benchmarks", "research"}
 
 
@@ -46,15 +56,27 @@ def _python_files():
 def test_no_product_module_nor_test_imports_benchmarks_or_research():
     files = list(_python_files())
     assert len(files) > 200 and REPO / "dhs" / "demo_summary.py" in files
-    bad = [hit for path in files
-           for hit in offending_imports(str(path.relative_to(REPO)), path.read_text(encoding="utf-8"))]
+    bad = [
+        hit
+        for path in files
+        for hit in offending_imports(str(path.relative_to(REPO)), path.read_text(encoding="utf-8"))
+    ]
     assert bad == []
 
 
 def test_the_check_finds_every_form_of_import():
-    forms = ["import research.common", "from benchmarks.bench_cutouts import OUT", "import benchmarks as b",
-             "importlib.import_module('research.demo_headline')", "from lakehouse.lake import Lake",
-             "from . import research", "import researchers"]
+    forms = [
+        "import research.common",
+        "from benchmarks.bench_cutouts import OUT",
+        "import benchmarks as b",
+        "importlib.import_module('research.demo_headline')",
+        "from lakehouse.lake import Lake",
+        "from . import research",
+        "import researchers",
+    ]
     assert offending_imports("probe.py", "\n".join(forms)) == [
-        "probe.py:1 research.common", "probe.py:2 benchmarks.bench_cutouts", "probe.py:3 benchmarks",
-        "probe.py:4 research.demo_headline"]
+        "probe.py:1 research.common",
+        "probe.py:2 benchmarks.bench_cutouts",
+        "probe.py:3 benchmarks",
+        "probe.py:4 research.demo_headline",
+    ]

@@ -42,8 +42,13 @@ def proxy(s3_server):
 
 
 def _lake(bucket: str, proxy: FaultProxy, attempts: int = 3) -> Lake:
-    return Lake(f"s3://{bucket}/lake", s3_endpoint=proxy.endpoint_url, s3_max_attempts=attempts,
-                s3_connect_timeout_s=1.0, s3_request_timeout_s=1.0)
+    return Lake(
+        f"s3://{bucket}/lake",
+        s3_endpoint=proxy.endpoint_url,
+        s3_max_attempts=attempts,
+        s3_connect_timeout_s=1.0,
+        s3_request_timeout_s=1.0,
+    )
 
 
 def _seed_v1(lake: Lake) -> bytes:
@@ -93,7 +98,9 @@ def test_transient_faults_are_retried_and_the_write_completes(s3_server, proxy, 
         ("stall", dict(header="x-amz-copy-source"), "copying"),  # commit times out every time
     ],
 )
-def test_persistent_faults_fail_clearly_and_keep_the_previous_version(s3_server, proxy, action, where, expect_in_message):
+def test_persistent_faults_fail_clearly_and_keep_the_previous_version(
+    s3_server, proxy, action, where, expect_in_message
+):
     bucket = fresh_bucket(s3_server)
     lake = _lake(bucket, proxy, attempts=2)
     v1 = _seed_v1(lake)
@@ -126,7 +133,9 @@ def moto_auth(s3_server):
     iam.put_user_policy(
         UserName=user,
         PolicyName="lake",
-        PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}),
+        PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+        ),
     )
     key = iam.create_access_key(UserName=user)["AccessKey"]
     # moto's documented switch: after 0 unauthenticated requests, every request is authenticated.
@@ -139,7 +148,9 @@ def moto_auth(s3_server):
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("wrong", ["access_key", "secret"])
-def test_invalid_credentials_raise_credential_error_once_without_writing(s3_server, proxy, moto_auth, monkeypatch, wrong):
+def test_invalid_credentials_raise_credential_error_once_without_writing(
+    s3_server, proxy, moto_auth, monkeypatch, wrong
+):
     key_id, secret = moto_auth
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)

@@ -7,13 +7,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from lakehouse.lake import Lake
+from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META
 from darkhaloscope.stamps import to_tensor_array
 from darkhaloscope.training.checkpoint import save_checkpoint
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.preprocess import PreprocessSpec
-from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META
 from io_managers import LakeIOManager
+from lakehouse.lake import Lake
 from lens_assets.evaluation import cutout_scores, injection_scores, thresholds
 from lens_assets.shared.partitions import injection_batches, sweep_partitions
 from resources import ComputeResource, LakeResource
@@ -32,9 +32,14 @@ def _stamps(n: int, seed: int) -> np.ndarray:
 def _lake(tmp_path) -> Lake:
     lake = Lake(str(tmp_path / "lake"))
     torch.manual_seed(0)
-    save_checkpoint(lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}), "best",
-                    build_model("bottleneck_resnet_tiny", 3), architecture="bottleneck_resnet_tiny", in_channels=3,
-                    preprocess=PreprocessSpec(crop=65))
+    save_checkpoint(
+        lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}),
+        "best",
+        build_model("bottleneck_resnet_tiny", 3),
+        architecture="bottleneck_resnet_tiny",
+        in_channels=3,
+        preprocess=PreprocessSpec(crop=65),
+    )
     n = len(NEGATIVES) + 1
     images = _stamps(n, 1)
     images[-1, 1, 50, 50] = np.nan  # an unscorable cutout (the positive)
@@ -66,7 +71,11 @@ def _lake(tmp_path) -> Lake:
 def test_failed_injections_and_bad_stamps_are_unscorable_and_thresholds_use_held_out_negatives(tmp_path):
     lake = _lake(tmp_path)
     resource = LakeResource(uri=lake.uri)
-    resources = {"lake": resource, "io_manager": LakeIOManager(uri=resource.uri), "compute": ComputeResource(device="cpu", profile="demo")}
+    resources = {
+        "lake": resource,
+        "io_manager": LakeIOManager(uri=resource.uri),
+        "compute": ComputeResource(device="cpu", profile="demo"),
+    }
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(sweep_partitions.name, [SWEEP])
     instance.add_dynamic_partitions(injection_batches.name, ["batch-00000"])
@@ -79,10 +88,14 @@ def test_failed_injections_and_bad_stamps_are_unscorable_and_thresholds_use_held
     inj = both.filter(pc.equal(both.column("kind"), "injection")).sort_by("injection_id")
     assert inj.schema.field("score").type == pa.float64()
     assert inj.column("valid").to_pylist() == [True, True, False, True, False, True]
-    assert [r for r, ok in zip(inj.column("invalid_reason").to_pylist(), inj.column("valid").to_pylist()) if not ok] == ["injection_failed"] * 2
+    assert [
+        r for r, ok in zip(inj.column("invalid_reason").to_pylist(), inj.column("valid").to_pylist()) if not ok
+    ] == ["injection_failed"] * 2
     assert inj.column("score").null_count == 2
     controls = both.filter(pc.equal(both.column("kind"), "control"))
-    assert controls.num_rows == 6 and all(controls.column("valid").to_pylist())  # a failed render's host is still a valid control
+    assert controls.num_rows == 6 and all(
+        controls.column("valid").to_pylist()
+    )  # a failed render's host is still a valid control
 
     cut = lake.read_table("evaluation", "cutout_scores", partition={"sweep_file": SWEEP}).sort_by("object_id")
     assert cut.column("valid").to_pylist() == [True] * len(NEGATIVES) + [False]

@@ -14,13 +14,20 @@ import pytest
 import torch
 
 from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_with_selection, select_negatives
-from lakehouse.lake import Lake
 from darkhaloscope.training.checkpoint import save_checkpoint
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.preprocess import PreprocessSpec
 from io_managers import LakeIOManager
+from lakehouse.lake import Lake
 from lens_assets.shared.partitions import injection_batches, sweep_partitions
-from table_registry.tables import CANDIDATE_GALLERY, CANDIDATES, SEARCH_SCORES, SEARCH_STAMPS, SEARCH_TARGETS, VISUAL_GRADES
+from table_registry.tables import (
+    CANDIDATE_GALLERY,
+    CANDIDATES,
+    SEARCH_SCORES,
+    SEARCH_STAMPS,
+    SEARCH_TARGETS,
+    VISUAL_GRADES,
+)
 
 CANDS, GALLERY, GRADES = CANDIDATES.key, CANDIDATE_GALLERY.key, VISUAL_GRADES.key
 SCORES, STAMPS, TARGETS = SEARCH_SCORES.key, SEARCH_STAMPS.key, SEARCH_TARGETS.key
@@ -40,25 +47,51 @@ N = 6
 def _lake(tmp_path) -> tuple[Lake, pa.Table]:
     lake = Lake(str(tmp_path / "lake"))
     torch.manual_seed(0)
-    save_checkpoint(lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}), "best",
-                    build_model("bottleneck_resnet_tiny", 3), architecture="bottleneck_resnet_tiny", in_channels=3, preprocess=PreprocessSpec(crop=65))
+    save_checkpoint(
+        lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}),
+        "best",
+        build_model("bottleneck_resnet_tiny", 3),
+        architecture="bottleneck_resnet_tiny",
+        in_channels=3,
+        preprocess=PreprocessSpec(crop=65),
+    )
     sweep = rows(N + 1, type=["DEV"] * N + ["PSF"], sweep_file=[SWEEP] * (N + 1))
     known = known_lenses_table([{"name": "KNOWN-1", "ra": sweep.column("ra")[1].as_py(), "dec": 1.0}])
     _, funnel = select_negatives(sweep, known)
     lake.write_table("survey", "sweeps", sweep, partition={"sweep_file": SWEEP})
     lake.write_table("survey", "known_lenses", known)
-    lake.write_table("catalog", "selection_funnel", funnel_with_selection(funnel, NegativeSelectionConfig()), partition={"sweep_file": SWEEP})
-    lake.write_table("evaluation", "thresholds", pa.table({"name": ["score>0", "fpr_1e-04"], "threshold": pa.array([0.0, None], pa.float64())}))
-    inj = pa.table({"kind": ["injection"] * 4, "score": pa.array([0.9, 0.2, 0.5, None], pa.float64()), "valid": [True, True, True, False],
-                    "src_mag_r": pa.array(np.full(4, 22.0))})
+    lake.write_table(
+        "catalog",
+        "selection_funnel",
+        funnel_with_selection(funnel, NegativeSelectionConfig()),
+        partition={"sweep_file": SWEEP},
+    )
+    lake.write_table(
+        "evaluation",
+        "thresholds",
+        pa.table({"name": ["score>0", "fpr_1e-04"], "threshold": pa.array([0.0, None], pa.float64())}),
+    )
+    inj = pa.table(
+        {
+            "kind": ["injection"] * 4,
+            "score": pa.array([0.9, 0.2, 0.5, None], pa.float64()),
+            "valid": [True, True, True, False],
+            "src_mag_r": pa.array(np.full(4, 22.0)),
+        }
+    )
     lake.write_table("evaluation", "injection_scores", inj, partition={"injection_batch": "batch-00000"})
     return lake, sweep
 
 
 def _resources(lake: Lake, tmp_path, server) -> dict:
     res = LakeResource(uri=lake.uri)
-    return {"lake": res, "io_manager": LakeIOManager(uri=res.uri), "compute": ComputeResource(device="cpu", profile="demo"),
-            "survey": SurveyResource(survey=str(tmp_path / "no-mirror")), "imaging": ImagingResource(cutout_source=server.base_url)}
+    return {
+        "lake": res,
+        "io_manager": LakeIOManager(uri=res.uri),
+        "compute": ComputeResource(device="cpu", profile="demo"),
+        "survey": SurveyResource(survey=str(tmp_path / "no-mirror")),
+        "imaging": ImagingResource(cutout_source=server.base_url),
+    }
 
 
 def _instance(sweep_files: list[str]) -> dg.DagsterInstance:
@@ -69,8 +102,13 @@ def _instance(sweep_files: list[str]) -> dg.DagsterInstance:
 
 
 def _grades_run(resources, instance, path, raise_on_error=True):
-    return run_assets([GRADES], resources, instance, run_config={"ops": {"search__visual_grades": {"config": {"csv_path": str(path)}}}},
-                      raise_on_error=raise_on_error)
+    return run_assets(
+        [GRADES],
+        resources,
+        instance,
+        run_config={"ops": {"search__visual_grades": {"config": {"csv_path": str(path)}}}},
+        raise_on_error=raise_on_error,
+    )
 
 
 def test_search_end_to_end_on_a_small_lake(tmp_path):
@@ -81,7 +119,10 @@ def test_search_end_to_end_on_a_small_lake(tmp_path):
         server.script(ra[4], 1.0, [404])  # a target the service cannot deliver
         resources = _resources(lake, tmp_path, server)
         targets = run_assets([TARGETS], resources, instance, partition_key=SWEEP)
-        assert {e.check_name: e.passed for e in targets.get_asset_check_evaluations()} == {"search_targets_contract": True, "search_targets_in_funnel": True}
+        assert {e.check_name: e.passed for e in targets.get_asset_check_evaluations()} == {
+            "search_targets_contract": True,
+            "search_targets_in_funnel": True,
+        }
         cfg = {"ops": {"search_scores": {"config": {"keep_threshold": 0.0, "chunk": 4}}}}
         scored = run_assets([SCORES, STAMPS], resources, instance, partition_key=SWEEP, run_config=cfg)
         assert all(e.passed for e in scored.get_asset_check_evaluations())
@@ -89,17 +130,23 @@ def test_search_end_to_end_on_a_small_lake(tmp_path):
         assert run_assets([GALLERY], resources, instance).success
     part = {"sweep_file": SWEEP}
     scores = lake.read_table(*SCORES, partition=part).sort_by("object_id")
-    assert scores.num_rows == N and scores.column("valid").to_pylist() == [i != 4 for i in range(N)]  # the PSF row is no target
+    assert scores.num_rows == N and scores.column("valid").to_pylist() == [
+        i != 4 for i in range(N)
+    ]  # the PSF row is no target
     assert scores.column("invalid_reason")[4].as_py().startswith("fetch_failed: http_404")
     assert len(set(scores.column("model_version").to_pylist())) == 1
     assert lake.read_table(*STAMPS, partition=part).num_rows == N - 1
     cand = lake.read_table(*CANDS).sort_by("rank")
     assert cand.num_rows == N - 1 and cand.column("threshold_name").to_pylist() == ["score>0"] * (N - 1)
     assert [r["known_name"] for r in cand.to_pylist() if r["known"]] == ["KNOWN-1"]
-    assert cand.column("completeness")[0].as_py() == 1.0 and cand.column("n_injections")[0].as_py() == 3  # the failed injection is not counted
+    assert (
+        cand.column("completeness")[0].as_py() == 1.0 and cand.column("n_injections")[0].as_py() == 3
+    )  # the failed injection is not counted
     gallery = lake.read_table(*GALLERY)
     assert gallery.column("stamps").to_pylist() == [N - 1]
-    exported = _check_gallery_in_chromium(gallery.column("uri")[0].as_py(), tmp_path, cand.column("object_id")[0].as_py())
+    exported = _check_gallery_in_chromium(
+        gallery.column("uri")[0].as_py(), tmp_path, cand.column("object_id")[0].as_py()
+    )
     _check_grade_rounds(lake, resources, instance, cand, exported, tmp_path)
 
 
@@ -107,11 +154,13 @@ def _check_gallery_in_chromium(uri: str, tmp_path, first_id: int):
     require_chromium()
     with open(uri, encoding="utf-8") as f:
         page = f.read()
-    probe = ("<script>window.addEventListener('load', function () {"
-             "var s = document.querySelector('select.grade'); s.value = 'A';"
-             "var shown = Array.prototype.filter.call(document.querySelectorAll('img.stamp'), function (i) { return i.complete && i.naturalWidth > 0; });"
-             "var out = document.createElement('pre'); out.id = 'probe';"
-             "out.textContent = JSON.stringify({shown: shown.length, csv: gradesCsv()}); document.body.appendChild(out); });</script>")
+    probe = (
+        "<script>window.addEventListener('load', function () {"
+        "var s = document.querySelector('select.grade'); s.value = 'A';"
+        "var shown = Array.prototype.filter.call(document.querySelectorAll('img.stamp'), function (i) { return i.complete && i.naturalWidth > 0; });"
+        "var out = document.createElement('pre'); out.id = 'probe';"
+        "out.textContent = JSON.stringify({shown: shown.length, csv: gradesCsv()}); document.body.appendChild(out); });</script>"
+    )
     dom, stderr = page_dom(page.replace("</body>", probe + "</body>"), tmp_path)
     m = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
     assert m, stderr[-2000:]
@@ -126,9 +175,13 @@ def _check_grade_rounds(lake: Lake, resources, instance, cand: pa.Table, exporte
     first, second, bad = tmp_path / "round1.csv", tmp_path / "round2.csv", tmp_path / "bad.csv"
     first.write_text(exported)  # the gallery's own export lands as it is
     c = cand.sort_by("rank").to_pylist()
-    second.write_text("object_id,grade,ra,dec,score,model_version,known\n"
-                      + "".join(f"{r['object_id']},{g},{r['ra']!r},{r['dec']!r},{r['score']!r},{r['model_version']},{str(r['known']).lower()}\n"
-                                for r, g in zip(c, ["B", "not_a_lens"])))
+    second.write_text(
+        "object_id,grade,ra,dec,score,model_version,known\n"
+        + "".join(
+            f"{r['object_id']},{g},{r['ra']!r},{r['dec']!r},{r['score']!r},{r['model_version']},{str(r['known']).lower()}\n"
+            for r, g in zip(c, ["B", "not_a_lens"])
+        )
+    )
     bad.write_text(exported.replace(",A,", ",maybe,"))
     assert run_assets([GRADES], resources, instance).success  # nothing to land: an empty table, no round
     assert lake.read_table(*GRADES).num_rows == 0
@@ -138,7 +191,10 @@ def _check_grade_rounds(lake: Lake, resources, instance, cand: pa.Table, exporte
     shown = len(c)  # the export holds every candidate shown: one graded, the others awaiting inspection
     assert grades.column("round").to_pylist() == [1] * shown + [2, 2]
     assert grades.column("grade").to_pylist() == ["A"] + ["ungraded"] * (shown - 1) + ["B", "not_a_lens"]
-    assert grades.column("ra").to_pylist() == [r["ra"] for r in c] + [c[0]["ra"], c[1]["ra"]]  # what the grader saw, at full precision
+    assert grades.column("ra").to_pylist() == [r["ra"] for r in c] + [
+        c[0]["ra"],
+        c[1]["ra"],
+    ]  # what the grader saw, at full precision
     before = published_files(lake)
     failed = _grades_run(resources, instance, bad, raise_on_error=False)
     assert not failed.success and published_files(lake) == before
@@ -146,11 +202,28 @@ def _check_grade_rounds(lake: Lake, resources, instance, cand: pa.Table, exporte
 
 def test_candidates_of_two_models_are_refused_and_nothing_is_published(tmp_path):
     lake, _ = _lake(tmp_path)
-    row = {"object_id": 1, "sweep_file": SWEEP, "brickname": "x", "ra": 150.0, "dec": 1.0, "type": "DEV", "mag_r": 19.0, "split": "test",
-           "score": 0.9, "valid": True, "invalid_reason": "", "stamp_kept": False}
-    lake.write_table(*SCORES, pa.Table.from_pylist([{**row, "model_version": "a" * 64}]), partition={"sweep_file": SWEEP})
-    lake.write_table(*SCORES, pa.Table.from_pylist([{**row, "object_id": 2, "ra": 151.0, "model_version": "b" * 64}]),
-                     partition={"sweep_file": "sweep-155p000-160p005.fits"})
+    row = {
+        "object_id": 1,
+        "sweep_file": SWEEP,
+        "brickname": "x",
+        "ra": 150.0,
+        "dec": 1.0,
+        "type": "DEV",
+        "mag_r": 19.0,
+        "split": "test",
+        "score": 0.9,
+        "valid": True,
+        "invalid_reason": "",
+        "stamp_kept": False,
+    }
+    lake.write_table(
+        *SCORES, pa.Table.from_pylist([{**row, "model_version": "a" * 64}]), partition={"sweep_file": SWEEP}
+    )
+    lake.write_table(
+        *SCORES,
+        pa.Table.from_pylist([{**row, "object_id": 2, "ra": 151.0, "model_version": "b" * 64}]),
+        partition={"sweep_file": "sweep-155p000-160p005.fits"},
+    )
     instance = _instance([SWEEP, "sweep-155p000-160p005.fits"])
     with CutoutServer(size=101, lifetime_s=60) as server:
         resources = _resources(lake, tmp_path, server)
@@ -164,8 +237,16 @@ def test_dhs_grade_lands_rounds_and_refuses_bad_files(tmp_path, monkeypatch, cap
     from dhs.main import main
 
     lake = Lake(str(tmp_path / "lake"))
-    cand = pa.table({"object_id": pa.array([7, 8], pa.int64()), "ra": [150.0, 150.1], "dec": [1.0, 1.0], "score": [0.9, 0.8],
-                     "model_version": ["v1", "v1"], "known": [False, True]})
+    cand = pa.table(
+        {
+            "object_id": pa.array([7, 8], pa.int64()),
+            "ra": [150.0, 150.1],
+            "dec": [1.0, 1.0],
+            "score": [0.9, 0.8],
+            "model_version": ["v1", "v1"],
+            "known": [False, True],
+        }
+    )
     lake.write_table(*CANDS, cand)
     monkeypatch.setenv("DHS_LAKE", lake.uri)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
@@ -187,4 +268,7 @@ def test_dhs_grade_lands_rounds_and_refuses_bad_files(tmp_path, monkeypatch, cap
     assert main(["grade", str(good)]) == 0 and main(["grade", str(good)]) == 0
     assert "as round 2 of visual_grades" in capsys.readouterr().out
     grades = lake.read_table(*GRADES)
-    assert grades.column("round").to_pylist() == [1, 1, 2, 2] and grades.column("grade").to_pylist() == ["A", "not_a_lens"] * 2
+    assert (
+        grades.column("round").to_pylist() == [1, 1, 2, 2]
+        and grades.column("grade").to_pylist() == ["A", "not_a_lens"] * 2
+    )

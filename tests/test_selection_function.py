@@ -37,17 +37,19 @@ def _bank() -> pa.Table:
     rows += [(2.0, 0.5, False, False, None, None)] * 2
     te, zl, succ, valid, score, arc = zip(*rows)
     n = len(rows)
-    return pa.table({
-        "injection_id": np.arange(n, dtype=np.int64),
-        "theta_e_arcsec": np.array(te) + 1e-9,  # float round-off must not move a row off its centre
-        "z_l": zl,
-        "z_s": [1.5] * n,
-        "success": succ,
-        "score": pa.array(score, pa.float32()),
-        "valid": valid,
-        "arc_snr": pa.array(arc, pa.float64()),
-        "psf_fwhm_r": [1.0, 1.4] * (n // 2) + [1.0] * (n % 2),
-    })
+    return pa.table(
+        {
+            "injection_id": np.arange(n, dtype=np.int64),
+            "theta_e_arcsec": np.array(te) + 1e-9,  # float round-off must not move a row off its centre
+            "z_l": zl,
+            "z_s": [1.5] * n,
+            "success": succ,
+            "score": pa.array(score, pa.float32()),
+            "valid": valid,
+            "arc_snr": pa.array(arc, pa.float64()),
+            "psf_fwhm_r": [1.0, 1.4] * (n // 2) + [1.0] * (n % 2),
+        }
+    )
 
 
 def _cell(table: pa.Table, te: float, zl: float) -> dict:
@@ -62,8 +64,7 @@ def _jeffreys(k, n, level):
 
 
 def test_counts_and_intervals_match_hand_values():
-    sel = selection_function(_bank(), THR, theta_e_centres=[1.0, 2.0], z_l_centres=[0.3, 0.5],
-                             min_count=6)
+    sel = selection_function(_bank(), THR, theta_e_centres=[1.0, 2.0], z_l_centres=[0.3, 0.5], min_count=6)
     assert sel.num_rows == 4  # the unresolvable threshold has no score to count against
     assert set(sel.column("threshold_name").to_pylist()) == {"t0.5"}
 
@@ -104,8 +105,7 @@ def test_edges_grid_and_out_of_range():
     with pytest.raises(InputError, match="theta_e_arcsec"):
         selection_function(bank, THR, theta_e_edges=[0.5, 1.5], z_l_centres=[0.3, 0.5])
     with pytest.raises(InputError, match="exactly one"):
-        selection_function(bank, THR, theta_e_edges=[0.5, 2.5], theta_e_centres=[1.0],
-                           z_l_centres=[0.3])
+        selection_function(bank, THR, theta_e_edges=[0.5, 2.5], theta_e_centres=[1.0], z_l_centres=[0.3])
 
 
 def test_failed_render_with_a_score_is_refused():
@@ -173,14 +173,21 @@ def test_theta_e_50_crossing():
         te += [centre] * 10
         score += [0.9] * k + [0.1] * (10 - k)
     n = len(te)
-    bank = pa.table({"injection_id": np.arange(n), "theta_e_arcsec": te, "z_l": [0.4] * n,
-                     "success": [True] * n, "score": score, "valid": [True] * n})
+    bank = pa.table(
+        {
+            "injection_id": np.arange(n),
+            "theta_e_arcsec": te,
+            "z_l": [0.4] * n,
+            "success": [True] * n,
+            "score": score,
+            "valid": [True] * n,
+        }
+    )
     m = marginal_completeness(bank, THR, "theta_e_arcsec", edges=[0.25, 0.75, 1.25, 1.75])
     assert completeness_crossing(m, "t0.5", 0.5) == pytest.approx(1.125)
     assert completeness_crossing(m, "t0.5", 0.9) is None
     assert completeness_crossing(m, "t0.5", 0.1) == pytest.approx(0.5)
-    insufficient = marginal_completeness(bank, THR, "theta_e_arcsec", edges=[0.25, 0.75, 1.25, 1.75],
-                                         min_count=11)
+    insufficient = marginal_completeness(bank, THR, "theta_e_arcsec", edges=[0.25, 0.75, 1.25, 1.75], min_count=11)
     with pytest.raises(InputError, match="no sufficient bins"):
         completeness_crossing(insufficient, "t0.5")
 
@@ -194,11 +201,16 @@ def _clustered_banks(replicates: int, hosts: int, per_host: int, seed: int = 11)
     host = np.arange(n) // per_host
     p_host = rng.beta(1.0, 1.0, replicates * hosts)
     detected = rng.random(n) < p_host[host]
-    return pa.table({
-        "injection_id": np.arange(n, dtype=np.int64), "success": np.ones(n, bool), "valid": np.ones(n, bool),
-        "score": pa.array(np.where(detected, 0.9, 0.1), pa.float32()),
-        "arc_snr": np.arange(n) // (hosts * per_host) + 0.5, "host_object_id": host,
-    })
+    return pa.table(
+        {
+            "injection_id": np.arange(n, dtype=np.int64),
+            "success": np.ones(n, bool),
+            "valid": np.ones(n, bool),
+            "score": pa.array(np.where(detected, 0.9, 0.1), pa.float32()),
+            "arc_snr": np.arange(n) // (hosts * per_host) + 0.5,
+            "host_object_id": host,
+        }
+    )
 
 
 def test_marginal_intervals_cover_when_hosts_carry_several_injections():
@@ -206,7 +218,9 @@ def test_marginal_intervals_cover_when_hosts_carry_several_injections():
     as 9 independent trials, the Jeffreys 68 % interval would cover it about 40 % of the time
     (deff ≈ 1 + 8/3); on n_effective = n_valid / deff trials it covers at about the nominal rate."""
     replicates, hosts, per_host = 600, 40, 9
-    m = marginal_completeness(_clustered_banks(replicates, hosts, per_host), THR, "arc_snr", np.arange(replicates + 1.0))
+    m = marginal_completeness(
+        _clustered_banks(replicates, hosts, per_host), THR, "arc_snr", np.arange(replicates + 1.0)
+    )
     m = m.filter(pc.and_(pc.equal(m.column("threshold_name"), "t0.5"), pc.not_equal(m.column("bin"), "all")))
     lo, hi = (np.asarray(m.column(c).to_pylist(), float) for c in ("ci68_lo", "ci68_hi"))
     coverage = np.mean((lo <= 0.5) & (0.5 <= hi))
@@ -226,18 +240,27 @@ def test_cells_with_one_injection_per_host_keep_binomial_intervals():
     host = np.tile(np.arange(n_hosts), cells)
     detected = rng.random(n_hosts)[host] < 0.5  # a host's injections all found or all missed
     n = host.size
-    bank = pa.table({
-        "injection_id": np.arange(n, dtype=np.int64), "theta_e_arcsec": np.repeat([1.0, 2.0], n // 2),
-        "z_l": np.tile(np.repeat([0.3, 0.5], n_hosts), 2), "success": np.ones(n, bool), "valid": np.ones(n, bool),
-        "score": pa.array(np.where(detected, 0.9, 0.1), pa.float32()), "host_object_id": host.astype(str),
-    })
+    bank = pa.table(
+        {
+            "injection_id": np.arange(n, dtype=np.int64),
+            "theta_e_arcsec": np.repeat([1.0, 2.0], n // 2),
+            "z_l": np.tile(np.repeat([0.3, 0.5], n_hosts), 2),
+            "success": np.ones(n, bool),
+            "valid": np.ones(n, bool),
+            "score": pa.array(np.where(detected, 0.9, 0.1), pa.float32()),
+            "host_object_id": host.astype(str),
+        }
+    )
     sel = selection_function(bank, THR, theta_e_centres=[1.0, 2.0], z_l_centres=[0.3, 0.5]).to_pylist()
     for row in (r for r in sel if r["threshold_name"] == "t0.5"):
         assert row["n_effective"] == row["n_valid"] == n_hosts
         lo, hi = _jeffreys(row["n_detected"], row["n_valid"], 0.68)
         assert (row["ci68_lo"], row["ci68_hi"]) == pytest.approx((lo, hi), abs=1e-12)
-    overall = [r for r in marginal_completeness(bank, THR, "theta_e_arcsec", [0.5, 2.5]).to_pylist()
-               if r["threshold_name"] == "t0.5" and r["bin"] == "all"][0]
+    overall = [
+        r
+        for r in marginal_completeness(bank, THR, "theta_e_arcsec", [0.5, 2.5]).to_pylist()
+        if r["threshold_name"] == "t0.5" and r["bin"] == "all"
+    ][0]
     k = overall["n_detected"]
     assert overall["n_effective"] == pytest.approx(n / ((n - 1) / (n_hosts - 1)), rel=1e-12)
     assert overall["ci68_hi"] - overall["ci68_lo"] > np.subtract(*_jeffreys(k, n, 0.68)[::-1]) * 1.5
@@ -246,7 +269,14 @@ def test_cells_with_one_injection_per_host_keep_binomial_intervals():
 def test_marginal_figure_places_bins_by_their_edges_not_their_centres():
     """The arc S/N bins span decades and end in an open bin ([50, 1e6], centre 5e5): on an axis in
     S/N units every other bin would sit at zero. The figure spaces the bins evenly and labels them."""
-    assert bin_tick_labels([0, 2, 5, 10, 20, 50], [2, 5, 10, 20, 50, 1e6]) == ["0–2", "2–5", "5–10", "10–20", "20–50", "≥ 50"]
+    assert bin_tick_labels([0, 2, 5, 10, 20, 50], [2, 5, 10, 20, 50, 1e6]) == [
+        "0–2",
+        "2–5",
+        "5–10",
+        "10–20",
+        "20–50",
+        "≥ 50",
+    ]
     assert bin_tick_labels([0.8, 1.0], [1.0, 1.2]) == ["0.8–1", "1–1.2"]
     assert bin_tick_labels([22.0, 25.0], [25.0, 26.0]) == ["22–25", "25–26"]
     png = marginal_png(marginal_completeness(_bank(), THR, "arc_snr", [0, 12, 25, 1e6]), "arc S/N")

@@ -79,8 +79,9 @@ def test_flagging_rule_is_two_sided_and_bootstrap_is_deterministic():
     feats, labels, t1 = scan(population(60, "p", core_boost=1.6), population(60, "n"), n_boot=50)
     t2 = feature_aucs(feats, labels, n_boot=50, seed_key="test")
     for name in t1.column_names:  # NaN-aware equality (saturation_frac has no AUC)
-        np.testing.assert_array_equal(t1.column(name).to_numpy(zero_copy_only=False),
-                                      t2.column(name).to_numpy(zero_copy_only=False))
+        np.testing.assert_array_equal(
+            t1.column(name).to_numpy(zero_copy_only=False), t2.column(name).to_numpy(zero_copy_only=False)
+        )
     t_other = feature_aucs(feats, labels, n_boot=50, seed_key="other")
     col = lambda t, k: t.column(k).to_numpy(zero_copy_only=False)
     np.testing.assert_array_equal(col(t_other, "auc"), col(t1, "auc"))  # the point estimate needs no seed
@@ -99,7 +100,7 @@ def test_feature_values_on_hand_built_stamps():
     img[1, :, :3, :] = 0.0  # top edge of coverage missing
     img[1, 0, C + 20, C] = np.nan
     mb = np.zeros((2, S, S), dtype=np.int32)
-    mb[0, :S // 2 + 1, :] = 1 << 3  # SATUR_R over (C + 1) rows
+    mb[0, : S // 2 + 1, :] = 1 << 3  # SATUR_R over (C + 1) rows
     t = shortcut_features(img, maskbits=mb)
     assert t.column_names == list(FEATURE_NAMES) and t.num_rows == 2 and len(FEATURE_NAMES) >= 25
     f = {k: t.column(k).to_numpy(zero_copy_only=False) for k in t.column_names}

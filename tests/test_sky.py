@@ -14,7 +14,14 @@ def _pairs(n=2000, seed=4):
     ra1 = rng.uniform(0, 360, n)
     dec1 = np.degrees(np.arcsin(rng.uniform(-1, 1, n)))
     # tiny, arcsec, degree and near-antipodal separations, and pairs across RA = 0 and the poles
-    scale = np.concatenate([np.full(n // 4, 1e-4), np.full(n // 4, 10.0), np.full(n // 4, 3600.0 * 30), np.full(n - 3 * (n // 4), 3600.0 * 179.99)])
+    scale = np.concatenate(
+        [
+            np.full(n // 4, 1e-4),
+            np.full(n // 4, 10.0),
+            np.full(n // 4, 3600.0 * 30),
+            np.full(n - 3 * (n // 4), 3600.0 * 179.99),
+        ]
+    )
     ang = rng.uniform(0, 2 * np.pi, n)
     c1 = SkyCoord(ra1 * u.deg, dec1 * u.deg)
     c2 = c1.directional_offset_by(ang * u.rad, scale * u.arcsec)

@@ -59,7 +59,9 @@ def test_rejected_data_is_kept_with_its_reason_and_the_published_version_is_unto
         assert f.read() == before
     assert where == lake.full_uri(f"{lake.root}/{REJECTED_DIR}/run-7/catalog/rows")
     [record] = rejected(lake)
-    assert record["owner"] == "run-7" and record["failed_checks"][0]["check"] == "rows_contract" and record["uri"] == where
+    assert (
+        record["owner"] == "run-7" and record["failed_checks"][0]["check"] == "rows_contract" and record["uri"] == where
+    )
     assert Lake(where if not lake.is_s3 else lake.uri).is_s3 == lake.is_s3
     assert lake.tables() == [("catalog", "rows")]
     with pytest.raises(InputError, match="nothing staged"):
@@ -78,10 +80,14 @@ def test_sweep_removes_dead_runs_and_old_rejections_but_keeps_live_and_newer_run
     old_reject.write(_table(1))
     old_reject.reject({"failed_checks": []})
 
-    report = sweep_orphans(lake, before=time.time() + 1, run_alive=lambda owner: owner.run_id == "live-run", rejected_keep_days=0.0)
+    report = sweep_orphans(
+        lake, before=time.time() + 1, run_alive=lambda owner: owner.run_id == "live-run", rejected_keep_days=0.0
+    )
     remaining = {i.base_name for i in lake.fs.get_file_info(_selector(lake, STAGING_DIR))}
     assert {"live-run", "newer-run"} <= remaining and "dead-run" not in remaining
-    assert any(p.endswith("dead-run") for p in report.removed) and any(p.endswith("rejected-run") for p in report.removed)
+    assert any(p.endswith("dead-run") for p in report.removed) and any(
+        p.endswith("rejected-run") for p in report.removed
+    )
     assert rejected(lake) == []
 
 
@@ -116,7 +122,9 @@ def test_owner_record_round_trips_and_names_pid_and_host(lake):
     stage = _stage(lake, "run-42", started_at=123.0)
     with lake.fs.open_input_stream(stage.owner_path) as f:
         owner = json.loads(f.read())
-    assert owner["run_id"] == "run-42" and owner["pid"] == os.getpid() and owner["started_at"] == 123.0 and owner["host"]
+    assert (
+        owner["run_id"] == "run-42" and owner["pid"] == os.getpid() and owner["started_at"] == 123.0 and owner["host"]
+    )
     # a later step of the same run keeps the first record
     Stage(lake, "run-42").open(StageOwner.current("run-42", started_at=999.0))
     with lake.fs.open_input_stream(stage.owner_path) as f:

@@ -75,12 +75,14 @@ def test_bootstrap_interval_is_scipys_percentile_bootstrap():
     rng_data = np.random.default_rng(2)
     x = rng_data.normal(size=300)
     lo, hi = bootstrap_interval(lambda i: x[i].mean(), x.size, np.random.default_rng(7), n_boot=500, level=0.9)
-    ref = st.bootstrap((x,), np.mean, n_resamples=500, method="percentile", confidence_level=0.9,
-                       rng=np.random.default_rng(7)).confidence_interval
+    ref = st.bootstrap(
+        (x,), np.mean, n_resamples=500, method="percentile", confidence_level=0.9, rng=np.random.default_rng(7)
+    ).confidence_interval
     assert (lo, hi) == pytest.approx((ref.low, ref.high), abs=1e-12)
     # the vectorised form resamples identically
-    vec = bootstrap_interval(lambda i: x[i].mean(axis=-1), x.size, np.random.default_rng(7), n_boot=500,
-                             level=0.9, vectorized=True)
+    vec = bootstrap_interval(
+        lambda i: x[i].mean(axis=-1), x.size, np.random.default_rng(7), n_boot=500, level=0.9, vectorized=True
+    )
     assert vec == pytest.approx((lo, hi), abs=1e-12)
     assert np.isnan(bootstrap_interval(lambda i: 1.0, 0, np.random.default_rng(0))).all()
 
@@ -122,7 +124,9 @@ def test_cluster_bootstrap_resamples_whole_clusters():
     # every cluster its own row (ids in row order): the same resamples as the row bootstrap, so the
     # same interval
     rows = auc_bootstrap_interval(s, y, np.random.default_rng(4), n_boot=300)
-    assert auc_bootstrap_interval(s, y, np.random.default_rng(4), n_boot=300, clusters=np.arange(s.size) * 7 + 3) == rows
+    assert (
+        auc_bootstrap_interval(s, y, np.random.default_rng(4), n_boot=300, clusters=np.arange(s.size) * 7 + 3) == rows
+    )
     # each row repeated 9 times as one cluster (a host's injections and controls): the cluster
     # bootstrap's interval is the 400 rows' interval; resampling the 3,600 rows one by one would
     # make it about three times narrower, as if the repeats were independent draws

@@ -27,8 +27,13 @@ def test_a_lake_path_that_is_a_file_is_a_storage_error_naming_it(tmp_path):
 
 @pytest.mark.parametrize(
     "code, words",
-    [(errno.EROFS, "read-only"), (errno.EACCES, "permission denied"), (errno.ENOTDIR, "a file stands"),
-     (errno.ENOSPC, "disk is full"), (errno.EPERM, "not permitted")],
+    [
+        (errno.EROFS, "read-only"),
+        (errno.EACCES, "permission denied"),
+        (errno.ENOTDIR, "a file stands"),
+        (errno.ENOSPC, "disk is full"),
+        (errno.EPERM, "not permitted"),
+    ],
 )
 def test_permanent_os_errors_map_to_storage_error(code, words):
     exc = translate_storage_error(OSError(code, os.strerror(code)), "/data/lake/x/part-0.parquet")
@@ -36,7 +41,9 @@ def test_permanent_os_errors_map_to_storage_error(code, words):
     assert words in str(exc) and "/data/lake/x/part-0.parquet" in str(exc)
 
 
-@pytest.mark.parametrize("exc", [ConnectionResetError(errno.ECONNRESET, "reset"), OSError("AWS Error NETWORK_CONNECTION during PutObject")])
+@pytest.mark.parametrize(
+    "exc", [ConnectionResetError(errno.ECONNRESET, "reset"), OSError("AWS Error NETWORK_CONNECTION during PutObject")]
+)
 def test_transient_errors_are_left_unchanged(exc):
     assert translate_storage_error(exc, "s3://b/lake") is exc and not isinstance(exc, PERMANENT_ERRORS)
     assert issubclass(CredentialError, PERMANENT_ERRORS[1]) and issubclass(InputError, PERMANENT_ERRORS[0])
@@ -65,8 +72,14 @@ def test_a_lake_the_user_may_not_write_is_a_storage_error(tmp_path):
         os.chmod(tmp_path, 0o755)
         os.chmod(lake_dir, 0o755)
         cmd = [sys.executable, "-c", _WRITE_AS_NOBODY, str(lake_dir), str(tmp_path)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=os.path.dirname(os.path.dirname(__file__)),
-                              env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))})
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=os.path.dirname(os.path.dirname(__file__)),
+            env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))},
+        )
         assert proc.returncode == 3, proc.stderr[-2000:]
         message = proc.stdout
     else:

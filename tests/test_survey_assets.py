@@ -9,13 +9,13 @@ import pytest
 from astropy.io import fits
 
 import lens_assets.survey as survey
+from darkhaloscope.survey import sweep_model as sm
+from darkhaloscope.survey.manifest import survey_origin
+from dhs.materialize import MaterializeError, Materializer
+from io_managers import LakeIOManager
 from lakehouse.lake import PART_FILE, Lake
 from lakehouse.staging import rejected
-from darkhaloscope.survey import sweep_model as sm
 from mock_survey.survey import MockSurvey
-from darkhaloscope.survey.manifest import survey_origin
-from io_managers import LakeIOManager
-from dhs.materialize import MaterializeError, Materializer
 from resources import LakeResource, SurveyResource
 from resources.alert_sinks import AlertSinksResource
 from resources.survey import SWEEP_DIR
@@ -38,8 +38,12 @@ def _defs(tmp_path, lake: Lake) -> dg.Definitions:
     lake_resource = LakeResource(uri=lake.uri)
     return dg.Definitions(
         assets=[survey.sweep_files, survey.sweeps],
-        resources={"survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": lake_resource,
-                   "alert_sinks": AlertSinksResource(lake_uri=lake.uri), "io_manager": LakeIOManager(uri=lake_resource.uri)},
+        resources={
+            "survey": SurveyResource(survey=str(tmp_path / "mirror")),
+            "lake": lake_resource,
+            "alert_sinks": AlertSinksResource(lake_uri=lake.uri),
+            "io_manager": LakeIOManager(uri=lake_resource.uri),
+        },
     )
 
 
@@ -49,7 +53,11 @@ def test_sweeps_published_after_their_audits_pass_in_the_same_step(tmp_path):
     out = io.StringIO()
     Materializer(_defs(tmp_path, lake), dg.DagsterInstance.ephemeral(), out=out).run(["sweeps"])
     lines = out.getvalue().splitlines()
-    assert lines[0] == "[1/2] sweep_files ..." and lines[-1].startswith(f"[2/2] sweeps [{NAME}] ok in ") and "rows=25" in lines[-1]
+    assert (
+        lines[0] == "[1/2] sweep_files ..."
+        and lines[-1].startswith(f"[2/2] sweeps [{NAME}] ok in ")
+        and "rows=25" in lines[-1]
+    )
     assert lake.read_table("survey", "sweeps", partition={"sweep_file": NAME}).num_rows == 25
     assert lake.tables() == [("survey", "sweep_files"), ("survey", "sweeps")]  # nothing staged is listed
     # the lake records which survey its catalogs come from: this mirror (a mock survey: its seed and profile)
@@ -77,24 +85,45 @@ def test_a_contract_violation_is_rejected_and_the_published_partition_stays_byte
         return info
 
     monkeypatch.setattr(survey, "ingest_sweep", duplicating_ingest)
-    with pytest.raises(MaterializeError, match=rf"asset sweeps partition {NAME} failed: .*BlockingAuditFailed.*sweeps_contract.*duplicate key"):
+    with pytest.raises(
+        MaterializeError,
+        match=rf"asset sweeps partition {NAME} failed: .*BlockingAuditFailed.*sweeps_contract.*duplicate key",
+    ):
         Materializer(defs, instance, out=io.StringIO()).run(["sweeps"])
 
     assert published_files(lake) == before
     run = instance.get_runs(limit=1)[0]
     evaluations = {e.check_name: e.passed for e in _evaluations(instance, run.run_id)}
-    assert evaluations == {"sweeps_contract": False, "sweeps_row_count": False, "sweeps_inside_box": True, "sweeps_unique_across_partitions": True}
-    assert not [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.event_type_value in ("ASSET_MATERIALIZATION", "STEP_UP_FOR_RETRY")]
+    assert evaluations == {
+        "sweeps_contract": False,
+        "sweeps_row_count": False,
+        "sweeps_inside_box": True,
+        "sweeps_unique_across_partitions": True,
+    }
+    assert not [
+        e
+        for e in instance.all_logs(run.run_id)
+        if e.dagster_event and e.dagster_event.event_type_value in ("ASSET_MATERIALIZATION", "STEP_UP_FOR_RETRY")
+    ]
     alerts = run_alerts(lake, run.run_id)
-    assert [(a["kind"], a["check"]) for a in alerts if a["severity"] == "ERROR"] == [("check_failed", "sweeps_contract"), ("check_failed", "sweeps_row_count")]
+    assert [(a["kind"], a["check"]) for a in alerts if a["severity"] == "ERROR"] == [
+        ("check_failed", "sweeps_contract"),
+        ("check_failed", "sweeps_row_count"),
+    ]
     assert not [a for a in alerts if a["kind"] == "run_failed"]  # one incident, said by its checks
     [kept] = rejected(lake)
-    assert kept["table"] == "survey/sweeps" and kept["partition"] == {"sweep_file": NAME} and kept["owner"] == run.run_id
+    assert (
+        kept["table"] == "survey/sweeps" and kept["partition"] == {"sweep_file": NAME} and kept["owner"] == run.run_id
+    )
     assert Lake(kept["uri"]).fs.get_file_info(f"{kept['uri']}/{PART_FILE}").size > 0
 
 
 def _evaluations(instance, run_id):
-    return [e.dagster_event.event_specific_data for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"]
+    return [
+        e.dagster_event.event_specific_data
+        for e in instance.all_logs(run_id)
+        if e.dagster_event and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"
+    ]
 
 
 def test_an_empty_file_fails_once_without_retry_naming_asset_partition_and_error(tmp_path):
@@ -105,10 +134,16 @@ def test_an_empty_file_fails_once_without_retry_naming_asset_partition_and_error
     Materializer(defs, instance, out=io.StringIO()).run(["sweeps"])
     before = published_files(lake)
     path.write_bytes(b"")
-    with pytest.raises(MaterializeError, match=rf"asset sweeps partition {NAME} failed: .*InputError.*{NAME}.*empty file"):
+    with pytest.raises(
+        MaterializeError, match=rf"asset sweeps partition {NAME} failed: .*InputError.*{NAME}.*empty file"
+    ):
         Materializer(defs, instance, out=io.StringIO()).run(["sweeps"])
     run = instance.get_runs(limit=1)[0]
-    assert not [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert not [
+        e
+        for e in instance.all_logs(run.run_id)
+        if e.dagster_event and e.dagster_event.event_type_value == "STEP_UP_FOR_RETRY"
+    ]
     assert published_files(lake) == before
 
 
@@ -136,6 +171,12 @@ def test_asset_events_are_recorded_with_content_data_versions(tmp_path):
     job = defs.resolve_implicit_global_asset_job_def()
     first = job.execute_in_process(instance=instance, asset_selection=[survey.sweeps.key], partition_key=NAME)
     second = job.execute_in_process(instance=instance, asset_selection=[survey.sweeps.key], partition_key=NAME)
-    versions = [ev.materialization.tags["dagster/data_version"] for r in (first, second) for ev in r.get_asset_materialization_events()]
+    versions = [
+        ev.materialization.tags["dagster/data_version"]
+        for r in (first, second)
+        for ev in r.get_asset_materialization_events()
+    ]
     assert len(versions) == 2 and versions[0] == versions[1]  # same file, same bytes, same version
-    assert events(first, "ASSET_CHECK_EVALUATION") and all(e.step_key == "survey__sweeps" for e in events(first, "ASSET_CHECK_EVALUATION"))
+    assert events(first, "ASSET_CHECK_EVALUATION") and all(
+        e.step_key == "survey__sweeps" for e in events(first, "ASSET_CHECK_EVALUATION")
+    )

@@ -16,10 +16,10 @@ import pytest
 from astropy.io import fits
 
 from darkhaloscope.errors import InputError
-from lakehouse.lake import Lake
-from lakehouse.query import run_query
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import SweepBox, check_one_file_per_box, ingest_sweep, objects_in_other_sweeps
+from lakehouse.lake import Lake
+from lakehouse.query import run_query
 from lens_assets.shared.partitions import sweep_file_change
 from lens_assets.survey import sweep_files, sweeps
 from resources import LakeResource, SurveyResource
@@ -42,7 +42,11 @@ def _write(folder, name: str, box: SweepBox, n: int = 12):
 def _resources(tmp_path, lake: Lake) -> dict:
     from io_managers import LakeIOManager
 
-    return {"survey": SurveyResource(survey=str(tmp_path / "mirror")), "lake": LakeResource(uri=lake.uri), "io_manager": LakeIOManager(uri=lake.uri)}
+    return {
+        "survey": SurveyResource(survey=str(tmp_path / "mirror")),
+        "lake": LakeResource(uri=lake.uri),
+        "io_manager": LakeIOManager(uri=lake.uri),
+    }
 
 
 def test_one_box_twice_is_refused_naming_both_files(tmp_path):
@@ -50,17 +54,24 @@ def test_one_box_twice_is_refused_naming_both_files(tmp_path):
     path.with_name(A + ".gz").write_bytes(gzip.compress(path.read_bytes(), mtime=0))
     lake = Lake(str(tmp_path / "lake"))
     instance = dg.DagsterInstance.ephemeral()
-    result = dg.materialize([sweep_files], instance=instance, resources=_resources(tmp_path, lake), raise_on_error=False)
+    result = dg.materialize(
+        [sweep_files], instance=instance, resources=_resources(tmp_path, lake), raise_on_error=False
+    )
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    assert f"'{A}' and '{A}.gz'" in failure.event_specific_data.error.message and "same box" in failure.event_specific_data.error.message
+    assert (
+        f"'{A}' and '{A}.gz'" in failure.event_specific_data.error.message
+        and "same box" in failure.event_specific_data.error.message
+    )
     assert instance.get_dynamic_partitions("sweep_file") == []  # nothing registered, nothing ingested
     assert not [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
 
 
 def test_overlapping_boxes_are_refused_and_a_tiling_is_accepted():
     assert check_one_file_per_box([A, B]) == [SweepBox(30, 35, -5, 0), SweepBox(35, 40, -5, 0)]
-    with pytest.raises(InputError, match="'sweep-030m005-040p000.fits' and 'sweep-035m005-040p000.fits' cover overlapping"):
+    with pytest.raises(
+        InputError, match="'sweep-030m005-040p000.fits' and 'sweep-035m005-040p000.fits' cover overlapping"
+    ):
         check_one_file_per_box(["sweep-030m005-040p000.fits", B])
 
 
@@ -76,11 +87,18 @@ def test_an_object_in_two_partitions_fails_the_cross_partition_check(tmp_path):
     resources = _resources(tmp_path, lake)
     for name, expect in ((B, True), (A, False)):
         run = dg.materialize([sweeps], instance=instance, resources=resources, partition_key=name, raise_on_error=False)
-        [evaluation] = [e for e in run.get_asset_check_evaluations() if e.check_name == "sweeps_unique_across_partitions"]
+        [evaluation] = [
+            e for e in run.get_asset_check_evaluations() if e.check_name == "sweeps_unique_across_partitions"
+        ]
         assert evaluation.passed is expect, evaluation.description
         assert run.success is expect and lake.exists("survey", "sweeps", {"sweep_file": name}) is expect
     assert evaluation.metadata["duplicates"].value == 12 and evaluation.metadata["with"].value == {A + ".gz": 12}
-    assert objects_in_other_sweeps(lake.table("survey", "sweeps"), B) == {"duplicates": 0, "with": {}, "examples": [], "compared_with": []}
+    assert objects_in_other_sweeps(lake.table("survey", "sweeps"), B) == {
+        "duplicates": 0,
+        "with": {},
+        "examples": [],
+        "compared_with": [],
+    }
 
 
 def test_a_sweep_file_that_left_the_mirror_leaves_the_lake(tmp_path):
@@ -95,7 +113,9 @@ def test_a_sweep_file_that_left_the_mirror_leaves_the_lake(tmp_path):
     for name in (A, B):
         assert dg.materialize([sweeps], instance=instance, resources=resources, partition_key=name).success
         # a downstream table partitioned by sweep file, as the catalog stage writes it
-        lake.write_table("catalog", "negatives", pa.table({"object_id": [1], "sweep_file": [name]}), partition={"sweep_file": name})
+        lake.write_table(
+            "catalog", "negatives", pa.table({"object_id": [1], "sweep_file": [name]}), partition={"sweep_file": name}
+        )
     assert run_query(lake, "SELECT DISTINCT sweep_file FROM sweeps ORDER BY 1")[1] == [(A,), (B,)]
 
     gone.unlink()

@@ -20,7 +20,9 @@ def _file(n: int = 3000) -> pa.Table:
 
 def _lenses(t: pa.Table) -> KnownLensIndex:
     ra, dec = t.column("ra").to_numpy(), t.column("dec").to_numpy()
-    return KnownLensIndex.from_table(known_lenses_table([{"ra": ra[i], "dec": dec[i]} for i in range(0, t.num_rows, 50)]))
+    return KnownLensIndex.from_table(
+        known_lenses_table([{"ra": ra[i], "dec": dec[i]} for i in range(0, t.num_rows, 50)])
+    )
 
 
 @pytest.mark.parametrize("lake", ["local", "s3"], indirect=True)
@@ -64,12 +66,18 @@ def test_partition_holding_another_sweep_file_is_refused_and_nothing_written(lak
     t = _file(100)
     other = synthetic_sweeps(50, key="other", sweep_file="sweep-000p000-005p005.fits")
     lake.write_table("survey", "sweeps", pa.concat_tables([t, other]), partition={"sweep_file": NAME})
-    with pytest.raises(InputError, match=r"sweeps partition 'sweep-150p000-155p005.fits'.*sweep-000p000-005p005.fits.*one sweep file"):
+    with pytest.raises(
+        InputError, match=r"sweeps partition 'sweep-150p000-155p005.fits'.*sweep-000p000-005p005.fits.*one sweep file"
+    ):
         build_negative_partition(*_tables(lake, NAME, _lenses(t)))
     assert not lake.exists("catalog", "negatives")
 
 
 @pytest.mark.parametrize("lake", ["local"], indirect=True)
 def test_missing_sweeps_partition_names_it(lake):
-    with pytest.raises(InputError, match=r"partition \{'sweep_file': 'sweep-nowhere.fits'\} of survey/sweeps is not in the lake"):
-        build_negative_partition(*_tables(lake, "sweep-nowhere.fits", KnownLensIndex.from_table(known_lenses_table([]))))
+    with pytest.raises(
+        InputError, match=r"partition \{'sweep_file': 'sweep-nowhere.fits'\} of survey/sweeps is not in the lake"
+    ):
+        build_negative_partition(
+            *_tables(lake, "sweep-nowhere.fits", KnownLensIndex.from_table(known_lenses_table([])))
+        )

@@ -13,7 +13,6 @@ from astropy.io import fits
 
 from darkhaloscope.errors import InputError
 from darkhaloscope.ids import object_id
-from lakehouse.lake import Lake
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import (
     SweepBox,
@@ -23,10 +22,9 @@ from darkhaloscope.survey.sweeps import (
     read_sweep,
     sweep_filename,
 )
+from lakehouse.lake import Lake
 from tests.conftest import require_real_file
 from tests.support.sweep_rows import dr10_rows
-
-
 
 # --------------------------------------------------------------------------- helpers
 
@@ -54,7 +52,12 @@ def test_parse_and_format_sweep_filename():
     assert sweep_filename(box) == "sweep-320m005-330p000.fits"
     assert parse_sweep_filename("sweep-000m010-005m005.fits.gz") == SweepBox(0, 5, -10, -5)
     assert sweep_filename(SweepBox(355, 360, 25, 30), gz=True) == "sweep-355p025-360p030.fits.gz"
-    for bad in ("sweep-320m05-330p000.fits", "tractor-1054p567.fits", "sweep-330m005-320p000.fits", "sweep-320m005-330p000.fit"):
+    for bad in (
+        "sweep-320m05-330p000.fits",
+        "tractor-1054p567.fits",
+        "sweep-330m005-320p000.fits",
+        "sweep-320m005-330p000.fit",
+    ):
         with pytest.raises(InputError, match="sweep"):
             parse_sweep_filename(bad)
 
@@ -76,7 +79,9 @@ def test_real_dr8_sweep():
     np.testing.assert_array_equal(np.stack(t.column("dchisq").to_numpy(zero_copy_only=False)), raw["DCHISQ"])
     assert t.column("row_index").to_pylist() == list(range(6))
     assert set(t.column("sweep_file").to_pylist()) == {path.name}
-    np.testing.assert_array_equal(t.column("object_id").to_numpy(), object_id(raw["RELEASE"], raw["BRICKID"], raw["OBJID"]))
+    np.testing.assert_array_equal(
+        t.column("object_id").to_numpy(), object_id(raw["RELEASE"], raw["BRICKID"], raw["OBJID"])
+    )
     # The data model module describes the real DR8 layout column for column.
     h = fits.open(path)
     assert [(c.name, c.format) for c in h[1].columns] == list(sm.DR8_SWEEP_COLUMNS)
@@ -116,7 +121,9 @@ def test_dr10_roundtrip_batches_columns_and_gz(tmp_path):
     assert small.equals(t)
     # Column selection keeps identity + derived columns.
     sel = read_sweep(path, columns=["flux_g", "type"])
-    assert {"flux_g", "type", "ra", "dec", "release", "brickid", "objid", "object_id", "row_index"} <= set(sel.column_names)
+    assert {"flux_g", "type", "ra", "dec", "release", "brickid", "objid", "object_id", "row_index"} <= set(
+        sel.column_names
+    )
     assert "flux_r" not in sel.column_names
     with pytest.raises(InputError, match="flux_q"):
         read_sweep(path, columns=["flux_q"])

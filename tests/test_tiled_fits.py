@@ -28,10 +28,19 @@ CASES = {
     "rice-dither2": (_sky(), dict(compression_type="RICE_1", quantize_level=16.0, quantize_method=2, dither_seed=-1)),
     "rice-dither1": (_sky(1), dict(compression_type="RICE_1", quantize_level=4.0, quantize_method=1, dither_seed=17)),
     "gzip1-no-dither": (_sky(2), dict(compression_type="GZIP_1", quantize_level=16.0, quantize_method=-1)),
-    "gzip2-quantized": (_sky(3), dict(compression_type="GZIP_2", quantize_level=16.0, quantize_method=2, dither_seed=-1)),
+    "gzip2-quantized": (
+        _sky(3),
+        dict(compression_type="GZIP_2", quantize_level=16.0, quantize_method=2, dither_seed=-1),
+    ),
     "gzip2-lossless": (_sky(4), dict(compression_type="GZIP_2", quantize_level=0.0)),
-    "rice-int32": (np.random.default_rng(5).integers(0, 2**20, SHAPE).astype(np.int32), dict(compression_type="RICE_1")),
-    "gzip1-int16": (np.random.default_rng(6).integers(-300, 300, SHAPE).astype(np.int16), dict(compression_type="GZIP_1")),
+    "rice-int32": (
+        np.random.default_rng(5).integers(0, 2**20, SHAPE).astype(np.int32),
+        dict(compression_type="RICE_1"),
+    ),
+    "gzip1-int16": (
+        np.random.default_rng(6).integers(-300, 300, SHAPE).astype(np.int16),
+        dict(compression_type="GZIP_1"),
+    ),
     "plio-fallback": (np.random.default_rng(7).integers(0, 4, SHAPE).astype(np.int32), dict(compression_type="PLIO_1")),
     "hcompress-fallback": (_sky(8), dict(compression_type="HCOMPRESS_1", quantize_level=16.0)),
 }
@@ -48,7 +57,14 @@ def _astropy(path):
         return np.array(h[1].data)
 
 
-WINDOWS = [(0, SHAPE[0], 0, SHAPE[1]), (45, 146, 150, 251), (149, 250, 229, 330), (0, 1, 0, 1), (125, 126, 207, 208), (99, 101, 99, 101)]
+WINDOWS = [
+    (0, SHAPE[0], 0, SHAPE[1]),
+    (45, 146, 150, 251),
+    (149, 250, 229, 330),
+    (0, 1, 0, 1),
+    (125, 126, 207, 208),
+    (99, 101, 99, 101),
+]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -67,9 +83,11 @@ def test_windows_equal_astropy(tmp_path, name):
 def test_dither2_keeps_zeros_and_blanks_are_nan(tmp_path):
     data = _sky()
     data[60:62, 70:90] = np.nan
-    path = _write(tmp_path, "nan", data, compression_type="RICE_1", quantize_level=16.0, quantize_method=2, dither_seed=-1)
+    path = _write(
+        tmp_path, "nan", data, compression_type="RICE_1", quantize_level=16.0, quantize_method=2, dither_seed=-1
+    )
     with open_tiled_image(path) as image:
-        got = image[0:SHAPE[0], 0:SHAPE[1]]
+        got = image[0 : SHAPE[0], 0 : SHAPE[1]]
     assert np.all(got[:, :40] == 0.0)
     assert np.isnan(got[60:62, 70:90]).all() and np.isfinite(got[:60]).all()
     np.testing.assert_array_equal(got, _astropy(path))
@@ -93,7 +111,7 @@ def test_real_dr6_coadd_equals_astropy(name):
     with open_tiled_image(path) as image:
         assert image.algorithm in ("RICE_1", "RICE_ONE") and image.dither == 2 and image.tile == (100, 100)
         for y0, x0 in [(0, 0), (1750, 1750), (3499, 3499), (1234, 2999)]:
-            np.testing.assert_array_equal(image[y0:y0 + 101, x0:x0 + 101], want[y0:y0 + 101, x0:x0 + 101])
+            np.testing.assert_array_equal(image[y0 : y0 + 101, x0 : x0 + 101], want[y0 : y0 + 101, x0 : x0 + 101])
 
 
 def test_dither_offsets_are_the_standards():
@@ -113,7 +131,9 @@ def test_bad_files_name_the_file(tmp_path):
     with pytest.raises(InputError, match="truncated.fits.fz"):
         with open_tiled_image(str(cut)) as image:
             image[0:10, 0:10]
-    scaled = fits.CompImageHDU(np.arange(400, dtype=np.uint16).reshape(20, 20), compression_type="RICE_1")  # stored with BZERO 32768
+    scaled = fits.CompImageHDU(
+        np.arange(400, dtype=np.uint16).reshape(20, 20), compression_type="RICE_1"
+    )  # stored with BZERO 32768
     fits.HDUList([fits.PrimaryHDU(), scaled]).writeto(tmp_path / "uint16.fits.fz")
     with pytest.raises(InputError, match="uint16.fits.fz: scaled pixels"):
         with open_tiled_image(str(tmp_path / "uint16.fits.fz")):

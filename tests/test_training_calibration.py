@@ -31,7 +31,9 @@ def test_temperature_matches_scikit_learn_log_loss_minimisation():
     assert fit_temperature(logits, y) == pytest.approx(1.0 / lr.coef_[0, 0], rel=1e-4)
     # with weights: sklearn's sample_weight is the same weighted log-loss
     w = np.where(y == 1, 0.5, 1.0)
-    lrw = LogisticRegression(fit_intercept=False, C=np.inf, tol=1e-10, max_iter=1000).fit(logits[:, None], y, sample_weight=w)
+    lrw = LogisticRegression(fit_intercept=False, C=np.inf, tol=1e-10, max_iter=1000).fit(
+        logits[:, None], y, sample_weight=w
+    )
     assert fit_temperature(logits, y, w) == pytest.approx(1.0 / lrw.coef_[0, 0], rel=1e-4)
 
 
@@ -84,7 +86,9 @@ def test_scoring_applies_the_checkpoint_temperature(tmp_path, monkeypatch):
 
     spec = PreprocessSpec()
     monkeypatch.setitem(ckpt.build_model.__globals__["_ARCHS"], "linear_test", lambda in_channels=3: _Linear())
-    save_checkpoint(tmp_path, "best", _Linear(), architecture="linear_test", in_channels=3, preprocess=spec, temperature=2.5)
+    save_checkpoint(
+        tmp_path, "best", _Linear(), architecture="linear_test", in_channels=3, preprocess=spec, temperature=2.5
+    )
     model, cs = load_checkpoint(tmp_path, "best")
     images = np.random.default_rng(0).normal(1.0, 0.2, (6, 3, 33, 33)).astype(np.float32)
     logits, ok, _ = stamp_logits(model, cs, images)

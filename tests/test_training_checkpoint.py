@@ -25,8 +25,19 @@ def _save(folder, name="best", arch="bottleneck_resnet_tiny", spec=PreprocessSpe
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         model(torch.randn(4, spec.out_channels(3), 17, 17)).sum().backward()
         opt.step()
-    s = ck.save_checkpoint(folder, name, model, architecture=arch, in_channels=spec.out_channels(3), preprocess=spec,
-                           train_config={"lr": 1e-3}, metrics={"val_auroc": 0.9}, data_versions={"ts": "abc"}, epoch=3, optimizer=opt)
+    s = ck.save_checkpoint(
+        folder,
+        name,
+        model,
+        architecture=arch,
+        in_channels=spec.out_channels(3),
+        preprocess=spec,
+        train_config={"lr": 1e-3},
+        metrics={"val_auroc": 0.9},
+        data_versions={"ts": "abc"},
+        epoch=3,
+        optimizer=opt,
+    )
     return model, opt, s
 
 
@@ -43,7 +54,10 @@ def test_round_trip_same_outputs_and_spec(tmp_path):
     # the same weights averaged over other views score differently, so they are another version
     averaged = {replace(s, dihedral_views=k).data_version for k in (2, 4, 8)}
     assert len(averaged) == 3 and s.data_version not in averaged
-    assert ck.CheckpointSpec.from_dict(replace(s, dihedral_views=2).to_dict()).data_version == replace(s, dihedral_views=2).data_version
+    assert (
+        ck.CheckpointSpec.from_dict(replace(s, dihedral_views=2).to_dict()).data_version
+        == replace(s, dihedral_views=2).data_version
+    )
 
 
 def test_optimizer_state_round_trip(tmp_path):
@@ -63,7 +77,9 @@ def test_rewrite_replaces_files_and_keeps_other_names(tmp_path):
     _save(tmp_path, "last", with_opt=True)
     torch.manual_seed(1)
     m = build_model("bottleneck_resnet_tiny", 3)
-    ck.save_checkpoint(tmp_path, "best", m, architecture="bottleneck_resnet_tiny", in_channels=3, preprocess=PreprocessSpec())
+    ck.save_checkpoint(
+        tmp_path, "best", m, architecture="bottleneck_resnet_tiny", in_channels=3, preprocess=PreprocessSpec()
+    )
     names = sorted(p.name for p in tmp_path.iterdir())
     assert sum(n.startswith("best-") for n in names) == 1 and sum(n.startswith("last-") for n in names) == 2
     assert not any(n.endswith(".tmp") for n in names)

@@ -10,7 +10,11 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.stamps import to_tensor_array
 from darkhaloscope.training.data import load_training_set, synthetic_arrays
 from darkhaloscope.training.dataset import (
-    AugmentedStampDataset, azimuthal_shuffle, batches_for_plan, collate_prebatched, hard_negative,
+    AugmentedStampDataset,
+    azimuthal_shuffle,
+    batches_for_plan,
+    collate_prebatched,
+    hard_negative,
 )
 from darkhaloscope.training.preprocess import PreprocessSpec, core_mask, dihedral, radial_bins
 
@@ -33,19 +37,21 @@ def _table(n=12, nan_row=None, bad_label=False):
         to_tensor_array(ctrl_rows).type,
         pa.array([r.ravel() if m else None for r, m in zip(ctrl_rows, inj)], pa.list_(pa.float32(), 3 * S * S)),
     )
-    return pa.table({
-        "object_id": pa.array(np.arange(100, 100 + n), pa.int64()),
-        "label": pa.array(label, pa.int8()),
-        "weight": pa.array(np.where(kind == "real_positive", 0.5, 1.0), pa.float32()),
-        "split": pa.array(["train", "val"] * (n // 2)),
-        "kind": pa.array(kind),
-        "tier": pa.array([("B" if k == "real_positive" else None) for k in kind], pa.string()),
-        "pool": pa.array([None] * n, pa.string()),
-        "image": to_tensor_array(img),
-        "control": ctrl,
-        "theta_e_arcsec": pa.array([1.2 if m else None for m in inj], pa.float32()),
-        "psfsize_r": pa.array(np.full(n, 1.1), pa.float32()),
-    })
+    return pa.table(
+        {
+            "object_id": pa.array(np.arange(100, 100 + n), pa.int64()),
+            "label": pa.array(label, pa.int8()),
+            "weight": pa.array(np.where(kind == "real_positive", 0.5, 1.0), pa.float32()),
+            "split": pa.array(["train", "val"] * (n // 2)),
+            "kind": pa.array(kind),
+            "tier": pa.array([("B" if k == "real_positive" else None) for k in kind], pa.string()),
+            "pool": pa.array([None] * n, pa.string()),
+            "image": to_tensor_array(img),
+            "control": ctrl,
+            "theta_e_arcsec": pa.array([1.2 if m else None for m in inj], pa.float32()),
+            "psfsize_r": pa.array(np.full(n, 1.1), pa.float32()),
+        }
+    )
 
 
 def test_load_parquet_file_and_folder(tmp_path):

@@ -60,7 +60,9 @@ def test_two_members_are_stacked_compared_and_published(tmp_path):
     assert set(choice["member_val_auroc"]) == {"bottleneck_resnet_tiny", "strided_resnet"}
     assert choice["published"] in ("stacked_ensemble", "bottleneck_resnet_tiny", "strided_resnet") and choice["reason"]
     assert len(s["members"]) == 2 and s["finished"] and s["architecture"] == choice["published"]
-    ens_dirs = [d for d in (tmp_path / "ckpt" / "runs").iterdir() if read_spec(d, "best").architecture == "stacked_ensemble"]
+    ens_dirs = [
+        d for d in (tmp_path / "ckpt" / "runs").iterdir() if read_spec(d, "best").architecture == "stacked_ensemble"
+    ]
     assert len(ens_dirs) == 1
     model, spec = load_checkpoint(ens_dirs[0], "best")
     assert spec.arch_args == {"members": ["bottleneck_resnet_tiny", "strided_resnet"], "hidden": 300}
@@ -79,9 +81,18 @@ def test_members_scored_in_the_same_pass_and_compared_on_the_same_rows():
 
     torch.manual_seed(0)
     ens = StackedEnsemble(3, ("bottleneck_resnet_tiny", "strided_resnet")).eval()
-    spec = CheckpointSpec(name="best", architecture="stacked_ensemble", in_channels=3, preprocess=PreprocessSpec(),
-                          param_count=0, param_shapes={}, weights_file="x", weights_sha256="0", temperature=2.0,
-                          arch_args={"members": ["bottleneck_resnet_tiny", "strided_resnet"], "hidden": 300})
+    spec = CheckpointSpec(
+        name="best",
+        architecture="stacked_ensemble",
+        in_channels=3,
+        preprocess=PreprocessSpec(),
+        param_count=0,
+        param_shapes={},
+        weights_file="x",
+        weights_sha256="0",
+        temperature=2.0,
+        arch_args={"members": ["bottleneck_resnet_tiny", "strided_resnet"], "hidden": 300},
+    )
     images = synthetic_arrays(12, 33, seed=1).image
     probs, ok, _, members = score_with_members(ens, spec, images)
     single, _, _ = score_stamps(ens, spec, images)
@@ -93,7 +104,9 @@ def test_members_scored_in_the_same_pass_and_compared_on_the_same_rows():
     rng = np.random.default_rng(0)
 
     def table(n, shift):
-        return pa.table({"score": rng.normal(shift, 1, n), "score_a": rng.normal(shift / 2, 1, n), "valid": np.ones(n, bool)})
+        return pa.table(
+            {"score": rng.normal(shift, 1, n), "score_a": rng.normal(shift / 2, 1, n), "valid": np.ones(n, bool)}
+        )
 
     cmp = model_comparison(table(300, 3.0), table(300, 0.0), table(40, 3.0), table(500, 0.0))
     rows = {r["model"]: r for r in cmp.to_pylist()}

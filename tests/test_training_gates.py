@@ -7,8 +7,14 @@ from torch import nn
 
 from darkhaloscope.training.data import synthetic_arrays
 from darkhaloscope.training.gates import (
-    arcs_outside_core, core_features, core_lr_gate, core_masked_drop_gate, cross_validated_lr_auc, hard_negative_gate,
-    radial_profile_lr_gate, run_gates,
+    arcs_outside_core,
+    core_features,
+    core_lr_gate,
+    core_masked_drop_gate,
+    cross_validated_lr_auc,
+    hard_negative_gate,
+    radial_profile_lr_gate,
+    run_gates,
 )
 from darkhaloscope.training.preprocess import PreprocessSpec, core_mask, preprocess, radius_grid
 
@@ -122,7 +128,13 @@ def test_hard_negative_gate_reads_the_arcs_the_psf_resolves(arc):
 
 def test_run_gates_returns_all_five(arc):
     gates = run_gates(CoherentArc(), SPEC, arc, device="cpu")
-    assert [g["name"] for g in gates] == ["core_lr_auc", "core_lr_auc_catalog", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]
+    assert [g["name"] for g in gates] == [
+        "core_lr_auc",
+        "core_lr_auc_catalog",
+        "radial_profile_lr_auc",
+        "core_masked_drop",
+        "hard_negative_auroc",
+    ]
     assert all({"name", "value", "threshold", "passed", "blocking"} <= g.keys() for g in gates)
 
 
@@ -130,11 +142,20 @@ def test_gate_registry_owns_thresholds_and_blocking_flags(arc):
     from darkhaloscope.errors import InputError
     from darkhaloscope.training.gates import BLOCKING_GATES, GATES
 
-    assert list(GATES) == ["core_lr_auc", "core_lr_auc_catalog", "radial_profile_lr_auc", "core_masked_drop", "hard_negative_auroc"]
+    assert list(GATES) == [
+        "core_lr_auc",
+        "core_lr_auc_catalog",
+        "radial_profile_lr_auc",
+        "core_masked_drop",
+        "hard_negative_auroc",
+    ]
     assert BLOCKING_GATES == {"core_lr_auc", "core_masked_drop"}
     gates = run_gates(CoherentArc(), SPEC, arc, thresholds={"hard_negative_auroc": 0.999}, device="cpu")
     by = {g["name"]: g for g in gates}
-    assert by["hard_negative_auroc"]["threshold"] == 0.999 and by["core_lr_auc"]["threshold"] == GATES["core_lr_auc"].threshold
+    assert (
+        by["hard_negative_auroc"]["threshold"] == 0.999
+        and by["core_lr_auc"]["threshold"] == GATES["core_lr_auc"].threshold
+    )
     assert all(g["blocking"] == GATES[g["name"]].blocking for g in gates)
     with pytest.raises(InputError, match="unknown gate"):
         run_gates(CoherentArc(), SPEC, arc, thresholds={"core_lr": 0.5}, device="cpu")
@@ -148,7 +169,9 @@ def test_core_gates_read_the_training_distribution_and_the_catalog_rows(core, ar
     mixed = concat_arrays([core, arc.subset(arc.kind == "injected_positive")])
     gates = {g["name"]: g for g in run_gates(CoherentArc(), SPEC, mixed, device="cpu")}
     assert gates["core_lr_auc"]["n"] == len(mixed) and gates["core_lr_auc_catalog"]["n"] == len(core)
-    assert not gates["core_lr_auc_catalog"]["passed"] and not gates["core_lr_auc_catalog"]["blocking"]  # the planted shortcut
+    assert (
+        not gates["core_lr_auc_catalog"]["passed"] and not gates["core_lr_auc_catalog"]["blocking"]
+    )  # the planted shortcut
 
 
 def _arcs_in_and_outside_the_core(host_boost: float = 1.0):
@@ -163,7 +186,11 @@ def _arcs_in_and_outside_the_core(host_boost: float = 1.0):
     kind = np.array(["negative", "injected_positive", "injected_positive"] * (n // 3), object)
     te = np.where(kind == "negative", np.nan, np.tile([np.nan, 0.5, 2.6], n // 3)).astype(np.float32)
     amp = rng.uniform(2.0, 8.0, n) * np.where(kind == "negative", 1.0, host_boost)
-    host = amp[:, None, None, None] * np.exp(-0.5 * (r / 2.0) ** 2)[None, None] * np.array([0.5, 1.0, 1.4])[None, :, None, None]
+    host = (
+        amp[:, None, None, None]
+        * np.exp(-0.5 * (r / 2.0) ** 2)[None, None]
+        * np.array([0.5, 1.0, 1.4])[None, :, None, None]
+    )
     blue = np.array([1.2, 1.0, 0.7])[None, :, None, None]
     arc = np.where((te == 0.5)[:, None, None, None], 8.0 * np.exp(-0.5 * (r / 1.5) ** 2)[None, None], 0.0)
     arc = arc + np.where((te == 2.6)[:, None, None, None], 3.0 * np.exp(-0.5 * ((r - 7.0) / 0.8) ** 2)[None, None], 0.0)
@@ -189,8 +216,14 @@ def test_masked_core_gate_is_measured_where_the_core_holds_no_arc():
     from darkhaloscope.training.data import make_arrays
 
     n = 6
-    arrays = make_arrays(np.zeros((n, 3, 101, 101), np.float32), np.array([0, 0, 1, 1, 1, 1], np.int8),
-                         kind=np.array(["negative", "negative", "real_positive", "injected_positive", "injected_positive", "injected_positive"], object))
+    arrays = make_arrays(
+        np.zeros((n, 3, 101, 101), np.float32),
+        np.array([0, 0, 1, 1, 1, 1], np.int8),
+        kind=np.array(
+            ["negative", "negative", "real_positive", "injected_positive", "injected_positive", "injected_positive"],
+            object,
+        ),
+    )
     # 5 px = 1.31 arcsec: an arc at theta_E = 1.0'' lies inside the masked core, one at 2.6'' outside
     # it with a 1.2'' PSF, one at 2.0'' is blurred into it
     arrays.theta_e_arcsec = np.array([np.nan, np.nan, np.nan, 1.0, 2.6, 2.0], np.float32)

@@ -9,7 +9,13 @@ import torch
 
 from darkhaloscope.errors import InputError
 from darkhaloscope.training.checkpoint import CheckpointSpec
-from darkhaloscope.training.inference import PreprocessedStamps, resolve_device, score_stamps, stamp_logits, validate_stamps
+from darkhaloscope.training.inference import (
+    PreprocessedStamps,
+    resolve_device,
+    score_stamps,
+    stamp_logits,
+    validate_stamps,
+)
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.preprocess import PreprocessSpec
 
@@ -79,21 +85,34 @@ def test_device_resolution(monkeypatch):
 def _views(x: np.ndarray) -> list[np.ndarray]:
     """The 8 flips and 90° rotations of (N, C, H, W) stamps in the library's code order (code c:
     mirrored if c & 4, then rotated c & 3 times), by numpy (independent of the library's)."""
-    return [np.ascontiguousarray(np.rot90(np.flip(x, -1) if f else x, k, axes=(-2, -1))) for f in (0, 1) for k in range(4)]
+    return [
+        np.ascontiguousarray(np.rot90(np.flip(x, -1) if f else x, k, axes=(-2, -1))) for f in (0, 1) for k in range(4)
+    ]
 
 
 @pytest.mark.parametrize("views", [2, 4, 8])
 def test_dihedral_views_average_their_subgroup_and_score_it_alike(model, views):
     x = np.random.default_rng(2).normal(1, 0.1, (5, 3, 33, 33)).astype(np.float32)
     x[:, :, 10:14, 20:23] += 2.0  # an off-centre blob, so the views differ
-    spec = CheckpointSpec(name="best", architecture="bottleneck_resnet_tiny", in_channels=3, preprocess=PreprocessSpec(),
-                          param_count=0, param_shapes={}, weights_file="x", weights_sha256="0", dihedral_views=views)
+    spec = CheckpointSpec(
+        name="best",
+        architecture="bottleneck_resnet_tiny",
+        in_channels=3,
+        preprocess=PreprocessSpec(),
+        param_count=0,
+        param_shapes={},
+        weights_file="x",
+        weights_sha256="0",
+        dihedral_views=views,
+    )
     group = {2: (0, 2), 4: (0, 2, 4, 6), 8: tuple(range(8))}[views]  # 180° rotation; and the axis mirrors; all
     averaged = stamp_logits(model, spec, x, device="cpu")[0]
     singles = [stamp_logits(model, PreprocessSpec(), v, device="cpu")[0] for v in _views(x)]
     np.testing.assert_allclose(averaged, np.mean([singles[c] for c in group], axis=0), rtol=0, atol=1e-6)
     assert np.ptp(singles, axis=0).min() > 1e-4  # one view alone depends on the orientation
     for c in group:
-        np.testing.assert_allclose(stamp_logits(model, spec, _views(x)[c], device="cpu")[0], averaged, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(
+            stamp_logits(model, spec, _views(x)[c], device="cpu")[0], averaged, rtol=0, atol=1e-6
+        )
     with pytest.raises(InputError, match="dihedral_views"):
         stamp_logits(model, replace(spec, dihedral_views=3), x, device="cpu")

@@ -30,8 +30,19 @@ def data():
 
 
 def _cfg(**kw):
-    base = dict(arch="bottleneck_resnet_tiny", epochs=4, batch_size=32, lr=1e-2, warmup_epochs=0.5, patience=0,
-                seed=7, hard_negative_prob=0.2, core_dropout=0.2, checkpoint_every_steps=2, device="cpu")
+    base = dict(
+        arch="bottleneck_resnet_tiny",
+        epochs=4,
+        batch_size=32,
+        lr=1e-2,
+        warmup_epochs=0.5,
+        patience=0,
+        seed=7,
+        hard_negative_prob=0.2,
+        core_dropout=0.2,
+        checkpoint_every_steps=2,
+        device="cpu",
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -62,7 +73,9 @@ def test_learns_signal_and_writes_artifacts(reference):
     assert best.epoch == res.best_epoch + 1 and best.preprocess == SPEC and best.data_versions == VERSIONS
     # the full validation metrics of the best weights are in its spec, not only in metrics.json
     v = best.metrics["validation"]
-    assert v["auroc"] == pytest.approx(res.val_metrics["auroc"]) and best.metrics["val_auroc"] == pytest.approx(res.best_val_auroc)
+    assert v["auroc"] == pytest.approx(res.val_metrics["auroc"]) and best.metrics["val_auroc"] == pytest.approx(
+        res.best_val_auroc
+    )
     assert {"average_precision", "tpr_at_fpr_1e-2", "tpr_at_fpr_1e-3", "tpr_at_fpr_1e-4", "recall_at_0.5"} <= set(v)
     assert res.best == best
     # calibrated on the validation split: the temperature is in the spec, scoring applies it
@@ -172,9 +185,14 @@ def test_run_key_names_what_shapes_the_weights():
     assert k == run_key(_cfg(), SPEC, dict(VERSIONS)) and len(k) == 16
     assert k == run_key(_cfg(lr=0.01, epochs=4), SPEC, VERSIONS)  # 1e-2 is 0.01
     assert k == run_key(_cfg(device="cuda", num_workers=3, checkpoint_every_steps=9, val_batch_size=7), SPEC, VERSIONS)
-    others = {run_key(_cfg(lr=5e-3), SPEC, VERSIONS), run_key(_cfg(seed=8), SPEC, VERSIONS), run_key(_cfg(arch="bottleneck_resnet"), SPEC, VERSIONS),
-              run_key(_cfg(), PreprocessSpec(clip=5.0), VERSIONS), run_key(_cfg(), SPEC, {"training_set": "synthetic-v2"}),
-              run_key(_cfg(dihedral_views=4), SPEC, VERSIONS)}
+    others = {
+        run_key(_cfg(lr=5e-3), SPEC, VERSIONS),
+        run_key(_cfg(seed=8), SPEC, VERSIONS),
+        run_key(_cfg(arch="bottleneck_resnet"), SPEC, VERSIONS),
+        run_key(_cfg(), PreprocessSpec(clip=5.0), VERSIONS),
+        run_key(_cfg(), SPEC, {"training_set": "synthetic-v2"}),
+        run_key(_cfg(dihedral_views=4), SPEC, VERSIONS),
+    }
     assert len(others) == 6 and k not in others
     # a per-call time limit never decides the weights, so it does not name the run
     assert run_key(_cfg(max_minutes=3.0), SPEC, VERSIONS) == run_key(_cfg(max_minutes=2.0), SPEC, VERSIONS) == k

@@ -49,11 +49,17 @@ def test_channels_last_compute_layout_stays_out_of_checkpoints(arch, tmp_path):
     m = build_model(arch, 6).eval()
     convs = [t for t in m.state_dict().values() if t.ndim == 4 and t.shape[-1] > 1]
     assert convs and all(t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous() for t in convs)
-    save_checkpoint(tmp_path, "best", m, architecture=arch, in_channels=6, preprocess=PreprocessSpec(crop=49, residual="append"))
+    save_checkpoint(
+        tmp_path, "best", m, architecture=arch, in_channels=6, preprocess=PreprocessSpec(crop=49, residual="append")
+    )
     state = load_file(next(tmp_path.glob("best-*.safetensors")))
     assert all(t.is_contiguous() for t in state.values())
     loaded, _ = load_checkpoint(tmp_path, "best")
-    assert all(t.is_contiguous(memory_format=torch.channels_last) for t in loaded.state_dict().values() if t.ndim == 4 and t.shape[-1] > 1)
+    assert all(
+        t.is_contiguous(memory_format=torch.channels_last)
+        for t in loaded.state_dict().values()
+        if t.ndim == 4 and t.shape[-1] > 1
+    )
     x = torch.randn(4, 6, 49, 49)
     with torch.no_grad():
         assert torch.equal(m(x), loaded.eval()(x))

@@ -5,14 +5,26 @@ import pytest
 import torch
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.training.preprocess import (PreprocessSpec, annulus_stats, antisymmetric_part, asinh, core_mask, light_centre,
-                                               preprocess, radius_grid, subtract_radial_profile)
+from darkhaloscope.training.preprocess import (
+    PreprocessSpec,
+    annulus_stats,
+    antisymmetric_part,
+    asinh,
+    core_mask,
+    light_centre,
+    preprocess,
+    radius_grid,
+    subtract_radial_profile,
+)
 
 
 def test_spec_json_round_trip():
-    for spec in (PreprocessSpec(), PreprocessSpec(annulus_frac=(0.5, 0.8), clip=20.0, crop=65, residual="append"),
-                 PreprocessSpec(residual="append", stretch="asinh", colour_difference=True),
-                 PreprocessSpec(crop=49, residual="append", stretch="asinh", colour_difference=True, antisymmetric=True)):
+    for spec in (
+        PreprocessSpec(),
+        PreprocessSpec(annulus_frac=(0.5, 0.8), clip=20.0, crop=65, residual="append"),
+        PreprocessSpec(residual="append", stretch="asinh", colour_difference=True),
+        PreprocessSpec(crop=49, residual="append", stretch="asinh", colour_difference=True, antisymmetric=True),
+    ):
         assert PreprocessSpec.from_json(spec.to_json()) == spec
         assert PreprocessSpec.from_dict(spec.to_dict()) == spec
     with pytest.raises(InputError, match="unknown fields"):
@@ -51,7 +63,9 @@ def test_robust_normalisation_nan_and_clip():
 def test_residual_removes_radial_profile_and_crop():
     r = radius_grid(33, 33)
     host = np.exp(-0.5 * (r / 3.0) ** 2) * 50
-    x = np.broadcast_to(host, (2, 3, 33, 33)).astype(np.float32) + np.random.default_rng(1).normal(0, 1, (2, 3, 33, 33)).astype(np.float32)
+    x = np.broadcast_to(host, (2, 3, 33, 33)).astype(np.float32) + np.random.default_rng(1).normal(
+        0, 1, (2, 3, 33, 33)
+    ).astype(np.float32)
     raw = preprocess(x, PreprocessSpec())
     both = preprocess(x, PreprocessSpec(residual="append"))
     res = preprocess(x, PreprocessSpec(residual="replace", crop=11))
@@ -106,7 +120,9 @@ def test_antisymmetric_part_cancels_an_off_centre_elliptical_host_and_keeps_an_a
     size, dx, dy = 49, 0.37, -0.21
     host = _elliptical_host(size, dx, dy, 400.0)
     r = radius_grid(size, size)
-    blob = 20.0 * np.exp(-0.5 * ((np.arange(size)[None, :] - 32.0) ** 2 + (np.arange(size)[:, None] - 24.0) ** 2) / 1.5**2)
+    blob = 20.0 * np.exp(
+        -0.5 * ((np.arange(size)[None, :] - 32.0) ** 2 + (np.arange(size)[:, None] - 24.0) ** 2) / 1.5**2
+    )
     noise = rng.standard_normal((3, size, size))  # the same in both: their difference is the blob's
     z = torch.from_numpy(np.stack([host + noise, host + blob + noise])).to(torch.float32)
     cx, cy = light_centre(z)
@@ -136,7 +152,9 @@ def test_antisymmetric_channels_follow_the_other_channels():
 
 def test_asinh_matches_the_float64_reference_to_float32_round_off():
     rng = np.random.default_rng(3)
-    x = np.concatenate([rng.standard_normal(50_000) * s for s in (1e-6, 1e-2, 1.0, 30.0, 1e4, 1e12, 1e29)]).astype(np.float32)
+    x = np.concatenate([rng.standard_normal(50_000) * s for s in (1e-6, 1e-2, 1.0, 30.0, 1e4, 1e12, 1e29)]).astype(
+        np.float32
+    )
     x = np.r_[x, 0.0, -0.0, np.finfo(np.float32).tiny, -1e30].astype(np.float32)
     got = asinh(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(got, np.arcsinh(x.astype(np.float64)), rtol=1e-6, atol=3e-7)

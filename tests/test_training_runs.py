@@ -18,8 +18,16 @@ from darkhaloscope.training.preprocess import PreprocessSpec
 
 torch.set_num_threads(1)
 SPEC = PreprocessSpec()
-CONFIG = TrainConfig(arch="bottleneck_resnet_tiny", epochs=1, batch_size=32, lr=0.01, patience=0, device="cpu",
-                     hard_negative_prob=0.2, checkpoint_every_steps=0)
+CONFIG = TrainConfig(
+    arch="bottleneck_resnet_tiny",
+    epochs=1,
+    batch_size=32,
+    lr=0.01,
+    patience=0,
+    device="cpu",
+    hard_negative_prob=0.2,
+    checkpoint_every_steps=0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +59,10 @@ def test_new_inputs_train_anew_completed_runs_are_reused_and_reaudited(data, oth
     assert not (out / "best.json").exists()  # training never publishes
     b1 = read_spec(run1, "best")
     assert s1["data_version"] == b1.weights_sha256 and b1.data_versions == {"training_set": "v1"}
-    assert s1["val_metrics"]["auroc"] == pytest.approx(b1.metrics["validation"]["auroc"]) and s1["temperature"] == b1.temperature
+    assert (
+        s1["val_metrics"]["auroc"] == pytest.approx(b1.metrics["validation"]["auroc"])
+        and s1["temperature"] == b1.temperature
+    )
     # new data or another config: a new run from scratch
     s2 = _train(other, out, version="v2")
     s3 = _train(data, out, config=TrainConfig(**{**CONFIG.to_dict(), "lr": 5e-3}))
@@ -83,7 +94,13 @@ def test_published_files_are_the_audited_best_in_commit_order(data, other, tmp_p
     good = _train(data, tmp_path / "runs")
     files = runs.published_files(good["run_dir"])
     spec = read_spec(good["run_dir"], "best")
-    assert [n for n, _ in files] == [spec.weights_file, "best.json", "metrics.json", "training_curves.png", "gates.json"]
+    assert [n for n, _ in files] == [
+        spec.weights_file,
+        "best.json",
+        "metrics.json",
+        "training_curves.png",
+        "gates.json",
+    ]
     published = json.loads(dict(files)["best.json"])
     assert published["weights_sha256"] == good["data_version"] and published["optimizer_file"] is None
     # a run whose blocking core gate fails (threshold 0: no AUROC is below it) still gives its files

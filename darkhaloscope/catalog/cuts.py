@@ -352,7 +352,10 @@ def describe_objects(table: pa.Table, config: NegativeSelectionConfig) -> dict[s
         oid = make_object_id(_int(table, "release", -1), _int(table, "brickid", -1), _int(table, "objid", -1))
     types = _types(table)
     types_np = types.to_numpy(zero_copy_only=False).astype(object)
-    mags = {b: flux_to_mag(_float(table, f"flux_{b}")) if f"flux_{b}" in table.column_names else np.full(n, np.nan) for b in ("g", "r", "z", "w1")}
+    mags = {
+        b: flux_to_mag(_float(table, f"flux_{b}")) if f"flux_{b}" in table.column_names else np.full(n, np.nan)
+        for b in ("g", "r", "z", "w1")
+    }
     hp = _int(table, hp_name, -1) if hp_name in table.column_names else sky.healpix_nested(ra, dec, SPLIT_NSIDE)
     if (hp < 0).any():
         raise InputError(f"column {hp_name!r} has null or negative values")
@@ -448,7 +451,9 @@ def select_negatives(
     return negatives_from_selected(table.take(pa.array(rows, pa.int64())), config), funnel
 
 
-def preselection(table: pa.Table, config: NegativeSelectionConfig = NegativeSelectionConfig()) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def preselection(
+    table: pa.Table, config: NegativeSelectionConfig = NegativeSelectionConfig()
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """(pass mask, {step: rows that step removed}) of every cut before the known-lens exclusion:
     the galaxies a survey-wide search covers, and the first steps of the negatives' funnel."""
     masks = cut_masks(table, config)
@@ -461,7 +466,9 @@ def preselection(table: pa.Table, config: NegativeSelectionConfig = NegativeSele
 
 
 def selected_rows(
-    table: pa.Table, known_lenses: "KnownLensIndex | pa.Table", config: NegativeSelectionConfig = NegativeSelectionConfig()
+    table: pa.Table,
+    known_lenses: "KnownLensIndex | pa.Table",
+    config: NegativeSelectionConfig = NegativeSelectionConfig(),
 ) -> tuple[np.ndarray, dict[str, dict[str, int]]]:
     """Row indices of ``table`` that pass every cut, and the funnel (see :func:`select_negatives`)."""
     index = known_lenses if isinstance(known_lenses, KnownLensIndex) else KnownLensIndex.from_table(known_lenses)
@@ -517,7 +524,9 @@ SELECTION_COLUMN = "selection"
 def funnel_with_selection(funnel: dict[str, dict[str, int]], config: NegativeSelectionConfig) -> pa.Table:
     """:func:`funnel_table` plus the selection as run, on every row."""
     table = funnel_table(funnel)
-    return table.append_column(SELECTION_COLUMN, pa.array([json.dumps(config.to_dict(), sort_keys=True)] * table.num_rows, pa.string()))
+    return table.append_column(
+        SELECTION_COLUMN, pa.array([json.dumps(config.to_dict(), sort_keys=True)] * table.num_rows, pa.string())
+    )
 
 
 def recorded_selection(funnel: pa.Table) -> NegativeSelectionConfig:
@@ -527,7 +536,9 @@ def recorded_selection(funnel: pa.Table) -> NegativeSelectionConfig:
         raise InputError("selection_funnel records no selection: materialize negatives again")
     found = pc.unique(funnel.column(SELECTION_COLUMN)).to_pylist()
     if len(found) != 1:
-        raise InputError(f"negatives partitions were built with {len(found)} different selections: materialize negatives (every partition) again")
+        raise InputError(
+            f"negatives partitions were built with {len(found)} different selections: materialize negatives (every partition) again"
+        )
     return NegativeSelectionConfig.from_dict(json.loads(found[0]))
 
 

@@ -75,7 +75,9 @@ def stratum_keys(table: pa.Table) -> np.ndarray:
 
 def _group_codes(negatives: pa.Table) -> tuple[list[tuple[str, str]], np.ndarray]:
     """(stratum, pool) groups of the negatives and each row's group code."""
-    key = pc.binary_join_element_wise(negatives.column("nobs_z_bin"), negatives.column("type_bin"), negatives.column("pool"), "|")
+    key = pc.binary_join_element_wise(
+        negatives.column("nobs_z_bin"), negatives.column("type_bin"), negatives.column("pool"), "|"
+    )
     enc = pc.dictionary_encode(key).combine_chunks()
     names = [tuple(k.rsplit("|", 1)) for k in enc.dictionary.to_pylist()]
     return names, enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)

@@ -38,7 +38,14 @@ from .crossmatch import (
     match_candidates,
     reduce_matches,
 )
-from .cuts import FUNNEL_SCHEMA, NEGATIVE_SCHEMA, KnownLensIndex, NegativeSelectionConfig, funnel_from_table, funnel_table
+from .cuts import (
+    FUNNEL_SCHEMA,
+    NEGATIVE_SCHEMA,
+    KnownLensIndex,
+    NegativeSelectionConfig,
+    funnel_from_table,
+    funnel_table,
+)
 from .sampling import (
     N1_FRACTION,
     NEGATIVES_PER_POSITIVE,
@@ -100,7 +107,9 @@ def _spark_schema(schema: pa.Schema):
 
 def _over_sweep_files(spark, names: list[str], task: Callable[[str], pa.Table], out_schema: pa.Schema):
     """Lazy DataFrame of ``out_schema``: one Spark task per sweep file, each yielding ``task(name)``."""
-    files = spark.createDataFrame(spark.sparkContext.parallelize([(n,) for n in names], max(1, len(names))), "sweep_file string")
+    files = spark.createDataFrame(
+        spark.sparkContext.parallelize([(n,) for n in names], max(1, len(names))), "sweep_file string"
+    )
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -110,8 +119,13 @@ def _over_sweep_files(spark, names: list[str], task: Callable[[str], pa.Table], 
     return files.mapInArrow(run, _spark_schema(out_schema))
 
 
-def map_sweep_files(spark, sweeps: PartitionedTable, task: Callable[[str], pa.Table], out_schema: pa.Schema,
-                    names: list[str] | None = None) -> pa.Table:
+def map_sweep_files(
+    spark,
+    sweeps: PartitionedTable,
+    task: Callable[[str], pa.Table],
+    out_schema: pa.Schema,
+    names: list[str] | None = None,
+) -> pa.Table:
     """Run ``task(sweep_file) -> Arrow table`` on the executors, one Spark task per partition of
     ``sweeps`` (or per sweep file in ``names``), and collect the (small) results on the driver as
     one table of ``out_schema``."""
@@ -132,8 +146,13 @@ def negatives_dataframe(spark, negatives: PartitionedTable, names: list[str] | N
 
 
 def negatives_on_spark(
-    spark, sweeps: PartitionedTable, known_lenses: pa.Table, negatives: PartitionedTable,
-    config: NegativeSelectionConfig = NegativeSelectionConfig(), *, names: list[str] | None = None,
+    spark,
+    sweeps: PartitionedTable,
+    known_lenses: pa.Table,
+    negatives: PartitionedTable,
+    config: NegativeSelectionConfig = NegativeSelectionConfig(),
+    *,
+    names: list[str] | None = None,
 ) -> dict[str, dict[str, int]]:
     """Build the ``negatives`` partition of every sweep file of ``sweeps`` (or of the files
     ``names``) on the executors (:func:`sweep_tasks.build_negative_partition`, one task per file),
@@ -197,7 +216,9 @@ def training_catalog_on_spark(
     pos = eligible_positives(positives.cast(POSITIVE_SCHEMA) if positives.num_rows else POSITIVE_SCHEMA.empty_table())
     keys, counts = np.unique(stratum_keys(pos).astype(str), return_counts=True)
     negatives = negatives.withColumn("_stratum", F.concat_ws("|", "nobs_z_bin", "type_bin"))
-    avail = {(r["_stratum"], r["pool"]): int(r["count"]) for r in negatives.groupBy("_stratum", "pool").count().collect()}
+    avail = {
+        (r["_stratum"], r["pool"]): int(r["count"]) for r in negatives.groupBy("_stratum", "pool").count().collect()
+    }
     quotas = stratum_quotas(dict(zip(keys, counts)), avail, ratio, n1_fraction)
     q = quotas.to_pydict()
     groups = {}
@@ -208,26 +229,42 @@ def training_catalog_on_spark(
     if not groups:
         return assemble_catalog(pos, NEGATIVE_SCHEMA.empty_table(), salt), quotas
 
-    hashed_schema = pa.schema([*(f.with_nullable(True) for f in NEGATIVE_SCHEMA), pa.field("_stratum", pa.string()), pa.field("_h", pa.float64())])
+    hashed_schema = pa.schema(
+        [
+            *(f.with_nullable(True) for f in NEGATIVE_SCHEMA),
+            pa.field("_stratum", pa.string()),
+            pa.field("_h", pa.float64()),
+        ]
+    )
 
     def add_hash(batches):
         for b in batches:
             yield pa.RecordBatch.from_arrays(
-                [*(b.column(f.name) for f in hashed_schema if f.name != "_h"), pa.array(sample_hash(b.column("object_id").to_numpy(zero_copy_only=False), salt))],
+                [
+                    *(b.column(f.name) for f in hashed_schema if f.name != "_h"),
+                    pa.array(sample_hash(b.column("object_id").to_numpy(zero_copy_only=False), salt)),
+                ],
                 schema=hashed_schema,
             )
 
     hashed = negatives.mapInArrow(add_hash, _spark_schema(hashed_schema))
     w = Window.partitionBy("_stratum", "pool").orderBy("_h", "object_id")
     for _attempt in range(2):
-        limits = spark.createDataFrame([(s, p, int(k), float(t)) for (s, p), (k, t) in sorted(groups.items())], "_stratum string, pool string, _k long, _t double")
+        limits = spark.createDataFrame(
+            [(s, p, int(k), float(t)) for (s, p), (k, t) in sorted(groups.items())],
+            "_stratum string, pool string, _k long, _t double",
+        )
         kept = hashed.join(F.broadcast(limits), ["_stratum", "pool"]).filter(F.col("_h") < F.col("_t"))
         ranked = kept.withColumn("_rank", F.row_number().over(w)).filter(F.col("_rank") <= F.col("_k"))
         selected = ranked.select(*[f.name for f in NEGATIVE_SCHEMA]).toArrow()
         got = {}
         sk = stratum_keys(selected).astype(str) if selected.num_rows else np.zeros(0, dtype=str)
-        pl = np.asarray(selected.column("pool").to_pylist(), dtype=object).astype(str) if selected.num_rows else np.zeros(0, dtype=str)
-        for (s, p) in groups:
+        pl = (
+            np.asarray(selected.column("pool").to_pylist(), dtype=object).astype(str)
+            if selected.num_rows
+            else np.zeros(0, dtype=str)
+        )
+        for s, p in groups:
             got[(s, p)] = int(((sk == s) & (pl == p)).sum())
         short = {g for g, (k, t) in groups.items() if got[g] < k and t < 1.0}
         if not short:

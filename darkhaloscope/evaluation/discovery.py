@@ -23,13 +23,17 @@ DEFAULT_MATCH_RADIUS_ARCSEC = 1.5
 #: Arc S/N bin edges (r band, lensing.render.arc_snr) of the recovery table.
 DEFAULT_SNR_EDGES = (0.0, 2.0, 5.0, 10.0, 20.0, 50.0, np.inf)
 
-RECOVERY_SCHEMA = pa.schema([
-    pa.field("snr_lo", pa.float64(), metadata={"description": "arc S/N bin lower edge (inclusive)"}),
-    pa.field("snr_hi", pa.float64(), metadata={"description": "arc S/N bin upper edge (exclusive)"}),
-    pa.field("n_hidden", pa.int64(), metadata={"description": "hidden lenses in the bin"}),
-    pa.field("n_recovered", pa.int64(), metadata={"description": "of them, matched by a candidate"}),
-    pa.field("recovered_fraction", pa.float64(), metadata={"description": "n_recovered / n_hidden (null when empty)"}),
-])
+RECOVERY_SCHEMA = pa.schema(
+    [
+        pa.field("snr_lo", pa.float64(), metadata={"description": "arc S/N bin lower edge (inclusive)"}),
+        pa.field("snr_hi", pa.float64(), metadata={"description": "arc S/N bin upper edge (exclusive)"}),
+        pa.field("n_hidden", pa.int64(), metadata={"description": "hidden lenses in the bin"}),
+        pa.field("n_recovered", pa.int64(), metadata={"description": "of them, matched by a candidate"}),
+        pa.field(
+            "recovered_fraction", pa.float64(), metadata={"description": "n_recovered / n_hidden (null when empty)"}
+        ),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -83,9 +87,13 @@ def _pairs(a: SkyCoord, b: SkyCoord, radius_arcsec: float) -> tuple[np.ndarray, 
     return np.asarray(ia, np.int64), np.asarray(ib, np.int64), sep.to_value(u.arcsec)
 
 
-def hidden_lens_recovery(candidates: pa.Table, hidden_truth: pa.Table, known_lenses: pa.Table,
-                         radius_arcsec: float = DEFAULT_MATCH_RADIUS_ARCSEC,
-                         snr_edges=DEFAULT_SNR_EDGES) -> DiscoveryReport:
+def hidden_lens_recovery(
+    candidates: pa.Table,
+    hidden_truth: pa.Table,
+    known_lenses: pa.Table,
+    radius_arcsec: float = DEFAULT_MATCH_RADIUS_ARCSEC,
+    snr_edges=DEFAULT_SNR_EDGES,
+) -> DiscoveryReport:
     """Score ``candidates`` (ra, dec [deg], rank; other columns kept) against the hidden-lens truth
     (ra, dec, arc_snr) and the known lenses (ra, dec): recovery by arc S/N bin (``snr_edges``,
     increasing; a lens outside them is in no bin) and the class of every candidate (module doc).
@@ -113,11 +121,14 @@ def hidden_lens_recovery(candidates: pa.Table, hidden_truth: pa.Table, known_len
     match[kc] = "known"
     match[ic] = "hidden"
     hidden = hidden_truth.append_column("recovered", pa.array(recovered))
-    hidden = hidden.append_column("candidate_rank", pa.array(np.where(recovered, best_rank, 0).astype(np.int64), mask=~recovered))
+    hidden = hidden.append_column(
+        "candidate_rank", pa.array(np.where(recovered, best_rank, 0).astype(np.int64), mask=~recovered)
+    )
     hidden = hidden.append_column("separation_arcsec", pa.array(best_sep, mask=~recovered))
     snr = hidden_truth.column("arc_snr").to_numpy(zero_copy_only=False).astype(np.float64)
-    return DiscoveryReport(_by_snr(snr, recovered, edges), hidden,
-                           candidates.append_column("match", pa.array(match.tolist(), pa.string())))
+    return DiscoveryReport(
+        _by_snr(snr, recovered, edges), hidden, candidates.append_column("match", pa.array(match.tolist(), pa.string()))
+    )
 
 
 def _by_snr(snr: np.ndarray, recovered: np.ndarray, edges: np.ndarray) -> pa.Table:

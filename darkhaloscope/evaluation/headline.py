@@ -83,9 +83,15 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     return float(spearmanr(x, y).statistic)
 
 
-def headline(lens_finder: pa.Table, injection_scores: pa.Table | ds.Dataset, cutout_scores: pa.Table,
-             thresholds: pa.Table, real_lens_recall: pa.Table, graded_lenses=(),
-             hidden_lenses: np.ndarray | None = None) -> dict:
+def headline(
+    lens_finder: pa.Table,
+    injection_scores: pa.Table | ds.Dataset,
+    cutout_scores: pa.Table,
+    thresholds: pa.Table,
+    real_lens_recall: pa.Table,
+    graded_lenses=(),
+    hidden_lenses: np.ndarray | None = None,
+) -> dict:
     """The headline numbers (module docstring) of the published evaluation tables.
 
     ``lens_finder``: the registry table (one row: ``val_auroc``, ``metrics`` JSON with ``gates``,
@@ -111,8 +117,9 @@ def headline(lens_finder: pa.Table, injection_scores: pa.Table | ds.Dataset, cut
         raise InputError(f"thresholds: {HEADLINE_THRESHOLD} is not resolvable on these held-out negatives")
     recall = _named_row(real_lens_recall, "real_lens_recall", threshold_name=HEADLINE_THRESHOLD, tier="all")
     ok, ctrl_ok = (_column(rows, "valid").astype(bool) for rows in (inj, ctrl))
-    p, snr, te, fwhm, inj_host = (_column(inj, c, ok)
-                                  for c in ("score", "arc_snr", "theta_e_arcsec", "psf_fwhm_r", "host_object_id"))
+    p, snr, te, fwhm, inj_host = (
+        _column(inj, c, ok) for c in ("score", "arc_snr", "theta_e_arcsec", "psf_fwhm_r", "host_object_id")
+    )
     ctrl_p, ctrl_snr, ctrl_host = (_column(ctrl, c, ctrl_ok) for c in ("score", "arc_snr", "host_object_id"))
     pool_of = dict(zip(_column(cutout_scores, "object_id").tolist(), _column(cutout_scores, "pool").tolist()))
     missing = sorted(set(inj_host.tolist()) - pool_of.keys())
@@ -136,38 +143,69 @@ def headline(lens_finder: pa.Table, injection_scores: pa.Table | ds.Dataset, cut
         "injection_hosts": int(np.unique(inj_host).size),
         "test_auroc_injections_vs_controls_by_host_pool": {
             str(k): [auroc_of(p[inj_pool == k], ctrl_p[ctrl_pool == k]), int(np.unique(inj_host[inj_pool == k]).size)]
-            for k in np.unique(inj_pool)},
+            for k in np.unique(inj_pool)
+        },
         "test_auroc_real_vs_negatives": auroc_of(real_s, neg_s),
         # the evaluation report's intervals: the injections resampled by host, the rest by galaxy
-        "test_auroc_ci95": {r["comparison"]: [round(r["ci95_lo"], 4), round(r["ci95_hi"], 4)]
-                            for r in auroc_intervals(inj, ctrl, real, neg).to_pylist()},
-        "threshold": HEADLINE_THRESHOLD, "threshold_value": t, "n_held_out_negatives": int(neg.num_rows),
+        "test_auroc_ci95": {
+            r["comparison"]: [round(r["ci95_lo"], 4), round(r["ci95_hi"], 4)]
+            for r in auroc_intervals(inj, ctrl, real, neg).to_pylist()
+        },
+        "threshold": HEADLINE_THRESHOLD,
+        "threshold_value": t,
+        "n_held_out_negatives": int(neg.num_rows),
         "completeness_by_arc_snr": completeness_by_snr(p, snr, t),
         "completeness_by_arc_snr_resolved": completeness_by_snr(p[resolved], snr[resolved], t),
         "controls_above_threshold_by_arc_snr": completeness_by_snr(ctrl_p, ctrl_snr, t),
         "completeness_all": detected_fraction(p, t),
         "recall_test_known_lenses": [recall["n_detected"], recall["n"]],
         "completeness_by_theta_e": {f"{k:.2f}": round(v, 3) for k, v in zip(theta_e, by_te)},
-        "arc_snr_ge_20_by_theta_e": {f"{v:.2f}": {"completeness": detected_fraction(p[m], t), "n": int(m.sum()),
-                                                  "unresolved": round(float(np.mean(~resolved[m])), 2)}
-                                     for v in theta_e if (m := (te == v) & (snr >= 20)).any()},
+        "arc_snr_ge_20_by_theta_e": {
+            f"{v:.2f}": {
+                "completeness": detected_fraction(p[m], t),
+                "n": int(m.sum()),
+                "unresolved": round(float(np.mean(~resolved[m])), 2),
+            }
+            for v in theta_e
+            if (m := (te == v) & (snr >= 20)).any()
+        },
         "spearman_theta_e": round(spearman(theta_e, by_te), 3),
         "gates": {g["name"]: [round(g["value"], 4), g["passed"]] for g in gates},
-        "ece_before_after": ([round(cal["ece_before"], 4), round(cal["ece_after"], 4)]
-                             if (cal := metrics.get("calibration")) else None),
-        "best_epoch": metrics["best_epoch"], "epochs_run": metrics["epochs_run"],
+        "ece_before_after": (
+            [round(cal["ece_before"], 4), round(cal["ece_after"], 4)] if (cal := metrics.get("calibration")) else None
+        ),
+        "best_epoch": metrics["best_epoch"],
+        "epochs_run": metrics["epochs_run"],
     }
     if hidden_lenses is not None:
         neg_ok = _column(neg, "valid").astype(bool)
         out["without_hidden_lenses"] = without_hidden_lenses(
-            _column(neg, "score", neg_ok), _column(neg, "object_id", neg_ok), np.asarray(hidden_lenses), real_s,
-            p, snr, resolved, inj_host, ctrl_p, ctrl_host)
+            _column(neg, "score", neg_ok),
+            _column(neg, "object_id", neg_ok),
+            np.asarray(hidden_lenses),
+            real_s,
+            p,
+            snr,
+            resolved,
+            inj_host,
+            ctrl_p,
+            ctrl_host,
+        )
     return out
 
 
-def without_hidden_lenses(neg_scores: np.ndarray, neg_ids: np.ndarray, hidden_ids: np.ndarray, real: np.ndarray,
-                          p: np.ndarray, snr: np.ndarray, resolved: np.ndarray, inj_host: np.ndarray,
-                          ctrl: np.ndarray, ctrl_host: np.ndarray) -> dict:
+def without_hidden_lenses(
+    neg_scores: np.ndarray,
+    neg_ids: np.ndarray,
+    hidden_ids: np.ndarray,
+    real: np.ndarray,
+    p: np.ndarray,
+    snr: np.ndarray,
+    resolved: np.ndarray,
+    inj_host: np.ndarray,
+    ctrl: np.ndarray,
+    ctrl_host: np.ndarray,
+) -> dict:
     """The headline threshold, recall and completeness had the held-out negatives (scores
     ``neg_scores`` of ``neg_ids``) held none of the lenses ``hidden_ids``, and the AUROC of the
     injections (scores ``p``, arc S/N ``snr``, ``resolved``, hosts ``inj_host``) against their
@@ -177,10 +215,13 @@ def without_hidden_lenses(neg_scores: np.ndarray, neg_ids: np.ndarray, hidden_id
     clean = neg_scores[~np.isin(neg_ids, hidden_ids)]
     t, _ = order_statistic_threshold(np.sort(clean)[::-1], HEADLINE_FPR)
     lens_host, lens_ctrl = np.isin(inj_host, hidden_ids), np.isin(ctrl_host, hidden_ids)
-    return {"hidden_lenses_among_held_out_negatives": int(neg_scores.size - clean.size), "threshold_value": float(t),
-            "hidden_lenses_among_injection_hosts": int(np.unique(inj_host[lens_host]).size),
-            "test_auroc_injections_vs_controls": auroc_of(p[~lens_host], ctrl[~lens_ctrl]),
-            "test_auroc_real_vs_negatives": auroc_of(real, clean),
-            "recall_test_known_lenses": detected_fraction(real, t),
-            "completeness_by_arc_snr": completeness_by_snr(p, snr, t),
-            "completeness_by_arc_snr_resolved": completeness_by_snr(p[resolved], snr[resolved], t)}
+    return {
+        "hidden_lenses_among_held_out_negatives": int(neg_scores.size - clean.size),
+        "threshold_value": float(t),
+        "hidden_lenses_among_injection_hosts": int(np.unique(inj_host[lens_host]).size),
+        "test_auroc_injections_vs_controls": auroc_of(p[~lens_host], ctrl[~lens_ctrl]),
+        "test_auroc_real_vs_negatives": auroc_of(real, clean),
+        "recall_test_known_lenses": detected_fraction(real, t),
+        "completeness_by_arc_snr": completeness_by_snr(p, snr, t),
+        "completeness_by_arc_snr_resolved": completeness_by_snr(p[resolved], snr[resolved], t),
+    }

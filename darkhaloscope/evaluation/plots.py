@@ -24,8 +24,10 @@ from ..imaging.cutout_io import asinh_rgb
 from ..stats import roc_auc, roc_curve
 from .thresholds import require_columns, valid_scores
 
-_STYLE = ["default", {"font.size": 8, "figure.dpi": 100, "savefig.dpi": 100,
-                      "image.interpolation": "nearest", "hatch.linewidth": 0.6}]
+_STYLE = [
+    "default",
+    {"font.size": 8, "figure.dpi": 100, "savefig.dpi": 100, "image.interpolation": "nearest", "hatch.linewidth": 0.6},
+]
 
 
 def _png(fig: Figure) -> bytes:
@@ -36,8 +38,20 @@ def _png(fig: Figure) -> bytes:
 
 
 def _grid(selection: pa.Table, threshold_name: str):
-    require_columns(selection, ("threshold_name", "theta_e_centre", "z_l_centre", "completeness",
-                                "ci68_lo", "ci68_hi", "n_valid", "sufficient"), "selection function")
+    require_columns(
+        selection,
+        (
+            "threshold_name",
+            "theta_e_centre",
+            "z_l_centre",
+            "completeness",
+            "ci68_lo",
+            "ci68_hi",
+            "n_valid",
+            "sufficient",
+        ),
+        "selection function",
+    )
     rows = selection.filter(pc.equal(selection.column("threshold_name"), threshold_name))
     if rows.num_rows == 0:
         names = sorted(set(selection.column("threshold_name").to_pylist()))
@@ -75,13 +89,19 @@ def selection_heatmap_png(selection: pa.Table, threshold_name: str) -> bytes:
     with matplotlib.style.context(_STYLE):
         fig = Figure(figsize=(4.0 + 0.9 * len(tc), 1.2 + 0.45 * len(zc)), layout="constrained")
         axes = fig.subplots(1, 2)
-        panels = ((axes[0], comp, f"completeness C(θ_E, z_l), {threshold_name}", "viridis", 1.0),
-                  (axes[1], half, "68% interval half-width", "magma_r",
-                   max(0.05, float(np.nanmax(half)) if np.any(np.isfinite(half)) else 0.05)))
+        panels = (
+            (axes[0], comp, f"completeness C(θ_E, z_l), {threshold_name}", "viridis", 1.0),
+            (
+                axes[1],
+                half,
+                "68% interval half-width",
+                "magma_r",
+                max(0.05, float(np.nanmax(half)) if np.any(np.isfinite(half)) else 0.05),
+            ),
+        )
         for ax, data, title, cmap, vmax in panels:
             cm = matplotlib.colormaps[cmap].with_extremes(bad="0.85")
-            im = ax.imshow(np.ma.masked_invalid(data), origin="lower", cmap=cm, vmin=0.0,
-                           vmax=vmax, aspect="auto")
+            im = ax.imshow(np.ma.masked_invalid(data), origin="lower", cmap=cm, vmin=0.0, vmax=vmax, aspect="auto")
             fig.colorbar(im, ax=ax, shrink=0.9)
             ax.set_xticks(range(len(tc)), [f"{v:g}" for v in tc])
             ax.set_yticks(range(len(zc)), [f"{v:g}" for v in zc])
@@ -94,11 +114,19 @@ def selection_heatmap_png(selection: pa.Table, threshold_name: str) -> bytes:
                         ax.text(x, y, "n=0", ha="center", va="center", fontsize=6, color="0.3")
                         continue
                     r, g, b, _ = cm(min(max(data[y, x] / vmax, 0.0), 1.0))
-                    ax.text(x, y, f"{100 * data[y, x]:.1f}", ha="center", va="center", fontsize=6,
-                            color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
+                    ax.text(
+                        x,
+                        y,
+                        f"{100 * data[y, x]:.1f}",
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                        color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white",
+                    )
                     if not suff[y, x]:
-                        ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///",
-                                               edgecolor="red", linewidth=0))
+                        ax.add_patch(
+                            Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///", edgecolor="red", linewidth=0)
+                        )
         fig.suptitle("hatched: insufficient injections; grey: none valid", fontsize=7)
         return _png(fig)
 
@@ -126,8 +154,22 @@ def marginal_png(marginal: pa.Table, xlabel: str | None = None) -> bytes:
     drawn with open markers; the legend gives each threshold's overall completeness (the ``'all'``
     row).
     """
-    require_columns(marginal, ("threshold_name", "by", "bin", "bin_lo", "bin_hi", "bin_centre", "completeness",
-                               "ci68_lo", "ci68_hi", "sufficient"), "marginal completeness")
+    require_columns(
+        marginal,
+        (
+            "threshold_name",
+            "by",
+            "bin",
+            "bin_lo",
+            "bin_hi",
+            "bin_centre",
+            "completeness",
+            "ci68_lo",
+            "ci68_hi",
+            "sufficient",
+        ),
+        "marginal completeness",
+    )
     d = {c: marginal.column(c).to_pylist() for c in marginal.column_names}
     bys = sorted(set(d["by"]))
     if len(bys) != 1:
@@ -145,8 +187,11 @@ def marginal_png(marginal: pa.Table, xlabel: str | None = None) -> bytes:
             label = name if not overall or overall[0] is None else f"{name} (all: {100 * overall[0]:.2f}%)"
             x = np.array([position[(d["bin_lo"][j], d["bin_hi"][j])] for j in pts], dtype=float)
             y = np.array([d["completeness"][j] for j in pts], dtype=float)
-            err = np.array([[y[m] - d["ci68_lo"][j], d["ci68_hi"][j] - y[m]] for m, j in enumerate(pts)],
-                           dtype=float).reshape(-1, 2).T
+            err = (
+                np.array([[y[m] - d["ci68_lo"][j], d["ci68_hi"][j] - y[m]] for m, j in enumerate(pts)], dtype=float)
+                .reshape(-1, 2)
+                .T
+            )
             color = f"C{i}"
             ax.errorbar(x, y, yerr=err, color=color, marker="none", capsize=2, lw=1, label=label)
             suff = np.array([bool(d["sufficient"][j]) for j in pts], dtype=bool)
@@ -170,8 +215,7 @@ def roc_inputs(positives: pa.Table, negatives: pa.Table) -> tuple[np.ndarray, np
     return scores, labels
 
 
-def roc_png(curves: Mapping[str, tuple[np.ndarray, np.ndarray]],
-            fpr_marks: Sequence[float] = ()) -> bytes:
+def roc_png(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], fpr_marks: Sequence[float] = ()) -> bytes:
     """ROC curves on a log false-positive-rate axis.
 
     ``curves`` maps a label (e.g. 'injections vs controls', 'real lenses vs negatives') to
@@ -190,14 +234,21 @@ def roc_png(curves: Mapping[str, tuple[np.ndarray, np.ndarray]],
             y = np.asarray(labels)
             n_neg = int(np.sum(y == 0))
             if n_neg == 0 or int(np.sum(y == 1)) == 0:
-                raise InputError(f"roc_png: curve {label!r} needs positives and negatives "
-                                 f"(has {int(np.sum(y == 1))} and {n_neg})")
+                raise InputError(
+                    f"roc_png: curve {label!r} needs positives and negatives (has {int(np.sum(y == 1))} and {n_neg})"
+                )
             fpr, tpr, _ = roc_curve(scores, y)
             lo = 0.5 / n_neg
             floor = min(floor, lo)
             # step through the first non-zero FPR from the floor, so the low-FPR TPR stays visible
-            ax.step(np.maximum(fpr, lo), tpr, where="post", color=f"C{i}", lw=1.2,
-                    label=f"{label} (AUC {roc_auc(scores, y):.3f}, n+={int(np.sum(y == 1))}, n−={n_neg})")
+            ax.step(
+                np.maximum(fpr, lo),
+                tpr,
+                where="post",
+                color=f"C{i}",
+                lw=1.2,
+                label=f"{label} (AUC {roc_auc(scores, y):.3f}, n+={int(np.sum(y == 1))}, n−={n_neg})",
+            )
         for f in fpr_marks:
             ax.axvline(f, color="0.5", ls="--", lw=0.7)
         ax.set_xscale("log")
@@ -210,8 +261,9 @@ def roc_png(curves: Mapping[str, tuple[np.ndarray, np.ndarray]],
         return _png(fig)
 
 
-def mosaic_png(stamps: np.ndarray, captions: Sequence[str] | None = None, ncols: int = 6,
-               title: str | None = None) -> bytes:
+def mosaic_png(
+    stamps: np.ndarray, captions: Sequence[str] | None = None, ncols: int = 6, title: str | None = None
+) -> bytes:
     """Grid of asinh colour images of ``[n, 3, y, x]`` g, r, z stamps (nanomaggies).
 
     ``captions`` (one per stamp, e.g. the score) are printed under each image.
@@ -248,22 +300,31 @@ def reliability_png(calibration: Mapping) -> bytes:
     ``calibration``: the summary of :func:`darkhaloscope.training.calibration.calibration_summary`
     (``reliability_before``/``reliability_after`` bins, ``ece_before``/``ece_after``, ``temperature``).
     """
-    missing = [k for k in ("reliability_before", "reliability_after", "ece_before", "ece_after", "temperature") if k not in calibration]
+    missing = [
+        k
+        for k in ("reliability_before", "reliability_after", "ece_before", "ece_after", "temperature")
+        if k not in calibration
+    ]
     if missing:
         raise InputError(f"reliability_png: calibration summary lacks {missing}")
     with matplotlib.style.context(_STYLE):
         fig = Figure(figsize=(3.8, 3.4), layout="constrained")
         ax = fig.subplots()
         ax.plot([0, 1], [0, 1], color="0.5", ls="--", lw=0.8)
-        for i, (key, ece, label) in enumerate((("reliability_before", "ece_before", "uncalibrated (T = 1)"),
-                                               ("reliability_after", "ece_after", f"T = {calibration['temperature']:.3g}"))):
+        for i, (key, ece, label) in enumerate(
+            (
+                ("reliability_before", "ece_before", "uncalibrated (T = 1)"),
+                ("reliability_after", "ece_after", f"T = {calibration['temperature']:.3g}"),
+            )
+        ):
             bins = calibration[key]
             x = [b["mean_probability"] for b in bins]
             y = [b["fraction_positive"] for b in bins]
             n = np.asarray([b["n"] for b in bins], dtype=np.float64)
             ax.plot(x, y, "-", color=f"C{i}", lw=1.0)
-            ax.scatter(x, y, s=8 + 60 * n / max(n.max(), 1.0), color=f"C{i}",
-                       label=f"{label}: ECE {calibration[ece]:.3f}")
+            ax.scatter(
+                x, y, s=8 + 60 * n / max(n.max(), 1.0), color=f"C{i}", label=f"{label}: ECE {calibration[ece]:.3f}"
+            )
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_xlabel("mean predicted probability")

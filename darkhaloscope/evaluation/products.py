@@ -41,11 +41,15 @@ def marginal_file(by: str) -> str:
     return f"marginal_{by}.png"
 
 
-def selection_products(injections: pa.Table, thresholds: pa.Table, theta_e_values, z_l_values) -> tuple[pa.Table, pa.Table, dict[str, bytes]]:
+def selection_products(
+    injections: pa.Table, thresholds: pa.Table, theta_e_values, z_l_values
+) -> tuple[pa.Table, pa.Table, dict[str, bytes]]:
     """(C(θ_E, z_l) on the plan's grid with ``theta_e_arcsec``/``z_l`` columns, the marginal
     completeness table, {figure file name: PNG}) for every usable threshold."""
     sel = selection_function(injections, thresholds, theta_e_centres=list(theta_e_values), z_l_centres=list(z_l_values))
-    sel = sel.append_column("theta_e_arcsec", sel.column("theta_e_centre")).append_column("z_l", sel.column("z_l_centre"))
+    sel = sel.append_column("theta_e_arcsec", sel.column("theta_e_centre")).append_column(
+        "z_l", sel.column("z_l_centre")
+    )
     figures = {heatmap_file(name): selection_heatmap_png(sel, name) for name, _ in usable_thresholds(thresholds)}
     marginals = []
     for by, (label, edges) in MARGINALS.items():
@@ -60,20 +64,43 @@ def report_gates(lens_finder_row: Mapping) -> list[dict]:
     metrics = json.loads(lens_finder_row["metrics"])
     gates = metrics.get("gates", [])
     gates = json.loads(gates) if isinstance(gates, str) else gates
-    return [{k: g[k] for k in ("name", "value", "threshold", "passed")} for g in gates if isinstance(g, dict) and g.get("value") is not None]
+    return [
+        {k: g[k] for k in ("name", "value", "threshold", "passed")}
+        for g in gates
+        if isinstance(g, dict) and g.get("value") is not None
+    ]
 
 
-def report_html(*, thresholds: pa.Table, selection: pa.Table, marginals: pa.Table, figure: Callable[[str], bytes], recall: pa.Table,
-                fpr: pa.Table, injections: pa.Table, controls: pa.Table, held_out: pa.Table, real_test: pa.Table,
-                cutout_stamps: Callable[[list], np.ndarray], injection_stamps: Callable[[list], dict], lens_finder_row: Mapping,
-                lake_uri: str, gallery_uri: str | None = None) -> str:
+def report_html(
+    *,
+    thresholds: pa.Table,
+    selection: pa.Table,
+    marginals: pa.Table,
+    figure: Callable[[str], bytes],
+    recall: pa.Table,
+    fpr: pa.Table,
+    injections: pa.Table,
+    controls: pa.Table,
+    held_out: pa.Table,
+    real_test: pa.Table,
+    cutout_stamps: Callable[[list], np.ndarray],
+    injection_stamps: Callable[[list], dict],
+    lens_finder_row: Mapping,
+    lake_uri: str,
+    gallery_uri: str | None = None,
+) -> str:
     """The evaluation report page. ``figure(name)`` returns a stored figure; ``cutout_stamps(ids)``
     the cutouts' images (N, 3, 101, 101); ``injection_stamps(ids)`` {injection id: image};
     ``gallery_uri`` where the search's candidate gallery is published."""
     usable = usable_thresholds(thresholds)
-    curves = {"injections vs paired controls": roc_inputs(injections, controls),
-              "test-split known lenses vs held-out negatives": roc_inputs(real_test, held_out)}
-    marg = {label: (figure(marginal_file(by)), marginals.filter(pc.equal(marginals.column("by"), by))) for by, (label, _) in MARGINALS.items()}
+    curves = {
+        "injections vs paired controls": roc_inputs(injections, controls),
+        "test-split known lenses vs held-out negatives": roc_inputs(real_test, held_out),
+    }
+    marg = {
+        label: (figure(marginal_file(by)), marginals.filter(pc.equal(marginals.column("by"), by)))
+        for by, (label, _) in MARGINALS.items()
+    }
     mosaics = {}
     if usable:
         name, value = usable[0]
@@ -81,18 +108,32 @@ def report_html(*, thresholds: pa.Table, selection: pa.Table, marginals: pa.Tabl
         bank = injection_stamps(ex.get("true positives", []) + ex.get("missed injections", []))
         for caption, ids in ex.items():
             if ids:
-                stamps = cutout_stamps(ids) if caption == "highest-scoring negatives" else np.stack([bank[i] for i in ids])
+                stamps = (
+                    cutout_stamps(ids) if caption == "highest-scoring negatives" else np.stack([bank[i] for i in ids])
+                )
                 mosaics[f"{caption} ({name})"] = mosaic_png(stamps, [str(i) for i in ids])
     metrics = json.loads(lens_finder_row["metrics"])
     calibration = metrics.get("calibration") or None
     return build_report(
-        roc=roc_png(curves), thresholds=thresholds, selection=selection,
-        selection_heatmaps={name: figure(heatmap_file(name)) for name, _ in usable}, marginals=marg,
-        recall=recall, fpr_by_confuser=fpr, gates=report_gates(lens_finder_row),
-        validation=metrics, calibration=calibration, reliability=reliability_png(calibration) if calibration else None,
-        model_choice=metrics.get("ensemble") or None, comparison=model_comparison(injections, controls, real_test, held_out),
+        roc=roc_png(curves),
+        thresholds=thresholds,
+        selection=selection,
+        selection_heatmaps={name: figure(heatmap_file(name)) for name, _ in usable},
+        marginals=marg,
+        recall=recall,
+        fpr_by_confuser=fpr,
+        gates=report_gates(lens_finder_row),
+        validation=metrics,
+        calibration=calibration,
+        reliability=reliability_png(calibration) if calibration else None,
+        model_choice=metrics.get("ensemble") or None,
+        comparison=model_comparison(injections, controls, real_test, held_out),
         aurocs=auroc_intervals(injections, controls, real_test, held_out),
         mosaics=mosaics,
-        provenance={"checkpoint": lens_finder_row["checkpoint_uri"], "checkpoint version": lens_finder_row["data_version"], "lake": lake_uri},
+        provenance={
+            "checkpoint": lens_finder_row["checkpoint_uri"],
+            "checkpoint version": lens_finder_row["data_version"],
+            "lake": lake_uri,
+        },
         gallery_uri=gallery_uri,
     )

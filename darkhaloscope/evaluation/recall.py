@@ -28,16 +28,32 @@ _RATE_FIELDS = [
 
 #: Schema of :func:`real_lens_recall`.
 RECALL_SCHEMA = pa.schema(
-    [("threshold_name", pa.string()), ("threshold", pa.float64()), ("tier", pa.string()),
-     ("n", pa.int64()), ("n_unscorable", pa.int64()), ("n_detected", pa.int64()),
-     ("recall", pa.float64())] + _RATE_FIELDS + [("median_score", pa.float64())]
+    [
+        ("threshold_name", pa.string()),
+        ("threshold", pa.float64()),
+        ("tier", pa.string()),
+        ("n", pa.int64()),
+        ("n_unscorable", pa.int64()),
+        ("n_detected", pa.int64()),
+        ("recall", pa.float64()),
+    ]
+    + _RATE_FIELDS
+    + [("median_score", pa.float64())]
 )
 
 #: Schema of :func:`fpr_by_confuser`.
 CONFUSER_SCHEMA = pa.schema(
-    [("threshold_name", pa.string()), ("threshold", pa.float64()), ("group", pa.string()),
-     ("pool", pa.string()), ("confuser_category", pa.string()), ("n_valid", pa.int64()),
-     ("n_above", pa.int64()), ("fpr", pa.float64())] + _RATE_FIELDS
+    [
+        ("threshold_name", pa.string()),
+        ("threshold", pa.float64()),
+        ("group", pa.string()),
+        ("pool", pa.string()),
+        ("confuser_category", pa.string()),
+        ("n_valid", pa.int64()),
+        ("n_above", pa.int64()),
+        ("fpr", pa.float64()),
+    ]
+    + _RATE_FIELDS
 )
 
 _TIERS = ("A", "B")
@@ -78,14 +94,15 @@ def check_no_training_leak(object_ids: Iterable, training_object_ids: Iterable, 
     kinds_eval = {_kind(x) for x in evaluated}
     kinds_train = {_kind(x) for x in train}
     if evaluated and train and kinds_eval != kinds_train:
-        raise InputError(f"{what}: evaluated object ids are {sorted(kinds_eval)} but training ids "
-                         f"are {sorted(kinds_train)}; they cannot be compared")
+        raise InputError(
+            f"{what}: evaluated object ids are {sorted(kinds_eval)} but training ids "
+            f"are {sorted(kinds_train)}; they cannot be compared"
+        )
     leaked = sorted({o for o in evaluated if o in train}, key=str)
     if leaked:
         shown = ", ".join(str(x) for x in leaked[:20])
         more = f" (and {len(leaked) - 20} more)" if len(leaked) > 20 else ""
-        raise InputError(f"{what}: {len(leaked)} evaluated object(s) were seen in training: "
-                         f"object_id {shown}{more}")
+        raise InputError(f"{what}: {len(leaked)} evaluated object(s) were seen in training: object_id {shown}{more}")
 
 
 def real_lens_recall(
@@ -111,9 +128,7 @@ def real_lens_recall(
     what = "real-lens scores"
     require_columns(real_scores, ("object_id", "tier", "split", "score", "valid"), what)
     if split is not None:
-        real_scores = real_scores.filter(
-            pc.fill_null(pc.equal(real_scores.column("split"), pa.scalar(split)), False)
-        )
+        real_scores = real_scores.filter(pc.fill_null(pc.equal(real_scores.column("split"), pa.scalar(split)), False))
     oid = _ids(real_scores, "object_id")
     tier = _ids(real_scores, "tier")
     bad_tier = sorted({str(t) for t in tier if t not in _TIERS})
@@ -158,8 +173,7 @@ def fpr_by_confuser(neg_scores: pa.Table, thresholds: pa.Table) -> pa.Table:
     cat = np.asarray(neg_scores.column("confuser_category").to_pylist(), dtype=object)
     score, usable = valid_scores(neg_scores, what)
 
-    groups: list[tuple[str, str | None, str | None, np.ndarray]] = [
-        ("all", None, None, np.ones(pool.size, dtype=bool))]
+    groups: list[tuple[str, str | None, str | None, np.ndarray]] = [("all", None, None, np.ones(pool.size, dtype=bool))]
     for p in sorted(set(pool.tolist())):
         in_pool = pool == p
         groups.append(("pool", p, None, in_pool))

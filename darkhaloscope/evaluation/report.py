@@ -57,9 +57,11 @@ def _img(png: bytes, alt: str, el_id: str) -> str:
     if not isinstance(png, (bytes, bytearray)) or not bytes(png).startswith(b"\x89PNG\r\n\x1a\n"):
         raise InputError(f"report figure {el_id!r}: expected PNG bytes")
     data = base64.b64encode(bytes(png)).decode("ascii")
-    return (f'<figure><img id="{html.escape(el_id)}" alt="{html.escape(alt)}" '
-            f'src="data:image/png;base64,{data}"><figcaption class="note">{html.escape(alt)}'
-            f"</figcaption></figure>")
+    return (
+        f'<figure><img id="{html.escape(el_id)}" alt="{html.escape(alt)}" '
+        f'src="data:image/png;base64,{data}"><figcaption class="note">{html.escape(alt)}'
+        f"</figcaption></figure>"
+    )
 
 
 def _cell(v) -> tuple[str, str]:
@@ -77,8 +79,9 @@ def _cell(v) -> tuple[str, str]:
     return html.escape(str(v)), "s"
 
 
-def table_html(table: pa.Table, columns: Sequence[str] | None = None, max_rows: int = 200,
-               el_id: str | None = None) -> str:
+def table_html(
+    table: pa.Table, columns: Sequence[str] | None = None, max_rows: int = 200, el_id: str | None = None
+) -> str:
     """An HTML table of ``table`` (floats to 4 significant digits, nulls as '—').
 
     When the table has more than ``max_rows`` rows the first ``max_rows`` are shown and a note
@@ -97,11 +100,12 @@ def table_html(table: pa.Table, columns: Sequence[str] | None = None, max_rows: 
             tds.append(f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     id_attr = f' id="{html.escape(el_id)}"' if el_id else ""
-    out = (f'<div class="scroll"><table{id_attr}><thead><tr>{head}</tr></thead>'
-           f"<tbody>{''.join(body)}</tbody></table></div>")
+    out = (
+        f'<div class="scroll"><table{id_attr}><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
     if table.num_rows > max_rows:
-        out += (f'<p class="note">Showing {max_rows} of {table.num_rows} rows; '
-                f"the full table is in the lake.</p>")
+        out += f'<p class="note">Showing {max_rows} of {table.num_rows} rows; the full table is in the lake.</p>'
     return out
 
 
@@ -121,48 +125,75 @@ def gates_html(gates: Sequence[Mapping], el_id: str = "table-gates") -> str:
             f'<td class="s">{"PASS" if g["passed"] else "FAIL"}</td></tr>'
         )
     n_fail = sum(1 for g in gates if not g["passed"])
-    summary = f'<p>{len(gates) - n_fail} of {len(gates)} gates passed.</p>'
-    return (summary + f'<table id="{html.escape(el_id)}"><thead><tr><th>gate</th><th>value</th>'
-            f"<th>threshold</th><th>result</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    summary = f"<p>{len(gates) - n_fail} of {len(gates)} gates passed.</p>"
+    return (
+        summary + f'<table id="{html.escape(el_id)}"><thead><tr><th>gate</th><th>value</th>'
+        f"<th>threshold</th><th>result</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
-def calibration_html(calibration: Mapping | None, model_choice: Mapping | None = None, validation: Mapping | None = None) -> str:
+def calibration_html(
+    calibration: Mapping | None, model_choice: Mapping | None = None, validation: Mapping | None = None
+) -> str:
     """The published model (and, for an ensemble, why), its validation AUROC and its calibration as
     HTML. ``validation``: the lens finder's metrics (``val_auroc``, and where trained by epochs
     ``best_epoch`` of ``epochs_run``; the AUROCs of the validation injections and real positives
     against the validation negatives)."""
     rows = []
     if validation and validation.get("val_auroc") is not None:
-        parts = [f"{name} {validation[key]:.4f}" for key, name in (("val_auroc_injections_vs_negatives", "injections vs negatives"),
-                                                                     ("val_auroc_real_vs_negatives", "real positives vs negatives"))
-                 if validation.get(key) is not None]
+        parts = [
+            f"{name} {validation[key]:.4f}"
+            for key, name in (
+                ("val_auroc_injections_vs_negatives", "injections vs negatives"),
+                ("val_auroc_real_vs_negatives", "real positives vs negatives"),
+            )
+            if validation.get(key) is not None
+        ]
         if validation.get("epochs_run"):
-            parts.append(f"the published epoch, {validation['best_epoch']} of {validation['epochs_run']}, is the one it chose")
+            parts.append(
+                f"the published epoch, {validation['best_epoch']} of {validation['epochs_run']}, is the one it chose"
+            )
         rows.append(("validation AUROC", f"{validation['val_auroc']:.4f}", "; ".join(parts)))
     if model_choice:
         rows.append(("published model", model_choice.get("published"), model_choice.get("reason")))
         for name, auc in (model_choice.get("member_val_auroc") or {}).items():
             rows.append((f"member {name}", f"val AUROC {auc:.4f}", "single network"))
         if model_choice.get("ensemble_val_auroc_cross_fitted") is not None:
-            rows.append(("stacked ensemble", f"val AUROC {model_choice['ensemble_val_auroc_cross_fitted']:.4f}",
-                         "meta-learner scored on validation rows it was not fitted on"))
+            rows.append(
+                (
+                    "stacked ensemble",
+                    f"val AUROC {model_choice['ensemble_val_auroc_cross_fitted']:.4f}",
+                    "meta-learner scored on validation rows it was not fitted on",
+                )
+            )
     if calibration:
         from ..training.preprocess import DIHEDRAL_SUBGROUP_NAMES  # torch only when a model is reported
 
         views = int(calibration.get("dihedral_views", 1))
         rows.append(("views averaged", str(views), f"the logit is the mean over {DIHEDRAL_SUBGROUP_NAMES[views]}"))
-        rows.append(("temperature T", f"{calibration.get('temperature', float('nan')):.4g}",
-                     "scores are sigmoid(logit / T), fitted on the validation split (never test)"))
-        rows.append(("expected calibration error", f"{calibration.get('ece_before', float('nan')):.4f} → "
-                     f"{calibration.get('ece_after', float('nan')):.4f}",
-                     f"15 equal-mass bins, {calibration.get('n', '?')} validation rows, before → after"))
-    body = "".join(f'<tr><th>{html.escape(str(a))}</th><td class="s">{html.escape(str(b))}</td>'
-                   f'<td class="s">{html.escape(str(c))}</td></tr>' for a, b, c in rows)
+        rows.append(
+            (
+                "temperature T",
+                f"{calibration.get('temperature', float('nan')):.4g}",
+                "scores are sigmoid(logit / T), fitted on the validation split (never test)",
+            )
+        )
+        rows.append(
+            (
+                "expected calibration error",
+                f"{calibration.get('ece_before', float('nan')):.4f} → {calibration.get('ece_after', float('nan')):.4f}",
+                f"15 equal-mass bins, {calibration.get('n', '?')} validation rows, before → after",
+            )
+        )
+    body = "".join(
+        f'<tr><th>{html.escape(str(a))}</th><td class="s">{html.escape(str(b))}</td>'
+        f'<td class="s">{html.escape(str(c))}</td></tr>'
+        for a, b, c in rows
+    )
     return f'<table id="table-calibration"><tbody>{body}</tbody></table>'
 
 
-def example_ids(injection_scores: pa.Table, neg_scores: pa.Table, threshold: float,
-                n: int = 12) -> dict[str, list]:
+def example_ids(injection_scores: pa.Table, neg_scores: pa.Table, threshold: float, n: int = 12) -> dict[str, list]:
     """Ids of example stamps for the report mosaics at one threshold (score units).
 
     ``'true positives'``: detected injections, highest score first. ``'missed injections'``:
@@ -185,8 +216,9 @@ def example_ids(injection_scores: pa.Table, neg_scores: pa.Table, threshold: flo
 
     det = u_inj & (np.where(u_inj, s_inj, -np.inf) > threshold)
     if "arc_snr" in injection_scores.column_names:
-        arc = np.asarray(injection_scores.column("arc_snr").cast(pa.float64())
-                         .to_numpy(zero_copy_only=False), dtype=np.float64)
+        arc = np.asarray(
+            injection_scores.column("arc_snr").cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64
+        )
         miss_key = np.where(np.isfinite(arc), arc, -np.inf)
     else:
         miss_key = -np.where(u_inj, s_inj, np.inf)
@@ -202,22 +234,40 @@ _MISSING = '<p class="missing">Not provided.</p>'
 
 
 def _provenance_html(provenance: Mapping[str, object]) -> str:
-    return "<table id=\"table-provenance\"><tbody>" + "".join(
-        f'<tr><th>{html.escape(str(k))}</th><td class="s">{html.escape(str(v))}</td></tr>'
-        for k, v in provenance.items()) + "</tbody></table>"
+    return (
+        '<table id="table-provenance"><tbody>'
+        + "".join(
+            f'<tr><th>{html.escape(str(k))}</th><td class="s">{html.escape(str(v))}</td></tr>'
+            for k, v in provenance.items()
+        )
+        + "</tbody></table>"
+    )
 
 
-def _model_sections(ids: _Ids, gates, validation, calibration, reliability, model_choice, comparison, max_rows: int) -> list[str]:
+def _model_sections(
+    ids: _Ids, gates, validation, calibration, reliability, model_choice, comparison, max_rows: int
+) -> list[str]:
     """The gates and the published model's calibration and comparison with its members."""
     parts = ["<h2>Gates</h2>", gates_html(gates) if gates else _MISSING]
     parts.append("<h2>Published model and calibration</h2>")
-    parts.append(calibration_html(calibration, model_choice, validation) if calibration or model_choice or validation else _MISSING)
+    parts.append(
+        calibration_html(calibration, model_choice, validation)
+        if calibration or model_choice or validation
+        else _MISSING
+    )
     if reliability is not None:
-        parts.append(_img(reliability, "Reliability diagram of validation scores before and after temperature scaling",
-                          ids("fig", "reliability")))
+        parts.append(
+            _img(
+                reliability,
+                "Reliability diagram of validation scores before and after temperature scaling",
+                ids("fig", "reliability"),
+            )
+        )
     if comparison is not None and comparison.num_rows:
-        parts.append('<p class="note">The stacked ensemble and each member on the same test rows, each at its own '
-                     "threshold from the same held-out negatives.</p>")
+        parts.append(
+            '<p class="note">The stacked ensemble and each member on the same test rows, each at its own '
+            "threshold from the same held-out negatives.</p>"
+        )
         parts.append(table_html(comparison, max_rows=max_rows, el_id=ids("table", "model-comparison")))
     return parts
 
@@ -225,17 +275,28 @@ def _model_sections(ids: _Ids, gates, validation, calibration, reliability, mode
 def _score_sections(ids: _Ids, roc, aurocs, thresholds, recall, max_rows: int) -> list[str]:
     """ROC curves and their areas, the thresholds set on negatives and the recall of real lenses."""
     parts = ["<h2>ROC curves</h2>"]
-    parts.append(_img(roc, "ROC curves: injections vs paired controls and real lenses vs "
-                           "negatives, log false-positive-rate axis", ids("fig", "roc"))
-                 if roc is not None else _MISSING)
+    parts.append(
+        _img(
+            roc,
+            "ROC curves: injections vs paired controls and real lenses vs negatives, log false-positive-rate axis",
+            ids("fig", "roc"),
+        )
+        if roc is not None
+        else _MISSING
+    )
     if aurocs is not None:
-        parts.append('<p class="note">Areas under the curves, with percentile bootstrap intervals: the injections '
-                     "and their controls are resampled by host (a host holds several injections, and its controls "
-                     "are one score repeated), the real positives and negatives by galaxy.</p>")
+        parts.append(
+            '<p class="note">Areas under the curves, with percentile bootstrap intervals: the injections '
+            "and their controls are resampled by host (a host holds several injections, and its controls "
+            "are one score repeated), the real positives and negatives by galaxy.</p>"
+        )
         parts.append(table_html(aurocs, max_rows=max_rows, el_id=ids("table", "aurocs")))
     parts.append("<h2>Thresholds from negatives</h2>")
-    parts.append(table_html(thresholds, max_rows=max_rows, el_id=ids("table", "thresholds"))
-                 if thresholds is not None else _MISSING)
+    parts.append(
+        table_html(thresholds, max_rows=max_rows, el_id=ids("table", "thresholds"))
+        if thresholds is not None
+        else _MISSING
+    )
     parts.append("<h2>Real-lens recall</h2>")
     if recall is not None:
         parts.append('<p class="note">Tier A is the headline; "all" is dominated by tier B.</p>')
@@ -250,12 +311,19 @@ def _selection_sections(ids: _Ids, selection, selection_heatmaps, marginals, max
     parts = ["<h2>Selection function C(θ_E, z_l)</h2>"]
     if selection_heatmaps:
         for name, png in selection_heatmaps.items():
-            parts.append(_img(png, f"Selection function C(θ_E, z_l) at threshold {name} with "
-                                   f"its 68% interval half-width", ids("fig-selection", name)))
+            parts.append(
+                _img(
+                    png,
+                    f"Selection function C(θ_E, z_l) at threshold {name} with its 68% interval half-width",
+                    ids("fig-selection", name),
+                )
+            )
     if selection is not None:
-        parts.append('<p class="note">Failed and unscorable injections are excluded from '
-                     "n_valid and counted in n_failed; cells with sufficient = no have too few "
-                     "valid injections.</p>")
+        parts.append(
+            '<p class="note">Failed and unscorable injections are excluded from '
+            "n_valid and counted in n_failed; cells with sufficient = no have too few "
+            "valid injections.</p>"
+        )
         parts.append(table_html(selection, max_rows=max_rows, el_id=ids("table", "selection")))
     if not selection_heatmaps and selection is None:
         parts.append(_MISSING)
@@ -263,8 +331,13 @@ def _selection_sections(ids: _Ids, selection, selection_heatmaps, marginals, max
     if marginals:
         for label, (png, table) in marginals.items():
             parts.append(f"<h3>{html.escape(label)}</h3>")
-            parts.append(_img(png, f"Completeness against {label}, 68% Jeffreys intervals on the effective number of injections (a host's injections share their outcome)",
-                              ids("fig-marginal", label)))
+            parts.append(
+                _img(
+                    png,
+                    f"Completeness against {label}, 68% Jeffreys intervals on the effective number of injections (a host's injections share their outcome)",
+                    ids("fig-marginal", label),
+                )
+            )
             parts.append(table_html(table, max_rows=max_rows, el_id=ids("table-marginal", label)))
     else:
         parts.append(_MISSING)
@@ -337,16 +410,24 @@ def build_report(
     parts += _score_sections(ids, roc, aurocs, thresholds, recall, max_table_rows)
     parts += _selection_sections(ids, selection, selection_heatmaps, marginals, max_table_rows)
     parts.append("<h2>False-positive rate by pool and confuser category</h2>")
-    parts.append(table_html(fpr_by_confuser, max_rows=max_table_rows, el_id=ids("table", "fpr-by-confuser"))
-                 if fpr_by_confuser is not None else _MISSING)
+    parts.append(
+        table_html(fpr_by_confuser, max_rows=max_table_rows, el_id=ids("table", "fpr-by-confuser"))
+        if fpr_by_confuser is not None
+        else _MISSING
+    )
     parts += _mosaic_sections(ids, mosaics)
 
     if gallery_uri:
         href = gallery_uri if "://" in gallery_uri else "file://" + gallery_uri
         parts.append("<h2>Survey-wide search</h2>")
-        parts.append(f'<p>The candidates of the search, with stamps and grading: <a id="link-gallery" href="{html.escape(href)}">'
-                     f"candidate gallery</a> (materialize <code>candidate_gallery</code> when the link is missing).</p>")
+        parts.append(
+            f'<p>The candidates of the search, with stamps and grading: <a id="link-gallery" href="{html.escape(href)}">'
+            f"candidate gallery</a> (materialize <code>candidate_gallery</code> when the link is missing).</p>"
+        )
 
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
-            + "\n".join(parts) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
+        + "\n".join(parts)
+        + "\n</body></html>\n"
+    )

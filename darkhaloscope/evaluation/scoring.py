@@ -16,13 +16,36 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from ..storage import PartitionedTable
 from ..stamps import from_tensor_column
+from ..storage import PartitionedTable
 
-CUTOUT_META = ["object_id", "label", "split", "pool", "confuser_category", "tier", "name", "in_training_catalog", "psfsize_r", "psfdepth_r"]
+CUTOUT_META = [
+    "object_id",
+    "label",
+    "split",
+    "pool",
+    "confuser_category",
+    "tier",
+    "name",
+    "in_training_catalog",
+    "psfsize_r",
+    "psfdepth_r",
+]
 INJECTION_META = [
-    "injection_id", "theta_e_arcsec", "z_l", "z_s", "sigma_v_kms", "success", "failure_reason", "psf_fwhm_r",
-    "psfdepth_r", "src_mag_r", "lensed_mag_r", "arc_snr", "magnification", "host_object_id",
+    "injection_id",
+    "theta_e_arcsec",
+    "z_l",
+    "z_s",
+    "sigma_v_kms",
+    "success",
+    "failure_reason",
+    "psf_fwhm_r",
+    "psfdepth_r",
+    "src_mag_r",
+    "lensed_mag_r",
+    "arc_snr",
+    "magnification",
+    "host_object_id",
 ]
 #: Scoring batch per device: on a CPU large batches of 101-px activations are memory-bound (see
 #: benchmarks/bench_scoring.py); a GPU wants large batches.
@@ -41,7 +64,9 @@ def published_lens_finder(lens_finder: PartitionedTable, device: str):
         yield load_checkpoint(path, "best", device=device)
 
 
-def score_batches(stamps: ds.Dataset, meta: list[str], image_column: str, kind: str, model, spec, device: str) -> Iterator[pa.RecordBatch]:
+def score_batches(
+    stamps: ds.Dataset, meta: list[str], image_column: str, kind: str, model, spec, device: str
+) -> Iterator[pa.RecordBatch]:
     """Score rows of every stamp in ``stamps`` (256 at a time): ``meta`` columns, ``kind``,
     ``score`` (float64 calibrated probability, null when unscorable), for a stacked ensemble one
     ``score_<member>`` column per member, ``valid`` and ``invalid_reason``. ``spec`` is the
@@ -78,7 +103,9 @@ def held_out_negatives(cutout_scores: pa.Table, graded_lenses=()) -> pa.Table:
     (:func:`search.grades.graded_lens_ids`); a pool "negative" that is in fact a lens would set the
     false-positive thresholds at the scores of true lenses, so inspected ones leave the sample."""
     s = cutout_scores
-    unseen = pc.or_(pc.equal(s.column("split"), "test"), pc.invert(pc.fill_null(s.column("in_training_catalog"), False)))
+    unseen = pc.or_(
+        pc.equal(s.column("split"), "test"), pc.invert(pc.fill_null(s.column("in_training_catalog"), False))
+    )
     lens = pc.is_in(s.column("object_id"), pa.array(np.asarray(graded_lenses, np.int64)))
     return s.filter(pc.and_(pc.and_(pc.equal(s.column("label"), 0), unseen), pc.invert(lens)))
 

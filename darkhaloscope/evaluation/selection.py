@@ -35,8 +35,7 @@ from ..stats import design_effect, jeffreys_interval
 from .thresholds import require_columns, usable_thresholds, valid_scores
 
 #: Columns :func:`marginal_completeness` may bin by.
-MARGINAL_COLUMNS = ("theta_e_arcsec", "z_l", "psf_fwhm_r", "depth_mag_r", "source_mag_r",
-                    "lensed_mag_r", "arc_snr")
+MARGINAL_COLUMNS = ("theta_e_arcsec", "z_l", "psf_fwhm_r", "depth_mag_r", "source_mag_r", "lensed_mag_r", "arc_snr")
 
 #: Minimum valid injections for a cell to count as sufficient: at 10, a completeness near 0.5 still
 #: has a Jeffreys 68 % interval of about ±0.15.
@@ -61,17 +60,30 @@ _COUNT_FIELDS = [
 
 #: Long-table schema of :func:`selection_function`.
 SELECTION_SCHEMA = pa.schema(
-    [("threshold_name", pa.string()), ("threshold", pa.float64()),
-     ("theta_e_centre", pa.float64()), ("theta_e_lo", pa.float64()), ("theta_e_hi", pa.float64()),
-     ("z_l_centre", pa.float64()), ("z_l_lo", pa.float64()), ("z_l_hi", pa.float64())]
+    [
+        ("threshold_name", pa.string()),
+        ("threshold", pa.float64()),
+        ("theta_e_centre", pa.float64()),
+        ("theta_e_lo", pa.float64()),
+        ("theta_e_hi", pa.float64()),
+        ("z_l_centre", pa.float64()),
+        ("z_l_lo", pa.float64()),
+        ("z_l_hi", pa.float64()),
+    ]
     + _COUNT_FIELDS
 )
 
 #: Schema of :func:`marginal_completeness`.
 MARGINAL_SCHEMA = pa.schema(
-    [("threshold_name", pa.string()), ("threshold", pa.float64()), ("by", pa.string()),
-     ("bin", pa.string()), ("bin_lo", pa.float64()), ("bin_hi", pa.float64()),
-     ("bin_centre", pa.float64())]
+    [
+        ("threshold_name", pa.string()),
+        ("threshold", pa.float64()),
+        ("by", pa.string()),
+        ("bin", pa.string()),
+        ("bin_lo", pa.float64()),
+        ("bin_hi", pa.float64()),
+        ("bin_centre", pa.float64()),
+    ]
     + _COUNT_FIELDS
 )
 
@@ -112,8 +124,7 @@ def _nullable(x: np.ndarray) -> list:
 
 
 def _column_f64(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(table.column(name).cast(pa.float64()).to_numpy(zero_copy_only=False),
-                      dtype=np.float64)
+    return np.asarray(table.column(name).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
 def _check_increasing(arr, name: str, min_len: int) -> np.ndarray:
@@ -186,8 +197,9 @@ def _injection_arrays(injection_scores: pa.Table) -> dict[str, np.ndarray]:
     return {"score": score, "usable": usable, "render_failed": ~success, "arc_snr": arc, "host": host}
 
 
-def _count_cells(cell: np.ndarray, n_cells: int, arr: dict[str, np.ndarray], thr: float,
-                 min_count: int) -> dict[str, list]:
+def _count_cells(
+    cell: np.ndarray, n_cells: int, arr: dict[str, np.ndarray], thr: float, min_count: int
+) -> dict[str, list]:
     """Counts per cell (``cell`` in [0, n_cells) for every row) at one threshold (score units)."""
     usable, score, arc = arr["usable"], arr["score"], arr["arc_snr"]
 
@@ -247,8 +259,9 @@ def selection_function(
     """
     require_columns(injection_scores, ("theta_e_arcsec", "z_l"), "injection scores")
     arr = _injection_arrays(injection_scores)
-    ti, tlo, thi, tc = _axis(_column_f64(injection_scores, "theta_e_arcsec"), theta_e_edges,
-                             theta_e_centres, "theta_e_arcsec")
+    ti, tlo, thi, tc = _axis(
+        _column_f64(injection_scores, "theta_e_arcsec"), theta_e_edges, theta_e_centres, "theta_e_arcsec"
+    )
     zi, zlo, zhi, zc = _axis(_column_f64(injection_scores, "z_l"), z_l_edges, z_l_centres, "z_l")
     nt, nz = tc.size, zc.size
     cell = ti * nz + zi
@@ -278,8 +291,7 @@ def _marginal_values(injection_scores: pa.Table, by: str) -> np.ndarray:
         return _column_f64(injection_scores, by)
     if by == "depth_mag_r" and "psfdepth_r" in injection_scores.column_names:
         return depth_mag_from_psfdepth(_column_f64(injection_scores, "psfdepth_r"))
-    raise InputError(f"injection scores: missing column {by!r}"
-                     + (" (or 'psfdepth_r')" if by == "depth_mag_r" else ""))
+    raise InputError(f"injection scores: missing column {by!r}" + (" (or 'psfdepth_r')" if by == "depth_mag_r" else ""))
 
 
 def marginal_completeness(
@@ -341,19 +353,22 @@ def completeness_crossing(marginal: pa.Table, threshold_name: str, level: float 
     interpolates linearly between the two centres that bracket ``level``. Returns the first
     centre when it already reaches ``level``, and None when no bin does.
     """
-    require_columns(marginal, ("threshold_name", "bin_centre", "completeness", "sufficient"),
-                    "marginal completeness")
+    require_columns(marginal, ("threshold_name", "bin_centre", "completeness", "sufficient"), "marginal completeness")
     if not 0.0 < level < 1.0:
         raise InputError(f"level {level!r} is not a fraction in (0, 1)")
     pts = sorted(
-        (r["bin_centre"], r["completeness"]) for r in marginal.to_pylist()
-        if r["threshold_name"] == threshold_name and r["bin_centre"] is not None
-        and r["completeness"] is not None and r["sufficient"]
+        (r["bin_centre"], r["completeness"])
+        for r in marginal.to_pylist()
+        if r["threshold_name"] == threshold_name
+        and r["bin_centre"] is not None
+        and r["completeness"] is not None
+        and r["sufficient"]
     )
     if not pts:
         names = sorted(set(marginal.column("threshold_name").to_pylist()))
-        raise InputError(f"marginal completeness: no sufficient bins for threshold_name "
-                         f"{threshold_name!r} (thresholds {names})")
+        raise InputError(
+            f"marginal completeness: no sufficient bins for threshold_name {threshold_name!r} (thresholds {names})"
+        )
     if pts[0][1] >= level:
         return float(pts[0][0])
     for (x0, c0), (x1, c1) in zip(pts[:-1], pts[1:]):

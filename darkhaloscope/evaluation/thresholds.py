@@ -68,9 +68,7 @@ def valid_scores(table: pa.Table, what: str, column: str = "score") -> tuple[np.
     if valid_col.null_count:
         raise InputError(f"{what}: column 'valid' has {valid_col.null_count} null value(s)")
     flag = np.asarray(valid_col.to_numpy(zero_copy_only=False), dtype=bool)
-    score = np.asarray(
-        table.column(column).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64
-    )
+    score = np.asarray(table.column(column).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
     usable = flag & np.isfinite(score)
     return np.where(usable, score, np.nan), usable
 
@@ -101,8 +99,9 @@ def _kth_largest(values: np.ndarray, k: int) -> float:
     return float(np.partition(values, pos)[pos])
 
 
-def _threshold_specs(target_fprs: Sequence[float], top_percentiles: Sequence[float],
-                     fixed_scores: Sequence[float]) -> list[tuple[str, str, float]]:
+def _threshold_specs(
+    target_fprs: Sequence[float], top_percentiles: Sequence[float], fixed_scores: Sequence[float]
+) -> list[tuple[str, str, float]]:
     """(name, kind, value) of every requested threshold, checked: value is the target
     false-positive fraction for 'fpr' and 'top_percentile' rows, the score cut for 'fixed' rows."""
     specs: list[tuple[str, str, float]] = []
@@ -191,8 +190,20 @@ def thresholds_from_negatives(
             achieved = n_above / n_valid
         for key, v in zip(
             rows,
-            (name, kind, None if kind == "fixed" else value, thr, n_total, n_valid, n_above,
-             achieved, lo, hi, resolvable, note),
+            (
+                name,
+                kind,
+                None if kind == "fixed" else value,
+                thr,
+                n_total,
+                n_valid,
+                n_above,
+                achieved,
+                lo,
+                hi,
+                resolvable,
+                note,
+            ),
         ):
             rows[key].append(v)
     return pa.Table.from_pydict(rows, schema=THRESHOLD_SCHEMA)
@@ -213,4 +224,3 @@ def usable_thresholds(thresholds: pa.Table) -> list[tuple[str, float]]:
     if not out:
         raise InputError(f"thresholds: no row has a threshold (names {names})")
     return out
-

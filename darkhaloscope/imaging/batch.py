@@ -67,8 +67,10 @@ class CutoutBatch:
             band_missing=np.zeros(n, np.uint8),
             edge_padded=np.zeros(n, bool),
             brickname=np.full(n, "", dtype=object),
-            x=np.full(n, np.nan), y=np.full(n, np.nan),
-            dx=np.zeros(n, np.float32), dy=np.zeros(n, np.float32),
+            x=np.full(n, np.nan),
+            y=np.full(n, np.nan),
+            dx=np.zeros(n, np.float32),
+            dy=np.zeros(n, np.float32),
         )
 
     @classmethod
@@ -96,8 +98,9 @@ class BrickChoice:
     padded: np.ndarray  # (N,) bool: the stamp reaches past the chosen brick
 
 
-def choose_bricks(table: BrickTable, ra_deg, dec_deg, size: int = STAMP_SIZE,
-                  brick_size: int = BRICK_SIZE) -> BrickChoice:
+def choose_bricks(
+    table: BrickTable, ra_deg, dec_deg, size: int = STAMP_SIZE, brick_size: int = BRICK_SIZE
+) -> BrickChoice:
     """Pick the brick each stamp is cut from.
 
     The primary brick if the whole ``size``² stamp lies inside its pixels; otherwise the
@@ -124,8 +127,7 @@ def choose_bricks(table: BrickTable, ra_deg, dec_deg, size: int = STAMP_SIZE,
     fits_whole = margin >= 0
     best = np.argmax(margin, axis=1)  # most interior existing candidate (-inf marks none)
     primary_ok = cand[:, 0] >= 0
-    pick = np.where(fits_whole[:, 0], 0,
-                    np.where(fits_whole[np.arange(n), best] | ~primary_ok, best, 0))
+    pick = np.where(fits_whole[:, 0], 0, np.where(fits_whole[np.arange(n), best] | ~primary_ok, best, 0))
     r = np.arange(n)
     chosen = cand[r, pick]
     xs, ys = x[r, pick], y[r, pick]
@@ -134,7 +136,9 @@ def choose_bricks(table: BrickTable, ra_deg, dec_deg, size: int = STAMP_SIZE,
     return BrickChoice(chosen.astype(np.int64), xs, ys, ixs, iys, ~fits_whole[r, pick])
 
 
-def paste_window(dst: np.ndarray, src: np.ndarray, ix: int, iy: int, size: int, src_y0: int = 0, src_x0: int = 0) -> bool:
+def paste_window(
+    dst: np.ndarray, src: np.ndarray, ix: int, iy: int, size: int, src_y0: int = 0, src_x0: int = 0
+) -> bool:
     """Copy the ``size``² window centred on pixel (ix, iy) of ``src`` (whose [0, 0] is pixel
     (src_x0, src_y0)) into ``dst[..., :size, :size]``; parts outside ``src`` are left untouched.
 
@@ -146,5 +150,5 @@ def paste_window(dst: np.ndarray, src: np.ndarray, ix: int, iy: int, size: int, 
     sy0, sx0 = max(y0, 0), max(x0, 0)
     sy1, sx1 = min(y0 + size, h), min(x0 + size, w)
     if sy1 > sy0 and sx1 > sx0:
-        dst[..., sy0 - y0:sy1 - y0, sx0 - x0:sx1 - x0] = src[..., sy0:sy1, sx0:sx1]
+        dst[..., sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = src[..., sy0:sy1, sx0:sx1]
     return sy0 == y0 and sx0 == x0 and sy1 == y0 + size and sx1 == x0 + size

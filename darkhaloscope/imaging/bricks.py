@@ -134,8 +134,16 @@ class BrickTable:
         dec = dec_c[row]
         dec1 = np.maximum(dec - BRICK_ROW_HEIGHT_DEG / 2, -90.0)
         dec2 = np.minimum(dec + BRICK_ROW_HEIGHT_DEG / 2, 90.0)
-        return cls(brick_name(ra, dec) if len(ra) else np.zeros(0, object),
-                   (offset[row] + col + 1).astype(np.int32), ra, dec, ra1, ra2, dec1, dec2)
+        return cls(
+            brick_name(ra, dec) if len(ra) else np.zeros(0, object),
+            (offset[row] + col + 1).astype(np.int32),
+            ra,
+            dec,
+            ra1,
+            ra2,
+            dec1,
+            dec2,
+        )
 
     @classmethod
     def read_fits(cls, path, filesystem=None) -> "BrickTable":
@@ -210,7 +218,7 @@ class BrickTable:
         for drow in (0, -1, 1):
             r = np.clip(row + drow, 0, _N_ROWS - 1)
             c = np.minimum(np.floor(np.mod(ra, 360.0) / 360.0 * ncol[r]).astype(np.int64), ncol[r] - 1)
-            for dcol in ((-1, 1) if drow == 0 else (-1, 0, 1)):
+            for dcol in (-1, 1) if drow == 0 else (-1, 0, 1):
                 out.append(self._index_of_ids(grid_brickid(r, c + dcol)))
         return np.stack(out, axis=1)
 

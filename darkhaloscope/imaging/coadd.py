@@ -37,8 +37,16 @@ class BrickImageSource:
     #: Reading is cheap and repeatable: callers need not commit chunks of cutouts as they arrive.
     checkpoint_chunks = False
 
-    def __init__(self, root: str, filesystem=None, bricks: BrickTable | None = None, region: str = "south",
-                 bands=BANDS, with_maskbits: bool = True, invvar_centre_only: bool = False):
+    def __init__(
+        self,
+        root: str,
+        filesystem=None,
+        bricks: BrickTable | None = None,
+        region: str = "south",
+        bands=BANDS,
+        with_maskbits: bool = True,
+        invvar_centre_only: bool = False,
+    ):
         self.fs, self.root = split_uri(str(root), filesystem)
         self.region = region
         self.bands = tuple(bands)
@@ -46,7 +54,9 @@ class BrickImageSource:
         self.invvar_centre_only = invvar_centre_only
         if bricks is None:
             table_path = f"{self.root.rstrip('/')}/survey-bricks.fits.gz"
-            bricks = BrickTable.read_fits(table_path, self.fs) if file_exists(table_path, self.fs) else full_sky_bricks()
+            bricks = (
+                BrickTable.read_fits(table_path, self.fs) if file_exists(table_path, self.fs) else full_sky_bricks()
+            )
         self.bricks = bricks
 
     def cutouts(self, ra_deg, dec_deg, size: int = STAMP_SIZE) -> tuple[CutoutBatch, np.ndarray]:
@@ -87,8 +97,9 @@ class BrickImageSource:
         if self.with_maskbits and file_exists(mpath, self.fs):
             batch.maskbits[rows], _ = self._cut_file(mpath, choice, rows, size, np.int32)
 
-    def _cut_file(self, path: str, choice: BrickChoice, rows: np.ndarray, size: int, dtype,
-                  centre_only: bool = False) -> tuple[np.ndarray, TanWCS]:
+    def _cut_file(
+        self, path: str, choice: BrickChoice, rows: np.ndarray, size: int, dtype, centre_only: bool = False
+    ) -> tuple[np.ndarray, TanWCS]:
         """(stamps (len(rows), S, S) cut from HDU 1 of ``path`` around the targets ``rows``, the
         file's WCS); ``centre_only``: only each stamp's centre pixel is read, the rest left 0."""
         out = np.zeros((len(rows), size, size), dtype)
@@ -100,7 +111,7 @@ class BrickImageSource:
                 ix, iy = int(choice.ix[r]), int(choice.iy[r])
                 if centre_only:
                     if 0 <= iy < ny and 0 <= ix < nx:
-                        out[k, lo, lo] = image[iy:iy + 1, ix:ix + 1][0, 0]
+                        out[k, lo, lo] = image[iy : iy + 1, ix : ix + 1][0, 0]
                     continue
                 y0, x0 = max(iy - lo, 0), max(ix - lo, 0)
                 y1, x1 = min(iy - lo + size, ny), min(ix - lo + size, nx)

@@ -53,8 +53,9 @@ def check_cutout_request(ra: float, dec: float, size: int, max_size: int = MAX_C
         raise InputError(f"size {size} pixels is outside [1, {max_size}] (the limit is DHS_CUTOUT_MAX_SIZE)")
 
 
-def cutout_to_file(source: ImageSource, ra: float, dec: float, size: int, out: str,
-                   max_size: int = MAX_CUTOUT_SIZE) -> str:
+def cutout_to_file(
+    source: ImageSource, ra: float, dec: float, size: int, out: str, max_size: int = MAX_CUTOUT_SIZE
+) -> str:
     """Cut one g, r, z stamp of ``size``² pixels at (ra, dec) deg from ``source`` and write ``out``:
     FITS (cube (band, y, x) in nmgy + TAN WCS + INVVAR HDU) or PNG (asinh colour), by extension.
 
@@ -67,12 +68,16 @@ def cutout_to_file(source: ImageSource, ra: float, dec: float, size: int, out: s
     if failed[0]:
         raise CutoutUnavailable(f"cutout at RA={ra}, DEC={dec} could not be fetched: {failed[0]}")
     if not batch.has_data()[0]:
-        raise CutoutUnavailable(f"no imaging data at RA={ra}, DEC={dec} in any band ({', '.join(BANDS)}): "
-                                "the position is outside the survey's coverage")
+        raise CutoutUnavailable(
+            f"no imaging data at RA={ra}, DEC={dec} in any band ({', '.join(BANDS)}): "
+            "the position is outside the survey's coverage"
+        )
     if fmt == "png":
         write_cutout_png(out, batch.image[0])
     else:
-        write_cutout_fits(out, batch.image[0], batch.invvar[0], ra, dec, offset_pix=(float(batch.dx[0]), float(batch.dy[0])))
+        write_cutout_fits(
+            out, batch.image[0], batch.invvar[0], ra, dec, offset_pix=(float(batch.dx[0]), float(batch.dy[0]))
+        )
     return out
 
 
@@ -83,9 +88,16 @@ def _check_cube(image, name: str) -> np.ndarray:
     return arr.astype(np.float32, copy=False)
 
 
-def write_cutout_fits(path: str, image, invvar=None, ra: float = 0.0, dec: float = 0.0,
-                      pixel_scale: float = PIXEL_SCALE_ARCSEC, offset_pix: tuple[float, float] = (0.0, 0.0),
-                      maskbits=None) -> None:
+def write_cutout_fits(
+    path: str,
+    image,
+    invvar=None,
+    ra: float = 0.0,
+    dec: float = 0.0,
+    pixel_scale: float = PIXEL_SCALE_ARCSEC,
+    offset_pix: tuple[float, float] = (0.0, 0.0),
+    maskbits=None,
+) -> None:
     """Write a g, r, z cutout cube (nmgy/pixel) with its WCS; ``invvar`` (1/nmgy²) as an INVVAR HDU.
 
     ra, dec (deg) is the target, at the stamp centre pixel size//2 shifted by ``offset_pix``

@@ -29,9 +29,20 @@ from .quality import quality_metrics
 
 #: Target columns carried from the catalog into each cutout row.
 TARGET_COLUMNS = [
-    "object_id", "ra", "dec", "type", "split", "sweep_file",
-    "psfsize_g", "psfsize_r", "psfsize_z", "psfdepth_g", "psfdepth_r", "psfdepth_z",
-    "nobs_z_bin", "type_bin",
+    "object_id",
+    "ra",
+    "dec",
+    "type",
+    "split",
+    "sweep_file",
+    "psfsize_g",
+    "psfsize_r",
+    "psfsize_z",
+    "psfdepth_g",
+    "psfdepth_r",
+    "psfdepth_z",
+    "nobs_z_bin",
+    "type_bin",
 ]
 #: Targets per source request (and per record batch of the table).
 CHUNK = 256
@@ -41,12 +52,20 @@ STAMP_COLUMNS = ("image", "invvar", "maskbits")
 FETCHES = ("imaging", "cutout_fetches")
 
 
-def cutout_targets(negatives: pa.Table, positives: pa.Table, training_ids: pa.Array | pa.ChunkedArray, sweep_file: str) -> pa.Table:
+def cutout_targets(
+    negatives: pa.Table, positives: pa.Table, training_ids: pa.Array | pa.ChunkedArray, sweep_file: str
+) -> pa.Table:
     """Targets of one sweep file: its negatives (label 0; ``negatives`` is that file's partition)
     and its matched positives (label 1), flagged ``in_training_catalog``, sorted by object id."""
-    neg = negatives.select(TARGET_COLUMNS + ["pool", "confuser_category"]).append_column("label", pa.array(np.zeros(negatives.num_rows, np.int8)))
-    neg = neg.append_column("tier", pa.nulls(neg.num_rows, pa.string())).append_column("name", pa.nulls(neg.num_rows, pa.string()))
-    pos = positives.filter(pc.equal(positives.column("sweep_file"), sweep_file)).select(TARGET_COLUMNS + ["tier", "name"])
+    neg = negatives.select(TARGET_COLUMNS + ["pool", "confuser_category"]).append_column(
+        "label", pa.array(np.zeros(negatives.num_rows, np.int8))
+    )
+    neg = neg.append_column("tier", pa.nulls(neg.num_rows, pa.string())).append_column(
+        "name", pa.nulls(neg.num_rows, pa.string())
+    )
+    pos = positives.filter(pc.equal(positives.column("sweep_file"), sweep_file)).select(
+        TARGET_COLUMNS + ["tier", "name"]
+    )
     pos = pos.append_column("pool", pa.array(["positive"] * pos.num_rows, pa.string()))
     pos = pos.append_column("confuser_category", pa.nulls(pos.num_rows, pa.string()))
     pos = pos.append_column("label", pa.array(np.ones(pos.num_rows, np.int8)))
@@ -92,7 +111,9 @@ class InflightFetches:
         self.sweep_file = sweep_file
 
     def _chunks(self) -> list[dict]:
-        return sorted((p for p in self.fetches.partitions() if p.get("sweep_file") == self.sweep_file), key=lambda p: p["chunk"])
+        return sorted(
+            (p for p in self.fetches.partitions() if p.get("sweep_file") == self.sweep_file), key=lambda p: p["chunk"]
+        )
 
     def tables(self) -> list[pa.Table]:
         """The committed chunks, in object-id order of their first rows."""
@@ -102,7 +123,9 @@ class InflightFetches:
         """Pass ``batches`` through, committing each first (keyed by its first object id)."""
         for batch in batches:
             chunk = f"{int(batch.column('object_id')[0].as_py()):020d}"
-            self.fetches.write(pa.Table.from_batches([batch]), partition={"sweep_file": self.sweep_file, "chunk": chunk})
+            self.fetches.write(
+                pa.Table.from_batches([batch]), partition={"sweep_file": self.sweep_file, "chunk": chunk}
+            )
             yield batch
 
     def clear(self) -> None:
@@ -116,14 +139,18 @@ def reusable_cutouts(parts: list[pa.Table], targets: pa.Table) -> pa.Table | Non
     if not parts:
         return None
     old = pa.concat_tables(parts, promote_options="permissive")
-    keep = pc.and_(pc.equal(old.column("fetch_error"), ""), pc.is_in(old.column("object_id"), targets.column("object_id")))
+    keep = pc.and_(
+        pc.equal(old.column("fetch_error"), ""), pc.is_in(old.column("object_id"), targets.column("object_id"))
+    )
     old = old.filter(keep)
     # an object fetched in two runs (published, then re-fetched before a crash) is kept once
     _, first = np.unique(old.column("object_id").to_numpy(), return_index=True)
     return old.take(pa.array(np.sort(first)))
 
 
-def load_stamps(cutouts: ds.Dataset, object_ids, columns: tuple[str, ...] = ("image",)) -> tuple[list[np.ndarray], np.ndarray]:
+def load_stamps(
+    cutouts: ds.Dataset, object_ids, columns: tuple[str, ...] = ("image",)
+) -> tuple[list[np.ndarray], np.ndarray]:
     """([stamps (N, 3, 101, 101) per column], found mask) for ``object_ids`` from the cutouts
     table, in the given order (ids may repeat), reading the requested stamp columns in one scan;
     rows of ids not found are zeros."""

@@ -51,8 +51,12 @@ def _check_band_array(a, key: str, name: str) -> np.ndarray:
 
 
 def _bandset_of(bands: str, name: str) -> str:
-    if not bands or any(b not in _GRZ for b in bands) or len(set(bands)) != len(bands) or \
-            "".join(b for b in _GRZ if b in bands) != bands:
+    if (
+        not bands
+        or any(b not in _GRZ for b in bands)
+        or len(set(bands)) != len(bands)
+        or "".join(b for b in _GRZ if b in bands) != bands
+    ):
         raise InputError(f"{name}: bandset {bands!r} is not a subset of {_GRZ!r} in that order")
     return bands
 
@@ -121,7 +125,9 @@ def _stamp_from_arrays(arrays: dict[str, np.ndarray], legacy_img_bands: str, nam
             raise InputError(f"{name}: {key!r} has shape {a.shape}, which does not hold the {nb} band(s) {bandset!r}")
         arr = np.ascontiguousarray(arr)
     else:
-        raise InputError(f"{name}: no stamp arrays; expected image_g/image_r/image_z, 'img' or 'cutout', found {sorted(arrays)}")
+        raise InputError(
+            f"{name}: no stamp arrays; expected image_g/image_r/image_z, 'img' or 'cutout', found {sorted(arrays)}"
+        )
     return arr, bandset
 
 

@@ -128,8 +128,10 @@ def _check_inputs(image, invvar, maskbits, bands) -> tuple[np.ndarray, np.ndarra
     if maskbits is not None:
         maskbits = np.asarray(maskbits)
         if maskbits.shape != (image.shape[0], image.shape[2], image.shape[3]) or maskbits.dtype.kind not in "iu":
-            raise InputError(f"maskbits must be integer (N, S, S) = {(image.shape[0],) + image.shape[2:]}, "
-                             f"got {maskbits.dtype} {maskbits.shape}")
+            raise InputError(
+                f"maskbits must be integer (N, S, S) = {(image.shape[0],) + image.shape[2:]}, "
+                f"got {maskbits.dtype} {maskbits.shape}"
+            )
     return image, invvar, maskbits
 
 
@@ -189,7 +191,9 @@ def _chunk_metrics(img, ivar, mbits, geo, cfg, bands) -> dict[str, np.ndarray]:
             out[f"saturated_frac_{b}"] = sat.mean(axis=1) if sat is not None else np.full(n, np.nan)
     out["n_bands_present"] = n_present
     flags = np.zeros(n, dtype=np.int32)
-    flags |= np.where(out["central_nonfinite_frac"] > cfg.max_central_nonfinite_frac, FLAG_CENTRAL_NONFINITE, 0).astype(np.int32)
+    flags |= np.where(out["central_nonfinite_frac"] > cfg.max_central_nonfinite_frac, FLAG_CENTRAL_NONFINITE, 0).astype(
+        np.int32
+    )
     flags |= np.where(out["core_nonfinite_frac"] > cfg.max_core_nonfinite_frac, FLAG_CORE_NONFINITE, 0).astype(np.int32)
     flags |= np.where(out["bad_pixel_frac"] > cfg.max_bad_pixel_frac, FLAG_BAD_PIXELS, 0).astype(np.int32)
     if cfg.require_all_bands:
@@ -224,17 +228,52 @@ def quality_metrics(
     geo = _geometry(size, config)
     step = max(int(config.chunk_rows), 1)
     parts = [
-        _chunk_metrics(image[i:i + step], None if invvar is None else invvar[i:i + step],
-                       None if maskbits is None else maskbits[i:i + step], geo, config, bands)
+        _chunk_metrics(
+            image[i : i + step],
+            None if invvar is None else invvar[i : i + step],
+            None if maskbits is None else maskbits[i : i + step],
+            geo,
+            config,
+            bands,
+        )
         for i in range(0, n, step)
-    ] or [_chunk_metrics(image[:0], None if invvar is None else invvar[:0],
-                         None if maskbits is None else maskbits[:0], geo, config, bands)]
+    ] or [
+        _chunk_metrics(
+            image[:0],
+            None if invvar is None else invvar[:0],
+            None if maskbits is None else maskbits[:0],
+            geo,
+            config,
+            bands,
+        )
+    ]
     cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    order = [f"{m}_{b}" for m in ("has", "nonfinite_frac", "zero_frac", "core_brightness", "core_max",
-                                    "annulus_brightness", "outer_brightness", "median", "mad",
-                                    "radial_gradient", "clip_frac") for b in bands]
-    order += ["nonfinite_frac", "central_nonfinite_frac", "core_nonfinite_frac", "bad_pixel_frac",
-              "n_bands_present", "quality_flags", "quality_ok"]
+    order = [
+        f"{m}_{b}"
+        for m in (
+            "has",
+            "nonfinite_frac",
+            "zero_frac",
+            "core_brightness",
+            "core_max",
+            "annulus_brightness",
+            "outer_brightness",
+            "median",
+            "mad",
+            "radial_gradient",
+            "clip_frac",
+        )
+        for b in bands
+    ]
+    order += [
+        "nonfinite_frac",
+        "central_nonfinite_frac",
+        "core_nonfinite_frac",
+        "bad_pixel_frac",
+        "n_bands_present",
+        "quality_flags",
+        "quality_ok",
+    ]
     arrays, names = [], []
     for name in order:
         v = cols[name]

@@ -151,7 +151,9 @@ class CutoutServiceClient:
         self.max_concurrency = int(max_concurrency)
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
-        self.retry = RetryPolicy(max_attempts=self.max_retries + 1, backoff_base_s=float(backoff_base_s), backoff_max_s=float(backoff_max_s))
+        self.retry = RetryPolicy(
+            max_attempts=self.max_retries + 1, backoff_base_s=float(backoff_base_s), backoff_max_s=float(backoff_max_s)
+        )
         self._sleep = sleep
         # Bounds requests in flight across all threads and fetch_many calls sharing this client;
         # it is not held during back-off, so a sleeping retry does not block a free slot.
@@ -218,7 +220,11 @@ class CutoutServiceClient:
             t0 = time.monotonic()
             try:
                 resp = self._session().get(url, timeout=(self.timeout_s, self.timeout_s), stream=True)
-            except (requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema, requests.exceptions.InvalidURL) as e:
+            except (
+                requests.exceptions.MissingSchema,
+                requests.exceptions.InvalidSchema,
+                requests.exceptions.InvalidURL,
+            ) as e:
                 raise InputError(f"invalid cutout URL {url}: {e}") from e
             except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as e:
                 raise TransientFetchError(f"{url}: {type(e).__name__}: {e}") from e
@@ -258,21 +264,27 @@ class CutoutServiceClient:
                 raise TransientFetchError(f"{url}: empty body")
             raise InputError(f"{url} returned {what} instead of a FITS cutout; body starts {head!r}")
         if len(body) % FITS_BLOCK:
-            raise TransientFetchError(f"{url}: FITS body of {len(body)} bytes is not a multiple of {FITS_BLOCK} (truncated)")
+            raise TransientFetchError(
+                f"{url}: FITS body of {len(body)} bytes is not a multiple of {FITS_BLOCK} (truncated)"
+            )
         try:
             with fits.open(io.BytesIO(body), memmap=False, lazy_load_hdus=False) as hdul:
                 # astropy only warns about short data (and warning filters are process-wide, not
                 # to be changed from the fetching threads): a short file must be an error here
                 ends = [hdul.fileinfo(i)["datLoc"] + hdul.fileinfo(i)["datSpan"] for i in range(len(hdul))]
                 if max(ends) > len(body):
-                    raise TransientFetchError(f"{url}: FITS body of {len(body)} bytes is shorter than its headers say ({max(ends)} bytes; truncated)")
+                    raise TransientFetchError(
+                        f"{url}: FITS body of {len(body)} bytes is shorter than its headers say ({max(ends)} bytes; truncated)"
+                    )
                 hdus = [(h.header.copy(), None if h.data is None else np.array(h.data)) for h in hdul]
         except (OSError, ValueError) as e:
             raise TransientFetchError(f"{url}: unreadable FITS ({type(e).__name__}: {e})") from e
         header, image = hdus[0]
         expected = (len(self.bands), self.size, self.size)
         if image is None or image.shape != expected:
-            raise InputError(f"{url}: primary HDU has shape {None if image is None else image.shape}, expected {expected}")
+            raise InputError(
+                f"{url}: primary HDU has shape {None if image is None else image.shape}, expected {expected}"
+            )
         flags: list[str] = []
         got_bands = header.get("BANDS")
         if got_bands is None:
@@ -283,7 +295,9 @@ class CutoutServiceClient:
         for hdr, data in hdus[1:]:
             if str(hdr.get("IMAGETYP", "")).strip().upper() == "INVVAR":
                 if data is None or data.shape != expected:
-                    raise InputError(f"{url}: INVVAR HDU has shape {None if data is None else data.shape}, expected {expected}")
+                    raise InputError(
+                        f"{url}: INVVAR HDU has shape {None if data is None else data.shape}, expected {expected}"
+                    )
                 invvar = data.astype(np.float32, copy=False)
                 break
         if invvar is None:
@@ -303,7 +317,11 @@ class CutoutServiceClient:
 
         try:
             (image, invvar, flags), _ = call_with_retries(
-                attempt, lambda e: isinstance(e, TransientFetchError), self.retry, (_fmt_deg(ra), _fmt_deg(dec)), self._sleep
+                attempt,
+                lambda e: isinstance(e, TransientFetchError),
+                self.retry,
+                (_fmt_deg(ra), _fmt_deg(dec)),
+                self._sleep,
             )
         except HTTPStatusError as e:
             return CutoutFailure(key, float(ra), float(dec), url, tries, f"http_{e.status}", str(e))
@@ -315,7 +333,9 @@ class CutoutServiceClient:
         """Fetch one cutout at (ra, dec) degrees, retrying transient faults; raise InputError when it fails."""
         out = self._fetch_one(key, ra, dec)
         if isinstance(out, CutoutFailure):
-            raise InputError(f"cutout at ra={ra}, dec={dec} not obtained after {out.attempts} attempts ({out.kind}): {out.message}")
+            raise InputError(
+                f"cutout at ra={ra}, dec={dec} not obtained after {out.attempts} attempts ({out.kind}): {out.message}"
+            )
         return out
 
     def fetch_many(
@@ -379,7 +399,9 @@ class CutoutServiceClient:
         return outcome
 
 
-def targets_from_columns(keys: Sequence[Hashable], ra: Sequence[float], dec: Sequence[float]) -> list[tuple[Hashable, float, float]]:
+def targets_from_columns(
+    keys: Sequence[Hashable], ra: Sequence[float], dec: Sequence[float]
+) -> list[tuple[Hashable, float, float]]:
     """Zip key, ra and dec columns (degrees) into targets, checking lengths and coordinate ranges."""
     ra_a = np.asarray(ra, dtype=np.float64)
     dec_a = np.asarray(dec, dtype=np.float64)

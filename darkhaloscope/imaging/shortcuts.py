@@ -43,20 +43,56 @@ YELLOW_BOUND = 0.60
 
 #: Features, in column order. Brightnesses are mean nanomaggies per pixel; colours AB mag.
 FEATURE_NAMES = (
-    "core_brightness_r4", "core_brightness_r8", "core_brightness_r12", "core_brightness_g8",
-    "core_brightness_z8", "core_max_r",
-    "annulus_brightness_g", "annulus_brightness_r", "annulus_brightness_z", "annulus_max_r", "annulus_std_r",
-    "outer_brightness_r", "outer_std_r",
-    "color_gr_core", "color_rz_core", "radial_gradient_r", "laplacian_energy_r", "azimuthal_asymmetry_r",
-    "mad_g", "mad_r", "mad_z", "clip_frac_g", "clip_frac_r", "clip_frac_z",
-    "edge_artifact_frac", "nonfinite_frac", "saturation_frac",
+    "core_brightness_r4",
+    "core_brightness_r8",
+    "core_brightness_r12",
+    "core_brightness_g8",
+    "core_brightness_z8",
+    "core_max_r",
+    "annulus_brightness_g",
+    "annulus_brightness_r",
+    "annulus_brightness_z",
+    "annulus_max_r",
+    "annulus_std_r",
+    "outer_brightness_r",
+    "outer_std_r",
+    "color_gr_core",
+    "color_rz_core",
+    "radial_gradient_r",
+    "laplacian_energy_r",
+    "azimuthal_asymmetry_r",
+    "mad_g",
+    "mad_r",
+    "mad_z",
+    "clip_frac_g",
+    "clip_frac_r",
+    "clip_frac_z",
+    "edge_artifact_frac",
+    "nonfinite_frac",
+    "saturation_frac",
 )
 #: Features whose separation is a core-brightness shortcut (arc flux the PSF spreads into the core).
-CORE_FEATURES = frozenset({"core_brightness_r4", "core_brightness_r8", "core_brightness_r12",
-                           "core_brightness_g8", "core_brightness_z8", "core_max_r"})
+CORE_FEATURES = frozenset(
+    {
+        "core_brightness_r4",
+        "core_brightness_r8",
+        "core_brightness_r12",
+        "core_brightness_g8",
+        "core_brightness_z8",
+        "core_max_r",
+    }
+)
 #: Features that lensed arcs legitimately raise: separation there is expected physics.
-EXPECTED_PHYSICS = frozenset({"azimuthal_asymmetry_r", "annulus_brightness_g", "annulus_brightness_r",
-                              "annulus_brightness_z", "annulus_max_r", "annulus_std_r"})
+EXPECTED_PHYSICS = frozenset(
+    {
+        "azimuthal_asymmetry_r",
+        "annulus_brightness_g",
+        "annulus_brightness_r",
+        "annulus_brightness_z",
+        "annulus_max_r",
+        "annulus_std_r",
+    }
+)
 
 
 def _geometry(size: int) -> dict[str, np.ndarray]:
@@ -71,11 +107,21 @@ def _geometry(size: int) -> dict[str, np.ndarray]:
     wedge = np.floor((np.arctan2(dy, dx) + np.pi) / (2 * np.pi / N_WEDGES)).astype(int) % N_WEDGES
     wedges = np.stack([(annulus & (wedge == k)).ravel() for k in range(N_WEDGES)], axis=1)
     edge = np.zeros((size, size), dtype=bool)
-    edge[:EDGE_WIDTH_PX], edge[-EDGE_WIDTH_PX:], edge[:, :EDGE_WIDTH_PX], edge[:, -EDGE_WIDTH_PX:] = True, True, True, True
+    edge[:EDGE_WIDTH_PX], edge[-EDGE_WIDTH_PX:], edge[:, :EDGE_WIDTH_PX], edge[:, -EDGE_WIDTH_PX:] = (
+        True,
+        True,
+        True,
+        True,
+    )
     cores = np.stack([(r <= rc).ravel() for rc in CORE_RADII_PX], axis=1)
     return {
-        "r": r.ravel(), "cores": cores, "annulus": annulus.ravel(), "outer": outer.ravel(),
-        "noise": (r > OUTER_PX[0]).ravel(), "wedges": wedges, "edge": edge.ravel(),
+        "r": r.ravel(),
+        "cores": cores,
+        "annulus": annulus.ravel(),
+        "outer": outer.ravel(),
+        "noise": (r > OUTER_PX[0]).ravel(),
+        "wedges": wedges,
+        "edge": edge.ravel(),
         "lap_region": (r[1:-1, 1:-1] <= ANNULUS_PX[1]),
     }
 
@@ -119,12 +165,16 @@ def shortcut_features(image: np.ndarray, maskbits: np.ndarray | None = None, chu
     if maskbits is not None:
         maskbits = np.asarray(maskbits)
         if maskbits.shape != (n, size, size) or maskbits.dtype.kind not in "iu":
-            raise InputError(f"maskbits must be integer (N, S, S) = {(n, size, size)}, got {maskbits.dtype} {maskbits.shape}")
+            raise InputError(
+                f"maskbits must be integer (N, S, S) = {(n, size, size)}, got {maskbits.dtype} {maskbits.shape}"
+            )
     geo = _geometry(size)
     step = max(int(chunk_rows), 1)
     # Fixed-size row chunks bound the float64 working copies (about 60 MB per 256 stamps of 101 px).
-    parts = [_features_chunk(image[i:i + step], None if maskbits is None else maskbits[i:i + step], geo)
-             for i in range(0, n, step)] or [_features_chunk(image[:0], None if maskbits is None else maskbits[:0], geo)]
+    parts = [
+        _features_chunk(image[i : i + step], None if maskbits is None else maskbits[i : i + step], geo)
+        for i in range(0, n, step)
+    ] or [_features_chunk(image[:0], None if maskbits is None else maskbits[:0], geo)]
     cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     arrays = [pa.array(cols[k]) if k in cols else pa.nulls(n, pa.float64()) for k in FEATURE_NAMES]
     return pa.Table.from_arrays(arrays, names=list(FEATURE_NAMES))
@@ -177,7 +227,9 @@ def _features_chunk(image: np.ndarray, maskbits: np.ndarray | None, geo: dict) -
             f[f"clip_frac_{name}"] = np.where((mad > 0) & (n_fin > 0), clipped / np.maximum(n_fin, 1), np.nan)
     wedge_means = _masked_means(flat[:, 1], finite[:, 1], geo["wedges"])
     with np.errstate(invalid="ignore", divide="ignore"):
-        f["azimuthal_asymmetry_r"] = np.where(mads[1] > 0, np.std(wedge_means, axis=1) / (MAD_TO_SIGMA * mads[1]), np.nan)
+        f["azimuthal_asymmetry_r"] = np.where(
+            mads[1] > 0, np.std(wedge_means, axis=1) / (MAD_TO_SIGMA * mads[1]), np.nan
+        )
 
     bad = (~finite | (flat == 0)).any(axis=1)
     f["edge_artifact_frac"] = bad[:, geo["edge"]].mean(axis=1)
@@ -223,12 +275,27 @@ def feature_aucs(
         raise InputError(f"labels have shape {y.shape}, expected ({features.num_rows},)")
     if not np.all((y == 0) | (y == 1)):
         raise InputError("labels must be 0 or 1")
-    names = feature_names if feature_names is not None else tuple(c for c in FEATURE_NAMES if c in features.column_names)
+    names = (
+        feature_names if feature_names is not None else tuple(c for c in FEATURE_NAMES if c in features.column_names)
+    )
     missing = [c for c in names if c not in features.column_names]
     if missing:
         raise InputError(f"feature table lacks columns {missing}")
-    rows = {k: [] for k in ("feature", "n_pos", "n_neg", "auc", "auc_lo", "auc_hi", "separation_lo", "flag",
-                            "expected_physics", "core_feature")}
+    rows = {
+        k: []
+        for k in (
+            "feature",
+            "n_pos",
+            "n_neg",
+            "auc",
+            "auc_lo",
+            "auc_hi",
+            "separation_lo",
+            "flag",
+            "expected_physics",
+            "core_feature",
+        )
+    }
     for name in names:
         col = features.column(name)
         if not pa.types.is_floating(col.type) and not pa.types.is_integer(col.type) and not pa.types.is_null(col.type):
@@ -243,13 +310,33 @@ def feature_aucs(
         else:
             auc = lo = hi = float("nan")
         bound = separation_lower_bound(lo, hi)
-        for k, v in (("feature", name), ("n_pos", n_pos), ("n_neg", n_neg), ("auc", auc), ("auc_lo", lo),
-                     ("auc_hi", hi), ("separation_lo", bound), ("flag", flag_for(bound)),
-                     ("expected_physics", name in EXPECTED_PHYSICS), ("core_feature", name in CORE_FEATURES)):
+        for k, v in (
+            ("feature", name),
+            ("n_pos", n_pos),
+            ("n_neg", n_neg),
+            ("auc", auc),
+            ("auc_lo", lo),
+            ("auc_hi", hi),
+            ("separation_lo", bound),
+            ("flag", flag_for(bound)),
+            ("expected_physics", name in EXPECTED_PHYSICS),
+            ("core_feature", name in CORE_FEATURES),
+        ):
             rows[k].append(v)
-    schema = pa.schema([("feature", pa.string()), ("n_pos", pa.int64()), ("n_neg", pa.int64()), ("auc", pa.float64()),
-                        ("auc_lo", pa.float64()), ("auc_hi", pa.float64()), ("separation_lo", pa.float64()),
-                        ("flag", pa.string()), ("expected_physics", pa.bool_()), ("core_feature", pa.bool_())])
+    schema = pa.schema(
+        [
+            ("feature", pa.string()),
+            ("n_pos", pa.int64()),
+            ("n_neg", pa.int64()),
+            ("auc", pa.float64()),
+            ("auc_lo", pa.float64()),
+            ("auc_hi", pa.float64()),
+            ("separation_lo", pa.float64()),
+            ("flag", pa.string()),
+            ("expected_physics", pa.bool_()),
+            ("core_feature", pa.bool_()),
+        ]
+    )
     return pa.Table.from_pydict(rows, schema=schema)
 
 
@@ -267,8 +354,11 @@ def shortcut_gate(auc_table: pa.Table, min_annulus_auc: float = 0.55, max_yellow
     by_name = dict(zip(d["feature"], d["auc"]))
     if "annulus_brightness_r" not in by_name:
         raise InputError("shortcut gate needs the annulus_brightness_r row")
-    unexpected = [f for f, fl, ex, co in zip(d["feature"], d["flag"], d["expected_physics"], d["core_feature"])
-                  if fl in ("yellow", "red") and not ex and not co]
+    unexpected = [
+        f
+        for f, fl, ex, co in zip(d["feature"], d["flag"], d["expected_physics"], d["core_feature"])
+        if fl in ("yellow", "red") and not ex and not co
+    ]
     core_failed = core_shortcut_failed(auc_table)
     annulus_auc = by_name["annulus_brightness_r"]
     annulus_ok = bool(np.isfinite(annulus_auc) and annulus_auc > min_annulus_auc)

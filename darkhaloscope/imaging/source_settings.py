@@ -48,7 +48,12 @@ class ImageSourceSettings:
         from .sources import ServiceSource
 
         if self.cutout_source != "auto":
-            return ServiceSource(self.cutout_source, layer=self.layer, max_concurrency=self.max_concurrency,
-                                 timeout_s=self.timeout_s, max_retries=self.max_retries)
+            return ServiceSource(
+                self.cutout_source,
+                layer=self.layer,
+                max_concurrency=self.max_concurrency,
+                timeout_s=self.timeout_s,
+                max_retries=self.max_retries,
+            )
         fs, root = self.survey.filesystem()
         return BrickImageSource(root, filesystem=fs, with_maskbits=with_maskbits, invvar_centre_only=invvar_centre_only)

@@ -74,7 +74,7 @@ def _dither_sequence(row: int, n: int) -> np.ndarray:
     parts, left = [], n
     while left > 0:
         take = min(N_RANDOM - start, left)
-        parts.append(r[start:start + take])
+        parts.append(r[start : start + take])
         left -= take
         iseed = (iseed + 1) % N_RANDOM
         start = int(r[iseed] * 500)
@@ -90,8 +90,15 @@ class TiledImage:
     errors. Build it with :func:`open_tiled_image`.
     """
 
-    def __init__(self, header, path: str, table: np.ndarray | None = None, heap: np.ndarray | None = None,
-                 elements: dict[str, int] | None = None, section=None):
+    def __init__(
+        self,
+        header,
+        path: str,
+        table: np.ndarray | None = None,
+        heap: np.ndarray | None = None,
+        elements: dict[str, int] | None = None,
+        section=None,
+    ):
         self.path = path
         self.header = h = header
         self._section = section
@@ -131,7 +138,9 @@ class TiledImage:
         self.dither_seed = int(h.get("ZDITHER0", 0))
         if float(h.get("BSCALE", 1.0)) != 1.0 or float(h.get("BZERO", 0.0)) != 0.0:
             # no coadd of the Legacy Surveys scales its pixels; reading them unscaled would be wrong silently
-            raise InputError(f"{path}: scaled pixels (BSCALE = {h.get('BSCALE', 1.0)}, BZERO = {h.get('BZERO', 0.0)}) are not supported")
+            raise InputError(
+                f"{path}: scaled pixels (BSCALE = {h.get('BSCALE', 1.0)}, BZERO = {h.get('BZERO', 0.0)}) are not supported"
+            )
         types = {8: np.uint8, 16: np.int16, 32: np.int32, 64: np.int64, -32: np.float32, -64: np.float64}
         if self.zbitpix not in types:
             raise InputError(f"{path}: unsupported ZBITPIX = {self.zbitpix}")
@@ -151,14 +160,17 @@ class TiledImage:
                 t = self._tile(j * self.n_tiles_x + i, j, i)
                 ya, yb = max(y0, j * ty), min(y1, (j + 1) * ty)
                 xa, xb = max(x0, i * tx), min(x1, (i + 1) * tx)
-                out[ya - y0:yb - y0, xa - x0:xb - x0] = t[ya - j * ty:yb - j * ty, xa - i * tx:xb - i * tx]
+                out[ya - y0 : yb - y0, xa - x0 : xb - x0] = t[ya - j * ty : yb - j * ty, xa - i * tx : xb - i * tx]
         return out
 
     def _tile(self, row: int, j: int, i: int) -> np.ndarray:
         """Tile ``row`` of the table (tile j, i of the image), decoded and kept."""
         tile = self._tiles.get(row)
         if tile is None:
-            shape = (min(self.tile[0], self.shape[0] - j * self.tile[0]), min(self.tile[1], self.shape[1] - i * self.tile[1]))
+            shape = (
+                min(self.tile[0], self.shape[0] - j * self.tile[0]),
+                min(self.tile[1], self.shape[1] - i * self.tile[1]),
+            )
             try:
                 tile = self._decode(row, shape)
             except (ValueError, zlib.error) as exc:
@@ -171,8 +183,10 @@ class TiledImage:
         desc, itemsize = column
         count, offset = int(desc[row, 0]), int(desc[row, 1])
         if offset + count * itemsize > self._heap.size:
-            raise ValueError(f"its {count * itemsize} bytes at heap offset {offset} lie past the heap's {self._heap.size}")
-        return self._heap[offset:offset + count * itemsize]
+            raise ValueError(
+                f"its {count * itemsize} bytes at heap offset {offset} lie past the heap's {self._heap.size}"
+            )
+        return self._heap[offset : offset + count * itemsize]
 
     def _decode(self, row: int, shape: tuple[int, int]) -> np.ndarray:
         n = shape[0] * shape[1]
@@ -244,7 +258,9 @@ def open_tiled_image(path: str, filesystem=None) -> Iterator[TiledImage]:
         if "ZIMAGE" not in header:
             yield TiledImage(header, path, section=hdul[1].section)
         elif str(header["ZCMPTYPE"]).strip() in _DECODED_HERE:
-            yield TiledImage(header, path, *_table_and_heap(path if data is None else data, hdul.fileinfo(1)["datLoc"], header, path))
+            yield TiledImage(
+                header, path, *_table_and_heap(path if data is None else data, hdul.fileinfo(1)["datLoc"], header, path)
+            )
         else:
             if not isinstance(src, str):
                 src.seek(0)
@@ -254,12 +270,26 @@ def open_tiled_image(path: str, filesystem=None) -> Iterator[TiledImage]:
 
 #: Bytes and big-endian numpy type of the binary-table column types (FITS Standard 4.0 §7.3.1);
 #: P and Q are variable-length array descriptors (element count, heap offset) of 32 and 64 bits.
-_TFORM_TYPES = {"L": "i1", "B": "u1", "I": ">i2", "J": ">i4", "K": ">i8", "E": ">f4", "D": ">f8", "C": ">c8", "M": ">c16",
-                "A": "S1", "P": ">i4", "Q": ">i8"}
+_TFORM_TYPES = {
+    "L": "i1",
+    "B": "u1",
+    "I": ">i2",
+    "J": ">i4",
+    "K": ">i8",
+    "E": ">f4",
+    "D": ">f8",
+    "C": ">c8",
+    "M": ">c16",
+    "A": "S1",
+    "P": ">i4",
+    "Q": ">i8",
+}
 _TFORM = re.compile(r"^\s*(\d*)([LXBIJKAEDCMPQ])([BIJKED]?)")
 
 
-def _table_and_heap(src: str | bytes, data_start: int, header, path: str) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+def _table_and_heap(
+    src: str | bytes, data_start: int, header, path: str
+) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """(the rows of the compressed image's table in ``src`` (a local path or the file's bytes) as a
     numpy structured array, P/Q columns as
     (count, offset) pairs; its heap as uint8; the element size in bytes of each P/Q column),
@@ -287,6 +317,8 @@ def _table_and_heap(src: str | bytes, data_start: int, header, path: str) -> tup
     heap_size = int(header.get("PCOUNT", 0))
     raw = np.memmap(src, np.uint8, mode="r") if isinstance(src, str) else np.frombuffer(src, np.uint8)
     if heap_start + heap_size > raw.size:
-        raise InputError(f"{path}: truncated: the tile table ends at byte {heap_start + heap_size}, the file at {raw.size}")
-    table = raw[data_start:data_start + row_bytes * n_rows].view(dtype)
-    return table, raw[heap_start:heap_start + heap_size], elements
+        raise InputError(
+            f"{path}: truncated: the tile table ends at byte {heap_start + heap_size}, the file at {raw.size}"
+        )
+    table = raw[data_start : data_start + row_bytes * n_rows].view(dtype)
+    return table, raw[heap_start : heap_start + heap_size], elements

@@ -47,11 +47,17 @@ def shortcut_scan(cutouts: ds.Dataset, seed_key=("cutout_validation", "shortcut-
         img = from_tensor_column(batch.column("image"))[ok]
         mb = batch.column("maskbits") if with_maskbits else None
         # coadd bricks and the mock sky carry maskbits stamps (saturation feature); a cutout service does not
-        mask = from_tensor_column(mb, expected_shape=None, name="maskbits")[ok] if mb is not None and mb.null_count == 0 else None
+        mask = (
+            from_tensor_column(mb, expected_shape=None, name="maskbits")[ok]
+            if mb is not None and mb.null_count == 0
+            else None
+        )
         feats.append(shortcut_features(img, mask))
         labels.append(batch.column("label").to_numpy()[ok])
     if not feats:
-        raise InputError("the cutouts table holds no training-catalog cutouts: materialize training_catalog and cutouts first")
+        raise InputError(
+            "the cutouts table holds no training-catalog cutouts: materialize training_catalog and cutouts first"
+        )
     aucs = feature_aucs(pa.concat_tables(feats), np.concatenate(labels), seed_key=seed_key)
     return aucs.append_column("scope", pa.array(["training_catalog"] * aucs.num_rows))
 

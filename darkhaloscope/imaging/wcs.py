@@ -20,7 +20,9 @@ from ..errors import InputError
 #: Header keywords of distortion terms (SIP, TPV) a plain TAN WCS must not carry.
 DISTORTION_KEYWORDS = ("A_ORDER", "B_ORDER", "PV1_1", "PV2_1")
 #: The keywords of a celestial TAN WCS (FITS WCS Papers I and II) that from_header passes to astropy.
-_CELESTIAL_KEYWORD = re.compile(r"^(CTYPE|CRVAL|CRPIX|CDELT|CUNIT|CROTA|CD\d_|PC\d_|PV\d_)|^(RADESYS|RADECSYS|EQUINOX|EPOCH|LONPOLE|LATPOLE|WCSAXES)$")
+_CELESTIAL_KEYWORD = re.compile(
+    r"^(CTYPE|CRVAL|CRPIX|CDELT|CUNIT|CROTA|CD\d_|PC\d_|PV\d_)|^(RADESYS|RADECSYS|EQUINOX|EPOCH|LONPOLE|LATPOLE|WCSAXES)$"
+)
 
 
 @dataclass(frozen=True)
@@ -47,28 +49,40 @@ class TanWCS:
         object.__setattr__(self, "astropy", w)
 
     @classmethod
-    def for_brick(cls, ra_c: float, dec_c: float, size: int = BRICK_SIZE,
-                  pixel_scale: float = PIXEL_SCALE_ARCSEC) -> "TanWCS":
+    def for_brick(
+        cls, ra_c: float, dec_c: float, size: int = BRICK_SIZE, pixel_scale: float = PIXEL_SCALE_ARCSEC
+    ) -> "TanWCS":
         """Brick coadd WCS: ``size``² pixels, centre (size/2 + 0.5) at (ra_c, dec_c) in deg, North up, East left."""
         s = pixel_scale / 3600.0
         c = size / 2.0 + 0.5
         return cls((float(ra_c), float(dec_c)), (c, c), ((-s, 0.0), (0.0, s)), (size, size))
 
     @classmethod
-    def for_cutout(cls, ra_deg: float, dec_deg: float, size: int, pixel_scale: float = PIXEL_SCALE_ARCSEC,
-                   offset_pix: tuple[float, float] = (0.0, 0.0)) -> "TanWCS":
+    def for_cutout(
+        cls,
+        ra_deg: float,
+        dec_deg: float,
+        size: int,
+        pixel_scale: float = PIXEL_SCALE_ARCSEC,
+        offset_pix: tuple[float, float] = (0.0, 0.0),
+    ) -> "TanWCS":
         """WCS of a ``size``² cutout with (ra, dec) at 0-based pixel (size//2 + dx, size//2 + dy)."""
         s = pixel_scale / 3600.0
-        return cls((float(ra_deg), float(dec_deg)),
-                   (size // 2 + 1.0 + float(offset_pix[0]), size // 2 + 1.0 + float(offset_pix[1])),
-                   ((-s, 0.0), (0.0, s)), (size, size))
+        return cls(
+            (float(ra_deg), float(dec_deg)),
+            (size // 2 + 1.0 + float(offset_pix[0]), size // 2 + 1.0 + float(offset_pix[1])),
+            ((-s, 0.0), (0.0, s)),
+            (size, size),
+        )
 
     @classmethod
     def from_header(cls, header, source: str = "header") -> "TanWCS":
         """The TAN WCS (CD or CDELT/PC form, read by astropy) of a FITS header; InputError naming ``source``."""
         ctype = (str(header.get("CTYPE1", "")), str(header.get("CTYPE2", "")))
         if not (ctype[0].startswith("RA---TAN") and ctype[1].startswith("DEC--TAN")):
-            raise InputError(f"{source}: expected a RA---TAN/DEC--TAN WCS, got CTYPE1={ctype[0]!r}, CTYPE2={ctype[1]!r}")
+            raise InputError(
+                f"{source}: expected a RA---TAN/DEC--TAN WCS, got CTYPE1={ctype[0]!r}, CTYPE2={ctype[1]!r}"
+            )
         if any(k in header for k in DISTORTION_KEYWORDS) or ctype[0] != "RA---TAN":
             raise InputError(f"{source}: distorted TAN WCS (SIP/TPV) is not supported")
         missing = [k for k in ("CRVAL1", "CRVAL2", "CRPIX1", "CRPIX2") if k not in header]
@@ -80,9 +94,16 @@ class TanWCS:
         w = WCS(fits.Header([card for card in header.cards if _CELESTIAL_KEYWORD.match(card.keyword)]), naxis=2)
         cd = w.pixel_scale_matrix
         # in a tile-compressed file's table header NAXISn describe the table, ZNAXISn the image
-        shape = (int(header.get("ZNAXIS2", header.get("NAXIS2", 0))), int(header.get("ZNAXIS1", header.get("NAXIS1", 0))))
-        return cls(tuple(float(v) for v in w.wcs.crval), tuple(float(v) for v in w.wcs.crpix),
-                   ((float(cd[0, 0]), float(cd[0, 1])), (float(cd[1, 0]), float(cd[1, 1]))), shape)
+        shape = (
+            int(header.get("ZNAXIS2", header.get("NAXIS2", 0))),
+            int(header.get("ZNAXIS1", header.get("NAXIS1", 0))),
+        )
+        return cls(
+            tuple(float(v) for v in w.wcs.crval),
+            tuple(float(v) for v in w.wcs.crpix),
+            ((float(cd[0, 0]), float(cd[0, 1])), (float(cd[1, 0]), float(cd[1, 1]))),
+            shape,
+        )
 
     def to_header(self) -> fits.Header:
         """astropy Header with the TAN WCS keywords (CD form, ICRS)."""

@@ -36,12 +36,38 @@ PSF_BAND_SCALE_FROM_R = {"g": 1.05, "r": 1.0, "z": 0.94}
 PLAN_SUMMARY_KEY = b"dhs_plan_summary"
 #: Host columns a plan reads; dx_pix, dy_pix: the host's sub-pixel offset from its stamp's centre
 #: pixel (cutouts are cut at the nearest pixel), where the lens is centred.
-HOST_COLUMNS = ("object_id", "ra", "dec", "split", "type", "psfsize_g", "psfsize_r", "psfsize_z",
-                "psfdepth_g", "psfdepth_r", "psfdepth_z", "dx_pix", "dy_pix")
+HOST_COLUMNS = (
+    "object_id",
+    "ra",
+    "dec",
+    "split",
+    "type",
+    "psfsize_g",
+    "psfsize_r",
+    "psfsize_z",
+    "psfdepth_g",
+    "psfdepth_r",
+    "psfdepth_z",
+    "dx_pix",
+    "dy_pix",
+)
 #: Columns of the mock survey's known-lens truth rows read by ``paint_known_lens_arcs``.
-KNOWN_LENS_TRUTH_COLUMNS = ("theta_e_arcsec", "lens_e1", "lens_e2", "shear_g1", "shear_g2", "src_mag_r",
-                            "src_r_sersic_arcsec", "src_n_sersic", "src_e1", "src_e2", "src_x_arcsec",
-                            "src_y_arcsec", "src_g_minus_r", "src_r_minus_z")
+KNOWN_LENS_TRUTH_COLUMNS = (
+    "theta_e_arcsec",
+    "lens_e1",
+    "lens_e2",
+    "shear_g1",
+    "shear_g2",
+    "src_mag_r",
+    "src_r_sersic_arcsec",
+    "src_n_sersic",
+    "src_e1",
+    "src_e2",
+    "src_x_arcsec",
+    "src_y_arcsec",
+    "src_g_minus_r",
+    "src_r_minus_z",
+)
 
 
 def _grid(start: float, stop: float, step: float) -> tuple[float, ...]:
@@ -88,8 +114,15 @@ class InjectionConfig:
 PROFILE_SIZES = {"demo": {"per_cell": 12, "batch_size": 600}, "full": {"per_cell": 500, "batch_size": 4096}}
 
 
-def injection_config(profile: str, per_cell: int = 0, batch_size: int = 0, theta_e_grid=None, z_l_grid=None,
-                     host_splits=("test",), realisation: int = 0) -> InjectionConfig:
+def injection_config(
+    profile: str,
+    per_cell: int = 0,
+    batch_size: int = 0,
+    theta_e_grid=None,
+    z_l_grid=None,
+    host_splits=("test",),
+    realisation: int = 0,
+) -> InjectionConfig:
     """The injection settings of a profile (``demo`` or ``full``); 0 / None keep the profile's
     size and :class:`InjectionConfig`'s grids. ``realisation`` n > 0 draws every source, lens and
     host assignment afresh (its own seed salt), so the selection function can be measured again on
@@ -117,8 +150,13 @@ def selection_hosts(cutouts, host_types, graded_lens_ids=()) -> pa.Table:
 
     cols = list(HOST_COLUMNS) + ["label", "quality_ok"]
     hosts = cutouts.to_table(columns=cols) if hasattr(cutouts, "to_table") else cutouts.select(cols)
-    mask = pc.and_(pc.and_(pc.equal(hosts.column("label"), 0), hosts.column("quality_ok")), pc.is_in(hosts.column("type"), pa.array(list(host_types))))
-    mask = pc.and_(mask, pc.invert(pc.is_in(hosts.column("object_id"), pa.array(np.asarray(graded_lens_ids, dtype=np.int64)))))
+    mask = pc.and_(
+        pc.and_(pc.equal(hosts.column("label"), 0), hosts.column("quality_ok")),
+        pc.is_in(hosts.column("type"), pa.array(list(host_types))),
+    )
+    mask = pc.and_(
+        mask, pc.invert(pc.is_in(hosts.column("object_id"), pa.array(np.asarray(graded_lens_ids, dtype=np.int64))))
+    )
     return hosts.filter(mask).select(list(HOST_COLUMNS))
 
 
@@ -172,8 +210,9 @@ def _hosts_in_splits(hosts: pa.Table, host_splits) -> pa.Table:
     return hosts
 
 
-def _skip_reasons(theta_e: np.ndarray, z_l: np.ndarray, z_s: np.ndarray, host_psf_ok: np.ndarray,
-                  cfg: InjectionConfig) -> tuple[np.ndarray, np.ndarray]:
+def _skip_reasons(
+    theta_e: np.ndarray, z_l: np.ndarray, z_s: np.ndarray, host_psf_ok: np.ndarray, cfg: InjectionConfig
+) -> tuple[np.ndarray, np.ndarray]:
     """(skip reason per candidate, '' = kept; its SIS velocity dispersion [km/s], NaN where z_s <= z_l).
 
     A candidate is skipped when its source is not behind the lens, when the velocity dispersion
@@ -192,9 +231,19 @@ def _skip_reasons(theta_e: np.ndarray, z_l: np.ndarray, z_s: np.ndarray, host_ps
     return reason, sigma_v
 
 
-def _build_tasks(hosts: pa.Table, theta_e: np.ndarray, z_l: np.ndarray, seeds: np.ndarray, batch: np.ndarray,
-                 index: np.ndarray, cell: np.ndarray, profile: str, cfg: InjectionConfig,
-                 params: dict[str, np.ndarray], host_row: np.ndarray | None = None):
+def _build_tasks(
+    hosts: pa.Table,
+    theta_e: np.ndarray,
+    z_l: np.ndarray,
+    seeds: np.ndarray,
+    batch: np.ndarray,
+    index: np.ndarray,
+    cell: np.ndarray,
+    profile: str,
+    cfg: InjectionConfig,
+    params: dict[str, np.ndarray],
+    host_row: np.ndarray | None = None,
+):
     """Rows for candidate tasks that pass the physical cuts, and each candidate's skip reason ('' = kept).
 
     host_row: the row of ``hosts`` (after the ``host_splits`` filter) of each candidate; by default
@@ -210,10 +259,14 @@ def _build_tasks(hosts: pa.Table, theta_e: np.ndarray, z_l: np.ndarray, seeds: n
     keep = reason == ""
     h = host_row[keep]
     host_dx, host_dy = _col(hosts, "dx_pix")[h], _col(hosts, "dy_pix")[h]
-    lens_e1, lens_e2 = (t.numpy() for t in ellipticity_from_phi_q(torch.as_tensor(params["lens_phi_rad"]),
-                                                                   torch.as_tensor(params["lens_q"])))
-    src_e1, src_e2 = (t.numpy() for t in ellipticity_from_phi_q(torch.as_tensor(params["src_phi_rad"]),
-                                                                 torch.as_tensor(params["src_q"])))
+    lens_e1, lens_e2 = (
+        t.numpy()
+        for t in ellipticity_from_phi_q(torch.as_tensor(params["lens_phi_rad"]), torch.as_tensor(params["lens_q"]))
+    )
+    src_e1, src_e2 = (
+        t.numpy()
+        for t in ellipticity_from_phi_q(torch.as_tensor(params["src_phi_rad"]), torch.as_tensor(params["src_q"]))
+    )
     beta = params["src_beta_frac"] * theta_e
     ang = params["src_beta_angle_rad"]
     cols = {
@@ -286,8 +339,10 @@ def _seeds(cfg: InjectionConfig, profile: str, n: int):
     j = np.arange(n, dtype=np.int64)
     batch = j // cfg.batch_size
     index = j % cfg.batch_size
-    seeds = np.array([stable_hash64(cfg.salt, profile, int(b), int(i)) & 0x7FFF_FFFF_FFFF_FFFF
-                      for b, i in zip(batch, index)], dtype=np.int64)
+    seeds = np.array(
+        [stable_hash64(cfg.salt, profile, int(b), int(i)) & 0x7FFF_FFFF_FFFF_FFFF for b, i in zip(batch, index)],
+        dtype=np.int64,
+    )
     return batch, index, seeds
 
 
@@ -313,12 +368,21 @@ def plan_injection_grid(hosts: pa.Table, config: InjectionConfig = InjectionConf
     keep = reason == ""
     skipped = _skip_counts(reason)
     filled = np.bincount(cell[keep], minlength=len(te) * len(zl))
-    empty = [{"theta_e_arcsec": float(te[c // len(zl)]), "z_l": float(zl[c % len(zl)])}
-             for c in np.flatnonzero(filled == 0)]
-    summary = {"profile": "selection", "n_cells": int(len(te) * len(zl)), "n_candidates": int(len(ti)),
-               "n_tasks": int(keep.sum()), "skipped_tasks": skipped, "n_skipped_cells": len(empty),
-               "skipped_cells": empty, "n_batches": int(len(np.unique(batch[keep]))) if keep.any() else 0,
-               "theta_e_values": [float(v) for v in te], "z_l_values": [float(v) for v in zl]}
+    empty = [
+        {"theta_e_arcsec": float(te[c // len(zl)]), "z_l": float(zl[c % len(zl)])} for c in np.flatnonzero(filled == 0)
+    ]
+    summary = {
+        "profile": "selection",
+        "n_cells": int(len(te) * len(zl)),
+        "n_candidates": int(len(ti)),
+        "n_tasks": int(keep.sum()),
+        "skipped_tasks": skipped,
+        "n_skipped_cells": len(empty),
+        "skipped_cells": empty,
+        "n_batches": int(len(np.unique(batch[keep]))) if keep.any() else 0,
+        "theta_e_values": [float(v) for v in te],
+        "z_l_values": [float(v) for v in zl],
+    }
     return _with_summary(table, summary)
 
 
@@ -327,7 +391,9 @@ def plan_grid(tasks: pa.Table) -> tuple[list[float], list[float]]:
     included), from its planning summary: what the selection function is measured on."""
     summary = plan_summary(tasks)
     if "theta_e_values" not in summary or "z_l_values" not in summary:
-        raise InputError("the injection plan records no grid (planned before grids were recorded): materialize injection_plan again")
+        raise InputError(
+            "the injection plan records no grid (planned before grids were recorded): materialize injection_plan again"
+        )
     return list(summary["theta_e_values"]), list(summary["z_l_values"])
 
 
@@ -364,24 +430,65 @@ def _clump_arrays(seeds: np.ndarray, r_sersic: np.ndarray, registry: PriorRegist
 
 def task_batches(tasks: pa.Table, device, dtype, registry: PriorRegistry) -> tuple[LensBatch, SourceBatch]:
     """The lens and source batches of task rows (on ``device`` in ``dtype``), clumps drawn from each seed."""
-    c = {name: _col(tasks, name) for name in (
-        "theta_e_arcsec", "lens_e1", "lens_e2", "lens_center_x_arcsec", "lens_center_y_arcsec", "shear_g1",
-        "shear_g2", "src_mag_r", "src_g_minus_r", "src_r_minus_z", "src_r_sersic_arcsec", "src_n_sersic",
-        "src_e1", "src_e2", "src_x_arcsec", "src_y_arcsec")}
-    lens = LensBatch.from_arrays(device=device, dtype=dtype, theta_e=c["theta_e_arcsec"], e1=c["lens_e1"],
-                                 e2=c["lens_e2"], center_x=c["lens_center_x_arcsec"],
-                                 center_y=c["lens_center_y_arcsec"], gamma1=c["shear_g1"], gamma2=c["shear_g2"])
+    c = {
+        name: _col(tasks, name)
+        for name in (
+            "theta_e_arcsec",
+            "lens_e1",
+            "lens_e2",
+            "lens_center_x_arcsec",
+            "lens_center_y_arcsec",
+            "shear_g1",
+            "shear_g2",
+            "src_mag_r",
+            "src_g_minus_r",
+            "src_r_minus_z",
+            "src_r_sersic_arcsec",
+            "src_n_sersic",
+            "src_e1",
+            "src_e2",
+            "src_x_arcsec",
+            "src_y_arcsec",
+        )
+    }
+    lens = LensBatch.from_arrays(
+        device=device,
+        dtype=dtype,
+        theta_e=c["theta_e_arcsec"],
+        e1=c["lens_e1"],
+        e2=c["lens_e2"],
+        center_x=c["lens_center_x_arcsec"],
+        center_y=c["lens_center_y_arcsec"],
+        gamma1=c["shear_g1"],
+        gamma2=c["shear_g2"],
+    )
     frac, cx, cy, cs, cw = _clump_arrays(_col(tasks, "seed", np.int64), c["src_r_sersic_arcsec"], registry)
     src = SourceBatch.from_arrays(
-        flux=band_fluxes(c["src_mag_r"], c["src_g_minus_r"], c["src_r_minus_z"]), r_sersic=c["src_r_sersic_arcsec"],
-        n_sersic=c["src_n_sersic"], e1=c["src_e1"], e2=c["src_e2"],
-        center_x=c["lens_center_x_arcsec"] + c["src_x_arcsec"], center_y=c["lens_center_y_arcsec"] + c["src_y_arcsec"],
-        clump_flux_frac=frac, clump_x=cx, clump_y=cy, clump_sigma=cs, clump_weight=cw, device=device, dtype=dtype)
+        flux=band_fluxes(c["src_mag_r"], c["src_g_minus_r"], c["src_r_minus_z"]),
+        r_sersic=c["src_r_sersic_arcsec"],
+        n_sersic=c["src_n_sersic"],
+        e1=c["src_e1"],
+        e2=c["src_e2"],
+        center_x=c["lens_center_x_arcsec"] + c["src_x_arcsec"],
+        center_y=c["lens_center_y_arcsec"] + c["src_y_arcsec"],
+        clump_flux_frac=frac,
+        clump_x=cx,
+        clump_y=cy,
+        clump_sigma=cs,
+        clump_weight=cw,
+        device=device,
+        dtype=dtype,
+    )
     return lens, src
 
 
-def render_injection_batch(tasks: pa.Table, host_images: np.ndarray, host_invvar: np.ndarray, device="cpu",
-                           config: InjectionConfig = InjectionConfig()):
+def render_injection_batch(
+    tasks: pa.Table,
+    host_images: np.ndarray,
+    host_invvar: np.ndarray,
+    device="cpu",
+    config: InjectionConfig = InjectionConfig(),
+):
     """Inject the arcs of ``tasks`` (row i) into ``host_images[i]``.
 
     host_images, host_invvar: (N, 3, S, S) float32 [nmgy/pixel], [1/nmgy^2]. Returns
@@ -413,8 +520,9 @@ def render_injection_batch(tasks: pa.Table, host_images: np.ndarray, host_invvar
         sel = rows[start : start + config.render_chunk]
         sub = tasks.take(pa.array(sel))
         lens, src = task_batches(sub, device, torch.float32, config.priors)
-        res = render_lensed_sources(lens, src, torch.as_tensor(psf[sel], dtype=torch.float32, device=device),
-                                    config.render)
+        res = render_lensed_sources(
+            lens, src, torch.as_tensor(psf[sel], dtype=torch.float32, device=device), config.render
+        )
         a = res.arc
         iv_t = torch.as_tensor(iv[sel], dtype=torch.float32, device=device)
         snr[sel] = arc_snr(a, iv_t).double().cpu().numpy()
@@ -428,8 +536,14 @@ def render_injection_batch(tasks: pa.Table, host_images: np.ndarray, host_invvar
     injected = (img.astype(np.float32) + arc).astype(np.float32)
     injected[~ok] = img[~ok]
     mags = flux_to_mag(lensed_flux)
-    cols = {"injection_id": _col(tasks, "injection_id", np.int64), "seed": seeds, "success": ok,
-            "failure_reason": reason.astype(object), "magnification": mu, "arc_snr": snr[:, 1]}
+    cols = {
+        "injection_id": _col(tasks, "injection_id", np.int64),
+        "seed": seeds,
+        "success": ok,
+        "failure_reason": reason.astype(object),
+        "magnification": mu,
+        "arc_snr": snr[:, 1],
+    }
     for b, name in enumerate(BANDS):
         cols[f"arc_snr_{name}"] = snr[:, b]
     for b, name in enumerate(BANDS):
@@ -440,8 +554,9 @@ def render_injection_batch(tasks: pa.Table, host_images: np.ndarray, host_invvar
     return injected, arc, pa.table(cols)
 
 
-def paint_known_lens_arcs(truth: pa.Table, psfsize: np.ndarray, stamp_size: int = STAMP_SIZE, device="cpu",
-                          render: RenderConfig | None = None) -> np.ndarray:
+def paint_known_lens_arcs(
+    truth: pa.Table, psfsize: np.ndarray, stamp_size: int = STAMP_SIZE, device="cpu", render: RenderConfig | None = None
+) -> np.ndarray:
     """Arcs of known lenses from truth rows (KNOWN_LENS_TRUTH_COLUMNS; optional lens_x_arcsec,
     lens_y_arcsec offsets of the lens from the stamp centre) -> (N, 3, S, S) float32 [nmgy/pixel],
     PSF-convolved with per-band FWHM ``psfsize`` (N, 3) [arcsec] (missing g/z from r), lens at pixel
@@ -464,14 +579,28 @@ def paint_known_lens_arcs(truth: pa.Table, psfsize: np.ndarray, stamp_size: int 
     out = np.zeros((n, 3, stamp_size, stamp_size), dtype=np.float32)
     for start in range(0, n, 128):
         sl = slice(start, min(n, start + 128))
-        lens = LensBatch.from_arrays(device=device, dtype=torch.float32, theta_e=c["theta_e_arcsec"][sl],
-                                     e1=c["lens_e1"][sl], e2=c["lens_e2"][sl], center_x=lx[sl], center_y=ly[sl],
-                                     gamma1=c["shear_g1"][sl], gamma2=c["shear_g2"][sl])
+        lens = LensBatch.from_arrays(
+            device=device,
+            dtype=torch.float32,
+            theta_e=c["theta_e_arcsec"][sl],
+            e1=c["lens_e1"][sl],
+            e2=c["lens_e2"][sl],
+            center_x=lx[sl],
+            center_y=ly[sl],
+            gamma1=c["shear_g1"][sl],
+            gamma2=c["shear_g2"][sl],
+        )
         src = SourceBatch.from_arrays(
             flux=band_fluxes(c["src_mag_r"][sl], c["src_g_minus_r"][sl], c["src_r_minus_z"][sl]),
-            r_sersic=c["src_r_sersic_arcsec"][sl], n_sersic=c["src_n_sersic"][sl], e1=c["src_e1"][sl],
-            e2=c["src_e2"][sl], center_x=lx[sl] + c["src_x_arcsec"][sl], center_y=ly[sl] + c["src_y_arcsec"][sl],
-            device=device, dtype=torch.float32)
+            r_sersic=c["src_r_sersic_arcsec"][sl],
+            n_sersic=c["src_n_sersic"][sl],
+            e1=c["src_e1"][sl],
+            e2=c["src_e2"][sl],
+            center_x=lx[sl] + c["src_x_arcsec"][sl],
+            center_y=ly[sl] + c["src_y_arcsec"][sl],
+            device=device,
+            dtype=torch.float32,
+        )
         res = render_lensed_sources(lens, src, torch.as_tensor(fwhm[sl], dtype=torch.float32, device=device), cfg)
         out[sl] = res.arc.cpu().numpy()
     return out

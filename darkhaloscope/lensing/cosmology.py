@@ -31,9 +31,7 @@ def _named_cosmology(name: str):
     realisations = {n.lower(): n for n in ac.realizations.available}
     if key in realisations:
         return getattr(ac, realisations[key])
-    raise InputError(
-        f"unknown cosmology name {name!r}; expected 'flat_lcdm_70_0.3' or one of {sorted(realisations)}"
-    )
+    raise InputError(f"unknown cosmology name {name!r}; expected 'flat_lcdm_70_0.3' or one of {sorted(realisations)}")
 
 
 def get_cosmology(cosmo=DEFAULT_COSMOLOGY):

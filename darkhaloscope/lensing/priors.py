@@ -147,14 +147,28 @@ DEFAULT_PRIORS = PriorRegistry()
 
 #: Parameters drawn for every injection (both profiles); theta_e_arcsec and z_l only for training.
 SYSTEM_PARAMETERS = (
-    "src_mag_r", "src_r_sersic_arcsec", "src_n_sersic", "src_q", "src_phi_rad", "src_beta_frac",
-    "src_beta_angle_rad", "src_g_minus_r", "src_r_minus_z", "lens_q", "lens_phi_rad", "shear_g1",
-    "shear_g2", "lens_offset_x_arcsec", "lens_offset_y_arcsec", "z_s",
+    "src_mag_r",
+    "src_r_sersic_arcsec",
+    "src_n_sersic",
+    "src_q",
+    "src_phi_rad",
+    "src_beta_frac",
+    "src_beta_angle_rad",
+    "src_g_minus_r",
+    "src_r_minus_z",
+    "lens_q",
+    "lens_phi_rad",
+    "shear_g1",
+    "shear_g2",
+    "lens_offset_x_arcsec",
+    "lens_offset_y_arcsec",
+    "z_s",
 )
 
 
-def draw_system_parameters(seeds: np.ndarray, registry: PriorRegistry = DEFAULT_PRIORS,
-                           extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+def draw_system_parameters(
+    seeds: np.ndarray, registry: PriorRegistry = DEFAULT_PRIORS, extra: tuple[str, ...] = ()
+) -> dict[str, np.ndarray]:
     """All per-system parameters (SYSTEM_PARAMETERS + ``extra``) for tasks with ``seeds``, float64."""
     return {name: registry.draw(name, seeds) for name in SYSTEM_PARAMETERS + tuple(extra)}
 

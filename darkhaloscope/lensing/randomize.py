@@ -54,8 +54,9 @@ def _gens(seeds, salt: str, device) -> list[torch.Generator]:
     return [torch_generator_for("domain_randomization", salt, int(s), device=str(device)) for s in np.asarray(seeds)]
 
 
-def draw_psf_anisotropy(seeds, cfg: RandomizationConfig = RandomizationConfig(), device="cpu",
-                        dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+def draw_psf_anisotropy(
+    seeds, cfg: RandomizationConfig = RandomizationConfig(), device="cpu", dtype=torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(e1, e2), each (N, 3): one PSF ellipticity per injection, shared by its three bands, with
     components N(0, psf_e_sigma) clipped to |e| <= 0.3."""
     out = []
@@ -84,7 +85,9 @@ def _fourier_shift(img: torch.Tensor, dx: torch.Tensor, dy: torch.Tensor) -> tor
     return torch.fft.irfft2(torch.fft.rfft2(img) * torch.polar(torch.ones_like(phase), phase), s=(s, s))
 
 
-def apply_artifacts(images: torch.Tensor, sigma: torch.Tensor, seeds, cfg: RandomizationConfig = RandomizationConfig()) -> torch.Tensor:
+def apply_artifacts(
+    images: torch.Tensor, sigma: torch.Tensor, seeds, cfg: RandomizationConfig = RandomizationConfig()
+) -> torch.Tensor:
     """Steps 2-5 of the module docstring on (N, 3, S, S) images with noise scale ``sigma`` (N, 3).
 
     Draws come from one generator per injection (seeded by its seed), in a fixed sequence, so the
@@ -129,8 +132,9 @@ def apply_artifacts(images: torch.Tensor, sigma: torch.Tensor, seeds, cfg: Rando
     return torch.stack(out) if out else images.clone()
 
 
-def randomize_pair(injected: torch.Tensor, control: torch.Tensor, seeds,
-                   cfg: RandomizationConfig = RandomizationConfig()) -> tuple[torch.Tensor, torch.Tensor]:
+def randomize_pair(
+    injected: torch.Tensor, control: torch.Tensor, seeds, cfg: RandomizationConfig = RandomizationConfig()
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Apply identical artefacts (steps 2-5) to an injected stamp and its paired control; the
     amplitude scale is the control's robust sigma, so the pair differs only by the (jittered) arc."""
     if injected.shape != control.shape:

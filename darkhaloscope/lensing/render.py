@@ -179,7 +179,9 @@ def _fft_size(n_pix: int) -> int:
     return int(scipy.fft.next_fast_len(n_pix + MAX_KERNEL_RADIUS_PIX, real=True))
 
 
-def psf_kernel_stack(fwhm: torch.Tensor, cfg: RenderConfig, e1=None, e2=None) -> list[tuple[torch.Tensor, int, torch.Tensor]]:
+def psf_kernel_stack(
+    fwhm: torch.Tensor, cfg: RenderConfig, e1=None, e2=None
+) -> list[tuple[torch.Tensor, int, torch.Tensor]]:
     """Kernels grouped by radius: list of (row indices into fwhm.reshape(-1), radius [pix], kernels).
 
     Each kernel's radius depends only on its own FWHM [arcsec], so a system renders to the same
@@ -195,8 +197,15 @@ def psf_kernel_stack(fwhm: torch.Tensor, cfg: RenderConfig, e1=None, e2=None) ->
         rows = torch.as_tensor(np.flatnonzero(radii == r), device=flat.device)
         ge1 = None if e1 is None else e1.reshape(-1)[rows]
         ge2 = None if e2 is None else e2.reshape(-1)[rows]
-        k = psf_kernels(flat[rows], int(r), profile=cfg.psf_profile, beta=cfg.moffat_beta, e1=ge1, e2=ge2,
-                        pixel_scale=cfg.pixel_scale)
+        k = psf_kernels(
+            flat[rows],
+            int(r),
+            profile=cfg.psf_profile,
+            beta=cfg.moffat_beta,
+            e1=ge1,
+            e2=ge2,
+            pixel_scale=cfg.pixel_scale,
+        )
         groups.append((rows, int(r), k))
     return groups
 
@@ -224,8 +233,9 @@ def convolve_psf(images: torch.Tensor, fwhm: torch.Tensor, cfg: RenderConfig, e1
     return torch.fft.irfft2(fi * fk, s=(L, L))[..., :n, :n]
 
 
-def render_lensed_sources(lens: LensBatch, src: SourceBatch, psf_fwhm, cfg: RenderConfig = RenderConfig(),
-                          psf_e1=None, psf_e2=None) -> RenderResult:
+def render_lensed_sources(
+    lens: LensBatch, src: SourceBatch, psf_fwhm, cfg: RenderConfig = RenderConfig(), psf_e1=None, psf_e2=None
+) -> RenderResult:
     """Render B lensed sources in g, r, z: PSF-convolved arcs [nmgy/pixel], mu and fluxes.
 
     lens, src: batches on the render device and dtype (float32 default; float64 for reference
@@ -244,7 +254,9 @@ def render_lensed_sources(lens: LensBatch, src: SourceBatch, psf_fwhm, cfg: Rend
     unconv = lensed[:, None] * flux
     # The morphology is the same in every band, so convolve it once per kernel and scale by flux.
     arc = convolve_psf(lensed[:, None], fwhm, cfg, psf_e1, psf_e2) * flux
-    return RenderResult(arc=arc, unconvolved=unconv, magnification=mu, lensed_flux=mu[:, None] * src.flux, n_refined=n_ref)
+    return RenderResult(
+        arc=arc, unconvolved=unconv, magnification=mu, lensed_flux=mu[:, None] * src.flux, n_refined=n_ref
+    )
 
 
 def arc_snr(arc: torch.Tensor, invvar: torch.Tensor) -> torch.Tensor:
@@ -273,8 +285,15 @@ def add_poisson_noise(arc: torch.Tensor, gain_e_per_nmgy: float, generators) -> 
     return torch.stack([torch.poisson(rate[i], generator=g) for i, g in enumerate(generators)]) / gain_e_per_nmgy
 
 
-def lenstronomy_reference(lens: dict, src: dict, psf_fwhm: float, band_flux: float, cfg: RenderConfig = RenderConfig(),
-                          psf_kernel: np.ndarray | None = None, with_mu: bool = True) -> tuple[np.ndarray, float]:
+def lenstronomy_reference(
+    lens: dict,
+    src: dict,
+    psf_fwhm: float,
+    band_flux: float,
+    cfg: RenderConfig = RenderConfig(),
+    psf_kernel: np.ndarray | None = None,
+    with_mu: bool = True,
+) -> tuple[np.ndarray, float]:
     """The same system rendered by lenstronomy ImageModel (the reference this engine is tested against).
 
     lens: theta_e, e1, e2, center_x, center_y, gamma1, gamma2 (floats, arcsec); src: r_sersic,
@@ -302,13 +321,35 @@ def lenstronomy_reference(lens: dict, src: dict, psf_fwhm: float, band_flux: flo
         psf = PSF(psf_type="GAUSSIAN", fwhm=psf_fwhm, truncation=r * pix / sigma, pixel_size=pix)
     lens_model = LensModel(["EPL", "SHEAR"])
     light = LightModel(["SERSIC_ELLIPSE"])
-    im = ImageModel(grid, psf, lens_model_class=lens_model, source_model_class=light,
-                    kwargs_numerics={"supersampling_factor": cfg.supersample})
-    kw_lens = [{"theta_E": lens["theta_e"], "gamma": 2.0, "e1": lens["e1"], "e2": lens["e2"],
-                "center_x": lens["center_x"], "center_y": lens["center_y"]},
-               {"gamma1": lens["gamma1"], "gamma2": lens["gamma2"], "ra_0": 0.0, "dec_0": 0.0}]
-    kw_src = [{"amp": 1.0, "R_sersic": src["r_sersic"], "n_sersic": src["n_sersic"], "e1": src["e1"],
-               "e2": src["e2"], "center_x": src["center_x"], "center_y": src["center_y"]}]
+    im = ImageModel(
+        grid,
+        psf,
+        lens_model_class=lens_model,
+        source_model_class=light,
+        kwargs_numerics={"supersampling_factor": cfg.supersample},
+    )
+    kw_lens = [
+        {
+            "theta_E": lens["theta_e"],
+            "gamma": 2.0,
+            "e1": lens["e1"],
+            "e2": lens["e2"],
+            "center_x": lens["center_x"],
+            "center_y": lens["center_y"],
+        },
+        {"gamma1": lens["gamma1"], "gamma2": lens["gamma2"], "ra_0": 0.0, "dec_0": 0.0},
+    ]
+    kw_src = [
+        {
+            "amp": 1.0,
+            "R_sersic": src["r_sersic"],
+            "n_sersic": src["n_sersic"],
+            "e1": src["e1"],
+            "e2": src["e2"],
+            "center_x": src["center_x"],
+            "center_y": src["center_y"],
+        }
+    ]
     kw_src[0]["amp"] = band_flux / light.total_flux(kw_src, norm=True)[0]
     img = im.image(kwargs_lens=kw_lens, kwargs_source=kw_src)
     if not with_mu:

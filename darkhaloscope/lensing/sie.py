@@ -70,7 +70,12 @@ class LensBatch:
             if f.name == "theta_e":
                 continue
             v = arrays.get(f.name, 0.0)
-            out[f.name] = torch.as_tensor(np.array(v, dtype=np.float64), dtype=dtype, device=device).reshape(-1).expand_as(theta_e).clone()
+            out[f.name] = (
+                torch.as_tensor(np.array(v, dtype=np.float64), dtype=dtype, device=device)
+                .reshape(-1)
+                .expand_as(theta_e)
+                .clone()
+            )
         batch = cls(**out)
         batch.validate()
         return batch

@@ -63,23 +63,51 @@ class SourceBatch:
     clump_weight: torch.Tensor
 
     @classmethod
-    def from_arrays(cls, flux, r_sersic, n_sersic, e1=0.0, e2=0.0, center_x=0.0, center_y=0.0,
-                    clump_flux_frac=0.0, clump_x=None, clump_y=None, clump_sigma=None, clump_weight=None,
-                    device="cpu", dtype=torch.float32) -> "SourceBatch":
+    def from_arrays(
+        cls,
+        flux,
+        r_sersic,
+        n_sersic,
+        e1=0.0,
+        e2=0.0,
+        center_x=0.0,
+        center_y=0.0,
+        clump_flux_frac=0.0,
+        clump_x=None,
+        clump_y=None,
+        clump_sigma=None,
+        clump_weight=None,
+        device="cpu",
+        dtype=torch.float32,
+    ) -> "SourceBatch":
         """Build from array-likes; scalars broadcast to the batch, clumps default to none."""
         flux_t = torch.as_tensor(np.array(flux, dtype=np.float64), dtype=dtype, device=device).reshape(-1, len(BANDS))
         b = flux_t.shape[0]
 
         def vec(v):
-            return torch.as_tensor(np.array(v, dtype=np.float64), dtype=dtype, device=device).reshape(-1).expand(b).clone()
+            return (
+                torch.as_tensor(np.array(v, dtype=np.float64), dtype=dtype, device=device).reshape(-1).expand(b).clone()
+            )
 
         def mat(v):
             if v is None:
                 return torch.zeros((b, 0), dtype=dtype, device=device)
             return torch.as_tensor(np.array(v, dtype=np.float64), dtype=dtype, device=device).reshape(b, -1)
 
-        src = cls(flux_t, vec(r_sersic), vec(n_sersic), vec(e1), vec(e2), vec(center_x), vec(center_y),
-                  vec(clump_flux_frac), mat(clump_x), mat(clump_y), mat(clump_sigma), mat(clump_weight))
+        src = cls(
+            flux_t,
+            vec(r_sersic),
+            vec(n_sersic),
+            vec(e1),
+            vec(e2),
+            vec(center_x),
+            vec(center_y),
+            vec(clump_flux_frac),
+            mat(clump_x),
+            mat(clump_y),
+            mat(clump_sigma),
+            mat(clump_weight),
+        )
         src.validate()
         return src
 
@@ -103,7 +131,9 @@ class SourceBatch:
         k = self.clump_x.shape[1]
         for name in ("clump_y", "clump_sigma", "clump_weight"):
             if getattr(self, name).shape != self.clump_x.shape:
-                raise InputError(f"source parameter {name} shape {tuple(getattr(self, name).shape)} != clump_x {tuple(self.clump_x.shape)}")
+                raise InputError(
+                    f"source parameter {name} shape {tuple(getattr(self, name).shape)} != clump_x {tuple(self.clump_x.shape)}"
+                )
         if k and torch.any((self.clump_flux_frac > 0) & (self.clump_weight.sum(1) <= 0)):
             raise InputError("sources with clump_flux_frac > 0 need a positive clump_weight sum")
 
@@ -145,8 +175,9 @@ def unit_flux_surface_brightness(bx: torch.Tensor, by: torch.Tensor, src: Source
     frac = src.clump_flux_frac
     one = torch.ones_like(src.r_sersic)
     amp = sersic_amp_for_flux(one - frac, src.r_sersic, src.n_sersic)
-    sb = sersic_surface_brightness(bx, by, ex(amp), ex(src.r_sersic), ex(src.n_sersic), ex(src.e1), ex(src.e2),
-                                   ex(src.center_x), ex(src.center_y))
+    sb = sersic_surface_brightness(
+        bx, by, ex(amp), ex(src.r_sersic), ex(src.n_sersic), ex(src.e1), ex(src.e2), ex(src.center_x), ex(src.center_y)
+    )
     k = src.clump_x.shape[1]
     if k:
         wsum = torch.clamp(src.clump_weight.sum(dim=1, keepdim=True), min=torch.finfo(bx.dtype).tiny)

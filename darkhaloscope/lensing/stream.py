@@ -40,7 +40,7 @@ from ..constants import BANDS
 from ..errors import InputError
 from ..seeding import stable_hash64, torch_generator_for
 from .bank import HOST_COLUMNS, InjectionConfig, _build_tasks, _col, task_batches
-from .priors import PriorRegistry, Prior, draw_system_parameters
+from .priors import Prior, PriorRegistry, draw_system_parameters
 from .render import RenderConfig, add_poisson_noise, arc_snr, render_lensed_sources
 
 #: Tries per injection slot before it keeps its brightest (the S/N cut and the physical cuts accept
@@ -96,40 +96,84 @@ class StreamSpec:
     def config(self) -> InjectionConfig:
         """The injection config the stream renders with: every host eligible, arcs in the window."""
         render = RenderConfig(**{**asdict(self.injection.render), "n_pix": self.window})
-        return InjectionConfig(priors=self.injection.priors, render=render, sigma_v_range=self.injection.sigma_v_range,
-                               cosmology=self.injection.cosmology, poisson_gain=self.injection.poisson_gain,
-                               salt=self.injection.salt, host_splits=None)
+        return InjectionConfig(
+            priors=self.injection.priors,
+            render=render,
+            sigma_v_range=self.injection.sigma_v_range,
+            cosmology=self.injection.cosmology,
+            poisson_gain=self.injection.poisson_gain,
+            salt=self.injection.salt,
+            host_splits=None,
+        )
 
     def to_dict(self) -> dict:
         inj = self.injection
         return {
-            "injections_per_host": int(self.injections_per_host), "val_injections_per_host": int(self.val_injections_per_host),
-            "min_arc_snr": float(self.min_arc_snr), "faint_fraction": float(self.faint_fraction),
-            "faint_min_arc_snr": float(self.faint_min_arc_snr), "window": int(self.window), "render_chunk": int(self.render_chunk),
+            "injections_per_host": int(self.injections_per_host),
+            "val_injections_per_host": int(self.val_injections_per_host),
+            "min_arc_snr": float(self.min_arc_snr),
+            "faint_fraction": float(self.faint_fraction),
+            "faint_min_arc_snr": float(self.faint_min_arc_snr),
+            "window": int(self.window),
+            "render_chunk": int(self.render_chunk),
             "priors": {k: [p.kind, p.lo, p.hi, p.mu, p.sigma] for k, p in sorted(inj.priors.priors.items())},
-            "clump_prob": inj.priors.clump_prob, "n_clumps": list(inj.priors.n_clumps),
+            "clump_prob": inj.priors.clump_prob,
+            "n_clumps": list(inj.priors.n_clumps),
             "render": {k: v for k, v in asdict(inj.render).items() if k != "n_pix"},
-            "sigma_v_range": list(inj.sigma_v_range), "cosmology": inj.cosmology, "poisson_gain": inj.poisson_gain,
+            "sigma_v_range": list(inj.sigma_v_range),
+            "cosmology": inj.cosmology,
+            "poisson_gain": inj.poisson_gain,
             "salt": inj.salt,
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> "StreamSpec":
-        known = {"injections_per_host", "val_injections_per_host", "min_arc_snr", "faint_fraction", "faint_min_arc_snr", "window",
-                 "render_chunk", "priors", "clump_prob", "n_clumps", "render", "sigma_v_range", "cosmology", "poisson_gain", "salt"}
+        known = {
+            "injections_per_host",
+            "val_injections_per_host",
+            "min_arc_snr",
+            "faint_fraction",
+            "faint_min_arc_snr",
+            "window",
+            "render_chunk",
+            "priors",
+            "clump_prob",
+            "n_clumps",
+            "render",
+            "sigma_v_range",
+            "cosmology",
+            "poisson_gain",
+            "salt",
+        }
         if not isinstance(d, dict) or set(d) - known:
-            raise InputError(f"injection stream spec has unknown fields {sorted(set(d) - known) if isinstance(d, dict) else d!r}")
+            raise InputError(
+                f"injection stream spec has unknown fields {sorted(set(d) - known) if isinstance(d, dict) else d!r}"
+            )
         try:
-            priors = PriorRegistry(priors={k: Prior(*v) for k, v in d["priors"].items()}, clump_prob=float(d["clump_prob"]),
-                                   n_clumps=tuple(int(v) for v in d["n_clumps"]))
-            inj = InjectionConfig(priors=priors, render=RenderConfig(**d["render"]), sigma_v_range=tuple(d["sigma_v_range"]),
-                                  cosmology=d["cosmology"], poisson_gain=d["poisson_gain"], salt=d["salt"])
-            return cls(injections_per_host=int(d["injections_per_host"]), val_injections_per_host=int(d["val_injections_per_host"]),
-                       min_arc_snr=float(d["min_arc_snr"]), window=int(d["window"]), render_chunk=int(d["render_chunk"]),
-                       # streams recorded before the faint slots existed accept every slot at min_arc_snr
-                       faint_fraction=float(d.get("faint_fraction", 0.0)),
-                       faint_min_arc_snr=float(d.get("faint_min_arc_snr", cls.faint_min_arc_snr)),
-                       injection=inj)
+            priors = PriorRegistry(
+                priors={k: Prior(*v) for k, v in d["priors"].items()},
+                clump_prob=float(d["clump_prob"]),
+                n_clumps=tuple(int(v) for v in d["n_clumps"]),
+            )
+            inj = InjectionConfig(
+                priors=priors,
+                render=RenderConfig(**d["render"]),
+                sigma_v_range=tuple(d["sigma_v_range"]),
+                cosmology=d["cosmology"],
+                poisson_gain=d["poisson_gain"],
+                salt=d["salt"],
+            )
+            return cls(
+                injections_per_host=int(d["injections_per_host"]),
+                val_injections_per_host=int(d["val_injections_per_host"]),
+                min_arc_snr=float(d["min_arc_snr"]),
+                window=int(d["window"]),
+                render_chunk=int(d["render_chunk"]),
+                # streams recorded before the faint slots existed accept every slot at min_arc_snr
+                faint_fraction=float(d.get("faint_fraction", 0.0)),
+                faint_min_arc_snr=float(d.get("faint_min_arc_snr", cls.faint_min_arc_snr)),
+                injection=inj,
+            )
         except (KeyError, TypeError) as exc:
             raise InputError(f"injection stream spec is incomplete or malformed: {exc!r}") from exc
 
@@ -169,7 +213,9 @@ def validate_stream_hosts(hosts: pa.Table, host_invvar: np.ndarray) -> None:
     psf_r = _col(hosts, "psfsize_r")
     bad = ~(np.isfinite(psf_r) & (psf_r > 0))
     if bad.any():
-        raise InputError(f"injection hosts {_col(hosts, 'object_id', np.int64)[bad][:5].tolist()} have no r-band PSF size")
+        raise InputError(
+            f"injection hosts {_col(hosts, 'object_id', np.int64)[bad][:5].tolist()} have no r-band PSF size"
+        )
 
 
 def window_of(stamps: np.ndarray, window: int) -> np.ndarray:
@@ -188,10 +234,14 @@ def add_window(stamps: np.ndarray, arcs: np.ndarray) -> np.ndarray:
     return out
 
 
-def _render_chunk(tasks: pa.Table, invvar_window: np.ndarray, cfg: InjectionConfig, device) -> tuple[np.ndarray, np.ndarray]:
+def _render_chunk(
+    tasks: pa.Table, invvar_window: np.ndarray, cfg: InjectionConfig, device
+) -> tuple[np.ndarray, np.ndarray]:
     """(arcs (n, 3, W, W) float32, r-band arc S/N (n,)) of task rows against their hosts' noise."""
     lens, src = task_batches(tasks, device, torch.float32, cfg.priors)
-    psf = torch.as_tensor(np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1), dtype=torch.float32, device=device)
+    psf = torch.as_tensor(
+        np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1), dtype=torch.float32, device=device
+    )
     arc = render_lensed_sources(lens, src, psf, cfg.render).arc
     iv = torch.as_tensor(np.ascontiguousarray(invvar_window), dtype=torch.float32, device=device)
     snr = arc_snr(arc, iv)[:, 1]
@@ -208,7 +258,9 @@ def _slot_hashes(prefix: tuple, host_id: np.ndarray, slot: np.ndarray, *suffix) 
 
 def _slot_seeds(spec: StreamSpec, key: tuple, host_id: np.ndarray, slot: np.ndarray, j: int) -> np.ndarray:
     """Seeds (n,) int64 of try ``j`` of slots (host object id, slot index) of the stream keyed ``key``."""
-    return (_slot_hashes((spec.injection.salt, *key), host_id, slot, j) & np.uint64(0x7FFF_FFFF_FFFF_FFFF)).astype(np.int64)
+    return (_slot_hashes((spec.injection.salt, *key), host_id, slot, j) & np.uint64(0x7FFF_FFFF_FFFF_FFFF)).astype(
+        np.int64
+    )
 
 
 def slot_thresholds(spec: StreamSpec, key: tuple, host_id: np.ndarray, slot: np.ndarray) -> np.ndarray:
@@ -221,8 +273,17 @@ def slot_thresholds(spec: StreamSpec, key: tuple, host_id: np.ndarray, slot: np.
     return threshold
 
 
-def _try_slots(hosts: pa.Table, iv_win: np.ndarray, spec: StreamSpec, key: tuple, slot_host: np.ndarray, slot_id: np.ndarray,
-               slot_index: np.ndarray, j: int, device) -> tuple:
+def _try_slots(
+    hosts: pa.Table,
+    iv_win: np.ndarray,
+    spec: StreamSpec,
+    key: tuple,
+    slot_host: np.ndarray,
+    slot_id: np.ndarray,
+    slot_index: np.ndarray,
+    j: int,
+    device,
+) -> tuple:
     """Try ``j`` of the given slots (their hosts' rows and object ids, and slot indices): (rendered (n,)
     bool, arcs, S/N, θ_E, seeds) (arcs of unrendered candidates, which fail the physical cuts, are zero
     with S/N -inf)."""
@@ -230,8 +291,19 @@ def _try_slots(hosts: pa.Table, iv_win: np.ndarray, spec: StreamSpec, key: tuple
     seeds = _slot_seeds(spec, key, slot_id, slot_index, j)
     params = draw_system_parameters(seeds, cfg.priors, extra=("theta_e_arcsec", "z_l"))
     m = seeds.size
-    tasks, reason = _build_tasks(hosts, params["theta_e_arcsec"], params["z_l"], seeds, np.zeros(m, np.int64),
-                                 np.full(m, j, np.int64), np.full(m, -1), "training", cfg, params, host_row=slot_host)
+    tasks, reason = _build_tasks(
+        hosts,
+        params["theta_e_arcsec"],
+        params["z_l"],
+        seeds,
+        np.zeros(m, np.int64),
+        np.full(m, j, np.int64),
+        np.full(m, -1),
+        "training",
+        cfg,
+        params,
+        host_row=slot_host,
+    )
     kept = reason == ""
     arcs = np.zeros((m, len(BANDS), spec.window, spec.window), np.float32)
     snr = np.full(m, -np.inf)
@@ -240,8 +312,9 @@ def _try_slots(hosts: pa.Table, iv_win: np.ndarray, spec: StreamSpec, key: tuple
     return kept, arcs, snr, params["theta_e_arcsec"], seeds
 
 
-def draw_injections(hosts: pa.Table, host_invvar: np.ndarray, spec: StreamSpec, key: tuple, per_host: int,
-                    device="cpu") -> StreamDraw:
+def draw_injections(
+    hosts: pa.Table, host_invvar: np.ndarray, spec: StreamSpec, key: tuple, per_host: int, device="cpu"
+) -> StreamDraw:
     """``per_host`` injections into every host of ``hosts`` for the stream keyed ``key``.
 
     hosts: table with HOST_COLUMNS, one row per host stamp; host_invvar: (N, 3, S, S) [1/nmgy^2].
@@ -268,7 +341,9 @@ def draw_injections(hosts: pa.Table, host_invvar: np.ndarray, spec: StreamSpec, 
     for j in range(MAX_TRIES_PER_SLOT):
         for c in range(0, pending.size, spec.render_chunk):
             sl = pending[c : c + spec.render_chunk]
-            kept, a, s, te, sd = _try_slots(hosts, iv_win, spec, key, slot_host[sl], slot_id[sl], slot_index[sl], j, device)
+            kept, a, s, te, sd = _try_slots(
+                hosts, iv_win, spec, key, slot_host[sl], slot_id[sl], slot_index[sl], j, device
+            )
             better = kept & (s > snr[sl])  # the first accepted try, or the brightest so far
             upd = sl[better]
             arcs[upd], snr[upd], theta_e[upd], seed[upd], tries[upd] = a[better], s[better], te[better], sd[better], j
@@ -277,7 +352,16 @@ def draw_injections(hosts: pa.Table, host_invvar: np.ndarray, spec: StreamSpec, 
             break
     if np.any(~np.isfinite(snr)):
         bad = slot_id[~np.isfinite(snr)]
-        raise InputError(f"injection stream {key}: hosts {np.unique(bad)[:5].tolist()} got no physical system in "
-                         f"{MAX_TRIES_PER_SLOT} tries; check the priors and sigma_v_range")
-    return StreamDraw(host_row=slot_host, arcs=arcs, arc_snr=snr, theta_e_arcsec=theta_e, seed=seed, candidate=tries,
-                      n_below_min=int(pending.size))
+        raise InputError(
+            f"injection stream {key}: hosts {np.unique(bad)[:5].tolist()} got no physical system in "
+            f"{MAX_TRIES_PER_SLOT} tries; check the priors and sigma_v_range"
+        )
+    return StreamDraw(
+        host_row=slot_host,
+        arcs=arcs,
+        arc_snr=snr,
+        theta_e_arcsec=theta_e,
+        seed=seed,
+        candidate=tries,
+        n_below_min=int(pending.size),
+    )

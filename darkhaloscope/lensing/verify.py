@@ -30,10 +30,23 @@ MAX_PIXEL_ERR_OVER_PEAK, MAX_FLUX_REL_ERR = 0.01, 0.005
 def lenstronomy_arguments(row: dict) -> tuple[dict, dict, float, float]:
     """(lens kwargs, source kwargs, r-band PSF FWHM [arcsec], r-band source flux [nmgy]) of one
     bank row, in the form :func:`render.lenstronomy_reference` takes (source centre absolute)."""
-    lens = dict(theta_e=row["theta_e_arcsec"], e1=row["lens_e1"], e2=row["lens_e2"], center_x=row["lens_center_x_arcsec"],
-                center_y=row["lens_center_y_arcsec"], gamma1=row["shear_g1"], gamma2=row["shear_g2"])
-    src = dict(r_sersic=row["src_r_sersic_arcsec"], n_sersic=row["src_n_sersic"], e1=row["src_e1"], e2=row["src_e2"],
-               center_x=row["lens_center_x_arcsec"] + row["src_x_arcsec"], center_y=row["lens_center_y_arcsec"] + row["src_y_arcsec"])
+    lens = dict(
+        theta_e=row["theta_e_arcsec"],
+        e1=row["lens_e1"],
+        e2=row["lens_e2"],
+        center_x=row["lens_center_x_arcsec"],
+        center_y=row["lens_center_y_arcsec"],
+        gamma1=row["shear_g1"],
+        gamma2=row["shear_g2"],
+    )
+    src = dict(
+        r_sersic=row["src_r_sersic_arcsec"],
+        n_sersic=row["src_n_sersic"],
+        e1=row["src_e1"],
+        e2=row["src_e2"],
+        center_x=row["lens_center_x_arcsec"] + row["src_x_arcsec"],
+        center_y=row["lens_center_y_arcsec"] + row["src_y_arcsec"],
+    )
     return lens, src, float(row["psf_fwhm_r"]), float(mag_to_flux(row["src_mag_r"]))
 
 
@@ -51,7 +64,11 @@ def lenstronomy_agreement(bank: pa.Table, n_sample: int = 3, cfg: RenderConfig =
     ok_rows = bank.filter(pc.field("success"))
     take = np.linspace(0, ok_rows.num_rows - 1, min(n_sample, ok_rows.num_rows)).astype(int) if ok_rows.num_rows else []
     sample = ok_rows.take(pa.array(take, pa.int64()))
-    arcs = from_tensor_column(sample.column("image")) - from_tensor_column(sample.column("control")) if sample.num_rows else []
+    arcs = (
+        from_tensor_column(sample.column("image")) - from_tensor_column(sample.column("control"))
+        if sample.num_rows
+        else []
+    )
     worst_pix, worst_flux, cases = 0.0, 0.0, []
     for i, row in enumerate(sample.drop_columns(["image", "control"]).to_pylist()):
         lens, src, fwhm, flux_r = lenstronomy_arguments(row)
@@ -76,7 +93,9 @@ def prior_range_problems(bank: pa.Table, priors: PriorRegistry = DEFAULT_PRIORS)
         v = bank.column(name).to_numpy(zero_copy_only=False)
         bad = ~((v >= prior.lo - 1e-9) & (v <= prior.hi + 1e-9))
         if np.any(bad):
-            problems.append(f"{name}: {int(bad.sum())} value(s) outside [{prior.lo}, {prior.hi}], e.g. {v[bad][:3].tolist()}")
+            problems.append(
+                f"{name}: {int(bad.sum())} value(s) outside [{prior.lo}, {prior.hi}], e.g. {v[bad][:3].tolist()}"
+            )
     return problems, checked
 
 
@@ -91,8 +110,13 @@ def stamp_flux_errors(bank: pa.Table) -> np.ndarray:
     return np.abs(arc_flux - src_flux * mu) / (src_flux * mu)
 
 
-def physics_problems(bank: pa.Table, priors: PriorRegistry = DEFAULT_PRIORS,
-                     flux_tol: float | None = None, tail_fraction: float | None = None, flux_tol_max: float | None = None) -> dict:
+def physics_problems(
+    bank: pa.Table,
+    priors: PriorRegistry = DEFAULT_PRIORS,
+    flux_tol: float | None = None,
+    tail_fraction: float | None = None,
+    flux_tol_max: float | None = None,
+) -> dict:
     """Prior ranges, μ >= 1 (successful rows), finite pixels, stamp flux = source flux × μ
     (tolerances default to FLUX_TOL, FLUX_TAIL_FRACTION, FLUX_TOL_MAX).
 

@@ -35,7 +35,18 @@ from ..stats import design_effect
 
 DEFAULT_DEDUP_ARCSEC = 3.0
 #: Score columns a candidate keeps from its search_scores row.
-SCORE_COLUMNS = ("object_id", "sweep_file", "brickname", "ra", "dec", "type", "mag_r", "split", "score", "model_version")
+SCORE_COLUMNS = (
+    "object_id",
+    "sweep_file",
+    "brickname",
+    "ra",
+    "dec",
+    "type",
+    "mag_r",
+    "split",
+    "score",
+    "model_version",
+)
 _F64 = pa.float64()
 CANDIDATE_FIELDS = (
     pa.field("rank", pa.int64(), nullable=False),
@@ -68,8 +79,10 @@ def single_model_version(scores: pa.Table) -> str:
     """The one ``model_version`` of score rows; InputError when they come from several models."""
     versions = pc.unique(scores.column("model_version")).to_pylist()
     if len(versions) != 1:
-        raise InputError(f"search_scores mixes {len(versions)} model versions {sorted(map(str, versions))}: "
-                         "re-score every sweep file with the published lens finder")
+        raise InputError(
+            f"search_scores mixes {len(versions)} model versions {sorted(map(str, versions))}: "
+            "re-score every sweep file with the published lens finder"
+        )
     return str(versions[0])
 
 
@@ -109,14 +122,18 @@ def nearest_known(ra: np.ndarray, dec: np.ndarray, known_lenses: pa.Table) -> tu
     if known_lenses.num_rows == 0 or len(ra) == 0:
         return [None] * len(ra), np.full(len(ra), np.nan)
     cand = SkyCoord(np.asarray(ra) * u.deg, np.asarray(dec) * u.deg)
-    known = SkyCoord(known_lenses.column("ra").to_numpy(zero_copy_only=False) * u.deg,
-                     known_lenses.column("dec").to_numpy(zero_copy_only=False) * u.deg)
+    known = SkyCoord(
+        known_lenses.column("ra").to_numpy(zero_copy_only=False) * u.deg,
+        known_lenses.column("dec").to_numpy(zero_copy_only=False) * u.deg,
+    )
     idx, sep, _ = cand.match_to_catalog_sky(known)
     names = known_lenses.column("name").to_pylist()
     return [names[k] for k in np.atleast_1d(idx)], np.atleast_1d(sep.to_value(u.arcsec))
 
 
-def injection_completeness(injections: pa.Table | None, threshold: float) -> tuple[float | None, float | None, float | None, int]:
+def injection_completeness(
+    injections: pa.Table | None, threshold: float
+) -> tuple[float | None, float | None, float | None, int]:
     """(completeness, 68 % low, 68 % high, n valid injections) above ``threshold``; the interval
     counts the injections of one host (``host_object_id``, where present) as the design effect of
     their shared outcomes allows, as the selection function's marginals do (``proportion_columns``)."""
@@ -133,9 +150,15 @@ def injection_completeness(injections: pa.Table | None, threshold: float) -> tup
     return props["completeness"][0], props["ci68_lo"][0], props["ci68_hi"][0], n
 
 
-def build_candidates(scores: pa.Table, thresholds: pa.Table, known_lenses: pa.Table, injections: pa.Table | None = None,
-                     threshold_name: str | None = None, dedup_arcsec: float = DEFAULT_DEDUP_ARCSEC,
-                     known_radius_arcsec: float = DEFAULT_MATCH_RADIUS_ARCSEC) -> pa.Table:
+def build_candidates(
+    scores: pa.Table,
+    thresholds: pa.Table,
+    known_lenses: pa.Table,
+    injections: pa.Table | None = None,
+    threshold_name: str | None = None,
+    dedup_arcsec: float = DEFAULT_DEDUP_ARCSEC,
+    known_radius_arcsec: float = DEFAULT_MATCH_RADIUS_ARCSEC,
+) -> pa.Table:
     """The candidate table (module doc) from ``scores`` (search_scores rows: SCORE_COLUMNS and
     ``valid``), ``thresholds``, ``known_lenses`` (name, ra, dec) and the ``injections`` of
     injection_scores (score, valid; None: no completeness)."""
@@ -158,7 +181,9 @@ def build_candidates(scores: pa.Table, thresholds: pa.Table, known_lenses: pa.Ta
     comp, lo, hi, n_inj = injection_completeness(injections, value)
     extra = {
         "rank": pa.array(np.arange(1, n + 1), pa.int64()),
-        "score_percentile": pa.array(score_percentiles(valid.column("score").to_numpy(), cand.column("score").to_numpy()), _F64),
+        "score_percentile": pa.array(
+            score_percentiles(valid.column("score").to_numpy(), cand.column("score").to_numpy()), _F64
+        ),
         "n_merged": pa.array(merged[keep], pa.int64()),
         "known": pa.array(is_known),
         "known_name": pa.array(names, pa.string()),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 from typing import Callable
+
 import numpy as np
 import pyarrow as pa
 
@@ -53,12 +54,16 @@ body { font-family: sans-serif; margin: 1em; }
 
 
 def _card(row: dict, png: bytes) -> str:
-    status = f'<span class="known">known: {html.escape(str(row["known_name"]))}</span>' if row["known"] else '<span class="new">new</span>'
+    status = (
+        f'<span class="known">known: {html.escape(str(row["known_name"]))}</span>'
+        if row["known"]
+        else '<span class="new">new</span>'
+    )
     options = '<option value="">(ungraded)</option>' + "".join(f'<option value="{g}">{g}</option>' for g in GRADES)
     return (
         f'<div class="card" id="cand-{row["object_id"]}">'
         f'<img class="stamp" loading="lazy" alt="candidate {row["rank"]}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
-        f'<div>#{row["rank"]} score {row["score"]:.4f} {status}</div>'
+        f"<div>#{row['rank']} score {row['score']:.4f} {status}</div>"
         f'<div><a href="{html.escape(VIEWER_URL.format(ra=row["ra"], dec=row["dec"]))}">{row["ra"]:.5f}, {row["dec"]:+.5f}</a></div>'
         f'<select class="grade" data-object-id="{row["object_id"]}" data-ra="{row["ra"]!r}" data-dec="{row["dec"]!r}" '
         f'data-score="{row["score"]!r}" data-model-version="{html.escape(row["model_version"])}" data-known="{str(row["known"]).lower()}">{options}</select>'
@@ -77,11 +82,15 @@ def gallery_html(candidates: pa.Table, stamps: np.ndarray, title: str = "Lens ca
     rows = candidates.select(list(_COLUMNS)).to_pylist()
     cards = "\n".join(_card(r, cutout_png(s)) for r, s in zip(rows, stamps))
     n_known = sum(1 for r in rows if r["known"])
-    head = (f"<h1>{html.escape(title)}</h1><p>{len(rows)} candidates ({n_known} known, {len(rows) - n_known} new). "
-            "Grade each stamp, then export the grades and land them with <code>dhs grade grades.csv</code>.</p>"
-            '<p><button id="export" onclick="exportGrades()">Export grades (CSV)</button></p>')
-    return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_STYLE}</style>'
-            f"<script>{_SCRIPT % {'ungraded': UNGRADED}}</script></head><body>{head}<div class=\"grid\">{cards}</div></body></html>")
+    head = (
+        f"<h1>{html.escape(title)}</h1><p>{len(rows)} candidates ({n_known} known, {len(rows) - n_known} new). "
+        "Grade each stamp, then export the grades and land them with <code>dhs grade grades.csv</code>.</p>"
+        '<p><button id="export" onclick="exportGrades()">Export grades (CSV)</button></p>'
+    )
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_STYLE}</style>'
+        f'<script>{_SCRIPT % {"ungraded": UNGRADED}}</script></head><body>{head}<div class="grid">{cards}</div></body></html>'
+    )
 
 
 def top_candidates(candidates: pa.Table, n: int = DEFAULT_TOP_N) -> pa.Table:
@@ -100,6 +109,8 @@ def gallery_stamps(candidates: pa.Table, kept, open_source: Callable[[], object]
     (stamps,), found = load_stamps(kept, ids)
     if not found.all():
         lost = np.flatnonzero(~found)
-        batch, _ = open_source().cutouts(candidates.column("ra").to_numpy()[lost], candidates.column("dec").to_numpy()[lost], size)
+        batch, _ = open_source().cutouts(
+            candidates.column("ra").to_numpy()[lost], candidates.column("dec").to_numpy()[lost], size
+        )
         stamps[lost] = batch.image
     return stamps

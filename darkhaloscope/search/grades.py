@@ -42,18 +42,20 @@ LENS_GRADES = ("A", "B", "C")
 CANDIDATE_COLUMNS = ("ra", "dec", "score", "model_version", "known")
 #: Columns a grades CSV must have.
 GRADE_COLUMNS = ("object_id", "grade", *CANDIDATE_COLUMNS)
-GRADES_SCHEMA = pa.schema([
-    pa.field("round", pa.int64(), nullable=False),
-    pa.field("object_id", pa.int64(), nullable=False),
-    pa.field("grade", pa.string(), nullable=False),
-    pa.field("ra", pa.float64(), nullable=False),
-    pa.field("dec", pa.float64(), nullable=False),
-    pa.field("score", pa.float64(), nullable=False),
-    pa.field("model_version", pa.string(), nullable=False),
-    pa.field("known", pa.bool_(), nullable=False),
-    pa.field("source_file", pa.string(), nullable=False),
-    pa.field("source_sha256", pa.string(), nullable=False),
-])
+GRADES_SCHEMA = pa.schema(
+    [
+        pa.field("round", pa.int64(), nullable=False),
+        pa.field("object_id", pa.int64(), nullable=False),
+        pa.field("grade", pa.string(), nullable=False),
+        pa.field("ra", pa.float64(), nullable=False),
+        pa.field("dec", pa.float64(), nullable=False),
+        pa.field("score", pa.float64(), nullable=False),
+        pa.field("model_version", pa.string(), nullable=False),
+        pa.field("known", pa.bool_(), nullable=False),
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("source_sha256", pa.string(), nullable=False),
+    ]
+)
 _BOOLS = {"true": True, "1": True, "false": False, "0": False}
 
 
@@ -79,8 +81,15 @@ def _parse_row(row: dict, where: str) -> tuple:
     version = (row.get("model_version") or "").strip()
     if not version:
         raise InputError(f"{where}: model_version is empty")
-    return (int(oid), grade, _number(row["ra"], where, "ra", 0.0, 360.0), _number(row["dec"], where, "dec", -90.0, 90.0),
-            _number(row["score"], where, "score", 0.0, 1.0), version, _BOOLS[known])
+    return (
+        int(oid),
+        grade,
+        _number(row["ra"], where, "ra", 0.0, 360.0),
+        _number(row["dec"], where, "dec", -90.0, 90.0),
+        _number(row["score"], where, "score", 0.0, 1.0),
+        version,
+        _BOOLS[known],
+    )
 
 
 def parse_grades_csv(payload: bytes, where: str) -> pa.Table:
@@ -93,8 +102,10 @@ def parse_grades_csv(payload: bytes, where: str) -> pa.Table:
     reader = csv.DictReader(io.StringIO(text))
     missing = [c for c in GRADE_COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
-        raise InputError(f"{where}: missing column(s) {missing}; the header must name {list(GRADE_COLUMNS)} "
-                         f"(the gallery's 'Export grades' writes them; got {reader.fieldnames})")
+        raise InputError(
+            f"{where}: missing column(s) {missing}; the header must name {list(GRADE_COLUMNS)} "
+            f"(the gallery's 'Export grades' writes them; got {reader.fieldnames})"
+        )
     rows = [_parse_row(row, f"{where}:{line}") for line, row in enumerate(reader, start=2)]
     if not rows:
         raise InputError(f"{where}: no grades (only a header)")
@@ -116,25 +127,37 @@ def check_against_candidates(grades: pa.Table, candidates: pa.Table, where: str,
     other = pc.not_equal(grades.column("model_version"), cand.column("model_version")).to_numpy(zero_copy_only=False)
     if other.any():
         i = int(np.flatnonzero(other)[0])
-        raise InputError(f"{where}: object_id {grades.column('object_id')[i].as_py()} was graded on model "
-                         f"{grades.column('model_version')[i].as_py()[:16]}…, the candidates are of {cand.column('model_version')[i].as_py()[:16]}…")
-    dra = (grades.column("ra").to_numpy() - cand.column("ra").to_numpy()) * np.cos(np.radians(cand.column("dec").to_numpy()))
+        raise InputError(
+            f"{where}: object_id {grades.column('object_id')[i].as_py()} was graded on model "
+            f"{grades.column('model_version')[i].as_py()[:16]}…, the candidates are of {cand.column('model_version')[i].as_py()[:16]}…"
+        )
+    dra = (grades.column("ra").to_numpy() - cand.column("ra").to_numpy()) * np.cos(
+        np.radians(cand.column("dec").to_numpy())
+    )
     sep = np.hypot(dra, grades.column("dec").to_numpy() - cand.column("dec").to_numpy()) * 3600.0
     if (sep > tolerance_arcsec).any():
         i = int(np.argmax(sep))
-        raise InputError(f"{where}: object_id {grades.column('object_id')[i].as_py()} is {sep[i]:.2f} arcsec from its candidate's position")
+        raise InputError(
+            f"{where}: object_id {grades.column('object_id')[i].as_py()} is {sep[i]:.2f} arcsec from its candidate's position"
+        )
 
 
 def new_round(previous: pa.Table | None, grades: pa.Table, source_file: str, payload: bytes) -> pa.Table:
     """``previous`` (the published rounds, or None) with ``grades`` (a parsed CSV) appended as the
     next round; without ``grades`` (None) the previous rounds, or an empty table."""
-    prior = GRADES_SCHEMA.empty_table() if previous is None else previous.select(GRADES_SCHEMA.names).cast(GRADES_SCHEMA)
+    prior = (
+        GRADES_SCHEMA.empty_table() if previous is None else previous.select(GRADES_SCHEMA.names).cast(GRADES_SCHEMA)
+    )
     if grades is None:
         return prior
     number = 1 if prior.num_rows == 0 else int(pc.max(prior.column("round")).as_py()) + 1
     n = grades.num_rows
-    cols = {"round": pa.array([number] * n, pa.int64()), **{c: grades.column(c) for c in GRADE_COLUMNS},
-            "source_file": pa.array([source_file] * n), "source_sha256": pa.array([hashlib.sha256(payload).hexdigest()] * n)}
+    cols = {
+        "round": pa.array([number] * n, pa.int64()),
+        **{c: grades.column(c) for c in GRADE_COLUMNS},
+        "source_file": pa.array([source_file] * n),
+        "source_sha256": pa.array([hashlib.sha256(payload).hexdigest()] * n),
+    }
     return pa.concat_tables([prior, pa.Table.from_pydict(cols, schema=GRADES_SCHEMA)])
 
 
@@ -181,13 +204,23 @@ def grades_for_training(grades: pa.Table | None, upto_round: int = -1) -> tuple[
     the rounds, the SHA-256 of those rows (the grades table is append-only, so rounds and hash name
     the version) and the counts)."""
     used = _rounds_upto(grades, upto_round).sort_by([("round", "ascending"), ("object_id", "ascending")])
-    digest = hashlib.sha256(json.dumps(used.select(GRADES_SCHEMA.names).to_pylist(), sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(
+        json.dumps(used.select(GRADES_SCHEMA.names).to_pylist(), sort_keys=True).encode()
+    ).hexdigest()
     latest = latest_grades(used)
     awaiting = awaiting_inspection(used, latest=latest)
     grade = latest.column("grade").to_pylist()
-    return latest, awaiting, {"rounds": sorted(set(used.column("round").to_pylist())), "grades_sha256": digest,
-                              "n_lenses": sum(g in LENS_GRADES for g in grade), "n_not_a_lens": sum(g == "not_a_lens" for g in grade),
-                              "n_awaiting_inspection": int(awaiting.size)}
+    return (
+        latest,
+        awaiting,
+        {
+            "rounds": sorted(set(used.column("round").to_pylist())),
+            "grades_sha256": digest,
+            "n_lenses": sum(g in LENS_GRADES for g in grade),
+            "n_not_a_lens": sum(g == "not_a_lens" for g in grade),
+            "n_awaiting_inspection": int(awaiting.size),
+        },
+    )
 
 
 def graded_lens_ids(grades: pa.Table | None) -> np.ndarray:

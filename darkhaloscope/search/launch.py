@@ -18,10 +18,17 @@ from ..storage import PartitionedTable, TableStore
 from .streaming import InflightSearch, SearchSettings, search_partition
 
 
-def search_with_published_finder(lens_finder: PartitionedTable, inflight: TableStore, sweep_file: str, targets: pa.Table,
-                                 source: ImageSourceOpener, device: str, settings: SearchSettings,
-                                 chunks: Sequence[int] | None = None,
-                                 progress: Callable[[int, int, bool], None] | None = None) -> dict:
+def search_with_published_finder(
+    lens_finder: PartitionedTable,
+    inflight: TableStore,
+    sweep_file: str,
+    targets: pa.Table,
+    source: ImageSourceOpener,
+    device: str,
+    settings: SearchSettings,
+    chunks: Sequence[int] | None = None,
+    progress: Callable[[int, int, bool], None] | None = None,
+) -> dict:
     """Score and commit to the scratch store ``inflight`` the chunks ``chunks`` (default: all) of
     ``targets`` of ``sweep_file`` with the lens finder published in the ``lens_finder`` table, on
     ``device`` (``auto``, ``cpu`` or ``cuda``, resolved in this process: a Spark executor or a GPU
@@ -37,6 +44,16 @@ def search_with_published_finder(lens_finder: PartitionedTable, inflight: TableS
         # the search neither scores nor keeps maskbits or invvar: a masked centre shows in the
         # invvar of the centre pixel, all it reads of them
         images = source.open(with_maskbits=False, invvar_centre_only=True)
-        run = search_partition(targets, images, model, spec, str(resolved), settings, chunks_done,
-                               SCORE_BATCH.get(resolved.type, 16), chunks, progress)
+        run = search_partition(
+            targets,
+            images,
+            model,
+            spec,
+            str(resolved),
+            settings,
+            chunks_done,
+            SCORE_BATCH.get(resolved.type, 16),
+            chunks,
+            progress,
+        )
     return {**run, "model_version": spec.data_version, "device": str(resolved)}

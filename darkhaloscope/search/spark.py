@@ -26,8 +26,16 @@ from .launch import search_with_published_finder
 from .streaming import SearchSettings, chunk_count
 
 
-def search_on_spark(spark, lens_finder: PartitionedTable, inflight: TableStore, sweep_file: str, targets: pa.Table,
-                    source: ImageSourceOpener, device: str, settings: SearchSettings) -> dict:
+def search_on_spark(
+    spark,
+    lens_finder: PartitionedTable,
+    inflight: TableStore,
+    sweep_file: str,
+    targets: pa.Table,
+    source: ImageSourceOpener,
+    device: str,
+    settings: SearchSettings,
+) -> dict:
     """Score and commit every chunk of ``targets`` of ``sweep_file`` not yet in flight, in Spark
     tasks of contiguous chunks, on each executor's ``device``. Returns the counts of
     :func:`.launch.search_with_published_finder` summed over the tasks, with the one
@@ -37,18 +45,27 @@ def search_on_spark(spark, lens_finder: PartitionedTable, inflight: TableStore, 
     shared = sc.broadcast(targets)
 
     def task(indices: Iterable[int]) -> Iterator[dict]:
-        yield search_with_published_finder(lens_finder, inflight, sweep_file, shared.value, source, device, settings,
-                                           chunks=list(indices))
+        yield search_with_published_finder(
+            lens_finder, inflight, sweep_file, shared.value, source, device, settings, chunks=list(indices)
+        )
 
     try:
         # an empty partition still runs a task, so a sweep file without targets reports its model
-        runs = sc.parallelize(range(n_chunks), max(1, min(n_chunks, sc.defaultParallelism))).mapPartitions(task).collect()
+        runs = (
+            sc.parallelize(range(n_chunks), max(1, min(n_chunks, sc.defaultParallelism))).mapPartitions(task).collect()
+        )
     finally:
         shared.destroy()
     versions = sorted({r["model_version"] for r in runs})
     if len(versions) != 1:
-        raise RuntimeError(f"the search of {sweep_file} scored with {len(versions)} lens-finder versions {[v[:16] for v in versions]}: "
-                           "the published lens finder changed during the run; run it again")
-    return {"n_chunks": sum(r["n_chunks"] for r in runs), "n_scored_now": sum(r["n_scored_now"] for r in runs),
-            "n_resumed": sum(r["n_resumed"] for r in runs), "model_version": versions[0],
-            "device": ",".join(sorted({r["device"] for r in runs}))}
+        raise RuntimeError(
+            f"the search of {sweep_file} scored with {len(versions)} lens-finder versions {[v[:16] for v in versions]}: "
+            "the published lens finder changed during the run; run it again"
+        )
+    return {
+        "n_chunks": sum(r["n_chunks"] for r in runs),
+        "n_scored_now": sum(r["n_scored_now"] for r in runs),
+        "n_resumed": sum(r["n_resumed"] for r in runs),
+        "model_version": versions[0],
+        "device": ",".join(sorted({r["device"] for r in runs})),
+    }

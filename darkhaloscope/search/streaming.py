@@ -30,12 +30,24 @@ import torch
 from ..constants import BANDS, SPLIT_NSIDE, STAMP_SIZE
 from ..errors import InputError
 from ..imaging.batch import BAND_MISSING_BIT, CutoutBatch
-from ..storage import TableStore
 from ..stamps import tensor_type, to_tensor_array
+from ..storage import TableStore
 
 #: Target columns carried into every score row.
-CARRIED = ("object_id", "sweep_file", "brickid", "brickname", "ra", "dec", "type", "mag_g", "mag_r", "mag_z",
-           f"healpix_{SPLIT_NSIDE}", "split")
+CARRIED = (
+    "object_id",
+    "sweep_file",
+    "brickid",
+    "brickname",
+    "ra",
+    "dec",
+    "type",
+    "mag_g",
+    "mag_r",
+    "mag_z",
+    f"healpix_{SPLIT_NSIDE}",
+    "split",
+)
 _STRING = pa.string()
 SCORE_FIELDS = (
     pa.field("score", pa.float64()),
@@ -45,12 +57,14 @@ SCORE_FIELDS = (
     pa.field("stamp_kept", pa.bool_(), nullable=False),
 )
 #: Columns of the stamps kept for high-scoring rows (``search_stamps``).
-STAMP_SCHEMA = pa.schema([
-    pa.field("object_id", pa.int64(), nullable=False),
-    pa.field("score", pa.float64(), nullable=False),
-    pa.field("model_version", _STRING, nullable=False),
-    pa.field("image", tensor_type()),
-])
+STAMP_SCHEMA = pa.schema(
+    [
+        pa.field("object_id", pa.int64(), nullable=False),
+        pa.field("score", pa.float64(), nullable=False),
+        pa.field("model_version", _STRING, nullable=False),
+        pa.field("image", tensor_type()),
+    ]
+)
 #: The scratch tables of the in-flight chunks (score rows, kept stamps).
 SCORE_CHUNKS, STAMP_CHUNKS = ("search", "score_chunks"), ("search", "stamp_chunks")
 
@@ -109,8 +123,16 @@ def cut_chunk(targets: pa.Table, source, settings: SearchSettings) -> tuple[Cuto
     return source.cutouts(targets.column("ra").to_numpy(), targets.column("dec").to_numpy(), settings.size)
 
 
-def score_chunk(targets: pa.Table, source, model, spec, device: str, settings: SearchSettings,
-                batch_size: int = 16, cut: tuple[CutoutBatch, np.ndarray] | None = None) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+def score_chunk(
+    targets: pa.Table,
+    source,
+    model,
+    spec,
+    device: str,
+    settings: SearchSettings,
+    batch_size: int = 16,
+    cut: tuple[CutoutBatch, np.ndarray] | None = None,
+) -> tuple[pa.RecordBatch, pa.RecordBatch]:
     """(score rows, kept stamps) of one chunk of targets: cut (unless ``cut`` holds its
     :func:`cut_chunk` already), check, score the usable stamps."""
     from ..training.inference import score_with_members
@@ -128,15 +150,26 @@ def score_chunk(targets: pa.Table, source, model, spec, device: str, settings: S
     kept = valid & (score >= settings.keep_threshold)
     version = spec.data_version
     cols = {name: targets.column(name).combine_chunks() for name in CARRIED}
-    cols.update(score=pa.array(score, pa.float64(), mask=~valid), valid=pa.array(valid), invalid_reason=pa.array(reason.tolist(), _STRING),
-                model_version=pa.array([version] * n, _STRING), stamp_kept=pa.array(kept))
+    cols.update(
+        score=pa.array(score, pa.float64(), mask=~valid),
+        valid=pa.array(valid),
+        invalid_reason=pa.array(reason.tolist(), _STRING),
+        model_version=pa.array([version] * n, _STRING),
+        stamp_kept=pa.array(kept),
+    )
     rows = pa.RecordBatch.from_pydict(cols, schema=score_schema(targets.schema))
     idx = np.flatnonzero(kept)
     if idx.size == 0:
         return rows, pa.RecordBatch.from_pylist([], schema=STAMP_SCHEMA)
     stamps = pa.RecordBatch.from_pydict(
-        {"object_id": targets.column("object_id").take(pa.array(idx)).combine_chunks(), "score": pa.array(score[idx], pa.float64()),
-         "model_version": pa.array([version] * idx.size, _STRING), "image": to_tensor_array(batch.image[idx])}, schema=STAMP_SCHEMA)
+        {
+            "object_id": targets.column("object_id").take(pa.array(idx)).combine_chunks(),
+            "score": pa.array(score[idx], pa.float64()),
+            "model_version": pa.array([version] * idx.size, _STRING),
+            "image": to_tensor_array(batch.image[idx]),
+        },
+        schema=STAMP_SCHEMA,
+    )
     return rows, stamps
 
 
@@ -181,9 +214,18 @@ def chunk_count(n_targets: int, settings: SearchSettings) -> int:
     return -(-n_targets // settings.chunk)
 
 
-def search_partition(targets: pa.Table, source, model, spec, device: str, settings: SearchSettings, inflight: InflightSearch,
-                     batch_size: int = 16, chunks: Sequence[int] | None = None,
-                     progress: Callable[[int, int, bool], None] | None = None) -> dict:
+def search_partition(
+    targets: pa.Table,
+    source,
+    model,
+    spec,
+    device: str,
+    settings: SearchSettings,
+    inflight: InflightSearch,
+    batch_size: int = 16,
+    chunks: Sequence[int] | None = None,
+    progress: Callable[[int, int, bool], None] | None = None,
+) -> dict:
     """Score every chunk of ``targets`` (or the chunks numbered ``chunks``) not already in
     ``inflight`` and commit it there; ``progress(index, n_chunks, resumed)`` follows each chunk.
     Returns ``{"n_chunks", "n_scored_now", "n_resumed"}`` of the chunks handled; read the rows back
@@ -192,7 +234,9 @@ def search_partition(targets: pa.Table, source, model, spec, device: str, settin
     indices = range(total) if chunks is None else list(chunks)
     for i in indices:
         if not 0 <= i < total:
-            raise InputError(f"chunk {i} of {inflight.key['sweep_file']}: it has {total} chunks of {settings.chunk} targets")
+            raise InputError(
+                f"chunk {i} of {inflight.key['sweep_file']}: it has {total} chunks of {settings.chunk} targets"
+            )
     parts = {i: targets.slice(i * settings.chunk, settings.chunk) for i in indices}
     done = {i: inflight.done(i, parts[i].column("object_id").combine_chunks()) for i in indices}
     todo = [i for i in indices if not done[i]]
@@ -232,7 +276,8 @@ def coverage_problems(scores: pa.Table, target_ids, model_version: str) -> dict[
         "targets_without_row": int(np.sum(~np.isin(wanted, ids))),
         "rows_of_no_target": int(np.sum(~np.isin(ids, wanted))),
         "duplicate_rows": int(ids.size - np.unique(ids).size),
-        "rows_of_another_model": int(np.sum(np.asarray(scores.column("model_version").to_pylist(), dtype=object) != model_version)),
+        "rows_of_another_model": int(
+            np.sum(np.asarray(scores.column("model_version").to_pylist(), dtype=object) != model_version)
+        ),
         "unscorable_without_reason": int(np.sum(invalid & (reasons == ""))),
     }
-

@@ -13,8 +13,8 @@ from typing import Iterable
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InputError
 from ..catalog.cuts import CUT_STEPS, OBJECT_FIELDS, NegativeSelectionConfig, as_table, describe_objects, preselection
+from ..errors import InputError
 
 #: Columns of a ``search_targets`` partition (the negatives' object columns).
 TARGET_SCHEMA = pa.schema(list(OBJECT_FIELDS))
@@ -46,7 +46,13 @@ def funnel_preselected(funnel: pa.Table, sweep_file: str) -> int:
     """Rows of ``sweep_file`` the negatives' funnel has left before its ``known_lens`` step: the
     number of search targets the same selection gives."""
     step = CUT_STEPS[CUT_STEPS.index("known_lens") - 1]
-    rows = [r for r in funnel.select(["sweep_file", "step", "n_remaining"]).to_pylist() if r["sweep_file"] == sweep_file and r["step"] == step]
+    rows = [
+        r
+        for r in funnel.select(["sweep_file", "step", "n_remaining"]).to_pylist()
+        if r["sweep_file"] == sweep_file and r["step"] == step
+    ]
     if len(rows) != 1:
-        raise InputError(f"selection_funnel has {len(rows)} rows for sweep file {sweep_file!r} at step {step!r} (expected 1)")
+        raise InputError(
+            f"selection_funnel has {len(rows)} rows for sweep file {sweep_file!r} at step {step!r} (expected 1)"
+        )
     return int(rows[0]["n_remaining"])

@@ -78,7 +78,9 @@ def load_known_lenses(path: str | None = None) -> pa.Table:
     ``path`` overrides the bundled CSV (same columns as lenscat's ``catalog.csv``).
     """
     path = path or lenscat_catalog_path()
-    convert = pacsv.ConvertOptions(column_types={c: pa.string() for c in _LENSCAT_COLUMNS if c not in ("RA [deg]", "DEC [deg]")})
+    convert = pacsv.ConvertOptions(
+        column_types={c: pa.string() for c in _LENSCAT_COLUMNS if c not in ("RA [deg]", "DEC [deg]")}
+    )
     try:
         raw = pacsv.read_csv(path, convert_options=convert)
     except (pa.ArrowInvalid, OSError) as exc:
@@ -140,7 +142,9 @@ def validate_known_lenses(table: pa.Table, where: str = "known lenses") -> None:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         names = name_col.to_pylist()
-        raise InputError(f"{where}: lens {names[i]!r} (row {i}) has invalid coordinates ra={float(ra[i])!r}, dec={float(dec[i])!r} deg")
+        raise InputError(
+            f"{where}: lens {names[i]!r} (row {i}) has invalid coordinates ra={float(ra[i])!r}, dec={float(dec[i])!r} deg"
+        )
     if "z_lens" in table.column_names:
         z = table.column("z_lens").to_numpy(zero_copy_only=False).astype(np.float64)
         badz = ~np.isnan(z) & ((z < 0) | (z >= 10))

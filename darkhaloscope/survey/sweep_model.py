@@ -172,8 +172,17 @@ SWEEP_COLUMNS_BY_MODEL = {
 
 #: Columns every supported catalog (DR8+ sweep or Tractor) must have: the pipeline's core needs.
 REQUIRED_COLUMNS: tuple[str, ...] = (
-    ("RELEASE", "BRICKID", "BRICKNAME", "OBJID", "TYPE", "RA", "DEC", "EBV", "MASKBITS")
-    + tuple(f"{p}_{b}" for p in ("FLUX", "FLUX_IVAR", "MW_TRANSMISSION", "NOBS", "PSFDEPTH", "GALDEPTH") for b in DR9_OPTICAL)
+    "RELEASE",
+    "BRICKID",
+    "BRICKNAME",
+    "OBJID",
+    "TYPE",
+    "RA",
+    "DEC",
+    "EBV",
+    "MASKBITS",
+) + tuple(
+    f"{p}_{b}" for p in ("FLUX", "FLUX_IVAR", "MW_TRANSMISSION", "NOBS", "PSFDEPTH", "GALDEPTH") for b in DR9_OPTICAL
 )
 #: Extra columns required from DR9 on (single SHAPE_*, Sérsic index, PSF size); DR8 lacks them.
 REQUIRED_DR9PLUS: tuple[str, ...] = ("SHAPE_R", "SHAPE_E1", "SHAPE_E2", "SERSIC") + tuple(
@@ -348,7 +357,9 @@ def required_columns(data_model: str) -> tuple[str, ...]:
 
 BRICK_SIZE_DEG = 0.25
 _ROW_DEC = np.arange(-90.0, 90.0 + BRICK_SIZE_DEG / 2, BRICK_SIZE_DEG)
-_NCOL = (np.ceil(360.0 / BRICK_SIZE_DEG * np.cos(np.radians(np.abs(_ROW_DEC) - BRICK_SIZE_DEG / 2)) / 2) * 2).astype(np.int64)
+_NCOL = (np.ceil(360.0 / BRICK_SIZE_DEG * np.cos(np.radians(np.abs(_ROW_DEC) - BRICK_SIZE_DEG / 2)) / 2) * 2).astype(
+    np.int64
+)
 _NCOL[0] = _NCOL[-1] = 1
 _ROW_START = np.concatenate([[0], np.cumsum(_NCOL)])
 

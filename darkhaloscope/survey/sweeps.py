@@ -133,7 +133,9 @@ def _open_stream(path: str, filesystem: pafs.FileSystem | None) -> tuple[BinaryI
     raw.seek(0)
     if magic == _GZIP_MAGIC:
         raw.close()
-        raise InputError(f"{path}: gzip-compressed data under a name without .gz (rename it {os.path.basename(path)}.gz)")
+        raise InputError(
+            f"{path}: gzip-compressed data under a name without .gz (rename it {os.path.basename(path)}.gz)"
+        )
     return raw, size
 
 
@@ -166,7 +168,9 @@ def _parse_table(f: BinaryIO, size: int | None, where: str) -> _Table:
     naxis = int(primary.get("NAXIS", 0))
     nbytes = 0
     if naxis:
-        nbytes = abs(int(primary["BITPIX"])) // 8 * int(np.prod([int(primary[f"NAXIS{i}"]) for i in range(1, naxis + 1)]))
+        nbytes = (
+            abs(int(primary["BITPIX"])) // 8 * int(np.prod([int(primary[f"NAXIS{i}"]) for i in range(1, naxis + 1)]))
+        )
     _skip(f, _padded(nbytes), where)
     hdr = _read_header(f, where, "HDU 1")
     xt = str(hdr.get("XTENSION", "")).strip()
@@ -228,7 +232,9 @@ def _target_dtype(name: str, table: _Table) -> np.dtype:
     return _native(base)
 
 
-def _gather(f: BinaryIO, buf: bytearray, n: int, names: Sequence[str], table: _Table, start: int) -> dict[str, np.ndarray]:
+def _gather(
+    f: BinaryIO, buf: bytearray, n: int, names: Sequence[str], table: _Table, start: int
+) -> dict[str, np.ndarray]:
     """Read ``n`` rows and return native column arrays.
 
     Rows are read in sub-blocks of ``_SUB_ROWS`` (about 16 MB) so the strided per-column copies run
@@ -359,7 +365,9 @@ def iter_sweep_batches(
         f.close()
 
 
-def _make_batch(cols: dict[str, np.ndarray], names, table: _Table, schema: pa.Schema, start: int, fname: str, box: SweepBox | None) -> pa.RecordBatch:
+def _make_batch(
+    cols: dict[str, np.ndarray], names, table: _Table, schema: pa.Schema, start: int, fname: str, box: SweepBox | None
+) -> pa.RecordBatch:
     where = table.where
     ra = cols["RA"].astype(np.float64, copy=False)
     dec = cols["DEC"].astype(np.float64, copy=False)
@@ -367,7 +375,9 @@ def _make_batch(cols: dict[str, np.ndarray], names, table: _Table, schema: pa.Sc
     bad = ~np.isfinite(ra) | ~np.isfinite(dec) | (dec < -90) | (dec > 90) | (ra < 0) | (ra >= 360)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise InputError(f"{where}: invalid coordinates in row {start + i}: RA={float(ra[i])!r}, DEC={float(dec[i])!r} (deg)")
+        raise InputError(
+            f"{where}: invalid coordinates in row {start + i}: RA={float(ra[i])!r}, DEC={float(dec[i])!r} (deg)"
+        )
     _check_values(cols, table, start)
     if box is not None:
         out = ~box.contains(ra, dec)
@@ -401,22 +411,28 @@ def _check_values(cols: dict[str, np.ndarray], table: _Table, start: int) -> Non
         unknown = sorted(set(found) - allowed)
         if unknown:
             i = int(np.flatnonzero(cols["TYPE"] == found[unknown[0]])[0])
-            raise InputError(f"{table.where}: row {start + i}: TYPE {unknown[0]!r} is not a {table.data_model} type "
-                             f"({', '.join(sorted(allowed))}); {len(unknown)} unknown value(s) in rows {start}..{start + len(cols['TYPE']) - 1}")
+            raise InputError(
+                f"{table.where}: row {start + i}: TYPE {unknown[0]!r} is not a {table.data_model} type "
+                f"({', '.join(sorted(allowed))}); {len(unknown)} unknown value(s) in rows {start}..{start + len(cols['TYPE']) - 1}"
+            )
     for name, values in cols.items():
         if sm.is_inverse_variance(name):
             bad = ~np.isfinite(values) | (values < 0)
             if bad.any():
                 i = np.unravel_index(int(np.flatnonzero(bad)[0]), values.shape)
-                raise InputError(f"{table.where}: row {start + int(i[0])}: {name} = {float(values[i])!r}; an inverse variance must be "
-                                 f"finite and >= 0 (0 = no measurement); {int(bad.sum())} such value(s) in this batch")
+                raise InputError(
+                    f"{table.where}: row {start + int(i[0])}: {name} = {float(values[i])!r}; an inverse variance must be "
+                    f"finite and >= 0 (0 = no measurement); {int(bad.sum())} such value(s) in this batch"
+                )
 
 
 def _check_some_flux(finite_seen: dict[str, bool], where: str) -> None:
     """InputError naming the FLUX_<band> columns that hold no finite value in the whole file."""
     empty = [n for n, seen in finite_seen.items() if not seen]
     if empty:
-        raise InputError(f"{where}: flux column(s) {', '.join(empty)} hold no finite value in any row (all NaN or infinite)")
+        raise InputError(
+            f"{where}: flux column(s) {', '.join(empty)} hold no finite value in any row (all NaN or infinite)"
+        )
 
 
 def _check_duplicates(ids: list[np.ndarray], where: str) -> None:
@@ -479,8 +495,9 @@ def ingest_sweep(
     first = next(batches, None)
     if first is None:
         raise InputError(f"{path}: sweep file has no rows")
-    info = sweeps.write(itertools.chain([first], batches), schema=first.schema, partition={SWEEP_DIM: name},
-                        row_group_size=batch_rows)
+    info = sweeps.write(
+        itertools.chain([first], batches), schema=first.schema, partition={SWEEP_DIM: name}, row_group_size=batch_rows
+    )
     model = (first.schema.metadata or {}).get(b"dhs.data_model", b"unknown").decode()
     return {"rows": info.rows, "bytes": info.bytes, "data_model": model, "uri": info.uri}
 
@@ -499,19 +516,26 @@ def check_one_file_per_box(names: Sequence[str]) -> list[SweepBox]:
     if len(boxes) < 2:
         return boxes
     b = np.array([(x.ra_min, x.ra_max, x.dec_min, x.dec_max) for x in boxes])
-    overlap = ((b[:, None, 0] < b[None, :, 1]) & (b[None, :, 0] < b[:, None, 1])
-               & (b[:, None, 2] < b[None, :, 3]) & (b[None, :, 2] < b[:, None, 3]))
+    overlap = (
+        (b[:, None, 0] < b[None, :, 1])
+        & (b[None, :, 0] < b[:, None, 1])
+        & (b[:, None, 2] < b[None, :, 3])
+        & (b[None, :, 2] < b[:, None, 3])
+    )
     np.fill_diagonal(overlap, False)
     if overlap.any():
         i, j = (int(k) for k in np.argwhere(overlap)[0])
         same = " (the same box: a .fits and a .fits.gz of one catalog?)" if boxes[i] == boxes[j] else ""
-        raise InputError(f"sweep files {names[i]!r} and {names[j]!r} cover overlapping sky boxes {boxes[i]} and {boxes[j]}{same}; "
-                         "keep one of them in the survey")
+        raise InputError(
+            f"sweep files {names[i]!r} and {names[j]!r} cover overlapping sky boxes {boxes[i]} and {boxes[j]}{same}; "
+            "keep one of them in the survey"
+        )
     return boxes
 
 
-def objects_in_other_sweeps(sweeps: PartitionedTable, sweep_file: str, limit: int = 5,
-                            object_ids: np.ndarray | None = None) -> dict:
+def objects_in_other_sweeps(
+    sweeps: PartitionedTable, sweep_file: str, limit: int = 5, object_ids: np.ndarray | None = None
+) -> dict:
     """Audit: object ids of the ``sweep_file`` partition of the ``sweeps`` table that another
     partition holds too.
 

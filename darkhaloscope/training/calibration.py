@@ -42,8 +42,9 @@ def fit_temperature(logits, labels, weights=None) -> float:
     if np.unique(y).size < 2:
         raise InputError("temperature fit needs both labels")
     lo, hi = np.log(TEMPERATURE_RANGE)
-    res = minimize_scalar(lambda u: _log_loss(z, y, w, float(np.exp(u))), bounds=(lo, hi), method="bounded",
-                          options={"xatol": 1e-6})
+    res = minimize_scalar(
+        lambda u: _log_loss(z, y, w, float(np.exp(u))), bounds=(lo, hi), method="bounded", options={"xatol": 1e-6}
+    )
     return float(np.exp(res.x))
 
 
@@ -57,8 +58,15 @@ def reliability_bins(probs, labels, n_bins: int = 10) -> list[dict]:
     for k in range(n_bins):
         m = b == k
         if m.any():
-            out.append({"lo": k / n_bins, "hi": (k + 1) / n_bins, "n": int(m.sum()),
-                        "mean_probability": float(p[m].mean()), "fraction_positive": float(y[m].mean())})
+            out.append(
+                {
+                    "lo": k / n_bins,
+                    "hi": (k + 1) / n_bins,
+                    "n": int(m.sum()),
+                    "mean_probability": float(p[m].mean()),
+                    "fraction_positive": float(y[m].mean()),
+                }
+            )
     return out
 
 
@@ -69,7 +77,10 @@ def calibration_summary(logits, labels, temperature: float, n_bins: int = 10) ->
     y = np.asarray(labels)
     before, after = calibrated_probability(z, 1.0), calibrated_probability(z, temperature)
     return {
-        "temperature": float(temperature), "n": int(z.size), "ece_before": expected_calibration_error(before, y),
-        "ece_after": expected_calibration_error(after, y), "reliability_before": reliability_bins(before, y, n_bins),
+        "temperature": float(temperature),
+        "n": int(z.size),
+        "ece_before": expected_calibration_error(before, y),
+        "ece_after": expected_calibration_error(after, y),
+        "reliability_before": reliability_bins(before, y, n_bins),
         "reliability_after": reliability_bins(after, y, n_bins),
     }

@@ -76,7 +76,9 @@ class CheckpointSpec:
     @classmethod
     def from_dict(cls, d: dict, where: str = "<spec>") -> "CheckpointSpec":
         if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise InputError(f"{where}: not a {FORMAT} checkpoint spec (format={d.get('format') if isinstance(d, dict) else None!r})")
+            raise InputError(
+                f"{where}: not a {FORMAT} checkpoint spec (format={d.get('format') if isinstance(d, dict) else None!r})"
+            )
         known = set(cls.__dataclass_fields__)
         unknown = set(d) - known
         if unknown:
@@ -240,9 +242,13 @@ def write_spec(folder: str | os.PathLike, spec: CheckpointSpec) -> CheckpointSpe
     folder = Path(folder)
     for fname in (spec.weights_file, spec.optimizer_file):
         if fname is not None and not (folder / fname).is_file():
-            raise InputError(f"checkpoint {spec.name!r} in {folder}: tensor file {fname} is missing; write tensors before the spec")
+            raise InputError(
+                f"checkpoint {spec.name!r} in {folder}: tensor file {fname} is missing; write tensors before the spec"
+            )
     atomic_write_bytes(folder / f"{spec.name}.json", spec_bytes(spec))
-    for stale in tensor_files_of(spec.name, (p.name for p in folder.iterdir()), keep={spec.weights_file, spec.optimizer_file}):
+    for stale in tensor_files_of(
+        spec.name, (p.name for p in folder.iterdir()), keep={spec.weights_file, spec.optimizer_file}
+    ):
         (folder / stale).unlink()
     return spec
 
@@ -255,7 +261,9 @@ def read_spec(folder: str | os.PathLike, name: str = "best") -> CheckpointSpec:
     """The JSON spec of checkpoint ``name`` in ``folder`` (no tensors are read)."""
     path = Path(folder) / f"{name}.json"
     if not path.is_file():
-        pickles = sorted(p.name for p in Path(folder).glob("*") if p.suffix in (".pt", ".pth", ".pkl", ".pickle", ".ckpt"))
+        pickles = sorted(
+            p.name for p in Path(folder).glob("*") if p.suffix in (".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+        )
         found = f"; found {', '.join(pickles)}, a pickled checkpoint, which is never loaded" if pickles else ""
         raise InputError(
             f"no checkpoint spec {path}: a checkpoint is '<name>.json' plus safetensors files "
@@ -283,7 +291,9 @@ def _load_verified(folder: Path, fname: str | None, sha: str | None, what: str) 
         raise InputError(f"checkpoint {path} is not a valid safetensors file: {exc}") from exc
 
 
-def _check_and_load_state(model: torch.nn.Module, state: dict[str, torch.Tensor], spec: CheckpointSpec, where: str) -> None:
+def _check_and_load_state(
+    model: torch.nn.Module, state: dict[str, torch.Tensor], spec: CheckpointSpec, where: str
+) -> None:
     expected = {k: list(v.shape) for k, v in model.state_dict().items()}
     stored = {k: list(v.shape) for k, v in state.items()}
     if stored != spec.param_shapes:
@@ -302,7 +312,9 @@ def _check_and_load_state(model: torch.nn.Module, state: dict[str, torch.Tensor]
         raise InputError(f"{where}: model has {count_parameters(model)} parameters, the spec says {spec.param_count}")
 
 
-def load_checkpoint(folder: str | os.PathLike, name: str = "best", device: str | torch.device = "cpu") -> tuple[torch.nn.Module, CheckpointSpec]:
+def load_checkpoint(
+    folder: str | os.PathLike, name: str = "best", device: str | torch.device = "cpu"
+) -> tuple[torch.nn.Module, CheckpointSpec]:
     """(model in eval mode on ``device``, spec) of checkpoint ``name`` in ``folder``.
 
     Raises InputError when the spec is missing or malformed, the weights file is missing, is not
@@ -313,14 +325,18 @@ def load_checkpoint(folder: str | os.PathLike, name: str = "best", device: str |
     where = str(folder / f"{name}.json")
     expected_in = spec.preprocess.out_channels(3)
     if spec.in_channels != expected_in:
-        raise InputError(f"{where}: in_channels {spec.in_channels} does not match the preprocessing spec ({expected_in} channels)")
+        raise InputError(
+            f"{where}: in_channels {spec.in_channels} does not match the preprocessing spec ({expected_in} channels)"
+        )
     state = _load_verified(folder, spec.weights_file, spec.weights_sha256, "weights")
     model = build_model(spec.architecture, spec.in_channels, **spec.arch_args)
     _check_and_load_state(model, state, spec, where)
     return model.to(device).eval(), spec
 
 
-def load_training_state(folder: str | os.PathLike, name: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> CheckpointSpec:
+def load_training_state(
+    folder: str | os.PathLike, name: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> CheckpointSpec:
     """Restore ``model`` and ``optimizer`` in place from checkpoint ``name`` (for resuming); returns its spec."""
     folder = Path(folder)
     spec = read_spec(folder, name)

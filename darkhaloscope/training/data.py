@@ -87,17 +87,27 @@ class TrainingArrays:
     def subset(self, rows: np.ndarray) -> "TrainingArrays":
         """The rows ``rows`` (int indices or bool mask), with controls and hosts re-indexed compactly."""
         rows = np.flatnonzero(rows) if np.asarray(rows).dtype == bool else np.asarray(rows, dtype=np.int64)
-        per_row = {f.name: getattr(self, f.name)[rows] for f in fields(self)
-                   if isinstance(getattr(self, f.name), np.ndarray) and f.name not in ("control", "invvar")
-                   and getattr(self, f.name).shape[:1] == (len(self),)}
+        per_row = {
+            f.name: getattr(self, f.name)[rows]
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), np.ndarray)
+            and f.name not in ("control", "invvar")
+            and getattr(self, f.name).shape[:1] == (len(self),)
+        }
         ci, hi = self.control_index[rows], self.host_index[rows]
         per_row["control_index"] = _compact(ci)
         per_row["host_index"] = _compact(hi)
         hosts = hi[hi >= 0]
         return TrainingArrays(
-            **per_row, control=self.control[ci[ci >= 0]], invvar=self.invvar[hosts],
-            host_columns=None if self.host_columns is None or not hosts.size else self.host_columns.take(pa.array(hosts)),
-            stream=self.stream, source=self.source, meta=dict(self.meta),
+            **per_row,
+            control=self.control[ci[ci >= 0]],
+            invvar=self.invvar[hosts],
+            host_columns=None
+            if self.host_columns is None or not hosts.size
+            else self.host_columns.take(pa.array(hosts)),
+            stream=self.stream,
+            source=self.source,
+            meta=dict(self.meta),
         )
 
     def split_rows(self, split: str) -> "TrainingArrays":
@@ -169,21 +179,28 @@ def make_arrays(
     )
 
 
-def with_hosts(arrays: TrainingArrays, rows: np.ndarray, invvar: np.ndarray, host_columns: pa.Table,
-               stream: StreamSpec) -> TrainingArrays:
+def with_hosts(
+    arrays: TrainingArrays, rows: np.ndarray, invvar: np.ndarray, host_columns: pa.Table, stream: StreamSpec
+) -> TrainingArrays:
     """``arrays`` whose rows ``rows`` host the injections of ``stream`` (invvar (K, 3, H, W) and
     host_columns, K rows with HOST_COLUMNS, in the order of ``rows``)."""
     rows = np.asarray(rows, dtype=np.int64)
     if invvar.shape != (rows.size, *arrays.image.shape[1:]) or host_columns.num_rows != rows.size:
-        raise InputError(f"hosts: {rows.size} rows, invvar {invvar.shape} and {host_columns.num_rows} host columns disagree")
+        raise InputError(
+            f"hosts: {rows.size} rows, invvar {invvar.shape} and {host_columns.num_rows} host columns disagree"
+        )
     if np.any(arrays.label[rows] != 0):
         raise InputError("injection hosts must be negatives (label 0)")
     hi = np.full(len(arrays), -1, np.int64)
     hi[rows] = np.arange(rows.size)
-    return replace(arrays, host_index=hi, invvar=np.ascontiguousarray(invvar, np.float32), host_columns=host_columns, stream=stream)
+    return replace(
+        arrays, host_index=hi, invvar=np.ascontiguousarray(invvar, np.float32), host_columns=host_columns, stream=stream
+    )
 
 
-def negatives_per_positive_mask(label: np.ndarray, split: np.ndarray, object_id: np.ndarray, ratio: float) -> np.ndarray:
+def negatives_per_positive_mask(
+    label: np.ndarray, split: np.ndarray, object_id: np.ndarray, ratio: float
+) -> np.ndarray:
     """Rows to keep so that each split has at most ``ratio`` negatives (label 0) per positive.
 
     Every positive is kept; within a split the negatives kept are those of lowest stable hash of
@@ -250,7 +267,9 @@ def _validate_columns(table: pa.Table, src: str) -> None:
             raise InputError(f"training set {src}: column {col!r} has {table[col].null_count} nulls")
     label = table["label"].to_numpy()
     if not np.all((label == 0) | (label == 1)):
-        raise InputError(f"training set {src}: column 'label' holds values other than 0/1: {sorted(set(np.unique(label)) - {0, 1})}")
+        raise InputError(
+            f"training set {src}: column 'label' holds values other than 0/1: {sorted(set(np.unique(label)) - {0, 1})}"
+        )
     weight = table["weight"].cast(pa.float32()).to_numpy()
     if not np.all(np.isfinite(weight) & (weight >= 0)):
         raise InputError(f"training set {src}: column 'weight' has negative or non-finite values")
@@ -287,7 +306,9 @@ def load_training_set(path_or_table, on_invalid: str = "raise") -> TrainingArray
     _validate_columns(table, src)
     image = from_tensor_column(table["image"], expected_shape=None, name="image")
     if image.ndim != 4 or image.shape[1] != STAMP_SHAPE[0]:
-        raise InputError(f"training set {src}: column 'image' holds stamps of shape {image.shape[1:]}, expected (3, H, W)")
+        raise InputError(
+            f"training set {src}: column 'image' holds stamps of shape {image.shape[1:]}, expected (3, H, W)"
+        )
     control, ci = _nullable_stamps(table, "control", image.shape[1:])
     invvar, hi = _nullable_stamps(table, "invvar", image.shape[1:])
     stream = _stream_spec(table, src)
@@ -295,15 +316,29 @@ def load_training_set(path_or_table, on_invalid: str = "raise") -> TrainingArray
     if (hi >= 0).any():
         missing = [c for c in HOST_COLUMNS if c not in table.column_names]
         if missing or stream is None:
-            raise InputError(f"training set {src}: injection hosts need the columns {missing} and an injection stream spec")
+            raise InputError(
+                f"training set {src}: injection hosts need the columns {missing} and an injection stream spec"
+            )
         host_columns = table.select(list(HOST_COLUMNS)).filter(pa.array(hi >= 0))
     arrays = TrainingArrays(
-        object_id=table["object_id"].to_numpy().astype(np.int64), image=image,
-        label=table["label"].to_numpy().astype(np.int8), weight=table["weight"].cast(pa.float32()).to_numpy(),
-        kind=_str_col(table, "kind"), split=_str_col(table, "split"), tier=_str_col(table, "tier"),
-        pool=_str_col(table, "pool"), theta_e_arcsec=_float_col(table, "theta_e_arcsec"),
-        psfsize_r=_float_col(table, "psfsize_r"), control=control, control_index=ci, arc_snr=_float_col(table, "arc_snr"),
-        host_index=hi, invvar=invvar, host_columns=host_columns, stream=stream, source=src,
+        object_id=table["object_id"].to_numpy().astype(np.int64),
+        image=image,
+        label=table["label"].to_numpy().astype(np.int8),
+        weight=table["weight"].cast(pa.float32()).to_numpy(),
+        kind=_str_col(table, "kind"),
+        split=_str_col(table, "split"),
+        tier=_str_col(table, "tier"),
+        pool=_str_col(table, "pool"),
+        theta_e_arcsec=_float_col(table, "theta_e_arcsec"),
+        psfsize_r=_float_col(table, "psfsize_r"),
+        control=control,
+        control_index=ci,
+        arc_snr=_float_col(table, "arc_snr"),
+        host_index=hi,
+        invvar=invvar,
+        host_columns=host_columns,
+        stream=stream,
+        source=src,
     )
     meta = table.schema.metadata or {}
     if PREPROCESS_SPEC_KEY in meta:
@@ -333,9 +368,14 @@ def injected_arrays(arrays: TrainingArrays, draw: StreamDraw) -> TrainingArrays:
     rows = arrays.host_rows()[draw.host_row]
     hosts = arrays.image[rows]
     n = len(draw)
-    out = make_arrays(add_window(hosts, draw.arcs), np.ones(n, np.int8), control=hosts,
-                      kind=np.full(n, "injected_positive", object), split=arrays.split[rows],
-                      object_id=-(np.arange(n, dtype=np.int64) + 1))
+    out = make_arrays(
+        add_window(hosts, draw.arcs),
+        np.ones(n, np.int8),
+        control=hosts,
+        kind=np.full(n, "injected_positive", object),
+        split=arrays.split[rows],
+        object_id=-(np.arange(n, dtype=np.int64) + 1),
+    )
     out.theta_e_arcsec = draw.theta_e_arcsec.astype(np.float32)
     out.arc_snr = draw.arc_snr.astype(np.float32)
     out.psfsize_r = arrays.psfsize_r[rows].astype(np.float32)
@@ -347,10 +387,29 @@ def concat_arrays(parts: list[TrainingArrays]) -> TrainingArrays:
     """Rows of ``parts`` one after the other (controls re-indexed; hosts are not carried)."""
     offsets = np.cumsum([0] + [p.control.shape[0] for p in parts[:-1]])
     ci = np.concatenate([np.where(p.control_index >= 0, p.control_index + o, -1) for p, o in zip(parts, offsets)])
-    cat = {name: np.concatenate([getattr(p, name) for p in parts]) for name in (
-        "object_id", "image", "label", "weight", "kind", "split", "tier", "pool", "theta_e_arcsec", "psfsize_r", "arc_snr")}
-    return TrainingArrays(**cat, control=np.concatenate([p.control for p in parts]), control_index=ci,
-                          source=parts[0].source, meta=dict(parts[0].meta))
+    cat = {
+        name: np.concatenate([getattr(p, name) for p in parts])
+        for name in (
+            "object_id",
+            "image",
+            "label",
+            "weight",
+            "kind",
+            "split",
+            "tier",
+            "pool",
+            "theta_e_arcsec",
+            "psfsize_r",
+            "arc_snr",
+        )
+    }
+    return TrainingArrays(
+        **cat,
+        control=np.concatenate([p.control for p in parts]),
+        control_index=ci,
+        source=parts[0].source,
+        meta=dict(parts[0].meta),
+    )
 
 
 #: Stream key of the fixed validation injections (independent of the training seed, so every
@@ -365,8 +424,9 @@ def validation_arrays(val: TrainingArrays, device="cpu") -> TrainingArrays:
     validation set."""
     if not val.n_hosts or val.stream is None:
         return val
-    draw = draw_injections(val.host_columns, val.invvar, val.stream.validation, VAL_STREAM_KEY, val.stream.val_injections_per_host,
-                           device)
+    draw = draw_injections(
+        val.host_columns, val.invvar, val.stream.validation, VAL_STREAM_KEY, val.stream.val_injections_per_host, device
+    )
     return concat_arrays([val, injected_arrays(val, draw)])
 
 
@@ -400,7 +460,9 @@ def synthetic_arrays(
         host_amp = np.where(label == 1, 2.0 * host_amp, host_amp).astype(np.float32)
     host = host_amp[:, None, None] * np.exp(-0.5 * (r[None] / host_sigma[:, None, None]) ** 2)
     host_colour = np.array([0.5, 1.0, 1.4], np.float32)  # red host: g < r < z
-    control = host[:, None] * host_colour[None, :, None, None] + rng.standard_normal((n, 3, size, size)).astype(np.float32)
+    control = host[:, None] * host_colour[None, :, None, None] + rng.standard_normal((n, 3, size, size)).astype(
+        np.float32
+    )
     image = control.copy()
     if mode == "arc":
         half = (size - 1) / 2.0
@@ -409,8 +471,15 @@ def synthetic_arrays(
         dphi = np.angle(np.exp(1j * (phi[None] - ang[:, None, None])))
         arc = np.exp(-0.5 * ((r[None] - rad[:, None, None]) / 0.8) ** 2) * (np.abs(dphi) < np.pi / 3)
         arc_colour = np.array([1.2, 1.0, 0.7], np.float32)  # blue source
-        image += (label[:, None, None, None] * arc_amplitude * arc[:, None] * arc_colour[None, :, None, None]).astype(np.float32)
+        image += (label[:, None, None, None] * arc_amplitude * arc[:, None] * arc_colour[None, :, None, None]).astype(
+            np.float32
+        )
     ctrl = np.where((label == 1)[:, None, None, None], control, np.nan) if mode == "arc" else None
     split = np.where(rng.random(n) < 0.7, "train", "val").astype(object)
-    return make_arrays(image.astype(np.float32), label, control=ctrl, split=split,
-                       tier=np.where(label == 1, np.where(rng.random(n) < 0.5, "A", "B"), "").astype(object))
+    return make_arrays(
+        image.astype(np.float32),
+        label,
+        control=ctrl,
+        split=split,
+        tier=np.where(label == 1, np.where(rng.random(n) < 0.5, "A", "B"), "").astype(object),
+    )

@@ -32,7 +32,15 @@ from ..errors import InputError
 from ..lensing.stream import StreamDraw, add_window, draw_injections
 from ..seeding import rng_for, stable_hash64, unit_hash_array
 from .data import TrainingArrays
-from .preprocess import PreprocessSpec, arc_clears_core, core_mask, dihedral, preprocess, preprocess_in_batches, radial_bins
+from .preprocess import (
+    PreprocessSpec,
+    arc_clears_core,
+    core_mask,
+    dihedral,
+    preprocess,
+    preprocess_in_batches,
+    radial_bins,
+)
 
 #: Radial bin width (px) of the azimuthal shuffle used for hard negatives and the hard-negative gate.
 SHUFFLE_BIN_PX = 2.0
@@ -66,7 +74,9 @@ def azimuthal_shuffle(x: np.ndarray, rng: np.random.Generator, bin_px: float = S
     return out.reshape(c, h, w)
 
 
-def hard_negative(image: np.ndarray, control: np.ndarray, rng: np.random.Generator, bin_px: float = SHUFFLE_BIN_PX) -> np.ndarray:
+def hard_negative(
+    image: np.ndarray, control: np.ndarray, rng: np.random.Generator, bin_px: float = SHUFFLE_BIN_PX
+) -> np.ndarray:
     """``control + azimuthal_shuffle(image - control)``: (C, H, W) float32, to be labelled 0."""
     return (control + azimuthal_shuffle(image - control, rng, bin_px)).astype(np.float32)
 
@@ -111,7 +121,9 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
         self.device = device
         self.n = len(arrays)
         self.hn_rows = np.flatnonzero((arrays.control_index >= 0) & (arrays.label == 1))
-        self.per_host = arrays.stream.injections_per_host if (stream and arrays.stream is not None and arrays.n_hosts) else 0
+        self.per_host = (
+            arrays.stream.injections_per_host if (stream and arrays.stream is not None and arrays.n_hosts) else 0
+        )
         self.m = self.per_host * arrays.n_hosts
         self.host_rows = arrays.host_rows()
         # virtual-index segments: rows, row hard negatives, injections, injection hard negatives
@@ -140,7 +152,12 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
             return None
         if self._draw is None or self._draw[0] != epoch:
             a = self.a
-            self._draw = (epoch, draw_injections(a.host_columns, a.invvar, a.stream, ("train", self.seed, epoch), self.per_host, self.device))
+            self._draw = (
+                epoch,
+                draw_injections(
+                    a.host_columns, a.invvar, a.stream, ("train", self.seed, epoch), self.per_host, self.device
+                ),
+            )
         return self._draw[1]
 
     def epoch_plan(self, epoch: int) -> np.ndarray:
@@ -168,7 +185,9 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
                 raw[j], y[j], w[j] = a.image[vi], a.label[vi], a.weight[vi]
             elif vi < f:
                 r = self.hn_rows[vi - self.n]
-                raw[j] = hard_negative(a.image[r], a.control[a.control_index[r]], rng_for(self.seed, epoch, vi, "shuffle"))
+                raw[j] = hard_negative(
+                    a.image[r], a.control[a.control_index[r]], rng_for(self.seed, epoch, vi, "shuffle")
+                )
             else:
                 k = (vi - f) % m
                 host = a.image[self.host_rows[draw.host_row[k]]]
@@ -208,7 +227,11 @@ class AugmentedStampDataset(torch.utils.data.Dataset):
             rows, fresh = v[cached], ~cached
             x = torch.empty((v.size, *self._out_shape), dtype=torch.float32)
             y, w = np.empty(v.size, np.float32), np.empty(v.size, np.float32)
-            x[torch.from_numpy(cached)], y[cached], w[cached] = self._rows_x[torch.from_numpy(rows)], self.a.label[rows], self.a.weight[rows]
+            x[torch.from_numpy(cached)], y[cached], w[cached] = (
+                self._rows_x[torch.from_numpy(rows)],
+                self.a.label[rows],
+                self.a.weight[rows],
+            )
             if fresh.any():
                 raw, y[fresh], w[fresh] = self._raw(epoch, v[fresh])
                 x[torch.from_numpy(fresh)] = preprocess(raw, self.spec)

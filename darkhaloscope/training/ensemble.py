@@ -34,16 +34,22 @@ from .models import StackedEnsemble
 META_STEPS, META_LR, META_WEIGHT_DECAY = 400, 1e-2, 1e-4
 
 
-def fit_meta_learner(member_logits: np.ndarray, labels, weights=None, hidden: int = 300, seed: object = 0) -> torch.nn.Module:
+def fit_meta_learner(
+    member_logits: np.ndarray, labels, weights=None, hidden: int = 300, seed: object = 0
+) -> torch.nn.Module:
     """The meta-learner (M -> hidden -> 1, ReLU) fitted on members' probabilities sigmoid(logits)
     (N, M) against 0/1 ``labels`` by weighted binary cross-entropy; deterministic in ``seed``."""
     z = torch.as_tensor(np.asarray(member_logits, dtype=np.float32))
     y = torch.as_tensor(np.asarray(labels, dtype=np.float32))
     w = torch.ones_like(y) if weights is None else torch.as_tensor(np.asarray(weights, dtype=np.float32))
     if z.ndim != 2 or z.shape[0] != y.shape[0] or not torch.all(torch.isfinite(z)):
-        raise InputError(f"meta-learner needs finite member logits (N, M) and N labels, got {tuple(z.shape)} and {tuple(y.shape)}")
+        raise InputError(
+            f"meta-learner needs finite member logits (N, M) and N labels, got {tuple(z.shape)} and {tuple(y.shape)}"
+        )
     torch.manual_seed(seed_int(seed, "meta_learner"))
-    head = torch.nn.Sequential(torch.nn.Linear(z.shape[1], int(hidden)), torch.nn.ReLU(inplace=True), torch.nn.Linear(int(hidden), 1))
+    head = torch.nn.Sequential(
+        torch.nn.Linear(z.shape[1], int(hidden)), torch.nn.ReLU(inplace=True), torch.nn.Linear(int(hidden), 1)
+    )
     opt = torch.optim.Adam(head.parameters(), lr=META_LR, weight_decay=META_WEIGHT_DECAY)
     p = torch.sigmoid(z)
     for _ in range(META_STEPS):
@@ -56,7 +62,12 @@ def fit_meta_learner(member_logits: np.ndarray, labels, weights=None, hidden: in
 
 def _meta_logits(head: torch.nn.Module, member_logits: np.ndarray) -> np.ndarray:
     with torch.inference_mode():
-        return head(torch.sigmoid(torch.as_tensor(np.asarray(member_logits, dtype=np.float32)))).squeeze(-1).double().numpy()
+        return (
+            head(torch.sigmoid(torch.as_tensor(np.asarray(member_logits, dtype=np.float32))))
+            .squeeze(-1)
+            .double()
+            .numpy()
+        )
 
 
 def cross_fitted_auroc(member_logits: np.ndarray, labels, weights=None, hidden: int = 300, seed: object = 0) -> float:
@@ -74,7 +85,9 @@ def cross_fitted_auroc(member_logits: np.ndarray, labels, weights=None, hidden: 
     return roc_auc(out, y)
 
 
-def stack_runs(member_dirs: list, val: TrainingArrays, out_dir, hidden: int = 300, seed: object = 0, device="cpu") -> dict:
+def stack_runs(
+    member_dirs: list, val: TrainingArrays, out_dir, hidden: int = 300, seed: object = 0, device="cpu"
+) -> dict:
     """Build (or reuse) the stacked ensemble of the completed member runs ``member_dirs`` in
     ``out_dir``: members' weights, the meta-learner fitted on ``val``, calibrated like a single
     network (``loop.finalize_best``). Returns the comparison on ``val`` (each member's AUROC, the
@@ -100,21 +113,46 @@ def stack_runs(member_dirs: list, val: TrainingArrays, out_dir, hidden: int = 30
         for m, (model, _) in zip(ens.members, members):
             m.load_state_dict(model.state_dict())
         ens.meta.load_state_dict(fit_meta_learner(z, y, w, hidden, seed).state_dict())
-        save_checkpoint(out, "best", ens, architecture="stacked_ensemble", in_channels=specs[0].in_channels,
-                        preprocess=specs[0].preprocess, arch_args={"members": [s.architecture for s in specs], "hidden": int(hidden)},
-                        train_config={"members": [str(d) for d in member_dirs], "meta_steps": META_STEPS},
-                        data_versions=specs[0].data_versions)
+        save_checkpoint(
+            out,
+            "best",
+            ens,
+            architecture="stacked_ensemble",
+            in_channels=specs[0].in_channels,
+            preprocess=specs[0].preprocess,
+            arch_args={"members": [s.architecture for s in specs], "hidden": int(hidden)},
+            train_config={"members": [str(d) for d in member_dirs], "meta_steps": META_STEPS},
+            data_versions=specs[0].data_versions,
+        )
         finalize_best(out, val, seed, device, dihedral_views=specs[0].dihedral_views)
         best = load_checkpoint(out, "best", device=device)[1]
-        atomic_write_bytes(out / RUN_COMPLETE, json.dumps(json_safe({
-            "best_checkpoint": {"weights_sha256": best.weights_sha256}, "stopped_reason": "stacked", "best_epoch": 0,
-            "epochs_run": 0, "global_step": 0, "members": [str(d) for d in member_dirs]}), indent=1).encode())
+        atomic_write_bytes(
+            out / RUN_COMPLETE,
+            json.dumps(
+                json_safe(
+                    {
+                        "best_checkpoint": {"weights_sha256": best.weights_sha256},
+                        "stopped_reason": "stacked",
+                        "best_epoch": 0,
+                        "epochs_run": 0,
+                        "global_step": 0,
+                        "members": [str(d) for d in member_dirs],
+                    }
+                ),
+                indent=1,
+            ).encode(),
+        )
     best_member = int(np.argmax(member_auroc))
     publish_ensemble = cross_fitted >= member_auroc[best_member]
-    return json_safe({
-        "member_val_auroc": dict(zip([s.architecture for s in specs], member_auroc)), "ensemble_val_auroc_cross_fitted": cross_fitted,
-        "published": "stacked_ensemble" if publish_ensemble else specs[best_member].architecture,
-        "published_run_dir": str(out) if publish_ensemble else str(member_dirs[best_member]),
-        "reason": (f"cross-fitted validation AUROC of the ensemble {cross_fitted:.4f} "
-                   f"{'>=' if publish_ensemble else '<'} the best member's {member_auroc[best_member]:.4f}"),
-    })
+    return json_safe(
+        {
+            "member_val_auroc": dict(zip([s.architecture for s in specs], member_auroc)),
+            "ensemble_val_auroc_cross_fitted": cross_fitted,
+            "published": "stacked_ensemble" if publish_ensemble else specs[best_member].architecture,
+            "published_run_dir": str(out) if publish_ensemble else str(member_dirs[best_member]),
+            "reason": (
+                f"cross-fitted validation AUROC of the ensemble {cross_fitted:.4f} "
+                f"{'>=' if publish_ensemble else '<'} the best member's {member_auroc[best_member]:.4f}"
+            ),
+        }
+    )

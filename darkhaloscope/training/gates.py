@@ -54,16 +54,45 @@ class Gate:
 
 
 #: Every gate, in the order they run: the one place their thresholds and blocking flags live.
-GATES = {g.name: g for g in (
-    Gate("core_lr_auc", 0.65, True, False, "cross-validated AUROC of a logistic regression on the r < 5 px core of the validation set, "
-         "on negatives and injections whose arcs lie outside that core"),
-    Gate("core_lr_auc_catalog", 0.65, False, False, "the same on the catalog rows only: real positives vs negatives"),
-    Gate("radial_profile_lr_auc", 0.65, False, False, "cross-validated AUROC of a logistic regression on the radial profile"),
-    Gate("core_masked_drop", 0.10, True, False, "the model's AUROC drop when the r < 5 px core of its input is zeroed, "
-         "on negatives and injections whose arcs lie outside that core"),
-    Gate("hard_negative_auroc", 0.70, False, True, "the model's AUROC of injections against their azimuthally shuffled arcs, "
-         "on the arcs the PSF resolves (θ_E at least its FWHM)"),
-)}
+GATES = {
+    g.name: g
+    for g in (
+        Gate(
+            "core_lr_auc",
+            0.65,
+            True,
+            False,
+            "cross-validated AUROC of a logistic regression on the r < 5 px core of the validation set, "
+            "on negatives and injections whose arcs lie outside that core",
+        ),
+        Gate(
+            "core_lr_auc_catalog", 0.65, False, False, "the same on the catalog rows only: real positives vs negatives"
+        ),
+        Gate(
+            "radial_profile_lr_auc",
+            0.65,
+            False,
+            False,
+            "cross-validated AUROC of a logistic regression on the radial profile",
+        ),
+        Gate(
+            "core_masked_drop",
+            0.10,
+            True,
+            False,
+            "the model's AUROC drop when the r < 5 px core of its input is zeroed, "
+            "on negatives and injections whose arcs lie outside that core",
+        ),
+        Gate(
+            "hard_negative_auroc",
+            0.70,
+            False,
+            True,
+            "the model's AUROC of injections against their azimuthally shuffled arcs, "
+            "on the arcs the PSF resolves (θ_E at least its FWHM)",
+        ),
+    )
+}
 BLOCKING_GATES = frozenset(n for n, g in GATES.items() if g.blocking)
 
 
@@ -100,19 +129,33 @@ def core_features(x: torch.Tensor, spec: PreprocessSpec, radius: float = 5.0) ->
     m = core_mask(h, w, radius)
     first_half = m & (np.arange(h * w).reshape(h, w) < (h * w) // 2)
     anti = spec.antisymmetric_channels()
-    parts = (x[:, : anti.start][:, :, torch.from_numpy(m).to(x.device)], x[:, anti][:, :, torch.from_numpy(first_half).to(x.device)])
+    parts = (
+        x[:, : anti.start][:, :, torch.from_numpy(m).to(x.device)],
+        x[:, anti][:, :, torch.from_numpy(first_half).to(x.device)],
+    )
     return torch.cat([p.reshape(n, -1) for p in parts], dim=1).cpu().numpy()
 
 
-def core_lr_gate(images, labels, spec: PreprocessSpec, radius: float = 5.0, threshold: float | None = None,
-                 seed: object = 0, folds: int = 5, name: str = "core_lr_auc") -> dict:
+def core_lr_gate(
+    images,
+    labels,
+    spec: PreprocessSpec,
+    radius: float = 5.0,
+    threshold: float | None = None,
+    seed: object = 0,
+    folds: int = 5,
+    name: str = "core_lr_auc",
+) -> dict:
     """Core-only LR gate ``name`` on raw stamps ``images`` (N, 3, H, W) nanomaggies preprocessed with ``spec``."""
-    auc = cross_validated_lr_auc(core_features(preprocess_in_batches(images, spec), spec, radius), labels, (seed, "core"), folds)
+    auc = cross_validated_lr_auc(
+        core_features(preprocess_in_batches(images, spec), spec, radius), labels, (seed, "core"), folds
+    )
     return _gate(name, auc, threshold, radius_px=radius, folds=folds, n=int(len(labels)))
 
 
-def radial_profile_lr_gate(images, labels, spec: PreprocessSpec, threshold: float | None = None,
-                           seed: object = 0, folds: int = 5) -> dict:
+def radial_profile_lr_gate(
+    images, labels, spec: PreprocessSpec, threshold: float | None = None, seed: object = 0, folds: int = 5
+) -> dict:
     """Radial-profile LR gate: azimuthal-mean profile (channels x 1 px bins to the stamp edge)."""
     x = preprocess_in_batches(images, spec)
     n_bins = x.shape[-1] // 2 + 1  # out to the stamp edge, not its corners
@@ -121,8 +164,9 @@ def radial_profile_lr_gate(images, labels, spec: PreprocessSpec, threshold: floa
     return _gate("radial_profile_lr_auc", auc, threshold, bins=n_bins, folds=folds, n=int(len(labels)))
 
 
-def core_masked_drop_gate(model, spec, images, labels, radius: float = 5.0, threshold: float | None = None,
-                          device=None, batch_size: int = 256) -> dict:
+def core_masked_drop_gate(
+    model, spec, images, labels, radius: float = 5.0, threshold: float | None = None, device=None, batch_size: int = 256
+) -> dict:
     """AUROC drop of ``model`` when the r < radius px core of its (preprocessed) input is zeroed."""
     full, ok, _ = score_stamps(model, spec, images, device=device, batch_size=batch_size)
     cm = None
@@ -140,8 +184,16 @@ def core_masked_drop_gate(model, spec, images, labels, radius: float = 5.0, thre
     return _gate("core_masked_drop", drop, threshold, auroc_full=a_full, auroc_core_masked=a_masked, radius_px=radius)
 
 
-def hard_negative_gate(model, spec, arrays: TrainingArrays, threshold: float | None = None,
-                       seed: object = 0, device=None, batch_size: int = 256, bin_px: float = SHUFFLE_BIN_PX) -> dict:
+def hard_negative_gate(
+    model,
+    spec,
+    arrays: TrainingArrays,
+    threshold: float | None = None,
+    seed: object = 0,
+    device=None,
+    batch_size: int = 256,
+    bin_px: float = SHUFFLE_BIN_PX,
+) -> dict:
     """AUROC of ``model`` on injected positives (label 1) against their azimuthally shuffled hard
     negatives (label 0), over the pairs whose arc the PSF resolves (θ_E at least the host's r-band
     FWHM, ``arc_clears_core`` with radius 0; injections without a θ_E count as resolved); the AUROC
@@ -153,11 +205,19 @@ def hard_negative_gate(model, spec, arrays: TrainingArrays, threshold: float | N
     gate would fall as the finder's recall of unresolved arcs rises, without any shortcut."""
     rows = np.flatnonzero((arrays.control_index >= 0) & (arrays.label == 1))
     if rows.size < 2:
-        return _gate("hard_negative_auroc", float("nan"), threshold,
-                     skipped=f"only {rows.size} injected positives with a paired control in {arrays.source}")
+        return _gate(
+            "hard_negative_auroc",
+            float("nan"),
+            threshold,
+            skipped=f"only {rows.size} injected positives with a paired control in {arrays.source}",
+        )
     ctrl = arrays.controls_for(rows)
-    hn = np.stack([hard_negative(arrays.image[r], ctrl[i], rng_for(seed, "gate_hn", int(arrays.object_id[r])), bin_px)
-                   for i, r in enumerate(rows)])
+    hn = np.stack(
+        [
+            hard_negative(arrays.image[r], ctrl[i], rng_for(seed, "gate_hn", int(arrays.object_id[r])), bin_px)
+            for i, r in enumerate(rows)
+        ]
+    )
     imgs = np.concatenate([arrays.image[rows], hn])
     y = np.r_[np.ones(rows.size, np.int8), np.zeros(rows.size, np.int8)]
     p, ok, _ = score_stamps(model, spec, imgs, device=device, batch_size=batch_size)
@@ -165,11 +225,22 @@ def hard_negative_gate(model, spec, arrays: TrainingArrays, threshold: float | N
     resolved = np.isnan(te) | arc_clears_core(te, fwhm, radius=0.0)
     pairs = np.r_[resolved, resolved] & ok
     if resolved.sum() < 2:
-        return _gate("hard_negative_auroc", float("nan"), threshold, auroc_all_pairs=roc_auc(p[ok], y[ok]),
-                     n_pairs_all=int(rows.size),
-                     skipped=f"only {int(resolved.sum())} of {rows.size} injected positives have an arc the PSF resolves in {arrays.source}")
-    return _gate("hard_negative_auroc", roc_auc(p[pairs], y[pairs]), threshold, n_pairs=int(resolved.sum()),
-                 auroc_all_pairs=roc_auc(p[ok], y[ok]), n_pairs_all=int(rows.size))
+        return _gate(
+            "hard_negative_auroc",
+            float("nan"),
+            threshold,
+            auroc_all_pairs=roc_auc(p[ok], y[ok]),
+            n_pairs_all=int(rows.size),
+            skipped=f"only {int(resolved.sum())} of {rows.size} injected positives have an arc the PSF resolves in {arrays.source}",
+        )
+    return _gate(
+        "hard_negative_auroc",
+        roc_auc(p[pairs], y[pairs]),
+        threshold,
+        n_pairs=int(resolved.sum()),
+        auroc_all_pairs=roc_auc(p[ok], y[ok]),
+        n_pairs_all=int(rows.size),
+    )
 
 
 def arcs_outside_core(arrays: TrainingArrays, radius: float = 5.0) -> np.ndarray:
@@ -182,7 +253,9 @@ def arcs_outside_core(arrays: TrainingArrays, radius: float = 5.0) -> np.ndarray
     return (arrays.label == 0) | injected
 
 
-def run_gates(model, spec, arrays: TrainingArrays, thresholds: dict | None = None, seed: object = 0, device=None) -> list[dict]:
+def run_gates(
+    model, spec, arrays: TrainingArrays, thresholds: dict | None = None, seed: object = 0, device=None
+) -> list[dict]:
     """All gates of :data:`GATES` on the validation set ``arrays``, in order. ``spec``: the
     checkpoint's CheckpointSpec or PreprocessSpec; ``thresholds``: per-gate overrides by name."""
     t = dict(thresholds or {})
@@ -195,11 +268,17 @@ def run_gates(model, spec, arrays: TrainingArrays, thresholds: dict | None = Non
     clear = arcs_outside_core(arrays)
     outside = arrays.subset(clear) if np.unique(arrays.label[clear]).size == 2 else arrays
     core = core_lr_gate(outside.image, outside.label, pspec, threshold=t.get("core_lr_auc"), seed=seed)
-    core.update(auroc_all_rows=core_lr_gate(arrays.image, arrays.label, pspec, seed=seed)["value"], n_all=int(len(arrays.label)))
+    core.update(
+        auroc_all_rows=core_lr_gate(arrays.image, arrays.label, pspec, seed=seed)["value"], n_all=int(len(arrays.label))
+    )
     return [
         core,
-        core_lr_gate(cat.image, cat.label, pspec, threshold=t.get("core_lr_auc_catalog"), seed=seed, name="core_lr_auc_catalog"),
+        core_lr_gate(
+            cat.image, cat.label, pspec, threshold=t.get("core_lr_auc_catalog"), seed=seed, name="core_lr_auc_catalog"
+        ),
         radial_profile_lr_gate(arrays.image, arrays.label, pspec, threshold=t.get("radial_profile_lr_auc"), seed=seed),
-        core_masked_drop_gate(model, pspec, outside.image, outside.label, threshold=t.get("core_masked_drop"), device=device),
+        core_masked_drop_gate(
+            model, pspec, outside.image, outside.label, threshold=t.get("core_masked_drop"), device=device
+        ),
         hard_negative_gate(model, pspec, arrays, threshold=t.get("hard_negative_auroc"), seed=seed, device=device),
     ]

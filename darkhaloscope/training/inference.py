@@ -122,8 +122,9 @@ def _view_logits(net: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, v
     return torch.stack([net(dihedral_view(x, c)).float() for c in DIHEDRAL_SUBGROUPS[views]]).mean(dim=0)
 
 
-def _forward(model, spec, images, dev: torch.device, batch_size: int, input_transform, amp: bool,
-             members: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _forward(
+    model, spec, images, dev: torch.device, batch_size: int, input_transform, amp: bool, members: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(logits (N,), member logits (N, M) or (N, 0), valid (N,), reason (N,)) streamed in batches.
     A stacked ensemble's members' logits are averaged over the views before its meta-learner."""
     pspec = getattr(spec, "preprocess", spec)
@@ -133,11 +134,15 @@ def _forward(model, spec, images, dev: torch.device, batch_size: int, input_tran
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
     views = int(getattr(spec, "dihedral_views", 1))
     if views not in DIHEDRAL_SUBGROUPS:
-        raise InputError(f"dihedral_views of the checkpoint spec must be one of {sorted(DIHEDRAL_SUBGROUPS)}, got {views}")
+        raise InputError(
+            f"dihedral_views of the checkpoint spec must be one of {sorted(DIHEDRAL_SUBGROUPS)}, got {views}"
+        )
     if isinstance(images, PreprocessedStamps):
         if images.spec != pspec or images.batch_size != batch_size:
-            raise InputError(f"stamps preprocessed with {images.spec} in batches of {images.batch_size} cannot be scored "
-                             f"with {pspec} in batches of {batch_size}")
+            raise InputError(
+                f"stamps preprocessed with {images.spec} in batches of {images.batch_size} cannot be scored "
+                f"with {pspec} in batches of {batch_size}"
+            )
         batches = images.batches
     else:
         batches = _preprocessed_batches(images, pspec, dev, batch_size)
@@ -204,8 +209,14 @@ def score_stamps(
     return calibrated_probability(logits, getattr(spec, "temperature", 1.0)), ok, reason
 
 
-def score_with_members(model: torch.nn.Module, spec, images, device: str | torch.device | None = None,
-                       batch_size: int = 256, amp: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+def score_with_members(
+    model: torch.nn.Module,
+    spec,
+    images,
+    device: str | torch.device | None = None,
+    batch_size: int = 256,
+    amp: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """:func:`score_stamps` plus, for a stacked ensemble, each member's own probability
     sigmoid(member logit) from the same forward pass, so the published ensemble and its members are
     compared on the same rows. Returns (scores, valid, reason, {member architecture: (N,) probabilities})."""

@@ -42,7 +42,13 @@ from ..errors import InputError
 from ..stats import roc_auc
 from .calibration import calibration_summary, fit_temperature
 from .checkpoint import (
-    CheckpointSpec, atomic_write_bytes, has_checkpoint, load_checkpoint, load_training_state, read_spec, save_checkpoint,
+    CheckpointSpec,
+    atomic_write_bytes,
+    has_checkpoint,
+    load_checkpoint,
+    load_training_state,
+    read_spec,
+    save_checkpoint,
     write_spec,
 )
 from .data import TrainingArrays
@@ -115,7 +121,9 @@ class TrainConfig:
         if not 0.0 <= self.val_smoothing < 1.0:
             raise InputError(f"TrainConfig.val_smoothing must be in [0, 1), got {self.val_smoothing}")
         if self.dihedral_views not in DIHEDRAL_SUBGROUPS:
-            raise InputError(f"TrainConfig.dihedral_views must be one of {sorted(DIHEDRAL_SUBGROUPS)}, got {self.dihedral_views}")
+            raise InputError(
+                f"TrainConfig.dihedral_views must be one of {sorted(DIHEDRAL_SUBGROUPS)}, got {self.dihedral_views}"
+            )
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise InputError(f"TrainConfig.max_minutes must be positive or None, got {self.max_minutes}")
 
@@ -134,8 +142,23 @@ class TrainConfig:
 #: Config fields that change the trained weights or the published checkpoint's scores
 #: (``dihedral_views``); a resume refuses a 'last' written with other values.
 _IDENTITY_FIELDS = (
-    "arch", "arch_args", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "min_lr_frac", "grad_clip", "patience",
-    "val_smoothing", "seed", "core_dropout", "core_dropout_radius", "core_dropout_spares_inner_arcs", "hard_negative_prob", "amp",
+    "arch",
+    "arch_args",
+    "epochs",
+    "batch_size",
+    "lr",
+    "weight_decay",
+    "warmup_epochs",
+    "min_lr_frac",
+    "grad_clip",
+    "patience",
+    "val_smoothing",
+    "seed",
+    "core_dropout",
+    "core_dropout_radius",
+    "core_dropout_spares_inner_arcs",
+    "hard_negative_prob",
+    "amp",
     "dihedral_views",
 )
 
@@ -144,12 +167,20 @@ def run_key(config: TrainConfig, spec: PreprocessSpec, data_versions: dict) -> s
     """16 hex digits naming a training run: sha256 of the config's identity fields, the preprocessing
     spec and the data versions (numbers compared by value: 1 and 1.0 give one key). ``max_minutes``
     limits one call only, so it does not name the run."""
+
     def norm(v):
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
 
     ident = {k: norm(getattr(config, k)) for k in _IDENTITY_FIELDS}
-    blob = json.dumps({"config": ident, "preprocess": spec.to_dict(), "data_versions": {str(k): str(v) for k, v in data_versions.items()}},
-                      sort_keys=True, allow_nan=False)
+    blob = json.dumps(
+        {
+            "config": ident,
+            "preprocess": spec.to_dict(),
+            "data_versions": {str(k): str(v) for k, v in data_versions.items()},
+        },
+        sort_keys=True,
+        allow_nan=False,
+    )
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
@@ -177,11 +208,18 @@ class TrainResult:
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k != "best"}
-        d["best_checkpoint"] = None if self.best is None else {
-            "name": self.best.name, "weights_sha256": self.best.weights_sha256, "epoch": self.best.epoch,
-            "param_count": self.best.param_count, "architecture": self.best.architecture,
-            "temperature": self.best.temperature,
-        }
+        d["best_checkpoint"] = (
+            None
+            if self.best is None
+            else {
+                "name": self.best.name,
+                "weights_sha256": self.best.weights_sha256,
+                "epoch": self.best.epoch,
+                "param_count": self.best.param_count,
+                "architecture": self.best.architecture,
+                "temperature": self.best.temperature,
+            }
+        )
         return json_safe(d)
 
 
@@ -207,9 +245,13 @@ def read_run_complete(run_dir: str | os.PathLike) -> dict | None:
         d = json.loads(path.read_text("utf-8"))
         sha = d["best_checkpoint"]["weights_sha256"]
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
-        raise InputError(f"{path} is not a run completion record ({exc}); delete {run_dir} to train that run again") from exc
+        raise InputError(
+            f"{path} is not a run completion record ({exc}); delete {run_dir} to train that run again"
+        ) from exc
     if not has_checkpoint(run_dir, "best") or read_spec(run_dir, "best").weights_sha256 != sha:
-        raise InputError(f"{path} names best weights {sha[:16]}… that {run_dir} does not hold; delete {run_dir} to train that run again")
+        raise InputError(
+            f"{path} names best weights {sha[:16]}… that {run_dir} does not hold; delete {run_dir} to train that run again"
+        )
     return d
 
 
@@ -250,22 +292,43 @@ def _check_resume(out_dir: Path, config: TrainConfig, spec: PreprocessSpec, data
     if last.preprocess != spec:
         raise InputError(f"{where} was trained with preprocessing {last.preprocess}, not {spec}; use a new out_dir")
     if last.data_versions != dict(data_versions):
-        raise InputError(f"{where} was trained on data versions {last.data_versions}, not {dict(data_versions)}; use a new out_dir")
+        raise InputError(
+            f"{where} was trained on data versions {last.data_versions}, not {dict(data_versions)}; use a new out_dir"
+        )
     return last
 
 
 def _fresh_state() -> dict:
     return {
-        "epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_auroc": None, "best_epoch": -1, "smoothed": None,
-        "best_smoothed": None, "epochs_since_improve": 0, "history": [], "finished": False, "stopped_reason": "",
-        "loss_sum": 0.0, "loss_batches": 0,
+        "epoch": 0,
+        "step_in_epoch": 0,
+        "global_step": 0,
+        "best_auroc": None,
+        "best_epoch": -1,
+        "smoothed": None,
+        "best_smoothed": None,
+        "epochs_since_improve": 0,
+        "history": [],
+        "finished": False,
+        "stopped_reason": "",
+        "loss_sum": 0.0,
+        "loss_batches": 0,
     }
 
 
 class _Run:
     """One call of :func:`train`: the model, optimizer, dataset, schedule and resumable state."""
 
-    def __init__(self, train_arrays, val_arrays, config: TrainConfig, out: Path, spec: PreprocessSpec, data_versions: dict, progress_cb):
+    def __init__(
+        self,
+        train_arrays,
+        val_arrays,
+        config: TrainConfig,
+        out: Path,
+        spec: PreprocessSpec,
+        data_versions: dict,
+        progress_cb,
+    ):
         self.config, self.out, self.spec, self.val, self.progress_cb = config, out, spec, val_arrays, progress_cb
         self.source = train_arrays.source
         self.device = resolve_device(config.device)
@@ -276,14 +339,23 @@ class _Run:
         self.model = build_model(config.arch, in_ch, **config.arch_args).to(self.device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         self.ds = AugmentedStampDataset(
-            train_arrays, spec, config.seed, augment=True, core_dropout_prob=config.core_dropout,
-            core_dropout_radius=config.core_dropout_radius, core_dropout_spares_inner_arcs=config.core_dropout_spares_inner_arcs,
-            hard_negative_prob=config.hard_negative_prob, device=self.device,
+            train_arrays,
+            spec,
+            config.seed,
+            augment=True,
+            core_dropout_prob=config.core_dropout,
+            core_dropout_radius=config.core_dropout_radius,
+            core_dropout_spares_inner_arcs=config.core_dropout_spares_inner_arcs,
+            hard_negative_prob=config.hard_negative_prob,
+            device=self.device,
         )
         # the validation stamps are the same every epoch: preprocessed once while they fit the bound
         # the training rows have (the logits are the same bytes either way)
-        self.val_inputs = (PreprocessedStamps(val_arrays.image, spec, self.device, config.val_batch_size)
-                           if fits_preprocessed(val_arrays.image, spec) else val_arrays.image)
+        self.val_inputs = (
+            PreprocessedStamps(val_arrays.image, spec, self.device, config.val_batch_size)
+            if fits_preprocessed(val_arrays.image, spec)
+            else val_arrays.image
+        )
         steps = [len(batches_for_plan(self.ds.epoch_plan(e), e, config.batch_size)) for e in range(config.epochs)]
         self.total_steps = int(sum(steps))
         self.warmup_steps = int(round(config.warmup_epochs * steps[0]))
@@ -292,8 +364,14 @@ class _Run:
         if self.resumed:
             _check_resume(out, config, spec, data_versions)
             self.st = dict(load_training_state(out, "last", self.model, self.opt).training_state)
-        self.common = dict(architecture=config.arch, arch_args=dict(config.arch_args), in_channels=in_ch, preprocess=spec,
-                           train_config=config.to_dict(), data_versions=dict(data_versions))
+        self.common = dict(
+            architecture=config.arch,
+            arch_args=dict(config.arch_args),
+            in_channels=in_ch,
+            preprocess=spec,
+            train_config=config.to_dict(),
+            data_versions=dict(data_versions),
+        )
 
     def over_budget(self) -> bool:
         c = self.config
@@ -301,8 +379,17 @@ class _Run:
 
     def save_last(self) -> None:
         st = self.st
-        save_checkpoint(self.out, "last", self.model, optimizer=self.opt, epoch=st["epoch"], global_step=st["global_step"],
-                        training_state=st, metrics={"best_val_auroc": st["best_auroc"]}, **self.common)
+        save_checkpoint(
+            self.out,
+            "last",
+            self.model,
+            optimizer=self.opt,
+            epoch=st["epoch"],
+            global_step=st["global_step"],
+            training_state=st,
+            metrics={"best_val_auroc": st["best_auroc"]},
+            **self.common,
+        )
 
     def notify(self, event: dict) -> None:
         if self.progress_cb is not None:
@@ -322,7 +409,9 @@ class _Run:
         per = F.binary_cross_entropy_with_logits(logits.float(), y, reduction="none")
         loss = (per * w).sum() / w.sum().clamp_min(1e-12)
         if not torch.isfinite(loss):
-            raise InputError(f"training loss became {loss.item()} at epoch {epoch} step {b}: check the stamps of {self.source}")
+            raise InputError(
+                f"training loss became {loss.item()} at epoch {epoch} step {b}: check the stamps of {self.source}"
+            )
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         if c.grad_clip > 0:
@@ -340,8 +429,13 @@ class _Run:
         batches = batches_for_plan(self.ds.epoch_plan(epoch), epoch, c.batch_size)
         self.ds.prepare_epoch(epoch)  # render the epoch's injections before DataLoader workers fork
         start = st["step_in_epoch"]
-        loader = torch.utils.data.DataLoader(self.ds, batch_sampler=batches[start:], collate_fn=collate_prebatched,
-                                             num_workers=c.num_workers, pin_memory=self.device.type == "cuda")
+        loader = torch.utils.data.DataLoader(
+            self.ds,
+            batch_sampler=batches[start:],
+            collate_fn=collate_prebatched,
+            num_workers=c.num_workers,
+            pin_memory=self.device.type == "cuda",
+        )
         self.model.train()
         for b, (x, y, w) in enumerate(loader, start=start):
             lr = self.step(x, y, w, epoch, b)
@@ -350,7 +444,15 @@ class _Run:
             timed_out = self.over_budget()
             if timed_out or (c.checkpoint_every_steps and (b + 1) % c.checkpoint_every_steps == 0):
                 self.save_last()
-                self.notify({"event": "step", "epoch": epoch, "step_in_epoch": b + 1, "global_step": st["global_step"], "lr": lr})
+                self.notify(
+                    {
+                        "event": "step",
+                        "epoch": epoch,
+                        "step_in_epoch": b + 1,
+                        "global_step": st["global_step"],
+                        "lr": lr,
+                    }
+                )
             if timed_out:
                 return False
         return True
@@ -358,19 +460,36 @@ class _Run:
     def end_epoch(self, epoch: int, seconds: float) -> None:
         """Validate, record history, keep the best epoch and decide early stopping."""
         c, st = self.config, self.st
-        logits, ok, _ = stamp_logits(self.model, self.spec, self.val_inputs, self.device, c.val_batch_size, amp=self.amp)
+        logits, ok, _ = stamp_logits(
+            self.model, self.spec, self.val_inputs, self.device, c.val_batch_size, amp=self.amp
+        )
         auroc = roc_auc(logits[ok], self.val.label[ok])
         smoothed = auroc if st["smoothed"] is None else c.val_smoothing * st["smoothed"] + (1 - c.val_smoothing) * auroc
         improved = st["best_auroc"] is None or auroc > st["best_auroc"]
-        row = {"epoch": epoch, "train_loss": st["loss_sum"] / max(st["loss_batches"], 1), "val_auroc": auroc,
-               "val_auroc_smoothed": smoothed, "lr": self.opt.param_groups[0]["lr"], "steps": st["step_in_epoch"],
-               "seconds": seconds, "improved": bool(improved)}
+        row = {
+            "epoch": epoch,
+            "train_loss": st["loss_sum"] / max(st["loss_batches"], 1),
+            "val_auroc": auroc,
+            "val_auroc_smoothed": smoothed,
+            "lr": self.opt.param_groups[0]["lr"],
+            "steps": st["step_in_epoch"],
+            "seconds": seconds,
+            "improved": bool(improved),
+        }
         st["history"] = st["history"] + [row]
         st.update(epoch=epoch + 1, step_in_epoch=0, loss_sum=0.0, loss_batches=0, smoothed=smoothed)
         if improved:
             st.update(best_auroc=auroc, best_epoch=epoch)
-            save_checkpoint(self.out, "best", self.model, epoch=epoch + 1, global_step=st["global_step"],
-                            training_state={"history": st["history"]}, metrics={"val_auroc": auroc}, **self.common)
+            save_checkpoint(
+                self.out,
+                "best",
+                self.model,
+                epoch=epoch + 1,
+                global_step=st["global_step"],
+                training_state={"history": st["history"]},
+                metrics={"val_auroc": auroc},
+                **self.common,
+            )
         if st["best_smoothed"] is None or smoothed > st["best_smoothed"]:
             st.update(best_smoothed=smoothed, epochs_since_improve=0)
         else:
@@ -385,15 +504,29 @@ class _Run:
     def result(self) -> TrainResult:
         st = self.st
         return TrainResult(
-            out_dir=str(self.out), finished=bool(st["finished"]), stopped_reason=st["stopped_reason"], resumed=self.resumed,
-            epochs_run=int(st["epoch"]), global_step=int(st["global_step"]), best_epoch=int(st["best_epoch"]),
+            out_dir=str(self.out),
+            finished=bool(st["finished"]),
+            stopped_reason=st["stopped_reason"],
+            resumed=self.resumed,
+            epochs_run=int(st["epoch"]),
+            global_step=int(st["global_step"]),
+            best_epoch=int(st["best_epoch"]),
             best_val_auroc=float("nan") if st["best_auroc"] is None else float(st["best_auroc"]),
-            history=list(st["history"]), device=str(self.device),
+            history=list(st["history"]),
+            device=str(self.device),
         )
 
 
-def finalize_best(out: Path, val: TrainingArrays, seed: int, device, batch_size: int = 256, amp: bool = False,
-                  dihedral_views: int = 1, stamps=None) -> tuple[CheckpointSpec, dict]:
+def finalize_best(
+    out: Path,
+    val: TrainingArrays,
+    seed: int,
+    device,
+    batch_size: int = 256,
+    amp: bool = False,
+    dihedral_views: int = 1,
+    stamps=None,
+) -> tuple[CheckpointSpec, dict]:
     """Calibrate checkpoint 'best' of ``out`` on the validation arrays (temperature scaling) and
     attach the full validation metrics: rewrites its spec (same tensors) with ``dihedral_views``,
     ``temperature`` and ``metrics['validation']`` / ``metrics['calibration']``; writes
@@ -403,7 +536,9 @@ def finalize_best(out: Path, val: TrainingArrays, seed: int, device, batch_size:
     else ``val.image``."""
     model, spec = load_checkpoint(out, "best", device=device)
     spec = replace(spec, dihedral_views=int(dihedral_views))
-    logits, ok, _ = stamp_logits(model, spec, val.image if stamps is None else stamps, device=device, batch_size=batch_size, amp=amp)
+    logits, ok, _ = stamp_logits(
+        model, spec, val.image if stamps is None else stamps, device=device, batch_size=batch_size, amp=amp
+    )
     z, y, w = logits[ok], val.label[ok], val.weight[ok]
     temperature = fit_temperature(z, y, w)
     # the calibration says which logits it was fitted on (the report shows it)
@@ -413,8 +548,14 @@ def finalize_best(out: Path, val: TrainingArrays, seed: int, device, batch_size:
     metrics.update(validation_breakdown(probs, val.subset(ok)))
     metrics["n_invalid"] = int((~ok).sum())
     metrics["ece_15_uncalibrated"] = calibration["ece_before"]
-    spec = write_spec(out, replace(spec, temperature=temperature, metrics={
-        **spec.metrics, "validation": json_safe(metrics), "calibration": json_safe(calibration)}))
+    spec = write_spec(
+        out,
+        replace(
+            spec,
+            temperature=temperature,
+            metrics={**spec.metrics, "validation": json_safe(metrics), "calibration": json_safe(calibration)},
+        ),
+    )
     atomic_write_bytes(out / "metrics.json", json.dumps(json_safe(metrics), indent=1, sort_keys=True).encode("utf-8"))
     return spec, metrics
 
@@ -465,7 +606,15 @@ def train(
             run.save_last()
         result = run.result()
         if st["finished"] and has_checkpoint(out, "best"):
-            result.best, result.val_metrics = finalize_best(out, val_arrays, config.seed, run.device, config.val_batch_size, run.amp,
-                                                               config.dihedral_views, run.val_inputs)
+            result.best, result.val_metrics = finalize_best(
+                out,
+                val_arrays,
+                config.seed,
+                run.device,
+                config.val_batch_size,
+                run.amp,
+                config.dihedral_views,
+                run.val_inputs,
+            )
             result.curves_png = plot_training_curves(st["history"], out / "training_curves.png")
     return result

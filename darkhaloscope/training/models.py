@@ -63,7 +63,12 @@ class BottleneckResNet(nn.Module):
         self,
         in_channels: int = 3,
         stem_channels: int = 32,
-        stages: tuple[tuple[int, int, int, int], ...] = ((16, 64, 2, 1), (24, 96, 2, 2), (32, 128, 2, 2), (48, 192, 2, 2)),
+        stages: tuple[tuple[int, int, int, int], ...] = (
+            (16, 64, 2, 1),
+            (24, 96, 2, 2),
+            (32, 128, 2, 2),
+            (48, 192, 2, 2),
+        ),
         shields: tuple[int, ...] = (32, 48, 64, 96),
         dropout: float = 0.0,
     ):
@@ -142,7 +147,9 @@ class StridedResNet(_PooledResNet):
     """5x5 stride-2 stem, then one basic block per width (strides 1, 2, 2 by default), global
     average pooling and a linear head: (N, C, H, W) -> (N,) logits."""
 
-    def __init__(self, in_channels: int = 3, widths: tuple[int, ...] = (16, 32, 64), strides: tuple[int, ...] = (1, 2, 2)):
+    def __init__(
+        self, in_channels: int = 3, widths: tuple[int, ...] = (16, 32, 64), strides: tuple[int, ...] = (1, 2, 2)
+    ):
         super().__init__()
         if len(widths) != len(strides):
             raise InputError("StridedResNet needs one stride per width")
@@ -177,12 +184,19 @@ class StackedEnsemble(nn.Module):
     logit. ``member_logits`` gives the members' own logits (N, M) for fitting and comparison.
     """
 
-    def __init__(self, in_channels: int = 3, members: tuple[str, ...] = ("bottleneck_resnet", "strided_resnet"), hidden: int = 300):
+    def __init__(
+        self,
+        in_channels: int = 3,
+        members: tuple[str, ...] = ("bottleneck_resnet", "strided_resnet"),
+        hidden: int = 300,
+    ):
         super().__init__()
         if len(members) < 2 or "stacked_ensemble" in members:
             raise InputError(f"a stacked ensemble needs at least two single-network members, got {list(members)}")
         self.members = nn.ModuleList([build_model(a, in_channels) for a in members])
-        self.meta = nn.Sequential(nn.Linear(len(members), int(hidden)), nn.ReLU(inplace=True), nn.Linear(int(hidden), 1))
+        self.meta = nn.Sequential(
+            nn.Linear(len(members), int(hidden)), nn.ReLU(inplace=True), nn.Linear(int(hidden), 1)
+        )
 
     def member_logits(self, x: torch.Tensor) -> torch.Tensor:
         return torch.stack([m(x) for m in self.members], dim=1)

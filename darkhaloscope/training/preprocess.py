@@ -85,7 +85,9 @@ class PreprocessSpec:
         lo, hi = (float(v) for v in self.annulus_frac)
         object.__setattr__(self, "annulus_frac", (lo, hi))
         if not 0.0 <= lo < hi <= 1.5:
-            raise InputError(f"PreprocessSpec.annulus_frac must satisfy 0 <= inner < outer <= 1.5, got {self.annulus_frac}")
+            raise InputError(
+                f"PreprocessSpec.annulus_frac must satisfy 0 <= inner < outer <= 1.5, got {self.annulus_frac}"
+            )
         if not (np.isfinite(self.clip) and self.clip > 0):
             raise InputError(f"PreprocessSpec.clip must be a positive finite number, got {self.clip!r}")
         if self.crop is not None and (int(self.crop) != self.crop or self.crop < 1 or self.crop % 2 == 0):
@@ -120,7 +122,16 @@ class PreprocessSpec:
     def from_dict(cls, d: dict) -> "PreprocessSpec":
         if not isinstance(d, dict):
             raise InputError(f"preprocessing spec must be a JSON object, got {type(d).__name__}")
-        unknown = set(d) - {"annulus_frac", "clip", "crop", "residual", "stretch", "softening", "colour_difference", "antisymmetric"}
+        unknown = set(d) - {
+            "annulus_frac",
+            "clip",
+            "crop",
+            "residual",
+            "stretch",
+            "softening",
+            "colour_difference",
+            "antisymmetric",
+        }
         if unknown:
             raise InputError(f"preprocessing spec has unknown fields {sorted(unknown)}")
         kw = dict(d)
@@ -242,7 +253,9 @@ def colour_difference(z: torch.Tensor, scale: torch.Tensor, prof: torch.Tensor) 
     fg = sg * torch.nansum(prof[:, 0, lo:hi] * counts[lo:hi], dim=-1)
     fz = sz * torch.nansum(prof[:, 2, lo:hi] * counts[lo:hi], dim=-1)
     alpha = torch.where(fz > 0, fg / fz, torch.zeros_like(fz)).clamp_(*COLOUR_RATIO_RANGE)
-    d = (sg[:, None, None] * z[:, 0] - (alpha * sz)[:, None, None] * z[:, 2]) / torch.hypot(sg, alpha * sz)[:, None, None]
+    d = (sg[:, None, None] * z[:, 0] - (alpha * sz)[:, None, None] * z[:, 2]) / torch.hypot(sg, alpha * sz)[
+        :, None, None
+    ]
     return d.unsqueeze(1)
 
 
@@ -276,8 +289,11 @@ def light_centre(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     cx = torch.zeros(n, 1, 1, dtype=z.dtype, device=z.device)
     cy = torch.zeros_like(cx)
     for _ in range(CENTROID_ITERATIONS):
-        weight = light * torch.exp(-((yy - cy) ** 2) / (2 * CENTROID_WINDOW_SIGMA_PX**2)) \
+        weight = (
+            light
+            * torch.exp(-((yy - cy) ** 2) / (2 * CENTROID_WINDOW_SIGMA_PX**2))
             * torch.exp(-((xx - cx) ** 2) / (2 * CENTROID_WINDOW_SIGMA_PX**2))
+        )
         total = weight.sum((1, 2), keepdim=True) + 1e-9
         cx = ((weight * xx).sum((1, 2), keepdim=True) / total).clamp(-CENTROID_MAX_OFFSET_PX, CENTROID_MAX_OFFSET_PX)
         cy = ((weight * yy).sum((1, 2), keepdim=True) / total).clamp(-CENTROID_MAX_OFFSET_PX, CENTROID_MAX_OFFSET_PX)
@@ -388,9 +404,12 @@ def preprocess_in_batches(images, spec: PreprocessSpec, batch_size: int = 512) -
 #: is; with its 180° rotation; with its two mirror images about the axes too (the Klein four-group);
 #: all 8 flips and rotations. Scoring averages over one (``CheckpointSpec.dihedral_views``).
 DIHEDRAL_SUBGROUPS = {1: (0,), 2: (0, 2), 4: (0, 2, 4, 6), 8: tuple(range(8))}
-DIHEDRAL_SUBGROUP_NAMES = {1: "the stamp as it is", 2: "the stamp and its 180° rotation",
-                           4: "the stamp, its 180° rotation and its mirror images about both axes",
-                           8: "all 8 flips and 90° rotations of the stamp"}
+DIHEDRAL_SUBGROUP_NAMES = {
+    1: "the stamp as it is",
+    2: "the stamp and its 180° rotation",
+    4: "the stamp, its 180° rotation and its mirror images about both axes",
+    8: "all 8 flips and 90° rotations of the stamp",
+}
 
 
 def dihedral_view(x: torch.Tensor, code: int) -> torch.Tensor:

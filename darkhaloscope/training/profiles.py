@@ -50,24 +50,69 @@ class TrainingProfile:
 
 PROFILES = {
     "demo": TrainingProfile(
-        preprocess=PreprocessSpec(crop=49, residual="append", stretch="asinh", softening=3.0, colour_difference=True,
-                                  antisymmetric=True),
-        stream=StreamSpec(injections_per_host=1, val_injections_per_host=2, min_arc_snr=10.0, faint_fraction=0.5, window=57),
-        members=(TrainConfig(arch="strided_resnet", epochs=28, batch_size=64, lr=3e-3, warmup_epochs=0.5, patience=0,
-                             val_smoothing=0.5, hard_negative_prob=0.05, core_dropout=0.3, core_dropout_spares_inner_arcs=True,
-                             dihedral_views=2, num_workers=0, checkpoint_every_steps=0),),
+        preprocess=PreprocessSpec(
+            crop=49, residual="append", stretch="asinh", softening=3.0, colour_difference=True, antisymmetric=True
+        ),
+        stream=StreamSpec(
+            injections_per_host=1, val_injections_per_host=2, min_arc_snr=10.0, faint_fraction=0.5, window=57
+        ),
+        members=(
+            TrainConfig(
+                arch="strided_resnet",
+                epochs=28,
+                batch_size=64,
+                lr=3e-3,
+                warmup_epochs=0.5,
+                patience=0,
+                val_smoothing=0.5,
+                hard_negative_prob=0.05,
+                core_dropout=0.3,
+                core_dropout_spares_inner_arcs=True,
+                dihedral_views=2,
+                num_workers=0,
+                checkpoint_every_steps=0,
+            ),
+        ),
     ),
     "full": TrainingProfile(
-        preprocess=PreprocessSpec(residual="append", stretch="asinh", softening=3.0, colour_difference=True, antisymmetric=True),
-        stream=StreamSpec(injections_per_host=1, val_injections_per_host=1, min_arc_snr=10.0, faint_fraction=0.5, window=65,
-                          render_chunk=1024),
+        preprocess=PreprocessSpec(
+            residual="append", stretch="asinh", softening=3.0, colour_difference=True, antisymmetric=True
+        ),
+        stream=StreamSpec(
+            injections_per_host=1,
+            val_injections_per_host=1,
+            min_arc_snr=10.0,
+            faint_fraction=0.5,
+            window=65,
+            render_chunk=1024,
+        ),
         members=(
-            TrainConfig(arch="bottleneck_resnet", epochs=60, batch_size=512, lr=1e-3, patience=10, val_smoothing=0.5,
-                        hard_negative_prob=0.1, core_dropout=0.3, core_dropout_spares_inner_arcs=True,
-                        dihedral_views=2, num_workers=8),
-            TrainConfig(arch="strided_resnet", epochs=60, batch_size=512, lr=3e-3, patience=10, val_smoothing=0.5,
-                        hard_negative_prob=0.1, core_dropout=0.3, core_dropout_spares_inner_arcs=True,
-                        dihedral_views=2, num_workers=8),
+            TrainConfig(
+                arch="bottleneck_resnet",
+                epochs=60,
+                batch_size=512,
+                lr=1e-3,
+                patience=10,
+                val_smoothing=0.5,
+                hard_negative_prob=0.1,
+                core_dropout=0.3,
+                core_dropout_spares_inner_arcs=True,
+                dihedral_views=2,
+                num_workers=8,
+            ),
+            TrainConfig(
+                arch="strided_resnet",
+                epochs=60,
+                batch_size=512,
+                lr=3e-3,
+                patience=10,
+                val_smoothing=0.5,
+                hard_negative_prob=0.1,
+                core_dropout=0.3,
+                core_dropout_spares_inner_arcs=True,
+                dihedral_views=2,
+                num_workers=8,
+            ),
         ),
     ),
 }

@@ -60,7 +60,7 @@ def dataset_version(path: str, filesystem=None) -> str:
     if not files:
         raise InputError(f"training set {path!r} has no Parquet files")
     for f in files:
-        h.update((f[len(path):] if f != path else os.path.basename(f)).lstrip("/").encode())
+        h.update((f[len(path) :] if f != path else os.path.basename(f)).lstrip("/").encode())
         with fs.open_input_stream(f) as stream:
             for chunk in iter(lambda: stream.read(1 << 20), b""):
                 h.update(chunk)
@@ -73,8 +73,14 @@ def blocking_gates_passed(gates: list[dict]) -> bool:
     return all(n in seen and seen[n]["passed"] for n in BLOCKING_GATES)
 
 
-def audit_run(run_dir, val: TrainingArrays, gate_thresholds: dict | None = None, seed: object = 0, device=None,
-              say: Callable[[str], None] = print) -> list[dict]:
+def audit_run(
+    run_dir,
+    val: TrainingArrays,
+    gate_thresholds: dict | None = None,
+    seed: object = 0,
+    device=None,
+    say: Callable[[str], None] = print,
+) -> list[dict]:
     """Run the gates on the 'best' of ``run_dir`` with the validation set ``val``; writes
     ``gates.json`` into the run folder and returns the gate results."""
     device = resolve_device(device)
@@ -82,27 +88,52 @@ def audit_run(run_dir, val: TrainingArrays, gate_thresholds: dict | None = None,
     gates = run_gates(model, best, val, thresholds=gate_thresholds, seed=seed, device=device)
     atomic_write_bytes(Path(run_dir) / GATES_FILE, json.dumps(json_safe(gates), indent=1).encode("utf-8"))
     for g in gates:
-        say(f"gate {g['name']}: {g['value']:.4f} (threshold {g['threshold']}, {'pass' if g['passed'] else 'FAIL'}"
-            f"{', blocking' if g['blocking'] else ''})")
+        say(
+            f"gate {g['name']}: {g['value']:.4f} (threshold {g['threshold']}, {'pass' if g['passed'] else 'FAIL'}"
+            f"{', blocking' if g['blocking'] else ''})"
+        )
     return gates
 
 
 def run_summary(run_dir, done: dict, gates: list[dict], version: str, **extra) -> dict:
     """JSON-able summary of a completed, audited run (what the trainer reports)."""
     best = read_spec(run_dir, "best")
-    return json_safe({
-        "finished": True, "stopped_reason": done["stopped_reason"], "run_dir": str(run_dir), "run_key": Path(run_dir).name,
-        "global_step": done["global_step"], "data_version": best.data_version, "best_epoch": done["best_epoch"],
-        "epochs_run": done["epochs_run"], "architecture": best.architecture, "param_count": best.param_count,
-        "temperature": best.temperature, "dihedral_views": best.dihedral_views, "training_set_version": version,
-        "val_metrics": best.metrics.get("validation", {}),
-        "calibration": best.metrics.get("calibration", {}), "history": best.training_state.get("history", []),
-        "gates": gates, "blocking_gates_passed": blocking_gates_passed(gates), **extra,
-    })
+    return json_safe(
+        {
+            "finished": True,
+            "stopped_reason": done["stopped_reason"],
+            "run_dir": str(run_dir),
+            "run_key": Path(run_dir).name,
+            "global_step": done["global_step"],
+            "data_version": best.data_version,
+            "best_epoch": done["best_epoch"],
+            "epochs_run": done["epochs_run"],
+            "architecture": best.architecture,
+            "param_count": best.param_count,
+            "temperature": best.temperature,
+            "dihedral_views": best.dihedral_views,
+            "training_set_version": version,
+            "val_metrics": best.metrics.get("validation", {}),
+            "calibration": best.metrics.get("calibration", {}),
+            "history": best.training_state.get("history", []),
+            "gates": gates,
+            "blocking_gates_passed": blocking_gates_passed(gates),
+            **extra,
+        }
+    )
 
 
-def train_run(arrays: TrainingArrays, val: TrainingArrays, config: TrainConfig, spec: PreprocessSpec, out_dir, version: str,
-              gate_thresholds: dict | None = None, say: Callable[[str], None] = print, progress=None) -> dict:
+def train_run(
+    arrays: TrainingArrays,
+    val: TrainingArrays,
+    config: TrainConfig,
+    spec: PreprocessSpec,
+    out_dir,
+    version: str,
+    gate_thresholds: dict | None = None,
+    say: Callable[[str], None] = print,
+    progress=None,
+) -> dict:
     """Train (or resume, or reuse) the run of ``config`` on the train split ``arrays`` with the
     validation set ``val``, audit it with the gates and return its summary. Never publishes.
 
@@ -118,18 +149,37 @@ def train_run(arrays: TrainingArrays, val: TrainingArrays, config: TrainConfig, 
         say(f"run {key} in {run_dir}")
         result = train(arrays, val, config, run_dir, spec, {"training_set": version}, progress_cb=progress)
         if not result.finished:
-            say(f"stopped ({result.stopped_reason}) after {result.global_step} steps; rerun with the same inputs to resume run {key}")
-            return json_safe({"finished": False, "stopped_reason": result.stopped_reason, "run_dir": str(run_dir),
-                              "run_key": key, "resumed": result.resumed, "reused": False, "global_step": result.global_step})
+            say(
+                f"stopped ({result.stopped_reason}) after {result.global_step} steps; rerun with the same inputs to resume run {key}"
+            )
+            return json_safe(
+                {
+                    "finished": False,
+                    "stopped_reason": result.stopped_reason,
+                    "run_dir": str(run_dir),
+                    "run_key": key,
+                    "resumed": result.resumed,
+                    "reused": False,
+                    "global_step": result.global_step,
+                }
+            )
         done = mark_run_complete(run_dir, result, run_key=key, training_set_version=version)
         resumed = result.resumed
     gates = audit_run(run_dir, val, gate_thresholds, config.seed, config.device, say)
     return run_summary(run_dir, done, gates, version, reused=reused, resumed=resumed)
 
 
-def train_lens_finder(arrays: TrainingArrays, members: list[TrainConfig], spec: PreprocessSpec, out_dir, version: str,
-                      gate_thresholds: dict | None = None, ensemble_hidden: int = 300, say: Callable[[str], None] = print,
-                      progress=None) -> dict:
+def train_lens_finder(
+    arrays: TrainingArrays,
+    members: list[TrainConfig],
+    spec: PreprocessSpec,
+    out_dir,
+    version: str,
+    gate_thresholds: dict | None = None,
+    ensemble_hidden: int = 300,
+    say: Callable[[str], None] = print,
+    progress=None,
+) -> dict:
     """Train and audit every member on the loaded training set ``arrays`` (train split; the
     validation set with its fixed injections from the val split); with two or more members, stack
     them (``ensemble.stack_runs``) and choose the model to publish on the validation set. Returns
@@ -140,23 +190,34 @@ def train_lens_finder(arrays: TrainingArrays, members: list[TrainConfig], spec: 
     if not members:
         raise InputError("the lens finder needs at least one member training config")
     tr, val = split_for_training(arrays, members[0].device)
-    say(f"train {len(tr)} rows ({int(tr.label.sum())} positive, {tr.n_hosts} injection hosts), validation {len(val)} rows "
-        f"({int(val.label.sum())} positive)")
+    say(
+        f"train {len(tr)} rows ({int(tr.label.sum())} positive, {tr.n_hosts} injection hosts), validation {len(val)} rows "
+        f"({int(val.label.sum())} positive)"
+    )
     runs = [train_run(tr, val, c, spec, out_dir, version, gate_thresholds, say, progress) for c in members]
     pending = [r for r in runs if not r["finished"]]
     if pending or len(runs) == 1:
         return pending[0] if pending else runs[0]
     keys = [r["run_key"] for r in runs]
-    ens_dir = Path(out_dir) / RUNS / hashlib.sha256(json.dumps({"stack": keys, "hidden": ensemble_hidden}).encode()).hexdigest()[:16]
+    ens_dir = (
+        Path(out_dir)
+        / RUNS
+        / hashlib.sha256(json.dumps({"stack": keys, "hidden": ensemble_hidden}).encode()).hexdigest()[:16]
+    )
     choice = stack_runs([r["run_dir"] for r in runs], val, ens_dir, ensemble_hidden, members[0].seed, members[0].device)
     say(f"published model: {choice['published']} ({choice['reason']})")
     chosen = Path(choice["published_run_dir"])
-    members_brief = [{k: r[k] for k in ("run_key", "architecture", "param_count", "best_epoch", "val_metrics", "gates")} for r in runs]
+    members_brief = [
+        {k: r[k] for k in ("run_key", "architecture", "param_count", "best_epoch", "val_metrics", "gates")}
+        for r in runs
+    ]
     if chosen != ens_dir:
         return {**runs[[r["run_dir"] for r in runs].index(str(chosen))], "ensemble": choice, "members": members_brief}
     gates = audit_run(ens_dir, val, gate_thresholds, members[0].seed, members[0].device, say)
     done = read_run_complete(ens_dir)
-    return run_summary(ens_dir, done, gates, version, ensemble=choice, members=members_brief, reused=False, resumed=False)
+    return run_summary(
+        ens_dir, done, gates, version, ensemble=choice, members=members_brief, reused=False, resumed=False
+    )
 
 
 def read_gates(run_dir) -> list[dict]:
@@ -179,7 +240,9 @@ def published_files(run_dir) -> list[tuple[str, bytes]]:
     spec = read_spec(run_dir, "best")
     data = (run_dir / spec.weights_file).read_bytes() if (run_dir / spec.weights_file).is_file() else None
     if data is None or hashlib.sha256(data).hexdigest() != spec.weights_sha256:
-        raise InputError(f"checkpoint {run_dir / 'best.json'}: tensor file {spec.weights_file} is missing or fails its sha256")
+        raise InputError(
+            f"checkpoint {run_dir / 'best.json'}: tensor file {spec.weights_file} is missing or fails its sha256"
+        )
     bare = replace(spec, optimizer_file=None, optimizer_sha256=None, optimizer_meta=None)
     files = [(spec.weights_file, data), ("best.json", spec_bytes(bare))]
     return files + [(name, (run_dir / name).read_bytes()) for name in SIDE_FILES if (run_dir / name).is_file()]

@@ -24,16 +24,23 @@ def main() -> None:
     from table_registry.tables import KNOWN_LENSES, NEGATIVES, SWEEPS
 
     client = boto3.client("s3")  # endpoint and credentials from the environment (AWS_ENDPOINT_URL_S3, ...)
-    with open_dagster_pipes(context_loader=PipesS3ContextLoader(client), message_writer=PipesS3MessageWriter(client, interval=1)) as pipes:
+    with open_dagster_pipes(
+        context_loader=PipesS3ContextLoader(client), message_writer=PipesS3MessageWriter(client, interval=1)
+    ) as pipes:
         x = pipes.extras
         lake = Lake(x["lake_uri"], s3_endpoint=x.get("s3_endpoint"))
         ensure_java()
         with jvm_output_to(x["spark_log"]):
             spark = spark_session(x.get("spark_master"), conf=logging_conf(x["spark_log"]))
         pipes.log.info(f"negatives of {len(x['names'])} sweep file(s) on {spark.sparkContext.master}")
-        funnel = negatives_on_spark(spark, lake.table(*SWEEPS.key), lake.read_table(*KNOWN_LENSES.key),
-                                    lake.subtree(x["staging"]).table(*NEGATIVES.key),
-                                    NegativeSelectionConfig.from_dict(x["selection"]), names=x["names"])
+        funnel = negatives_on_spark(
+            spark,
+            lake.table(*SWEEPS.key),
+            lake.read_table(*KNOWN_LENSES.key),
+            lake.subtree(x["staging"]).table(*NEGATIVES.key),
+            NegativeSelectionConfig.from_dict(x["selection"]),
+            names=x["names"],
+        )
         pipes.report_custom_message({"funnel": funnel})
 
 

@@ -36,9 +36,16 @@ def main() -> None:
         def progress(index: int, n_chunks: int, resumed: bool) -> None:
             pipes.log.info(f"{name}: chunk {index + 1}/{n_chunks} {'already in flight' if resumed else 'scored'}")
 
-        run = search_with_published_finder(lake.table(*LENS_FINDER.key), lake.inflight(), name, targets,
-                                           source_opener_from_dict(x["source"]), x["device"], SearchSettings(**x["settings"]),
-                                           progress=progress)
+        run = search_with_published_finder(
+            lake.table(*LENS_FINDER.key),
+            lake.inflight(),
+            name,
+            targets,
+            source_opener_from_dict(x["source"]),
+            x["device"],
+            SearchSettings(**x["settings"]),
+            progress=progress,
+        )
         pipes.log.info(f"{name}: {run['n_scored_now']} chunks scored, {run['n_resumed']} resumed on {run['device']}")
         pipes.report_custom_message({"search": run})
 

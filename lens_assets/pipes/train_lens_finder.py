@@ -60,11 +60,13 @@ def _json(value, what: str, kind=dict):
 
 def run(params: dict, log=None, progress=None) -> dict:
     """Train (or resume, or reuse) every member, audit, and summarise; returns the JSON-able summary."""
-    say = (log.info if log is not None else (lambda m: print(m, file=sys.stderr)))
+    say = log.info if log is not None else (lambda m: print(m, file=sys.stderr))
     uri, out_dir = params.get("training_set_uri"), params.get("out_dir")
     if not uri or not out_dir:
         raise InputError("training_set_uri (--training-set) and out_dir (--out-dir, a local folder) are required")
-    members = [TrainConfig.from_dict(_json(c, "a member config")) for c in _json(params.get("members"), "members", list)]
+    members = [
+        TrainConfig.from_dict(_json(c, "a member config")) for c in _json(params.get("members"), "members", list)
+    ]
     say(f"loading training set {uri}")
     arrays = load_training_set(str(uri))
     recorded = arrays.meta.get("preprocess_spec")
@@ -73,29 +75,66 @@ def run(params: dict, log=None, progress=None) -> dict:
 
     def on_progress(ev: dict) -> None:
         if ev["event"] == "epoch":
-            say(f"epoch {ev['epoch']}: loss {ev['train_loss']:.4f}, val AUROC {ev['val_auroc']:.4f} (best {ev['best_val_auroc']:.4f} "
-                f"@ {ev['best_epoch']}), {ev['seconds']:.0f} s")
+            say(
+                f"epoch {ev['epoch']}: loss {ev['train_loss']:.4f}, val AUROC {ev['val_auroc']:.4f} (best {ev['best_val_auroc']:.4f} "
+                f"@ {ev['best_epoch']}), {ev['seconds']:.0f} s"
+            )
         if progress is not None:
             progress(ev)
 
-    summary = train_lens_finder(arrays, members, spec, out_dir, version, _json(params.get("gate_thresholds"), "gate_thresholds"),
-                                int(params.get("ensemble_hidden") or 300), say, on_progress)
+    summary = train_lens_finder(
+        arrays,
+        members,
+        spec,
+        out_dir,
+        version,
+        _json(params.get("gate_thresholds"), "gate_thresholds"),
+        int(params.get("ensemble_hidden") or 300),
+        say,
+        on_progress,
+    )
     return {**summary, "out_dir": str(out_dir)}
 
 
 def pipes_metadata(summary: dict) -> dict:
     """Materialization metadata of a finished summary (raw values and Pipes-typed JSON/markdown)."""
     vm = summary["val_metrics"]
-    md = {k: summary[k] for k in ("architecture", "param_count", "best_epoch", "epochs_run", "stopped_reason", "training_set_version",
-                                  "blocking_gates_passed", "run_key", "run_dir", "reused", "temperature", "dihedral_views")}
+    md = {
+        k: summary[k]
+        for k in (
+            "architecture",
+            "param_count",
+            "best_epoch",
+            "epochs_run",
+            "stopped_reason",
+            "training_set_version",
+            "blocking_gates_passed",
+            "run_key",
+            "run_dir",
+            "reused",
+            "temperature",
+            "dihedral_views",
+        )
+    }
     md["gates"] = {"raw_value": summary["gates"], "type": "json"}
     md["val_metrics"] = {"raw_value": vm, "type": "json"}
     md["calibration"] = {"raw_value": summary.get("calibration", {}), "type": "json"}
     if "ensemble" in summary:
         md["ensemble"] = {"raw_value": summary["ensemble"], "type": "json"}
     tier_recalls = sorted(k for k in vm if k.startswith("recall_at_0.5_tier_"))
-    keys = ("auroc", "average_precision", "tpr_at_fpr_1e-2", "tpr_at_fpr_1e-3", "tpr_at_fpr_1e-4", "ece_15",
-            "ece_15_uncalibrated", "recall_at_0.5", "auroc_injections_vs_negatives", "auroc_real_vs_negatives", *tier_recalls)
+    keys = (
+        "auroc",
+        "average_precision",
+        "tpr_at_fpr_1e-2",
+        "tpr_at_fpr_1e-3",
+        "tpr_at_fpr_1e-4",
+        "ece_15",
+        "ece_15_uncalibrated",
+        "recall_at_0.5",
+        "auroc_injections_vs_negatives",
+        "auroc_real_vs_negatives",
+        *tier_recalls,
+    )
     for k in keys:
         if vm.get(k) is not None:
             md[f"val_{k}"] = vm[k]
@@ -131,7 +170,9 @@ def main(argv=None) -> int:
             if pipes.extras.get("report_checks"):
                 for g in summary["gates"]:
                     pipes.report_asset_check(
-                        check_name=g["name"], passed=bool(g["passed"]), severity="ERROR" if g["blocking"] else "WARN",
+                        check_name=g["name"],
+                        passed=bool(g["passed"]),
+                        severity="ERROR" if g["blocking"] else "WARN",
                         metadata={"value": g["value"], "threshold": g["threshold"]},
                     )
             pipes.report_asset_materialization(metadata=pipes_metadata(summary), data_version=summary["data_version"])

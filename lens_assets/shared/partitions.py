@@ -60,7 +60,9 @@ class PartitionChange:
         return f"{self.name}: +{len(self.add)} -{len(self.remove)}"
 
 
-def partition_change(instance: dg.DagsterInstance, pdef: dg.DynamicPartitionsDefinition, wanted: list[str]) -> PartitionChange:
+def partition_change(
+    instance: dg.DagsterInstance, pdef: dg.DynamicPartitionsDefinition, wanted: list[str]
+) -> PartitionChange:
     existing = set(instance.get_dynamic_partitions(pdef.name))
     return PartitionChange(pdef.name, sorted(set(wanted) - existing), sorted(existing - set(wanted)))
 

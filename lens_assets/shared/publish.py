@@ -63,7 +63,10 @@ def check_specs(table: Table) -> list[dg.AssetCheckSpec]:
 
 def as_metadata(values: Mapping) -> dict:
     """Dagster metadata from a plain dict: JSON for containers, scalars as they are."""
-    return {str(k): dg.MetadataValue.json(v) if isinstance(v, (dict, list, tuple)) or v is None else v for k, v in values.items()}
+    return {
+        str(k): dg.MetadataValue.json(v) if isinstance(v, (dict, list, tuple)) or v is None else v
+        for k, v in values.items()
+    }
 
 
 def markdown_table(table: pa.Table) -> str:
@@ -103,6 +106,7 @@ def lake_asset(*tables: Table, code_version: str, kinds: set[str] | None = None,
     def decorate(fn):
         if "lake" not in inspect.signature(fn).parameters:
             raise TypeError(f"{fn.__name__} must take the lake resource (lake: LakeResource): it stages the tables")
+
         @functools.wraps(fn)
         def body(context: dg.AssetExecutionContext, *args, **kwargs):
             with fail_fast_on_bad_input():
@@ -111,17 +115,30 @@ def lake_asset(*tables: Table, code_version: str, kinds: set[str] | None = None,
                     raise TypeError(f"{fn.__name__} must return a Publish, got {type(result).__name__}")
                 staged = {t: _staged(context, t, result.tables[t]) for t in tables}
                 outcomes = {t: _audits(t, staged[t], result.audits.get(t, ())) for t in tables}
-            yield from gate(context, {t.key: (staged[t], outcomes[t]) for t in tables},
-                            {t.key: as_metadata(result.metadata.get(t, {})) for t in tables})
+            yield from gate(
+                context,
+                {t.key: (staged[t], outcomes[t]) for t in tables},
+                {t.key: as_metadata(result.metadata.get(t, {})) for t in tables},
+            )
             if result.after is not None:
                 result.after()
 
         if len(tables) == 1:
             t = tables[0]
-            return dg.asset(key=list(t.key), code_version=code_version, kinds=kinds, owners=OWNERS,
-                            description=fn.__doc__ or t.description, **common)(body)
-        outs = {t.name: dg.AssetOut(key=list(t.key), code_version=code_version, kinds=kinds, owners=OWNERS,
-                                    description=t.description) for t in tables}
+            return dg.asset(
+                key=list(t.key),
+                code_version=code_version,
+                kinds=kinds,
+                owners=OWNERS,
+                description=fn.__doc__ or t.description,
+                **common,
+            )(body)
+        outs = {
+            t.name: dg.AssetOut(
+                key=list(t.key), code_version=code_version, kinds=kinds, owners=OWNERS, description=t.description
+            )
+            for t in tables
+        }
         return dg.multi_asset(outs=outs, name=fn.__name__, description=fn.__doc__, **common)(body)
 
     return decorate
@@ -141,7 +158,9 @@ def _audits(table: Table, staged: list[StagedTable], given: Sequence[AuditOutcom
     outcomes = list(given)
     audit = table.contract_audit
     if audit is not None:
-        checked = combine([contract_audit(audit, s.dataset(), table.contract) for s in staged], [s.label for s in staged])
+        checked = combine(
+            [contract_audit(audit, s.dataset(), table.contract) for s in staged], [s.label for s in staged]
+        )
         refined = [o for o in outcomes if o.name == audit.name]
         outcomes = [o for o in outcomes if o.name != audit.name]
         outcomes.insert(0, refined[0] if checked[0].passed and refined else checked[0])
@@ -168,7 +187,11 @@ def _check_result(key: dg.AssetKey, outcome: AuditOutcome, staged: Sequence[Stag
     if parts:
         md["partitions"] = dg.MetadataValue.json(parts)
     return dg.AssetCheckResult(
-        asset_key=key, check_name=outcome.name, passed=outcome.passed, metadata=md, description=outcome.description[:2000],
+        asset_key=key,
+        check_name=outcome.name,
+        passed=outcome.passed,
+        metadata=md,
+        description=outcome.description[:2000],
         severity=dg.AssetCheckSeverity.ERROR if outcome.severity == "ERROR" else dg.AssetCheckSeverity.WARN,
     )
 
@@ -191,15 +214,22 @@ def gate(
     if failed:
         for k, (staged, outcomes) in keyed.items():
             yield from (_check_result(k, o, staged) for o in outcomes)
-        reason = {"run_id": context.run.run_id, "failed_checks": [{"asset": k.to_user_string(), "check": o.name, "description": o.description} for k, o in failed]}
+        reason = {
+            "run_id": context.run.run_id,
+            "failed_checks": [
+                {"asset": k.to_user_string(), "check": o.name, "description": o.description} for k, o in failed
+            ],
+        }
         kept = [s.reject(reason) for staged, _ in keyed.values() for s in staged]
         names = ", ".join(f"{k.to_user_string()}:{o.name}" for k, o in failed)
         raise BlockingAuditFailed(
             description=f"blocking check(s) failed: {names} — {failed[0][1].description}. Nothing was published: "
             f"the published version is unchanged. The rejected data is kept at {'; '.join(kept)} "
             "(removed after DHS_REJECTED_KEEP_DAYS, default 7 days)",
-            metadata={"failed_checks": dg.MetadataValue.json([f"{k.to_user_string()}:{o.name}" for k, o in failed]),
-                      "rejected_at": dg.MetadataValue.json(kept)},
+            metadata={
+                "failed_checks": dg.MetadataValue.json([f"{k.to_user_string()}:{o.name}" for k, o in failed]),
+                "rejected_at": dg.MetadataValue.json(kept),
+            },
             allow_retries=False,
         )
     for k, (staged, outcomes) in keyed.items():

@@ -33,8 +33,13 @@ def demo_lake(tmp_path_factory) -> str:
     if given:
         return given
     root = tmp_path_factory.mktemp("demo")
-    env = {**os.environ, "DHS_LAKE": str(root / "lakehouse"), "DAGSTER_HOME": str(root / "dagster_home"),
-           "DHS_MOCK_DIR": str(root / "mock"), "DHS_PROFILE": "demo"}
+    env = {
+        **os.environ,
+        "DHS_LAKE": str(root / "lakehouse"),
+        "DAGSTER_HOME": str(root / "dagster_home"),
+        "DHS_MOCK_DIR": str(root / "mock"),
+        "DHS_PROFILE": "demo",
+    }
     (root / "dagster_home").mkdir()
     run = subprocess.run([sys.executable, "-m", "dhs.main", "demo"], cwd=root, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
@@ -44,8 +49,9 @@ def demo_lake(tmp_path_factory) -> str:
 def script(lake: str, name: str, *args: str) -> list[dict]:
     """The JSON lines ``python -m research.<name> --lake <lake> ARGS`` prints (run from the repository
     root)."""
-    out = subprocess.run([sys.executable, "-m", f"research.{name}", "--lake", lake, *args], cwd=REPO,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", f"research.{name}", "--lake", lake, *args], cwd=REPO, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     return [json.loads(line) for line in out.stdout.splitlines()]
 

@@ -44,10 +44,22 @@ def page_dom(page: str, work_dir: Path) -> tuple[str, str]:
     """(the DOM after headless Chromium loaded ``page`` offline and ran its scripts, Chromium's stderr)."""
     path = work_dir / "page.html"
     path.write_text(page, encoding="utf-8")
-    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-           "--no-first-run", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={work_dir / 'chromium-profile'}",
-           "--virtual-time-budget=5000", "--dump-dom", path.as_uri()]
+    cmd = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={work_dir / 'chromium-profile'}",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+        path.as_uri(),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout, proc.stderr

@@ -69,8 +69,15 @@ def fits_bytes(image: np.ndarray, invvar: np.ndarray | None, bands: str) -> byte
 class CutoutServer:
     """Context manager running the imitation service; see the module docstring."""
 
-    def __init__(self, size: int = 15, bands: str = "grz", stall_s: float = 0.6, hold_s: float = 0.0,
-                 trickle_s: float = 0.05, lifetime_s: float = 30.0):
+    def __init__(
+        self,
+        size: int = 15,
+        bands: str = "grz",
+        stall_s: float = 0.6,
+        hold_s: float = 0.0,
+        trickle_s: float = 0.05,
+        lifetime_s: float = 30.0,
+    ):
         self.size = size
         self.bands = bands
         self.stall_s = stall_s
@@ -120,8 +127,9 @@ class CutoutServer:
             def log_message(self, *args):  # keep pytest output clean
                 pass
 
-            def _send(self, status: int, body: bytes, ctype: str, send_bytes: int | None = None,
-                      pieces: int = 1) -> None:
+            def _send(
+                self, status: int, body: bytes, ctype: str, send_bytes: int | None = None, pieces: int = 1
+            ) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
@@ -131,7 +139,7 @@ class CutoutServer:
                 for i in range(0, len(body), step):
                     if i:
                         time.sleep(server.trickle_s)
-                    self.wfile.write(body[i:i + step])
+                    self.wfile.write(body[i : i + step])
                     self.wfile.flush()
 
             def do_GET(self):
@@ -167,8 +175,13 @@ class CutoutServer:
                         bands = q.get("bands", [server.bands])[0]
                         image, invvar = expected_cube(ra, dec, size, bands)
                         body = fits_bytes(image, None if what == "no_invvar" else invvar, bands)
-                        self._send(200, body, "image/fits", send_bytes=len(body) // 2 if what == "truncate" else None,
-                                   pieces=16 if what == "trickle" else 1)
+                        self._send(
+                            200,
+                            body,
+                            "image/fits",
+                            send_bytes=len(body) // 2 if what == "truncate" else None,
+                            pieces=16 if what == "trickle" else 1,
+                        )
                         if what == "truncate":
                             self.close_connection = True
                     else:

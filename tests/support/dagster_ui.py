@@ -27,7 +27,7 @@ mutation Launch($params: ExecutionParams!) {
     ... on InvalidSubsetError { message }
   }
 }"""
-RUN_STATUS = 'query Status($id: ID!) { runOrError(runId: $id) { __typename ... on Run { status } } }'
+RUN_STATUS = "query Status($id: ID!) { runOrError(runId: $id) { __typename ... on Run { status } } }"
 
 
 def free_port() -> int:
@@ -52,8 +52,14 @@ class DagsterDev:
         shutil.copyfile(REPO / "dagster.yaml", self.home / "dagster.yaml")
         dagster = Path(sys.executable).with_name("dagster")
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([str(dagster), "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(self.port)],
-                                     cwd=REPO, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [str(dagster), "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(self.port)],
+            cwd=REPO,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -64,7 +70,9 @@ class DagsterDev:
             except requests.RequestException:
                 pass
             time.sleep(1.0)
-        raise TimeoutError(f"dagster dev did not load the code location in {self.timeout_s}s: {self.log_path.read_text()[-3000:]}")
+        raise TimeoutError(
+            f"dagster dev did not load the code location in {self.timeout_s}s: {self.log_path.read_text()[-3000:]}"
+        )
 
     def __exit__(self, *exc) -> None:
         os.killpg(self.proc.pid, signal.SIGTERM)
@@ -91,8 +99,12 @@ class DagsterDev:
     def launch(self, asset_paths: list[list[str]], partition: str | None = None) -> str:
         """Launch the implicit asset job for ``asset_paths`` (and their checks); returns the run id."""
         params = {
-            "selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "jobName": "__ASSET_JOB",
-                         "assetSelection": [{"path": p} for p in asset_paths]},
+            "selector": {
+                "repositoryLocationName": LOCATION,
+                "repositoryName": "__repository__",
+                "jobName": "__ASSET_JOB",
+                "assetSelection": [{"path": p} for p in asset_paths],
+            },
             "mode": "default",
             "runConfigData": {},
             "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}] if partition else []},

@@ -141,7 +141,14 @@ class FaultProxy:
         with self._lock:
             self.rule = rule
 
-    def fail(self, action: str, times: int | None = None, method: str | None = None, path_re: str | None = None, header: str | None = None) -> None:
+    def fail(
+        self,
+        action: str,
+        times: int | None = None,
+        method: str | None = None,
+        path_re: str | None = None,
+        header: str | None = None,
+    ) -> None:
         """Apply ``action`` to the next ``times`` requests (all when None) matching method/path/header name."""
         if action not in ACTIONS:
             raise ValueError(f"unknown fault action {action!r}; one of {ACTIONS}")
@@ -237,8 +244,14 @@ class FaultProxy:
                 if action == "error500":
                     self._reply_error(conn, method, 500, "Internal Server Error", "InternalError", "injected fault")
                 elif action == "forbidden":
-                    self._reply_error(conn, method, 403, "Forbidden", "InvalidAccessKeyId",
-                                      "The AWS Access Key Id you provided does not exist in our records.")
+                    self._reply_error(
+                        conn,
+                        method,
+                        403,
+                        "Forbidden",
+                        "InvalidAccessKeyId",
+                        "The AWS Access Key Id you provided does not exist in our records.",
+                    )
                 elif action == "drop":
                     return
                 elif action == "stall":

@@ -33,8 +33,15 @@ def events(result, kind: str) -> list:
     return [e for e in result.all_events if e.event_type_value == kind]
 
 
-def run_assets(keys, resources: dict, instance, partition_key: str | None = None, run_config: dict | None = None,
-               raise_on_error: bool = True, partition_range: tuple[str, str] | None = None):
+def run_assets(
+    keys,
+    resources: dict,
+    instance,
+    partition_key: str | None = None,
+    run_config: dict | None = None,
+    raise_on_error: bool = True,
+    partition_range: tuple[str, str] | None = None,
+):
     """Materialize the assets ``keys`` (AssetKeys or key paths) in-process with the real
     definitions (every other asset is their upstream, loaded through the IO manager) and
     ``resources`` over the environment's defaults; ``partition_range`` runs (first, last) in one
@@ -47,6 +54,19 @@ def run_assets(keys, resources: dict, instance, partition_key: str | None = None
     defs = build_defs({**build_resources(), **resources})
     job = defs.resolve_implicit_global_asset_job_def()
     selection = [k if isinstance(k, dg.AssetKey) else dg.AssetKey(list(k)) for k in keys]
-    tags = {"dagster/asset_partition_range_start": partition_range[0], "dagster/asset_partition_range_end": partition_range[1]} if partition_range else None
-    return job.execute_in_process(instance=instance, asset_selection=selection, partition_key=partition_key,
-                                  run_config=run_config, raise_on_error=raise_on_error, tags=tags)
+    tags = (
+        {
+            "dagster/asset_partition_range_start": partition_range[0],
+            "dagster/asset_partition_range_end": partition_range[1],
+        }
+        if partition_range
+        else None
+    )
+    return job.execute_in_process(
+        instance=instance,
+        asset_selection=selection,
+        partition_key=partition_key,
+        run_config=run_config,
+        raise_on_error=raise_on_error,
+        tags=tags,
+    )

@@ -45,10 +45,13 @@ class WebhookReceiver:
                     action = outer._script.pop(0) if outer._script else 200
                     status = 200 if action == "trickle" else action
                     # a trickled answer never completes: recorded with status 0, never as accepted
-                    outer.received.append(Received(self.path, dict(self.headers.items()), body, 0 if action == "trickle" else status))
+                    outer.received.append(
+                        Received(self.path, dict(self.headers.items()), body, 0 if action == "trickle" else status)
+                    )
                 payload = json.dumps({"ok": status < 300}).encode()
-                answer = (f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
-                          f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
+                answer = (
+                    f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+                ).encode() + payload
                 if action != "trickle":
                     self.wfile.write(answer)
                     return
