@@ -66,7 +66,7 @@ ui: setup
 	DAGSTER_HOME=$(CURDIR)/.dagster_home $(BIN)/dg dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: setup
-	for b in benchmarks/bench_*.py; do $(BIN)/python $$b; done
+	for b in benchmarks/bench_*.py; do $(BIN)/python -m benchmarks.$$(basename $$b .py); done
 
 clean:
 	rm -rf lakehouse .dagster_home .dhs_mock
