@@ -197,7 +197,7 @@ def train_member(member, device: torch.device, train, val, spec, steps: int, siz
         first = next(loaded)  # worker start-up
         start_s = time.perf_counter() - t0
         loader_s, n_batches = timed(torch.device("cpu"), budget.share(), lambda: next(loaded), len(batches) - 1)
-        del loaded  # its worker processes end
+        loaded = None  # the last reference: its worker processes end
         budget.say(f"{device.type}: {cfg.arch} loader done, optimizer steps")
         images = sum(len(b) for b in batches[1 : 1 + n_batches])
         x, y, w = first  # pinned by the loader on CUDA, as in training

@@ -23,7 +23,8 @@ def print_demo_summary(lake, seconds: float) -> None:
     cols, rows = run_query(lake, DEMO_THRESHOLD_SQL)
     name = rows[0][0] if rows else "score>0.5"
     print(
-        f"Selection function C(theta_E, z_l) at the {name} threshold: completeness [68% interval], * = below the minimum count"
+        f"Selection function C(theta_E, z_l) at the {name} threshold: completeness [68% interval], * = below the "
+        "minimum count"
     )
     cols, rows = run_query(lake, DEMO_SF_SQL.format(name=name.replace("'", "''")))
     print(completeness_grid(rows))
@@ -126,7 +127,8 @@ def print_hidden_lens_recovery(lake) -> None:
     )
     n_hidden = report.hidden.num_rows
     print(
-        f"\nHidden-lens recovery: {report.n_recovered} of {n_hidden} hidden lenses among {report.n_candidates} candidates "
+        f"\nHidden-lens recovery: {report.n_recovered} of {n_hidden} hidden lenses among {report.n_candidates} "
+        "candidates "
         f"({report.count('known')} known lenses, {report.n_false} false candidates). By arc S/N:"
     )
     by_snr = report.by_snr.to_pylist()

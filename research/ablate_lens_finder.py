@@ -12,7 +12,8 @@ machine (``research/tests/test_on_demo_lake.py`` checks its threshold, best epoc
 each row differs from the published recipe by its one change only.
 
     python -m research.ablate_lens_finder --lake lakehouse --name epochs20 --member '{"epochs": 20}'
-    python -m research.ablate_lens_finder --lake lakehouse --name clip --preprocess '{"stretch": "clip", "residual": "none"}'
+    python -m research.ablate_lens_finder --lake lakehouse --name clip --preprocess '{"stretch": "clip", "residual":
+    "none"}'
 
 ``--fixed-arcs`` trains on the same injections every epoch (what a stored injection table gives).
 Results: BENCHMARKS.md, *Lens finder recipe (demo profile): ablations*.

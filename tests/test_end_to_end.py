@@ -50,7 +50,8 @@ def test_demo_runs_end_to_end(tmp_path):
         return json.loads(out.stdout)
 
     cells = query(
-        "select threshold_name, count(*) filter (where n_valid > 0) as nonempty, count(*) as cells from selection_function group by 1"
+        "select threshold_name, count(*) filter (where n_valid > 0) as nonempty, count(*) as cells from "
+        "selection_function group by 1"
     )
     assert cells and all(c["nonempty"] == c["cells"] == 99 for c in cells)
     recall = query("select * from real_lens_recall where tier = 'all'")
