@@ -164,7 +164,8 @@ def main() -> None:
 
     inproc_times = {k: best_of(lambda: inproc_run(k), repeats=2) for k in (1, 2, 4)}
 
-    from darkhaloscope.catalog.spark import negatives_on_spark, spark_session
+    from darkhaloscope.catalog.spark import negatives_on_spark
+    from darkhaloscope.catalog.spark_conf import spark_session
 
     spark = spark_session(args.master, app_name="bench-negatives")
 

@@ -17,8 +17,8 @@ given), their ratio and the bytes stored per galaxy.
 ``--spark`` adds the search's Spark launch (``search.spark.search_on_spark``, what ``launch: spark``
 runs): the same targets, finder and bricks, the lens finder published in a lake and the image
 source opened from its settings as an executor does, the chunks spread over tasks as the launch
-spreads them (one per chunk here, up to the session's default parallelism) on a ``local[cores]``
-session (started before the timing, as the catalog stage's session is up when the search runs),
+spreads them (at most the session's default parallelism: one task per core of the ``local[cores]``
+session, which is started before the timing, as the catalog stage's session is up when the search runs),
 each task loading the finder and scoring on one thread, the partition's tables then written as the
 streamed form writes them. Its ratio to the streamed form is what the DR10 projection's per-core
 rate assumes of a Spark cluster.
@@ -183,7 +183,7 @@ def main() -> None:
         model, spec = lens_finder(f"{work}/ckpt", args.device)
         score_chunk(tgt.slice(0, 16), search_source, model, spec, args.device, SearchSettings())  # warm-up
         if args.spark:
-            from darkhaloscope.catalog.spark import spark_session
+            from darkhaloscope.catalog.spark_conf import spark_session
 
             spark = spark_session(f"local[{cores}]", app_name="bench-search")
         t_base = t_stream = t_spark = np.inf

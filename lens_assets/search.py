@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from darkhaloscope.catalog.cuts import recorded_selection
+from darkhaloscope.catalog.spark_conf import S3RetryCount
 from darkhaloscope.catalog.sweep_tasks import sweeps_partition_batches
 from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation.scoring import injection_rows
@@ -127,7 +128,7 @@ def search_scores(
     records the model's content hash."""
     store, name = lake.lake(), context.partition_key
     staged, staged_stamps = staged_table(context, SEARCH_SCORES), staged_table(context, SEARCH_STAMPS)
-    t0 = time.monotonic()
+    t0, retries = time.monotonic(), S3RetryCount()
     launch = compute.launch_of_search(config.launch)
     settings = SearchSettings(chunk=config.chunk, keep_threshold=config.keep_threshold)
     source = imaging.settings(survey)
@@ -137,6 +138,7 @@ def search_scores(
             finder, inflight_area, name, search_targets, source, compute.torch_device(), settings
         )
     elif launch == "spark":
+        retries.include_tasks(pyspark.spark_session)
         run = search_on_spark(
             pyspark.spark_session, finder, inflight_area, name, search_targets, source, compute.device, settings
         )
@@ -174,6 +176,7 @@ def search_scores(
         "n_stamps_kept": kept.num_rows,
         "launch": launch,
         "seconds": round(seconds, 1),
+        "s3_retries": retries.count(),
         "targets_per_second": round(search_targets.num_rows / max(seconds, 1e-9), 1),
     }
     return Publish(
