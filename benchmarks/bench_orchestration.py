@@ -25,7 +25,7 @@ number of rows per table. Prints one JSON line: per asset and pass the seconds, 
 overhead per partition, and the durations of the ``dagster`` passes' runs in order (their trend
 shows whether a run costs more as the lake and the instance hold more partitions).
 
-    python benchmarks/bench_orchestration.py [--files 300] [--rows 1000] [--hidden 20] [--per-run 1 32]
+    python -m benchmarks.bench_orchestration [--files 300] [--rows 1000] [--hidden 20] [--per-run 1 32]
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 #: The per-sweep-file assets timed, in the order they run.
 TIMED = ("sweeps", "negatives", "search_targets", "cutouts", "search_scores")
@@ -264,7 +263,7 @@ def child(a) -> None:
 def run_child(a, stage: str, extra_env: dict, work: Path) -> dict:
     lake, home = tempfile.mkdtemp(dir=work, prefix=f"{stage}-lake-"), tempfile.mkdtemp(dir=work, prefix="home-")
     env = {**os.environ, **mock_env(a), "DHS_LAKE": lake, "DAGSTER_HOME": home, **extra_env}
-    cmd = [sys.executable, __file__, "--stage", stage, "--lake", lake, "--home", home]
+    cmd = [sys.executable, "-m", "benchmarks.bench_orchestration", "--stage", stage, "--lake", lake, "--home", home]
     cmd += ["--work", a.work, "--files", str(a.files), "--rows", str(a.rows), "--hidden", str(a.hidden)]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)

@@ -22,6 +22,7 @@ from typing import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
+from ..catalog.spark_conf import counting_s3_retries
 from ..imaging.sources import ImageSourceOpener
 from ..storage import PartitionedTable, TableStore
 from .launch import search_with_published_finder
@@ -61,7 +62,8 @@ def search_on_spark(
             yield search_with_published_finder(lens_finder, inflight, targets, source, device, settings, chunks=chunks)
 
     try:
-        runs = sc.parallelize(work, max(1, min(len(work), sc.defaultParallelism))).mapPartitions(task).collect()
+        parts = sc.parallelize(work, max(1, min(len(work), sc.defaultParallelism)))
+        runs = parts.mapPartitions(counting_s3_retries(spark, task)).collect()
     finally:
         shared.destroy()
     versions = sorted({r["model_version"] for run in runs for r in run.values()})

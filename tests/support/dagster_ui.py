@@ -38,9 +38,9 @@ def free_port() -> int:
 class DagsterDev:
     """``with DagsterDev(home, env) as ui:`` runs ``dg dev -w workspace.yaml`` (as ``make ui`` does) on
     a free loopback port with DAGSTER_HOME=``home`` (its settings written from the repository's
-instance/dagster.yaml and ``env``, as ``make ui`` does)
-    until the block ends; ``ui.launch(...)`` starts a run like the UI's "Materialize" button;
-    ``ui.startup_log`` is what it printed until the code location loaded."""
+    instance/dagster.yaml and ``env``, as ``make ui`` does) until the block ends; ``ui.launch(...)``
+    starts a run like the UI's "Materialize" button; ``ui.startup_log`` is what it printed until the
+    code location loaded."""
 
     def __init__(self, home: Path, env: dict, log: Path, timeout_s: float = 180.0):
         self.home, self.log_path, self.timeout_s = Path(home), Path(log), timeout_s
