@@ -27,7 +27,8 @@ def test_run_queue_and_pool_limits_follow_the_environment(tmp_path):
         k: v for k, v in template.items() if k != "concurrency"
     }
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
-        assert instance.run_coordinator.get_run_queue_config().max_concurrent_runs == 7
+        # what the daemon's run queue reads
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 7
         assert apply_pool_limits(instance, {"DHS_POOL_LIMITS": "spark=4"}) == {"gpu": 1, "spark": 4}
         assert _limits(instance) == {"gpu": 1, "spark": 4}
         apply_pool_limits(instance, {})  # the setting gone: every pool back to the default
