@@ -111,6 +111,16 @@ def _materialized_after(instance: dg.DagsterInstance, key: list[str], t: float) 
     return event is not None and event.timestamp > t
 
 
+def _flow_done(instance: dg.DagsterInstance, lake: Lake, name: str, t: float) -> bool:
+    """The new file's tables are published, the candidates and their gallery made again after ``t``,
+    and no run is still queued or in progress (the gallery's run follows the candidates')."""
+    return (
+        _published(lake, name) == []
+        and all(_materialized_after(instance, ["search", table], t) for table in ("candidates", "candidate_gallery"))
+        and all(r.is_finished for r in instance.get_runs())
+    )
+
+
 @pytest.mark.timeout(BACKFILL_S + FLOW_S + 600)
 def test_a_backfill_and_a_new_sweep_file_run_through_the_daemon(tmp_path):
     mock = generate_mock_survey(
@@ -161,13 +171,12 @@ def test_a_backfill_and_a_new_sweep_file_run_through_the_daemon(tmp_path):
             t_added = time.time()
             shutil.copy(added, sweep_dir / added.name)  # a new sweep file appears in the mirror
             deadline = time.monotonic() + FLOW_S
-            while time.monotonic() < deadline and not (
-                _published(lake, added.name) == [] and _materialized_after(instance, ["search", "candidates"], t_added)
-            ):
+            while time.monotonic() < deadline and not _flow_done(instance, lake, added.name, t_added):
                 time.sleep(10)
             runs = [r for r in instance.get_runs() if r.tags.get("dagster/backfill") != backfill_id]
     assert _published(lake, added.name) == [], f"not published for the new file: {_published(lake, added.name)}"
     assert _materialized_after(instance, ["search", "candidates"], t_added)
+    assert _materialized_after(instance, ["search", "candidate_gallery"], t_added)
     assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS] * len(runs)
     # every other run was requested by the automation sensor (the candidates after the backfill's
     # search, then the new file's flow), none by hand
