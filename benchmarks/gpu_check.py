@@ -3,7 +3,9 @@ and on the CPU in one run, on a small training set that the check writes and rea
 
 Runs on a bare GPU host that has torch, numpy, pyarrow and scipy (the renderer sizes its FFTs with
 ``scipy.fft.next_fast_len``) and this repository's code: no lake, no scikit-learn, safetensors,
-astropy, matplotlib or dagster (tests/test_gpu_check.py holds it to that).
+astropy, matplotlib or dagster (tests/test_gpu_check.py holds it to that). pyarrow must be the
+project's (>= 26, ``pyproject.toml``): pyarrow 25 cannot read back the training set's nullable
+fixed-size-list stamps; carry its wheel to a host whose image is older.
 
     python3 -m benchmarks.gpu_check [--device cpu|cuda|both] [--steps 20] [--budget-s 420] [--tiny]
                                     [--batch-size N] [--threads N] [--render-chunks 4]
