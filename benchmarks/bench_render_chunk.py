@@ -57,7 +57,9 @@ def main() -> None:
             first = arcs if first is None else first
             out["sizes"][points] = {
                 "systems_per_s": round(n * k / seconds, 1),
-                "peak_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
+                "peak_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+                if device.type == "cuda"
+                else None,
                 "same_bytes_as_smallest": bool(np.array_equal(arcs.view(np.uint32), first.view(np.uint32))),
             }
     finally:
