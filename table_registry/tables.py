@@ -161,7 +161,7 @@ INJECTION_BANK = Table(
     "injection",
     "injection_bank",
     "injected stamps with their paired controls and every parameter, one partition per batch",
-    None,
+    c.INJECTION_BANK,
     INJECTION_BATCH_DIM,
     (au.INJECTION_MATCHES_LENSTRONOMY, au.INJECTION_PHYSICS_VALID),
 )
@@ -178,7 +178,7 @@ LENS_FINDER = Table(
     "training",
     "lens_finder",
     "the published lens finder: its registry row and checkpoint (artifact=checkpoint)",
-    None,
+    c.LENS_FINDER,
     None,
     tuple(Audit(g.name, g.description, g.blocking) for g in GATES.values()),
 )

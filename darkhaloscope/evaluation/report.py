@@ -380,7 +380,9 @@ def build_report(
 ) -> str:
     """One static, self-contained HTML page of the evaluation.
 
-    Parameters (all optional; an absent one is shown as "not provided")
+    Every argument is optional: an absent one is shown as "not provided".
+
+    Parameters
     ----------
     roc : PNG of :func:`plots.roc_png`; ``aurocs`` the table of :func:`comparison.auroc_intervals`.
     thresholds : table of :func:`thresholds_from_negatives`.

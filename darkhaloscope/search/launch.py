@@ -1,5 +1,5 @@
 """One process's share of a sweep file's search, wherever it runs: the asset's own process, a
-Spark task (:mod:`.spark`) or a subprocess launched through Dagster Pipes (on a GPU host).
+Spark task (:mod:`darkhaloscope.search.spark`) or a subprocess launched through Dagster Pipes (on a GPU host).
 
 Each process loads the published lens finder itself, opens the image source from its settings
 (never a live client shipped from elsewhere) and runs :func:`.streaming.search_partition` over its
