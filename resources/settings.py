@@ -119,6 +119,13 @@ def _launch_timeout(value: str) -> None:
         raise ValueError("expected at least 5 seconds (a step's interpreter must start and reach the bucket)")
 
 
+def _launch_python(value: str) -> None:
+    import shlex
+
+    if shlex.quote(value) != value:
+        raise ValueError("expected a path without spaces or shell characters (ssh hands it to the far host's shell)")
+
+
 def _spark_memory(value: str) -> None:
     if not re.match(r"^[0-9]+[kmgt]?$", value.lower()):
         raise ValueError("expected a JVM memory size such as 2g or 512m")
@@ -229,6 +236,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Python interpreter of the steps launched through DHS_LAUNCH_PREFIX, on their host (default: this "
         "interpreter's path)",
         "compute",
+        _launch_python,
     ),
     Setting(
         "DHS_SPARK_MASTER",

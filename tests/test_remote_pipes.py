@@ -124,6 +124,8 @@ def test_a_launch_prefix_needs_the_bucket_and_a_well_formed_command():
         validate({"DHS_LAUNCH_PREFIX": "ssh 'gpu01", "DHS_PIPES_BUCKET": "pipes"})
     with pytest.raises(InputError, match=r"DHS_LAUNCH_TIMEOUT_S='2': expected at least 5 seconds"):
         validate({"DHS_LAUNCH_TIMEOUT_S": "2"})
+    with pytest.raises(InputError, match=r"DHS_LAUNCH_PYTHON='/opt/my env/bin/python': expected a path without"):
+        validate({"DHS_LAUNCH_PYTHON": "/opt/my env/bin/python"})
     with pytest.raises(InputError, match="needs DHS_PIPES_BUCKET"):
         PipesLaunchClient(launch_prefix="srun --gres=gpu:1 --")
 
