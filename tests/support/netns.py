@@ -44,8 +44,8 @@ def require_netns() -> None:
 
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("ss") is None:
         skip_or_fail(
-            "the Spark cluster tests need root and iproute2 (`ip`, `ss`, see `make iproute2`) to build a "
-            "network namespace"
+            "the tests on another host (a Spark cluster, steps launched through DHS_LAUNCH_PREFIX) need root "
+            "and iproute2 (`ip`, `ss`, see `make iproute2`) to build a network namespace"
         )
 
 
