@@ -12,6 +12,11 @@ SWEEPS_INSIDE_BOX = Audit("sweeps_inside_box", "every row lies inside the sky bo
 SWEEPS_UNIQUE_ACROSS_PARTITIONS = Audit(
     "sweeps_unique_across_partitions", "no object of this sweep file is also in another sweep file's partition"
 )
+PHOTO_Z_CONTRACT = Audit("photo_z_contract", "schema, unique object ids and redshift ranges of the photo-z rows")
+PHOTO_Z_COVERS_SWEEP = Audit(
+    "photo_z_covers_sweep", "one photo-z row (a redshift or a null) for every row of the sweep partition"
+)
+SPECTRA_CONTRACT = Audit("spectra_contract", "schema, one spectrum per object and valid coordinates")
 KNOWN_LENSES_CONTRACT = Audit("known_lenses_contract", "schema, unique names and valid coordinates")
 NEGATIVES_CONTRACT = Audit("negatives_contract", "schema, unique object ids, pools and splits match the contract")
 NEGATIVES_EXCLUSION = Audit(
@@ -55,6 +60,10 @@ INJECTION_PLAN_CONTRACT = Audit(
 INJECTION_MATCHES_LENSTRONOMY = Audit(
     "injection_matches_lenstronomy",
     "a sample re-rendered with lenstronomy's ImageModel matches (pixels within 1% of peak, flux within 0.5%)",
+)
+INJECTION_HOSTS_IN_BIN = Audit(
+    "injection_hosts_in_bin",
+    "every injection's host redshift (its z_l) lies in the z_l bin of its cell (z_l_bin ± half the grid step)",
 )
 INJECTION_PHYSICS_VALID = Audit(
     "injection_physics_valid",

@@ -21,6 +21,7 @@ from darkhaloscope.search.targets import TARGET_SCHEMA
 from darkhaloscope.stamps import STAMP_SHAPE, tensor_type
 from darkhaloscope.survey.known_lenses import KNOWN_LENS_SCHEMA
 from darkhaloscope.survey.manifest import MANIFEST_SCHEMA
+from darkhaloscope.survey.redshifts import PHOTO_Z_SCHEMA, SPECTRA_SCHEMA
 from lakehouse.contracts import Contract, Range
 
 
@@ -65,6 +66,25 @@ SWEEPS = Contract(
 
 def _columns(schema: pa.Schema) -> dict[str, pa.DataType]:
     return {f.name: f.type for f in schema}
+
+
+PHOTO_Z = Contract(
+    table="photo_z",
+    columns=_columns(PHOTO_Z_SCHEMA),
+    key=("object_id",),
+    ranges=(
+        Range("row_index", 0, None),
+        Range("z_phot_median", 0.0, 10.0, nullable=True),
+        Range("z_phot_std", 0.0, None, nullable=True),
+        Range("z_spec", 0.0, 10.0, nullable=True, lo_inclusive=False),
+    ),
+)
+SPECTRA = Contract(
+    table="spectra",
+    columns=_columns(SPECTRA_SCHEMA),
+    key=("object_id",),
+    ranges=(Range("ra", 0.0, 360.0, hi_inclusive=False), Range("dec", -90.0, 90.0)),
+)
 
 
 _SPLITS = ("train", "val", "test")
@@ -179,6 +199,11 @@ INJECTION_PLAN = Contract(
         "z_l": pa.float64(),
         "z_s": pa.float64(),
         "sigma_v_kms": pa.float64(),
+        "z_l_bin": pa.float64(),
+        "host_z": pa.float64(),
+        "host_z_source": pa.string(),
+        "sigma_v_source": pa.string(),
+        "lens_mag_z": pa.float64(),
     },
     key=("injection_id",),
     ranges=(
@@ -188,7 +213,11 @@ INJECTION_PLAN = Contract(
         Range("z_s", 0.0, None, lo_inclusive=False),
         Range("sigma_v_kms", 0.0, None, lo_inclusive=False),
     ),
-    allowed_values={"host_split": _SPLITS},
+    allowed_values={
+        "host_split": _SPLITS,
+        "host_z_source": ("spec", "phot"),
+        "sigma_v_source": ("measured", "relation"),
+    },
 )
 
 

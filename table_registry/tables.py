@@ -82,6 +82,22 @@ SWEEPS = Table(
     SWEEP_DIM,
     (au.SWEEPS_CONTRACT, au.SWEEPS_ROW_COUNT, au.SWEEPS_INSIDE_BOX, au.SWEEPS_UNIQUE_ACROSS_PARTITIONS),
 )
+PHOTO_Z = Table(
+    "survey",
+    "photo_z",
+    "photo-zs of one sweep file from its row-matched DR10 photo-z sweep (null where none), with Z_SPEC",
+    c.PHOTO_Z,
+    SWEEP_DIM,
+    (au.PHOTO_Z_CONTRACT, au.PHOTO_Z_COVERS_SWEEP),
+)
+SPECTRA = Table(
+    "survey",
+    "spectra",
+    "SDSS DR16 spectra (Z, ZWARNING, CLASS, VDISP) matched to DR10 sources, one per source",
+    c.SPECTRA,
+    None,
+    (au.SPECTRA_CONTRACT,),
+)
 KNOWN_LENSES = Table(
     "survey",
     "known_lenses",
@@ -163,7 +179,7 @@ INJECTION_BANK = Table(
     "injected stamps with their paired controls and every parameter, one partition per batch",
     None,
     INJECTION_BATCH_DIM,
-    (au.INJECTION_MATCHES_LENSTRONOMY, au.INJECTION_PHYSICS_VALID),
+    (au.INJECTION_MATCHES_LENSTRONOMY, au.INJECTION_PHYSICS_VALID, au.INJECTION_HOSTS_IN_BIN),
 )
 
 TRAINING_SET = Table(
@@ -310,6 +326,8 @@ ALERTS = Table(
 TABLES: tuple[Table, ...] = (
     SWEEP_FILES,
     SWEEPS,
+    PHOTO_Z,
+    SPECTRA,
     KNOWN_LENSES,
     NEGATIVES,
     SELECTION_FUNNEL,

@@ -13,6 +13,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 EXPECTED_ASSETS = {
     "survey/sweep_files",
     "survey/sweeps",
+    "survey/photo_z",
+    "survey/spectra",
     "survey/known_lenses",
     "catalog/negatives",
     "catalog/selection_funnel",
