@@ -35,7 +35,7 @@ from darkhaloscope.evaluation.scoring import (
     score_batches,
 )
 from darkhaloscope.imaging.cutout_table import load_stamps
-from darkhaloscope.lensing.bank import plan_grid
+from darkhaloscope.lensing.bank import plan_grid, plan_summary, table_conditioning, with_conditioning
 from darkhaloscope.search.gallery import GALLERY_FILE
 from darkhaloscope.search.grades import published_graded_lens_ids
 from darkhaloscope.stamps import from_tensor_column
@@ -68,7 +68,7 @@ def _key(table: Table) -> dg.AssetKey:
     return dg.AssetKey(list(table.key))
 
 
-SCORE_ASSET = dict(code_version="3", kinds={"pytorch", "parquet"}, pool="gpu", deps=[_key(LENS_FINDER)])
+SCORE_ASSET = dict(code_version="4", kinds={"pytorch", "parquet"}, pool="gpu", deps=[_key(LENS_FINDER)])
 
 
 @lake_asset(CUTOUT_SCORES, ins={"cutouts": dg.AssetIn(list(CUTOUTS.key))}, **SCORE_ASSET)
@@ -144,7 +144,7 @@ def thresholds(context: dg.AssetExecutionContext, lake: LakeResource, cutout_sco
 @lake_asset(
     SELECTION_FUNCTION,
     SELECTION_MARGINALS,
-    code_version="5",
+    code_version="6",
     kinds={"parquet"},
     ins={
         "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
@@ -165,12 +165,21 @@ def selection_function(
     their outcome), cells below the minimum count flagged; marginal completeness; heatmaps and
     marginal curves stored as PNG beside the table (``artifact=figures``)."""
     theta_e, z_l = plan_grid(injection_plan)
-    sel, marg, figures = selection_products(injection_rows(injection_scores, "injection"), thresholds, theta_e, z_l)
+    insufficient = [(c["theta_e_arcsec"], c["z_l"]) for c in plan_summary(injection_plan).get("insufficient_cells", [])]
+    sel, marg, figures = selection_products(
+        injection_rows(injection_scores, "injection"), thresholds, theta_e, z_l, insufficient
+    )
+    conditioning = table_conditioning(injection_plan) or {}
+    sel, marg = with_conditioning(sel, conditioning), with_conditioning(marg, conditioning)
     staged = staged_table(context, SELECTION_FUNCTION)
     for name, png in figures.items():
         staged.write_bytes(name, png, subfolder=FIGURES)
     staged.write(sel)
-    md = {"nonempty_cells": int(pc.sum(pc.greater(sel.column("n_valid"), 0)).as_py() or 0), "figures": sorted(figures)}
+    md = {
+        "nonempty_cells": int(pc.sum(pc.greater(sel.column("n_valid"), 0)).as_py() or 0),
+        "figures": sorted(figures),
+        "conditioning": conditioning,
+    }
     return Publish(
         {SELECTION_FUNCTION: staged, SELECTION_MARGINALS: marg},
         audits={SELECTION_FUNCTION: [au.nonempty_cells_audit(checks.SELECTION_FUNCTION_COVERAGE, sel)]},
@@ -214,7 +223,7 @@ def real_lens_recall(
 
 @lake_asset(
     EVALUATION_REPORT,
-    code_version="4",
+    code_version="5",
     kinds={"html"},
     deps=[_key(VISUAL_GRADES)],
     ins={
@@ -266,6 +275,7 @@ def evaluation_report(
         lens_finder_row=lens_finder.to_pylist()[0],
         lake_uri=store.uri,
         gallery_uri=store.full_uri(f"{store.table_path(*CANDIDATE_GALLERY.key)}/{GALLERY_FILE}"),
+        conditioning=table_conditioning(selection_function),
     ).encode("utf-8")
     staged = staged_table(context, EVALUATION_REPORT)
     staged.write_bytes("report.html", html)

@@ -24,7 +24,9 @@ from darkhaloscope.lensing.bank import (
     plan_injection_grid,
     plan_summary,
     render_injection_batch,
+    selection_conditioning,
     selection_hosts,
+    with_conditioning,
 )
 from darkhaloscope.lensing.hosts import HOST_ROW_COLUMNS, calibrate_sigma_relation, host_lens_properties
 from darkhaloscope.lensing.verify import lenstronomy_agreement, physics_problems
@@ -116,7 +118,8 @@ def injection_plan(
     props, host_counts = host_lens_properties(ids.to_numpy(), rows, photo_z, spectra, relation)
     for field in props.schema:
         hosts = hosts.append_column(field, props.column(field.name))
-    tasks = plan_injection_grid(hosts, cfg)
+    conditioning = selection_conditioning(cfg, config.host_types, relation.to_dict(), host_counts)
+    tasks = with_conditioning(plan_injection_grid(hosts, cfg), conditioning)
     md = {
         "plan": plan_summary(tasks),
         "realisation": config.realisation,

@@ -345,6 +345,25 @@ def _selection_sections(ids: _Ids, selection, selection_heatmaps, marginals, max
     return parts
 
 
+def _conditioning_section(conditioning: Mapping | None) -> list[str]:
+    """What C(θ_E, z_l) is conditioned on: one row per item, nested values as JSON."""
+    import json
+
+    parts = ["<h2>What the selection function is conditioned on</h2>"]
+    if not conditioning:
+        return parts + [_MISSING]
+    parts.append(
+        '<p class="note">C(θ_E, z_l) is the completeness of the injections drawn from these priors into these '
+        "hosts; it predicts the lenses of another population only where what decides detection is the same.</p>"
+    )
+    rows = "".join(
+        f"<tr><th>{html.escape(str(k))}</th><td><code>"
+        f"{html.escape(v if isinstance(v, str) else json.dumps(v, sort_keys=True))}</code></td></tr>"
+        for k, v in conditioning.items()
+    )
+    return parts + [f'<table id="table-conditioning">{rows}</table>']
+
+
 def _mosaic_sections(ids: _Ids, mosaics) -> list[str]:
     """Example-cutout mosaics, one captioned figure each."""
     parts = ["<h2>Example cutouts</h2>"]
@@ -376,6 +395,7 @@ def build_report(
     mosaics: Mapping[str, bytes] | None = None,
     provenance: Mapping[str, object] | None = None,
     gallery_uri: str | None = None,
+    conditioning: Mapping | None = None,
     max_table_rows: int = 200,
 ) -> str:
     """One static, self-contained HTML page of the evaluation.
@@ -400,6 +420,8 @@ def build_report(
         to the PNG of :func:`plots.mosaic_png`.
     provenance : key/value pairs printed at the top (model, code version, data versions).
     gallery_uri : where the survey search's candidate gallery is published (a link; no section without it).
+    conditioning : what the selection function is conditioned on (priors, cosmology, host selection,
+        σ_v relation, grid, injections per cell), shown beside it.
 
     Returns the HTML text (UTF-8); identical inputs give an identical page.
     """
@@ -409,6 +431,7 @@ def build_report(
         parts.append(_provenance_html(provenance))
     parts += _model_sections(ids, gates, validation, calibration, reliability, model_choice, comparison, max_table_rows)
     parts += _score_sections(ids, roc, aurocs, thresholds, recall, max_table_rows)
+    parts += _conditioning_section(conditioning)
     parts += _selection_sections(ids, selection, selection_heatmaps, marginals, max_table_rows)
     parts.append("<h2>False-positive rate by pool and confuser category</h2>")
     parts.append(

@@ -36,6 +36,8 @@ PSF_BAND_SCALE_FROM_R = {"g": 1.05, "r": 1.0, "z": 0.94}
 LENS_Q_RANGE = (0.5, 1.0)
 #: Metadata key holding the planning summary (JSON) on a task table's schema.
 PLAN_SUMMARY_KEY = b"dhs_plan_summary"
+#: Metadata key holding what a selection function is conditioned on (JSON), on the plan and its products.
+CONDITIONING_KEY = b"dhs_conditioning"
 #: Host columns a plan reads; dx_pix, dy_pix: the host's sub-pixel offset from its stamp's centre
 #: pixel (cutouts are cut at the nearest pixel), where the lens is centred.
 HOST_COLUMNS = (
@@ -560,6 +562,49 @@ def plan_injection_grid(hosts: pa.Table, config: InjectionConfig = InjectionConf
         ),
     }
     return _with_summary(table, summary)
+
+
+def selection_conditioning(cfg: InjectionConfig, host_types, relation: dict, host_counts: dict) -> dict:
+    """What a selection function measured on a plan of ``cfg`` is conditioned on: the priors, the
+    cosmology, the host selection (types, splits, redshift and σ_v rules, ``host_counts``), the
+    luminosity–σ relation (``SigmaRelation.to_dict``), the grid and the injections per cell."""
+    return {
+        "grid": {
+            "theta_e_arcsec": list(cfg.theta_e_grid),
+            "z_l": list(cfg.z_l_grid),
+            "z_l_bins": "grid centre ± half the step; the lens redshift is the host's",
+        },
+        "injections_per_cell": cfg.per_cell,
+        "cosmology": cfg.cosmology,
+        "sigma_v_range_kms": list(cfg.sigma_v_range),
+        "host_selection": {
+            "types": list(host_types),
+            "splits": None if cfg.host_splits is None else list(cfg.host_splits),
+            "quality": "negatives passing the cutout quality gate, none graded a lens",
+            "redshift": "SDSS spec-z (ZWARNING 0, CLASS GALAXY), else the DR10 photo-z median (Zhou et al. 2023)",
+            "sigma_v": "SDSS VDISP (VDISP_ERR its sd) where measured, else the luminosity–σ relation with its scatter",
+            "weighting": "each (host, z_s) accepted with probability ∝ N(log σ_v needed; host's log σ_v distribution)",
+            "min_hosts_per_cell": cfg.min_hosts_per_cell,
+            "lens_shape": "the host light's axis ratio and angle plus the lens_q_offset, lens_phi_offset_rad priors",
+            "counts": host_counts,
+        },
+        "sigma_v_relation": relation,
+        "priors": {k: [p.kind, p.lo, p.hi, p.mu, p.sigma] for k, p in sorted(cfg.priors.priors.items())},
+        "seed_salt": cfg.salt,
+    }
+
+
+def with_conditioning(table: pa.Table, conditioning: dict) -> pa.Table:
+    """``table`` with ``conditioning`` (JSON) in its schema metadata, other metadata kept."""
+    meta = dict(table.schema.metadata or {})
+    meta[CONDITIONING_KEY] = json.dumps(conditioning, sort_keys=True).encode()
+    return table.replace_schema_metadata(meta)
+
+
+def table_conditioning(table: pa.Table) -> dict | None:
+    """The conditioning recorded on a table's schema (None when it carries none)."""
+    raw = (table.schema.metadata or {}).get(CONDITIONING_KEY)
+    return json.loads(raw) if raw else None
 
 
 def plan_grid(tasks: pa.Table) -> tuple[list[float], list[float]]:
