@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from darkhaloscope.constants import flux_to_mag
 from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation import (
     fpr_by_confuser as fpr_table,
@@ -24,6 +25,12 @@ from darkhaloscope.evaluation import (
 from darkhaloscope.evaluation import (
     thresholds_from_negatives,
     usable_thresholds,
+)
+from darkhaloscope.evaluation.closure import (
+    CLOSURE_SCHEMA,
+    calibration_table,
+    closure_table,
+    fit_selection_model,
 )
 from darkhaloscope.evaluation.products import FIGURES, report_html, selection_products
 from darkhaloscope.evaluation.scoring import (
@@ -36,11 +43,12 @@ from darkhaloscope.evaluation.scoring import (
 )
 from darkhaloscope.imaging.cutout_table import load_stamps
 from darkhaloscope.lensing.bank import plan_grid, plan_summary, table_conditioning, with_conditioning
+from darkhaloscope.search.candidates import choose_threshold
 from darkhaloscope.search.gallery import GALLERY_FILE
 from darkhaloscope.search.grades import published_graded_lens_ids
 from darkhaloscope.stamps import from_tensor_column
 from lakehouse import audits as au
-from resources import ComputeResource, LakeResource
+from resources import ComputeResource, LakeResource, SurveyResource
 from table_registry import audits as checks
 from table_registry.tables import (
     CANDIDATE_GALLERY,
@@ -53,8 +61,12 @@ from table_registry.tables import (
     INJECTION_SCORES,
     LENS_FINDER,
     REAL_LENS_RECALL,
+    SEARCH_SCORES,
+    SELECTION_CLOSURE,
     SELECTION_FUNCTION,
     SELECTION_MARGINALS,
+    SELECTION_MODEL,
+    SWEEPS,
     THRESHOLDS,
     TRAINING_SET,
     VISUAL_GRADES,
@@ -188,6 +200,95 @@ def selection_function(
 
 
 @lake_asset(
+    SELECTION_MODEL,
+    code_version="1",
+    kinds={"parquet"},
+    ins={"thresholds": dg.AssetIn(list(THRESHOLDS.key)), "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key))},
+)
+def selection_model(
+    context: dg.AssetExecutionContext, lake: LakeResource, thresholds: pa.Table, injection_scores: ds.Dataset
+) -> Publish:
+    """P(detected | θ_E, arc S/N, lens z magnitude) at the search's threshold (the strictest usable,
+    as ``candidates``): a logistic fit over the valid injections and its refits on host-bootstrap
+    resamples (``darkhaloscope.evaluation.closure``); evaluate it at any parameters with
+    ``closure.detection_probability``. Its calibration against the injections by arc S/N is in the
+    metadata."""
+    name, value = choose_threshold(thresholds)
+    injections = injection_rows(injection_scores, "injection")
+    model = fit_selection_model(injections, name, value)
+    calib = calibration_table(model, injections).to_pylist()
+    return Publish({SELECTION_MODEL: model}, metadata={SELECTION_MODEL: {"threshold": name, "calibration": calib}})
+
+
+@lake_asset(
+    SELECTION_CLOSURE,
+    code_version="1",
+    kinds={"parquet"},
+    ins={
+        "selection_model": dg.AssetIn(list(SELECTION_MODEL.key)),
+        "search_scores": dg.AssetIn(list(SEARCH_SCORES.key)),
+        "training_set": dg.AssetIn(list(TRAINING_SET.key)),
+        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
+    },
+    deps=[_key(SWEEPS)],
+)
+def selection_closure(
+    context: dg.AssetExecutionContext,
+    lake: LakeResource,
+    survey: SurveyResource,
+    selection_model: pa.Table,
+    search_scores: ds.Dataset,
+    training_set: ds.Dataset,
+    injection_plan: pa.Table,
+) -> Publish:
+    """On the mock survey, the hidden lenses the search recovers (host scored above the selection
+    model's threshold) against the number the selection model predicts at their θ_E, arc S/N and
+    lens magnitude, per θ_E bin of the grid and overall, with the pull. Hidden lenses whose host the
+    lens finder saw in training (train or val rows of ``training_set``) are left out and counted: the
+    selection function is measured on hosts it never saw. The truth is read here only, from the mock
+    survey's files, never by a training or evaluation input. On a real survey the table is empty."""
+    import pyarrow.parquet as pq
+
+    if not survey.is_mock:
+        md = {"skipped": "not the mock survey: no hidden-lens truth"}
+        return Publish({SELECTION_CLOSURE: CLOSURE_SCHEMA.empty_table()}, metadata={SELECTION_CLOSURE: md})
+    truth = pq.read_table(survey.mock_manifest().hidden_truth_path)
+    seen = pc.is_in(truth.column("object_id"), training_set.to_table(columns=["object_id"]).column("object_id"))
+    hidden = truth.filter(pc.invert(seen))
+    ids = hidden.column("object_id")
+    rows = (
+        lake.lake()
+        .table(*SWEEPS.key)
+        .dataset()
+        .to_table(columns=["object_id", "flux_z", "mw_transmission_z"], filter=pc.field("object_id").isin(ids))
+    )
+    order = pc.index_in(ids, rows.column("object_id")).to_numpy(zero_copy_only=False)
+    flux = (
+        rows.column("flux_z").to_numpy(zero_copy_only=False)[order]
+        / rows.column("mw_transmission_z").to_numpy(zero_copy_only=False)[order]
+    )
+    hidden = hidden.append_column("lens_mag_z", pa.array(flux_to_mag(flux)))
+    threshold = float(selection_model.column("threshold")[0].as_py())
+    scored = search_scores.to_table(columns=["object_id", "score", "valid"], filter=pc.field("object_id").isin(ids))
+    above = pc.and_(scored.column("valid"), pc.greater(scored.column("score"), threshold))
+    found = set(scored.filter(above).column("object_id").to_pylist())
+    recovered = [oid in found for oid in ids.to_pylist()]
+    theta_e, _ = plan_grid(injection_plan)
+    table = closure_table(selection_model, hidden, recovered, theta_e)
+    overall = table.filter(pc.equal(table.column("bin"), "all")).to_pylist()[0]
+    md = {
+        "threshold": overall["threshold_name"],
+        "n_hidden_truth": truth.num_rows,
+        "n_hidden_seen_in_training": truth.num_rows - hidden.num_rows,
+        "n_hidden_not_scored": len(set(ids.to_pylist()) - set(scored.column("object_id").to_pylist())),
+        "pull_all": overall["pull"],
+        "n_recovered_all": overall["n_recovered"],
+        "n_predicted_all": round(overall["n_predicted"], 2),
+    }
+    return Publish({SELECTION_CLOSURE: table}, metadata={SELECTION_CLOSURE: md})
+
+
+@lake_asset(
     REAL_LENS_RECALL,
     FPR_BY_CONFUSER,
     code_version="3",
@@ -237,6 +338,7 @@ def real_lens_recall(
         "injection_bank": dg.AssetIn(list(INJECTION_BANK.key)),
         "cutouts": dg.AssetIn(list(CUTOUTS.key)),
         "lens_finder": dg.AssetIn(list(LENS_FINDER.key)),
+        "selection_closure": dg.AssetIn(list(SELECTION_CLOSURE.key)),
     },
 )
 def evaluation_report(
@@ -252,6 +354,7 @@ def evaluation_report(
     injection_bank: ds.Dataset,
     cutouts: ds.Dataset,
     lens_finder: pa.Table,
+    selection_closure: pa.Table,
 ) -> Publish:
     """One static HTML page beside its index row: ROC curves and their areas with bootstrap
     intervals, the selection function and its marginals, the recall table, the lens finder's
@@ -276,6 +379,7 @@ def evaluation_report(
         lake_uri=store.uri,
         gallery_uri=store.full_uri(f"{store.table_path(*CANDIDATE_GALLERY.key)}/{GALLERY_FILE}"),
         conditioning=table_conditioning(selection_function),
+        closure=selection_closure,
     ).encode("utf-8")
     staged = staged_table(context, EVALUATION_REPORT)
     staged.write_bytes("report.html", html)
@@ -296,5 +400,14 @@ def _injection_images(bank: ds.Dataset, injection_ids) -> dict:
 
 
 evaluation_defs = dg.Definitions(
-    assets=[cutout_scores, injection_scores, thresholds, selection_function, real_lens_recall, evaluation_report]
+    assets=[
+        cutout_scores,
+        injection_scores,
+        thresholds,
+        selection_function,
+        selection_model,
+        selection_closure,
+        real_lens_recall,
+        evaluation_report,
+    ]
 )

@@ -104,7 +104,7 @@ def _gauss(ids, seed, what) -> np.ndarray:
 
 def _mags(rows: pa.Table) -> dict[str, np.ndarray]:
     out = {}
-    for b in "griz":
+    for b in [b for b in "griz" if f"mw_transmission_{b}" in rows.column_names]:
         f = np.asarray(rows.column(f"flux_{b}").to_numpy(), np.float64)
         mw = np.asarray(rows.column(f"mw_transmission_{b}").to_numpy(), np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -164,7 +164,11 @@ def lens_truth_overrides(truths: list[pa.Table]) -> dict[int, tuple[float, float
     return out
 
 
-def _galaxy_truth(rows: pa.Table, seed: int, lenses: dict[int, tuple[float, float]]) -> dict[str, np.ndarray]:
+def galaxy_z_and_sigma(rows: pa.Table, seed: int) -> dict[str, np.ndarray]:
+    """The mock's truth of catalog ``rows`` (object_id, type, flux and mw_transmission in r and z, and
+    in g and i when present): ``ids``, ``classes``, dereddened ``mags``, true redshift ``z`` and
+    ``log_sigma`` (log10 km/s, the relation plus the galaxy's own scatter; NaN without an r flux).
+    The same for a row whichever table holds it (draws keyed by object id)."""
     ids = np.asarray(rows.column("object_id").to_numpy(), np.int64)
     classes = type_classes(rows.column("type").to_pylist())
     mags = _mags(rows)
@@ -172,11 +176,17 @@ def _galaxy_truth(rows: pa.Table, seed: int, lenses: dict[int, tuple[float, floa
     log_sig = np.full(len(ids), np.nan)
     ok = np.isfinite(mags["r"])
     log_sig[ok] = mock_log_sigma(mags["r"][ok], z[ok], classes[ok]) + SIGMA_SCATTER_DEX * _gauss(ids[ok], seed, "sigma")
+    return {"ids": ids, "classes": classes, "mags": mags, "z": z, "log_sigma": log_sig}
+
+
+def _galaxy_truth(rows: pa.Table, seed: int, lenses: dict[int, tuple[float, float]]) -> dict[str, np.ndarray]:
+    t = galaxy_z_and_sigma(rows, seed)
+    ids, z, log_sig = t["ids"], t["z"], t["log_sigma"]
     is_lens = np.array([int(i) in lenses for i in ids], dtype=bool)
     for i in np.flatnonzero(is_lens):
         z[i], s = lenses[int(ids[i])]
         log_sig[i] = math.log10(s)
-    return {"ids": ids, "classes": classes, "mags": mags, "z": z, "log_sigma": log_sig, "is_lens": is_lens}
+    return {**t, "is_lens": is_lens}
 
 
 def _photo_z_columns(rows: pa.Table, truth: dict, seed: int, suffix: str) -> dict[str, np.ndarray]:

@@ -11,6 +11,7 @@ import pyarrow as pa
 from darkhaloscope.catalog.crossmatch import POSITIVE_SCHEMA
 from darkhaloscope.catalog.cuts import FUNNEL_SCHEMA, NEGATIVE_SCHEMA, SELECTION_COLUMN
 from darkhaloscope.catalog.sampling import CATALOG_SCHEMA
+from darkhaloscope.evaluation.closure import CLOSURE_SCHEMA, SELECTION_MODEL_SCHEMA
 from darkhaloscope.evaluation.recall import CONFUSER_SCHEMA, RECALL_SCHEMA
 from darkhaloscope.evaluation.selection import MARGINAL_SCHEMA, SELECTION_SCHEMA
 from darkhaloscope.evaluation.thresholds import THRESHOLD_SCHEMA
@@ -218,6 +219,20 @@ INJECTION_PLAN = Contract(
         "host_z_source": ("spec", "phot"),
         "sigma_v_source": ("measured", "relation"),
     },
+)
+
+
+SELECTION_MODEL = Contract(
+    table="selection_model",
+    columns=_columns(SELECTION_MODEL_SCHEMA),
+    key=("threshold_name", "replica"),
+    ranges=(Range("replica", 0, None), Range("n_injections", 1, None)),
+)
+SELECTION_CLOSURE = Contract(
+    table="selection_closure",
+    columns=_columns(CLOSURE_SCHEMA),
+    key=("threshold_name", "bin"),
+    ranges=(Range("n_hidden", 0, None), Range("n_recovered", 0, None), Range("n_predicted_sd", 0.0, None)),
 )
 
 

@@ -239,6 +239,23 @@ SELECTION_MARGINALS = Table(
     None,
     (au.SELECTION_MARGINALS_CONTRACT,),
 )
+SELECTION_MODEL = Table(
+    "evaluation",
+    "selection_model",
+    "P(detected | θ_E, arc S/N, lens z mag) at the search's threshold: a logistic fit over the injections, "
+    "with host-bootstrap refits",
+    c.SELECTION_MODEL,
+    None,
+    (au.SELECTION_MODEL_CONTRACT,),
+)
+SELECTION_CLOSURE = Table(
+    "evaluation",
+    "selection_closure",
+    "hidden lenses the search recovers against the number the selection model predicts, per θ_E bin (mock)",
+    c.SELECTION_CLOSURE,
+    None,
+    (au.SELECTION_CLOSURE_CONTRACT,),
+)
 REAL_LENS_RECALL = Table(
     "evaluation",
     "real_lens_recall",
@@ -345,6 +362,8 @@ TABLES: tuple[Table, ...] = (
     THRESHOLDS,
     SELECTION_FUNCTION,
     SELECTION_MARGINALS,
+    SELECTION_MODEL,
+    SELECTION_CLOSURE,
     REAL_LENS_RECALL,
     FPR_BY_CONFUSER,
     EVALUATION_REPORT,

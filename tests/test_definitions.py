@@ -32,6 +32,8 @@ EXPECTED_ASSETS = {
     "evaluation/thresholds",
     "evaluation/selection_function",
     "evaluation/selection_marginals",
+    "evaluation/selection_model",
+    "evaluation/selection_closure",
     "evaluation/real_lens_recall",
     "evaluation/fpr_by_confuser",
     "evaluation/evaluation_report",

@@ -17,10 +17,10 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.lensing.render import arc_snr
 from darkhaloscope.survey.known_lenses import load_known_lenses
 from darkhaloscope.survey.sweeps import read_sweep
-from mock_survey.hidden_lenses import HIDDEN_LENS_TRUTH_SCHEMA, flux_scale_for_snr
+from mock_survey.hidden_lenses import HIDDEN_LENS_TRUTH_SCHEMA, HOST_COLUMNS, flux_scale_for_snr
 from mock_survey.lenses import lens_catalog_rows, mock_sky_with_lenses
 from mock_survey.paths import HIDDEN_LENS_TRUTH_RELPATH, mock_survey_root
-from mock_survey.sky import MOCK_SKY_COLUMNS, mock_sky_noise_key
+from mock_survey.sky import mock_sky_noise_key
 from mock_survey.survey import MockSurveyConfig, generate_mock_survey
 from resources.settings import setting, validate
 
@@ -40,7 +40,7 @@ def surveys(tmp_path_factory):
     out = {}
     for name, seed in (("a", 0), ("b", 0), ("one", 1)):
         m = generate_mock_survey(tmp_path_factory.mktemp(f"mock_{name}"), config(seed))
-        cat = pa.concat_tables([read_sweep(p, columns=MOCK_SKY_COLUMNS) for p in m.sweep_files])
+        cat = pa.concat_tables([read_sweep(p, columns=HOST_COLUMNS) for p in m.sweep_files])
         out[name] = (m, cat, pq.read_table(m.hidden_truth_path))
     return out
 
@@ -86,8 +86,16 @@ def test_hidden_lenses_are_unknown_catalog_galaxies_spanning_snr_and_theta_e(sur
     rows = lens_catalog_rows(hidden, cat)  # each hidden lens is a catalog galaxy, at its position
     assert set(rows.column("type").to_pylist()) <= {"DEV", "SER"}
     snr, te = hidden.column("arc_snr").to_numpy(), hidden.column("theta_e_arcsec").to_numpy()
-    assert snr.min() < 3 and snr.max() > 60 and te.min() < 1.2 and te.max() > 2.2
-    assert np.all((te >= 0.6) & (te <= 3.0)) and np.all(hidden.column("arc_flux_r").to_numpy() > 0)
+    assert snr.min() < 3 and snr.max() > 60 and te.max() - te.min() > 0.5
+    assert np.all((te >= 0.5) & (te <= 3.0)) and np.all(hidden.column("arc_flux_r").to_numpy() > 0)
+    # the lens is the host's own: its true redshift and sigma_v give z_lens and theta_E
+    from darkhaloscope.lensing.cosmology import theta_e_from_sigma_v
+    from mock_survey.redshifts import galaxy_z_and_sigma
+
+    host = galaxy_z_and_sigma(rows, 0)
+    np.testing.assert_allclose(hidden.column("z_lens").to_numpy(), host["z"])
+    zs = hidden.column("z_source").to_numpy()
+    np.testing.assert_allclose(te, theta_e_from_sigma_v(10 ** host["log_sigma"], host["z"], zs), rtol=1e-9)
 
 
 def test_hidden_arcs_are_in_the_sky_with_their_truth_flux_and_snr(surveys):

@@ -98,11 +98,13 @@ def report_html(
     lake_uri: str,
     gallery_uri: str | None = None,
     conditioning: Mapping | None = None,
+    closure: pa.Table | None = None,
 ) -> str:
     """The evaluation report page. ``figure(name)`` returns a stored figure; ``cutout_stamps(ids)``
     the cutouts' images (N, 3, 101, 101); ``injection_stamps(ids)`` {injection id: image};
     ``gallery_uri`` where the search's candidate gallery is published; ``conditioning`` what the
-    selection function is conditioned on (``lensing.bank.selection_conditioning``)."""
+    selection function is conditioned on (``lensing.bank.selection_conditioning``); ``closure`` the
+    ``selection_closure`` table (hidden lenses found against predicted)."""
     usable = usable_thresholds(thresholds)
     curves = {
         "injections vs paired controls": roc_inputs(injections, controls),
@@ -148,4 +150,5 @@ def report_html(
         },
         gallery_uri=gallery_uri,
         conditioning=conditioning,
+        closure=closure,
     )

@@ -396,6 +396,7 @@ def build_report(
     provenance: Mapping[str, object] | None = None,
     gallery_uri: str | None = None,
     conditioning: Mapping | None = None,
+    closure: pa.Table | None = None,
     max_table_rows: int = 200,
 ) -> str:
     """One static, self-contained HTML page of the evaluation.
@@ -422,6 +423,8 @@ def build_report(
     gallery_uri : where the survey search's candidate gallery is published (a link; no section without it).
     conditioning : what the selection function is conditioned on (priors, cosmology, host selection,
         σ_v relation, grid, injections per cell), shown beside it.
+    closure : table of :func:`closure.closure_table`: the mock's hidden lenses the search found
+        against the number the selection model predicts.
 
     Returns the HTML text (UTF-8); identical inputs give an identical page.
     """
@@ -433,6 +436,16 @@ def build_report(
     parts += _score_sections(ids, roc, aurocs, thresholds, recall, max_table_rows)
     parts += _conditioning_section(conditioning)
     parts += _selection_sections(ids, selection, selection_heatmaps, marginals, max_table_rows)
+    parts.append("<h2>Closure: the selection function against the hidden lenses the search found</h2>")
+    if closure is not None and closure.num_rows:
+        parts.append(
+            '<p class="note">Per θ_E bin and overall: hidden lenses of the mock sky whose host the finder never saw, '
+            "the number the selection model P(detected | θ_E, arc S/N, lens z mag) predicts, its standard deviation "
+            "(model and sampling), the number the search recovered at the threshold, and the pull.</p>"
+        )
+        parts.append(table_html(closure, max_rows=max_table_rows, el_id=ids("table", "closure")))
+    else:
+        parts.append('<p class="note">No hidden-lens truth (not the mock survey): no closure test.</p>')
     parts.append("<h2>False-positive rate by pool and confuser category</h2>")
     parts.append(
         table_html(fpr_by_confuser, max_rows=max_table_rows, el_id=ids("table", "fpr-by-confuser"))
