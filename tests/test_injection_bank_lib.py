@@ -100,6 +100,14 @@ def test_plan_grid_hosts_at_their_redshift_with_their_own_sigma():
     np.testing.assert_allclose(sigma_v_from_theta_e(d["theta_e_arcsec"], d["z_l"], d["z_s"]), sv, rtol=1e-12)
     assert set(d["theta_e_arcsec"]) <= set(cfg.theta_e_values())
     assert np.all(np.array(d["z_s"]) > np.array(d["z_l"]))
+    # θ_E follows from the host's σ_v at the host's redshift, as lenstronomy's LensCosmo has it
+    from lenstronomy.Cosmo.lens_cosmo import LensCosmo
+
+    from darkhaloscope.lensing.cosmology import get_cosmology
+
+    for i in range(0, tasks.num_rows, max(1, tasks.num_rows // 7)):
+        lc = LensCosmo(z_lens=d["host_z"][i], z_source=d["z_s"][i], cosmo=get_cosmology("planck18"))
+        assert lc.sis_sigma_v2theta_E(d["sigma_v_kms"][i]) == pytest.approx(d["theta_e_arcsec"][i], rel=1e-6)
     # the lens follows the host light: q within the offset prior of 0.8, angle near the host's
     assert np.all(np.abs(np.array(d["lens_q"]) - 0.8) <= 0.3 + 1e-9) and np.std(d["lens_q"]) < 0.15
     # theta_E = 3" at z_l = 0.9 needs sigma_v ~ 400 km/s, 5 sd above every host's 160: insufficient

@@ -5,7 +5,7 @@ Units: angles in arcsec, fluxes in nanomaggies (AB ZP 22.5), velocity dispersion
 float32 [band, y, x] in nmgy/pixel (bands g, r, z), host centred at pixel ((S-1)/2, (S-1)/2).
 
 Determinism: every random quantity of a task comes from its ``seed`` = a stable hash of (salt,
-index) (priors by ``unit_hash_array(seed, salt=parameter)``, clumps and Poisson noise by generators
+cell, candidate number) (priors by ``unit_hash_array(seed, salt=parameter)``, clumps and Poisson noise by generators
 seeded from the seed), and all physical parameters are frozen into the task table at planning
 time, so rendering is a pure function of (task row, host pixels) and reruns give the same bytes.
 """
