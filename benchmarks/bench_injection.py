@@ -2,7 +2,7 @@
 engine against lenstronomy written the way a lenstronomy user would for the same physics.
 
 The peer at its best:
-- lens ``SIE`` + ``SHEAR`` (``EPL`` is ~4x slower and serves only as the accuracy reference);
+- lens ``SIE`` + ``SHEAR`` (``EPL`` is slower and serves only as the accuracy reference);
 - lenstronomy's own adaptive supersampling (``compute_mode='adaptive'``, factor 4) on the pixels
   where the arc is: its ss = 1 unconvolved image above 1e-4 of its peak, grown by 2 pixels, plus
   the pixels within 2 pixels of the lens centre (the engine refines a comparable region: both
@@ -20,7 +20,7 @@ engine's 2-core figure (lenstronomy's numpy path is single-threaded).
 Accuracy in the same run: the engine against lenstronomy SIE at full ss = 4 (the same numerics
 without adaptivity), and against lenstronomy EPL(gamma = 2) + SHEAR at full ss = 4 (the reference
 of tests/test_lensing_vs_lenstronomy.py); lenstronomy's adaptive images against the same.
-Prints one JSON line.  Usage: python benchmarks/bench_injection.py [--n 512] [--n-ref 48] [--threads 1]
+Prints one JSON line.  Usage: python -m benchmarks.bench_injection [--n 512] [--n-ref 48] [--threads 1]
 """
 
 from __future__ import annotations

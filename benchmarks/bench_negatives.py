@@ -13,7 +13,7 @@ benchmarks/out/, and measures:
 - the same through Spark local[2] (negatives_on_spark: one task per sweep file on the executors)
   for lakes holding 1, 2 and 4 of the files, against the in-process loop over the same files.
 
-Run: ``python benchmarks/bench_negatives.py [--rows 3000000]`` (the single-core figures hold Arrow,
+Run: ``python -m benchmarks.bench_negatives [--rows 3000000]`` (the single-core figures hold Arrow,
 numpy and DuckDB to one thread; Spark local[2] gets the machine's two cores).
 """
 
@@ -23,25 +23,19 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+from darkhaloscope.catalog.cuts import KnownLensIndex, NegativeSelectionConfig, cut_masks, select_negatives
+from darkhaloscope.catalog.sweep_tasks import build_negative_partition, sweep_file_names
+from lakehouse.lake import PART_FILE, Lake
+from table_registry import tables as T
+from tests.spark_fixtures import known_lenses_table, synthetic_sweeps
 
-from darkhaloscope.catalog.cuts import KnownLensIndex, NegativeSelectionConfig, cut_masks, select_negatives  # noqa: E402
-from darkhaloscope.catalog.sweep_tasks import build_negative_partition, sweep_file_names  # noqa: E402
-from darkhaloscope.survey.sweeps import SWEEPS_TABLE  # noqa: E402
-from lakehouse.lake import PART_FILE, Lake  # noqa: E402
-from tests.spark_fixtures import known_lenses_table, synthetic_sweeps  # noqa: E402
-
-OUT = ROOT / "benchmarks" / "out"
+OUT = Path(__file__).resolve().parent / "out"
 
 
 def make_input(rows: int) -> Path:
@@ -73,22 +67,18 @@ def lake_with_files(rows: int, k: int) -> Lake:
     own sweep file (partition files are hard links into one store)."""
     store = Lake(str(OUT / "lake_store"))
     names = [f"sweep-{150 + 5 * i:03d}p000-{155 + 5 * i:03d}p005.fits" for i in range(4)]
-    if sweep_file_names(store) != names:
+    if sweep_file_names(store.table(*T.SWEEPS.key)) != names:
         base = pq.read_table(make_input(rows))
         for name in names:
             col = pa.array([name] * base.num_rows, pa.string())
-            store.write_table(
-                *SWEEPS_TABLE,
-                base.set_column(base.schema.get_field_index("sweep_file"), "sweep_file", col),
-                partition={"sweep_file": name},
-                row_group_size=131072,
-            )
+            named = base.set_column(base.schema.get_field_index("sweep_file"), "sweep_file", col)
+            store.table(*T.SWEEPS.key).write(named, partition={"sweep_file": name}, row_group_size=131072)
     root = OUT / f"lake_{k}"
     shutil.rmtree(root, ignore_errors=True)
     lake = Lake(str(root))
     for name in names[:k]:
-        src = f"{store.partition_path(*SWEEPS_TABLE, {'sweep_file': name})}/{PART_FILE}"
-        dest = Path(lake.partition_path(*SWEEPS_TABLE, {"sweep_file": name}))
+        src = f"{store.partition_path(*T.SWEEPS.key, {'sweep_file': name})}/{PART_FILE}"
+        dest = Path(lake.partition_path(*T.SWEEPS.key, {"sweep_file": name}))
         dest.mkdir(parents=True)
         os.link(src, dest / PART_FILE)
     return lake
@@ -153,6 +143,10 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=3_000_000)
     ap.add_argument("--master", default="local[2]")
     args = ap.parse_args()
+    # one thread for numpy's and OpenMP's pools in the Spark workers this process starts (they
+    # inherit its environment), as Arrow's below, so that both paths are timed per core
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
     config = NegativeSelectionConfig()
@@ -163,19 +157,22 @@ def main() -> None:
 
     def inproc_run(k: int) -> float:
         t0 = time.perf_counter()
-        for name in sweep_file_names(lakes[k]):
-            build_negative_partition(lakes[k], name, index, config)
+        sweeps, negatives = lakes[k].table(*T.SWEEPS.key), lakes[k].table(*T.NEGATIVES.key)
+        for name in sweep_file_names(sweeps):
+            build_negative_partition(sweeps, name, index, negatives, config)
         return time.perf_counter() - t0
 
     inproc_times = {k: best_of(lambda: inproc_run(k), repeats=2) for k in (1, 2, 4)}
 
-    from darkhaloscope.catalog.spark import negatives_on_spark, spark_session
+    from darkhaloscope.catalog.spark import negatives_on_spark
+    from darkhaloscope.catalog.spark_conf import spark_session
 
     spark = spark_session(args.master, app_name="bench-negatives")
 
     def spark_run(k: int) -> float:
         t0 = time.perf_counter()
-        funnel = negatives_on_spark(spark, lakes[k], lenses, config)
+        sweeps, negatives = lakes[k].table(*T.SWEEPS.key), lakes[k].table(*T.NEGATIVES.key)
+        funnel = negatives_on_spark(spark, sweeps, lenses, negatives, config)
         dt = time.perf_counter() - t0
         sel = sum(v["selected"] for v in funnel.values())
         if sel != k * neg.num_rows:

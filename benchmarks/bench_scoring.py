@@ -3,26 +3,22 @@ at several batch sizes against the obvious baseline (one cutout per forward call
 On a CPU the 101×101 activations of the early stride-1 layers make large batches memory-bound,
 so the score assets use small batches there and large ones on a GPU.
 
-    python benchmarks/bench_scoring.py [--n 512] [--threads 2] [--device cpu|cuda]
+    python -m benchmarks.bench_scoring [--n 512] [--threads 2] [--device cpu|cuda]
 
 Prints one JSON line.
 """
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from darkhaloscope.training.data import synthetic_arrays  # noqa: E402
-from darkhaloscope.training.inference import score_stamps  # noqa: E402
-from darkhaloscope.training.models import build_model  # noqa: E402
-from darkhaloscope.training.preprocess import PreprocessSpec, preprocess  # noqa: E402
+from darkhaloscope.training.data import synthetic_arrays
+from darkhaloscope.training.inference import score_stamps
+from darkhaloscope.training.models import build_model
+from darkhaloscope.training.preprocess import PreprocessSpec, preprocess
 
 
 def main() -> None:

@@ -3,25 +3,28 @@ keep only the score rows and the stamps above the keep-threshold) against the ex
 every stamp into a ``cutouts`` table in the lake, then score that table), in one run.
 
 Both paths read the same 8 mock DR10 bricks (compressed as DR10's are, written once by
-bench_cutouts.py to benchmarks/out/mock_dr10_rice) with BrickImageSource as their assets open it
-(the cutouts stage: every plane of the stamp; the search: images, and invvar at the centre only),
+``benchmarks.bench_cutouts`` to benchmarks/out/mock_dr10_rice) with BrickImageSource as their
+assets open it (the cutouts stage: every plane of the stamp; the search: images, and invvar at the
+centre only),
 score with the demo profile's lens finder (strided ResNet, its preprocessing and its averaging over
 dihedral views, random weights: the cost does not depend on the weights) on the same targets in
 brick order (128 per brick, about DR10's density after the preselection: 45 M galaxies on
-~300,000 bricks), and commit their tables to a local lake. The search scores 256-target chunks, the asset's default, so 4 of them here.
+~300,000 bricks), and commit their tables to a local lake. The search scores 256-target chunks,
+the asset's default, so 4 of them here.
 Prints one JSON line: galaxies per second per core of each path (both use every core torch is
 given), their ratio and the bytes stored per galaxy.
 
 ``--spark`` adds the search's Spark launch (``search.spark.search_on_spark``, what ``launch: spark``
 runs): the same targets, finder and bricks, the lens finder published in a lake and the image
 source opened from its settings as an executor does, the chunks spread over tasks as the launch
-spreads them (one per chunk here, up to the session's default parallelism) on a ``local[cores]``
-session (started before the timing, as the catalog stage's session is up when the search runs),
+spreads them (at most the session's default parallelism: one task per core of the ``local[cores]``
+session, which is started before the timing, as the catalog stage's session is up when the search runs),
 each task loading the finder and scoring on one thread, the partition's tables then written as the
 streamed form writes them. Its ratio to the streamed form is what the DR10 projection's per-core
 rate assumes of a Spark cluster.
 
-    python benchmarks/bench_search.py [--per-brick 128] [--bricks 8] [--repeat 2] [--keep-threshold 0.5] [--device cpu|cuda] [--spark]
+    python -m benchmarks.bench_search [--per-brick 128] [--bricks 8] [--repeat 2] [--keep-threshold 0.5]
+        [--device cpu|cuda] [--spark]
 """
 
 from __future__ import annotations
@@ -31,27 +34,21 @@ import itertools
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import pyarrow as pa
+import torch
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import torch  # noqa: E402
-
-from benchmarks.bench_cutouts import OUT, ensure_bricks, targets  # noqa: E402
-from darkhaloscope.evaluation.scoring import CHECKPOINT, score_batches  # noqa: E402
-from darkhaloscope.imaging.coadd import BrickImageSource  # noqa: E402
-from darkhaloscope.imaging.cutout_table import cutout_batches  # noqa: E402
-from darkhaloscope.imaging.source_settings import ImageSourceSettings  # noqa: E402
-from darkhaloscope.search.spark import search_on_spark  # noqa: E402
-from darkhaloscope.search.streaming import (  # noqa: E402
-    SCORE_CHUNKS,
-    STAMP_CHUNKS,
+from benchmarks.bench_cutouts import OUT, ensure_bricks, targets
+from darkhaloscope.evaluation.scoring import CHECKPOINT_PARTITION, score_batches
+from darkhaloscope.imaging.coadd import BrickImageSource
+from darkhaloscope.imaging.cutout_table import cutout_batches
+from darkhaloscope.imaging.source_settings import ImageSourceSettings
+from darkhaloscope.search.spark import search_on_spark
+from darkhaloscope.search.streaming import (
     STAMP_SCHEMA,
     InflightSearch,
     SearchSettings,
@@ -59,13 +56,14 @@ from darkhaloscope.search.streaming import (  # noqa: E402
     score_schema,
     search_partition,
 )
-from darkhaloscope.search.targets import TARGET_SCHEMA  # noqa: E402
-from darkhaloscope.survey.location import SurveyLocation  # noqa: E402
-from darkhaloscope.training.checkpoint import load_checkpoint, save_checkpoint, write_spec  # noqa: E402
-from darkhaloscope.training.inference import SCORE_BATCH  # noqa: E402
-from darkhaloscope.training.models import build_model  # noqa: E402
-from darkhaloscope.training.profiles import training_profile  # noqa: E402
-from lakehouse.lake import Lake  # noqa: E402
+from darkhaloscope.search.targets import TARGET_SCHEMA
+from darkhaloscope.survey.location import SurveyLocation
+from darkhaloscope.training.checkpoint import load_checkpoint, save_checkpoint, write_spec
+from darkhaloscope.training.inference import SCORE_BATCH
+from darkhaloscope.training.models import build_model
+from darkhaloscope.training.profiles import training_profile
+from lakehouse.lake import Lake
+from table_registry import tables as T
 
 
 def target_table(ra: np.ndarray, dec: np.ndarray) -> pa.Table:
@@ -94,10 +92,10 @@ def lens_finder(folder: str, device: str):
     arch = profile.members[0].arch
     torch.manual_seed(0)
     model = build_model(arch, profile.preprocess.out_channels(3))
-    # an untrained network's scores are arbitrary (with seven input channels this one scored every
-    # target above 0.5 and the search kept every stamp); a trained finder keeps almost none of a
-    # survey's galaxies (lenses are ~1 in 10^4), so the output layer's bias is set to keep none:
-    # the forward pass costs the same
+    # an untrained network's scores are arbitrary (they may put every target above the
+    # keep-threshold, and the run would time stamp writing, not the search: BENCHMARKS.md, the
+    # search row); a trained finder keeps almost none of a survey's galaxies (lenses are ~1 in
+    # 10^4), so the output layer's bias is set to keep none: the forward pass costs the same
     with torch.no_grad():
         [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1].bias.fill_(-10.0)
     spec = save_checkpoint(
@@ -114,10 +112,8 @@ def lens_finder(folder: str, device: str):
 
 def _publish(lake: Lake, tgt: pa.Table, inflight: InflightSearch, n_chunks: int) -> dict:
     """The partition's scores and kept stamps written from the in-flight chunks, as the asset does."""
-    a = lake.write_table(
-        "search", "search_scores", inflight.batches(SCORE_CHUNKS, n_chunks), schema=score_schema(tgt.schema)
-    )
-    b = lake.write_table("search", "search_stamps", inflight.batches(STAMP_CHUNKS, n_chunks), schema=STAMP_SCHEMA)
+    a = lake.table(*T.SEARCH_SCORES.key).write(inflight.batches("scores", n_chunks), schema=score_schema(tgt.schema))
+    b = lake.table(*T.SEARCH_STAMPS.key).write(inflight.batches("stamps", n_chunks), schema=STAMP_SCHEMA)
     inflight.clear()
     return {"bytes": a.bytes + b.bytes, "stamps_kept": b.rows}
 
@@ -126,7 +122,7 @@ def streamed(lake: Lake, tgt: pa.Table, source, model, spec, device: str, keep: 
     """The search_scores asset's path: chunks cut, scored and committed in flight, then the
     partition's scores and kept stamps written from them."""
     t0 = time.perf_counter()
-    inflight = InflightSearch(lake, "bench.fits", spec.data_version)
+    inflight = InflightSearch(lake.inflight(), "bench.fits", spec.data_version)
     run = search_partition(
         tgt, source, model, spec, device, SearchSettings(keep_threshold=keep), inflight, SCORE_BATCH.get(device, 16)
     )
@@ -138,11 +134,14 @@ def on_spark(spark, lake: Lake, tgt: pa.Table, ckpt: str, device: str, keep: flo
     """The Spark launch: the finder published in ``lake``, the chunks scored and committed by Spark
     tasks (each loading the finder and opening the bricks from the settings), then the partition's
     tables written from the in-flight chunks."""
-    shutil.copytree(ckpt, lake.partition_path(*CHECKPOINT))
-    settings = ImageSourceSettings(survey=SurveyLocation(survey=str(OUT)))
+    finder = lake.table(*T.LENS_FINDER.key)
+    shutil.copytree(ckpt, lake.partition_path(*T.LENS_FINDER.key, CHECKPOINT_PARTITION))
+    settings = ImageSourceSettings(survey=SurveyLocation(root=str(OUT)))
     t0 = time.perf_counter()
-    run = search_on_spark(spark, lake, "bench.fits", tgt, settings, device, SearchSettings(keep_threshold=keep))
-    out = _publish(lake, tgt, InflightSearch(lake, "bench.fits", run["model_version"]), run["n_chunks"])
+    run = search_on_spark(
+        spark, finder, lake.inflight(), "bench.fits", tgt, settings, device, SearchSettings(keep_threshold=keep)
+    )
+    out = _publish(lake, tgt, InflightSearch(lake.inflight(), "bench.fits", run["model_version"]), run["n_chunks"])
     return time.perf_counter() - t0, out
 
 
@@ -150,12 +149,11 @@ def materialized(lake: Lake, tgt: pa.Table, source, model, spec, device: str) ->
     t0 = time.perf_counter()
     batches = cutout_batches(tgt.append_column("label", pa.array(np.zeros(tgt.num_rows, np.int8))), source)
     first = next(batches)
-    cut = lake.write_table("imaging", "cutouts", itertools.chain([first], batches), schema=first.schema)
-    scored = score_batches(
-        lake.dataset("imaging", "cutouts"), ["object_id", "label", "split"], "image", "cutout", model, spec, device
-    )
+    cutouts = lake.table(*T.CUTOUTS.key)
+    cut = cutouts.write(itertools.chain([first], batches), schema=first.schema)
+    scored = score_batches(cutouts.dataset(), ["object_id", "label", "split"], "image", "cutout", model, spec, device)
     first = next(scored)
-    sc = lake.write_table("evaluation", "cutout_scores", itertools.chain([first], scored), schema=first.schema)
+    sc = lake.table(*T.CUTOUT_SCORES.key).write(itertools.chain([first], scored), schema=first.schema)
     return time.perf_counter() - t0, {"bytes": cut.bytes + sc.bytes, "cutout_bytes": cut.bytes}
 
 
@@ -185,7 +183,7 @@ def main() -> None:
         model, spec = lens_finder(f"{work}/ckpt", args.device)
         score_chunk(tgt.slice(0, 16), search_source, model, spec, args.device, SearchSettings())  # warm-up
         if args.spark:
-            from darkhaloscope.catalog.spark import spark_session
+            from darkhaloscope.catalog.spark_conf import spark_session
 
             spark = spark_session(f"local[{cores}]", app_name="bench-search")
         t_base = t_stream = t_spark = np.inf

@@ -8,7 +8,7 @@ are equal (checked); the difference is scikit-learn's per-call input validation.
 runs ~27 such bootstraps per cutout validation, training runs one per epoch and the evaluation
 report two cluster bootstraps of 1,000 resamples. Prints one JSON line.
 
-    python benchmarks/bench_stats.py [--n 300 3000 30000]
+    python -m benchmarks.bench_stats [--n 300 3000 30000]
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ The renderer is not the bottleneck when the render time an epoch needs (its inje
 next to the time its training steps take: ``render_share_of_epoch`` = render time / (render time +
 step time) for the demo's epoch (one injection per host, hosts ~ 80 % of the rows).
 
-    python benchmarks/bench_training.py [--threads 2] [--hosts 128] [--steps 6] [--stream '{"faint_fraction": 0}']
+    python -m benchmarks.bench_training [--threads 2] [--hosts 128] [--steps 6] [--stream '{"faint_fraction": 0}']
 
 ``--stream`` overrides fields of the demo profile's stream (the threshold mix against one threshold).
 
@@ -31,28 +31,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import pyarrow as pa
+import torch
+import torch.nn.functional as F
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from darkhaloscope.lensing.bank import _build_tasks, _col, task_batches  # noqa: E402
-from darkhaloscope.lensing.priors import draw_system_parameters  # noqa: E402
-from darkhaloscope.lensing.render import RenderConfig, render_lensed_sources  # noqa: E402
-from darkhaloscope.lensing.stream import draw_injections  # noqa: E402
-from darkhaloscope.training import dataset as dataset_module  # noqa: E402
-from darkhaloscope.training.data import make_arrays, with_hosts  # noqa: E402
-from darkhaloscope.training.dataset import AugmentedStampDataset, batches_for_plan  # noqa: E402
-from darkhaloscope.training.inference import PreprocessedStamps, stamp_logits  # noqa: E402
-from darkhaloscope.training.models import build_model, count_parameters  # noqa: E402
-from darkhaloscope.training.profiles import training_profile  # noqa: E402
+from darkhaloscope.lensing.bank import _build_tasks, _col, task_batches
+from darkhaloscope.lensing.priors import draw_system_parameters
+from darkhaloscope.lensing.render import RenderConfig, render_lensed_sources
+from darkhaloscope.lensing.stream import draw_injections
+from darkhaloscope.training import dataset as dataset_module
+from darkhaloscope.training.data import make_arrays, with_hosts
+from darkhaloscope.training.dataset import AugmentedStampDataset, batches_for_plan
+from darkhaloscope.training.inference import PreprocessedStamps, stamp_logits
+from darkhaloscope.training.models import build_model, count_parameters
+from darkhaloscope.training.profiles import training_profile
 
 SIZE = 101
 #: r-band noise of a DR10 coadd pixel [nmgy] (psfdepth_r ~ 1000 / nmgy^2 at 1.2" seeing)

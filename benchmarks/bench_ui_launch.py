@@ -7,7 +7,7 @@ inside), timed from the launch request until the run reports SUCCESS. CLI path: 
 `dhs materialize ASSET` (a fresh process: imports, planning, the in-process run). Both materialize
 the same asset on the same lake and instance, alternately, ``--repeat`` times each.
 
-    python benchmarks/bench_ui_launch.py --lake /path/lakehouse --home /path/dagster_home --asset cutout_validation
+    python -m benchmarks.bench_ui_launch --lake /path/lakehouse --home /path/dagster_home --asset cutout_validation
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from tests.support.dagster_ui import DagsterDev
 
-from tests.support.dagster_ui import DagsterDev  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 
 def cli_seconds(asset: str, env: dict) -> float:

@@ -5,7 +5,7 @@ Runs on a bare GPU host that has torch, numpy, pyarrow and scipy (the renderer s
 ``scipy.fft.next_fast_len``) and this repository's code: no lake, no scikit-learn, safetensors,
 astropy, matplotlib or dagster (tests/test_gpu_check.py holds it to that).
 
-    python3 benchmarks/gpu_check.py [--device cpu|cuda|both] [--steps 20] [--budget-s 420] [--tiny]
+    python3 -m benchmarks.gpu_check [--device cpu|cuda|both] [--steps 20] [--budget-s 420] [--tiny]
                                     [--batch-size N] [--threads N] [--render-chunks 4]
 
 ``--device`` defaults to both when CUDA is available, else cpu. Per device, warm-up excluded and
@@ -49,28 +49,26 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-import torch  # noqa: E402
-
-from benchmarks.bench_injection import _systems  # noqa: E402
-from benchmarks.bench_training import synthetic_hosts  # noqa: E402
-from darkhaloscope.lensing.sie import LensBatch  # noqa: E402
-from darkhaloscope.lensing.source import SourceBatch  # noqa: E402
-from darkhaloscope.lensing.stream import add_window, render_arcs, window_of  # noqa: E402
-from darkhaloscope.stamps import to_tensor_array  # noqa: E402
-from darkhaloscope.training import dataset as dataset_module  # noqa: E402
-from darkhaloscope.training.checkpoint import CheckpointSpec  # noqa: E402
-from darkhaloscope.training.data import load_training_set  # noqa: E402
-from darkhaloscope.training.dataset import batches_for_plan  # noqa: E402
-from darkhaloscope.training.inference import SCORE_BATCH, stamp_logits  # noqa: E402
-from darkhaloscope.training.loop import _deterministic, _Run  # noqa: E402
-from darkhaloscope.training.models import StackedEnsemble, count_parameters  # noqa: E402
-from darkhaloscope.training.profiles import training_profile  # noqa: E402
-from darkhaloscope.training.training_set import _nullable_tensor  # noqa: E402
+from benchmarks.bench_injection import _systems
+from benchmarks.bench_training import synthetic_hosts
+from darkhaloscope.lensing.sie import LensBatch
+from darkhaloscope.lensing.source import SourceBatch
+from darkhaloscope.lensing.stream import add_window, render_arcs, window_of
+from darkhaloscope.stamps import to_tensor_array
+from darkhaloscope.training import dataset as dataset_module
+from darkhaloscope.training.checkpoint import CheckpointSpec
+from darkhaloscope.training.data import load_training_set
+from darkhaloscope.training.dataset import batches_for_plan
+from darkhaloscope.training.inference import SCORE_BATCH, stamp_logits
+from darkhaloscope.training.loop import _deterministic, _Run
+from darkhaloscope.training.models import StackedEnsemble, count_parameters
+from darkhaloscope.training.profiles import training_profile
+from darkhaloscope.training.training_set import _nullable_tensor
 
 #: Sizes of the run: hosts (the training set holds each host and its injection), injections
 #: rendered per timed chunk (None: the profile's render chunk), stamps scored per timed pass,
@@ -199,7 +197,7 @@ def train_member(member, device: torch.device, train, val, spec, steps: int, siz
         first = next(loaded)  # worker start-up
         start_s = time.perf_counter() - t0
         loader_s, n_batches = timed(torch.device("cpu"), budget.share(), lambda: next(loaded), len(batches) - 1)
-        del loaded  # its worker processes end
+        loaded = None  # the last reference: its worker processes end
         budget.say(f"{device.type}: {cfg.arch} loader done, optimizer steps")
         images = sum(len(b) for b in batches[1 : 1 + n_batches])
         x, y, w = first  # pinned by the loader on CUDA, as in training

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
+
+from darkhaloscope.errors import InputError
 from lakehouse.query import format_rows, run_query
+from table_registry import tables as T
 
 
 def print_demo_summary(lake, seconds: float) -> None:
-    """Print C(θ_E, z_l) at the strictest resolvable FPR threshold, the real-lens recall, the top 10
-    search candidates, the hidden-lens recovery (mock survey) and where the report and gallery are."""
+    """Print the lens finder's headline numbers, C(θ_E, z_l) at the strictest resolvable FPR
+    threshold, the real-lens recall, the top 10 search candidates, the hidden-lens recovery (mock
+    survey) and where the report and gallery are."""
     print(f"\nDemo finished in {seconds:.0f}s. Lake: {lake.uri}\n")
+    try:
+        lines = headline_lines(lake_headline(lake))
+    except InputError as exc:  # e.g. too few held-out negatives for its threshold: the tables below still stand
+        lines = [f"Headline numbers unavailable: {exc}"]
+    print("\n".join(lines) + "\n")
     cols, rows = run_query(lake, DEMO_THRESHOLD_SQL)
     name = rows[0][0] if rows else "score>0.5"
     print(
@@ -33,11 +44,77 @@ def print_demo_summary(lake, seconds: float) -> None:
     print('Try: dhs query "select * from selection_function limit 20"')
 
 
-def print_hidden_lens_recovery(lake) -> None:
-    """The demo's discovery test: hidden lenses of the mock sky (truth kept beside the mock survey,
-    read here only, after the run) recovered among the candidates, by arc S/N, and the false ones."""
+def lake_headline(lake, hidden_lenses: np.ndarray | None = None) -> dict:
+    """:func:`darkhaloscope.evaluation.headline.headline` of the tables published in ``lake``
+    (``hidden_lenses``: object ids of the mock sky's hidden lenses, for the numbers without them)."""
+    from darkhaloscope.evaluation.headline import headline
+    from darkhaloscope.search.grades import published_graded_lens_ids
+
+    graded = published_graded_lens_ids(lake.table(*T.VISUAL_GRADES.key))
+    return headline(
+        lake.table(*T.LENS_FINDER.key).read(),
+        lake.table(*T.INJECTION_SCORES.key).dataset(),
+        lake.table(*T.CUTOUT_SCORES.key).read(),
+        lake.table(*T.THRESHOLDS.key).read(),
+        lake.table(*T.REAL_LENS_RECALL.key).read(),
+        graded,
+        hidden_lenses,
+    )
+
+
+def headline_lines(h: dict) -> list[str]:
+    """The headline numbers of :func:`lake_headline` as the summary's text lines."""
+    ci = h["test_auroc_ci95"]
+    inj_ci, real_ci = ci["injections vs paired controls"], ci["real positives vs held-out negatives"]
+    detected, n_real = h["recall_test_known_lenses"]
+    by_snr = ", ".join(f"{k} {c:.3f} ({n})" for k, (c, n) in h["completeness_by_arc_snr"].items())
+    gates = ", ".join(f"{name} {value:.4f} {'met' if ok else 'not met'}" for name, (value, ok) in h["gates"].items())
+    return [
+        f"Lens finder: validation AUROC {h['val_auroc']:.4f} (best epoch {h['best_epoch']}, {h['epochs_run']} run)",
+        f"Test AUROC, injections vs paired controls: {h['test_auroc_injections_vs_controls']:.4f} "
+        f"[95%: {inj_ci[0]:.4f}, {inj_ci[1]:.4f}]; "
+        f"arcs of S/N >= 5: {h['test_auroc_injections_snr_ge_5_vs_controls']:.4f}",
+        f"Test AUROC, known lenses vs held-out negatives: {h['test_auroc_real_vs_negatives']:.4f} "
+        f"[95%: {real_ci[0]:.4f}, {real_ci[1]:.4f}]",
+        f"At {h['threshold']} (score > {h['threshold_value']:.4f}, {h['n_held_out_negatives']} held-out negatives): "
+        f"{detected} of {n_real} test-split known lenses, {h['completeness_all']:.3f} of the injections",
+        f"Completeness by arc S/N (injections): {by_snr}",
+        f"Completeness rises with theta_E: Spearman {h['spearman_theta_e']:.3f}",
+        f"Gates: {gates}",
+    ]
+
+
+def hidden_lens_truth(lake, survey) -> pa.Table:
+    """The hidden-lens truth of the mock survey ``survey`` (a ``SurveyResource``): lenses painted
+    into the mock sky that no catalog lists, kept beside the mock survey and read only after a run.
+    InputError when the lake was built from another survey or mock seed (its sweep manifest records
+    its origin), or when the truth's lenses are not all among the lake's search targets (the truth
+    of another mock: every hidden lens of the lake's own mock is a searched galaxy)."""
     import pyarrow.parquet as pq
 
+    from darkhaloscope.survey.manifest import survey_origin
+
+    built, named = survey_origin(lake.table(*T.SWEEP_FILES.key).schema()), survey.origin()
+    if built is not None and built != named:
+        raise InputError(
+            f"{lake.uri} was built from {built}, but DHS_SURVEY / DHS_MOCK_SEED name {named}; set them to the lake's"
+        )
+    path = survey.mock_manifest().hidden_truth_path
+    truth = pq.read_table(path)
+    searched = lake.table(*T.SEARCH_TARGETS.key).read(columns=["object_id"]).column("object_id")
+    unsearched = ~np.isin(truth.column("object_id").to_numpy(), searched.to_numpy())
+    if unsearched.any():
+        raise InputError(
+            f"{path}: {int(unsearched.sum())} of its {truth.num_rows} hidden lenses are not among the "
+            f"search targets of {lake.uri}, so it is the truth of another mock; set DHS_MOCK_SEED and "
+            "DHS_MOCK_DIR to the lake's"
+        )
+    return truth
+
+
+def print_hidden_lens_recovery(lake) -> None:
+    """The demo's discovery test: hidden lenses of the mock sky (:func:`hidden_lens_truth`)
+    recovered among the candidates, by arc S/N, and the false ones."""
     from darkhaloscope.evaluation.discovery import hidden_lens_recovery
     from resources.config import build_resources
 
@@ -46,7 +123,7 @@ def print_hidden_lens_recovery(lake) -> None:
         return
     report = hidden_lens_recovery(
         lake.read_table("search", "candidates"),
-        pq.read_table(survey.mock_manifest().hidden_truth_path),
+        hidden_lens_truth(lake, survey),
         lake.read_table("survey", "known_lenses"),
     )
     n_hidden = report.hidden.num_rows

@@ -34,6 +34,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from darkhaloscope import s3_retries
 from darkhaloscope.errors import CredentialError, InputError, StorageError
 
 PART_FILE = "part-0.parquet"
@@ -152,18 +153,14 @@ class Lake:
             bucket_prefix = self.uri[len("s3://") :]
             if not bucket_prefix:
                 raise InputError(f"lake URI {uri!r} names no bucket")
-            kwargs: dict = dict(
-                region=s3_region,
-                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=s3_max_attempts),
-                connect_timeout=s3_connect_timeout_s,
-                request_timeout=s3_request_timeout_s,
-            )
+            self._s3_options: dict = dict(region=s3_region, max_attempts=s3_max_attempts,
+                                          connect_timeout=s3_connect_timeout_s, request_timeout=s3_request_timeout_s)
             if s3_endpoint:
                 scheme, _, host = s3_endpoint.partition("://")
                 if not host:
                     scheme, host = "https", s3_endpoint
-                kwargs.update(endpoint_override=host, scheme=scheme)
-            self.fs: pafs.FileSystem = pafs.S3FileSystem(**kwargs)
+                self._s3_options.update(endpoint_override=host, scheme=scheme)
+            self.fs: pafs.FileSystem = self._s3_filesystem()
             self.root = bucket_prefix.rstrip("/")
             self.is_s3 = True
         else:
@@ -171,6 +168,25 @@ class Lake:
             self.fs = pafs.LocalFileSystem()
             self.root = os.path.abspath(path)
             self.is_s3 = False
+
+    def _s3_filesystem(self) -> pafs.S3FileSystem:
+        s3_retries.start()  # before S3 support initialises, so the SDK's retries are counted
+        options = dict(self._s3_options)
+        attempts = options.pop("max_attempts")
+        return pafs.S3FileSystem(retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=attempts), **options)
+
+    def __getstate__(self) -> dict:
+        # A pickled S3FileSystem comes back with the default retry strategy (pyarrow's __reduce__
+        # leaves it out), so a lake shipped to a Spark executor is rebuilt from its own settings.
+        state = dict(self.__dict__)
+        if self.is_s3:
+            del state["fs"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self.is_s3:
+            self.fs = self._s3_filesystem()
 
     @classmethod
     def from_env(cls) -> "Lake":

@@ -22,6 +22,7 @@ from darkhaloscope.catalog.spark import (
     positives_on_spark,
     training_catalog_on_spark,
 )
+from darkhaloscope.catalog.spark_conf import S3RetryCount
 from darkhaloscope.catalog.verify import (
     split_fraction_report,
     strata_coverage,
@@ -91,7 +92,9 @@ def negatives(
     store = lake.lake()
     selection, names = config.selection(), list(context.partition_keys)
     neg = [staged_table(context, NEGATIVES, n) for n in names]
+    retries = S3RetryCount()
     if catalog_launch.mode == "local":
+        retries.include_tasks(pyspark.spark_session)
         funnel = negatives_on_spark(
             pyspark.spark_session,
             store.table(*SWEEPS.key),
@@ -115,6 +118,7 @@ def negatives(
     md = {
         "pools": _counts(table, "pool"),
         "confuser_categories": _counts(table, "confuser_category"),
+        "s3_retries": retries.count(),
         "funnel": dg.MetadataValue.md(
             markdown_table(pa.concat_tables([s.read() for s in fun]).drop_columns(["selection"]))
         ),

@@ -24,11 +24,12 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from darkhaloscope.catalog.cuts import recorded_selection
+from darkhaloscope.catalog.spark_conf import S3RetryCount
 from darkhaloscope.catalog.sweep_tasks import sweeps_partition_batches
 from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation.scoring import injection_rows
 from darkhaloscope.imaging.sources import ImageSourceOpener
-from darkhaloscope.search.candidates import DEFAULT_DEDUP_ARCSEC, build_candidates
+from darkhaloscope.search.candidates import DEFAULT_DEDUP_ARCSEC, SCORE_COLUMNS, build_candidates
 from darkhaloscope.search.gallery import DEFAULT_TOP_N, GALLERY_FILE, gallery_html, gallery_stamps, top_candidates
 from darkhaloscope.search.grades import UNGRADED, changed_earlier_rows, new_round, parse_grades_csv
 from darkhaloscope.search.launch import search_with_published_finder
@@ -127,7 +128,7 @@ def search_scores(
     records the model's content hash."""
     store, name = lake.lake(), context.partition_key
     staged, staged_stamps = staged_table(context, SEARCH_SCORES), staged_table(context, SEARCH_STAMPS)
-    t0 = time.monotonic()
+    t0, retries = time.monotonic(), S3RetryCount()
     launch = compute.launch_of_search(config.launch)
     settings = SearchSettings(chunk=config.chunk, keep_threshold=config.keep_threshold)
     source = imaging.settings(survey)
@@ -137,6 +138,7 @@ def search_scores(
             finder, inflight_area, name, search_targets, source, compute.torch_device(), settings
         )
     elif launch == "spark":
+        retries.include_tasks(pyspark.spark_session)
         run = search_on_spark(
             pyspark.spark_session, finder, inflight_area, name, search_targets, source, compute.device, settings
         )
@@ -174,6 +176,7 @@ def search_scores(
         "n_stamps_kept": kept.num_rows,
         "launch": launch,
         "seconds": round(seconds, 1),
+        "s3_retries": retries.count(),
         "targets_per_second": round(search_targets.num_rows / max(seconds, 1e-9), 1),
     }
     return Publish(
@@ -251,19 +254,7 @@ def candidates(
     matched to the known lenses (known vs new, separation and name of the nearest), with the rank
     percentile of their score among all scored galaxies and the search's completeness at the
     threshold (valid injections above it, with the Jeffreys 68% interval on their effective number)."""
-    columns = [
-        "object_id",
-        "sweep_file",
-        "brickname",
-        "ra",
-        "dec",
-        "type",
-        "mag_r",
-        "split",
-        "score",
-        "model_version",
-        "valid",
-    ]
+    columns = [*SCORE_COLUMNS, "valid"]
     table = build_candidates(
         search_scores.to_table(columns=columns),
         thresholds,

@@ -4,7 +4,7 @@ stage and of the search's Spark launch."""
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
-from dagster_pyspark.resources import LazyPySparkResource, spark_session_from_config
+from dagster_pyspark.resources import LazyPySparkResource
 
 from darkhaloscope.errors import InputError
 
@@ -52,18 +52,22 @@ def spark_log_file() -> str:
 
 class QuietPySparkResource(LazyPySparkResource):
     """The lazily started Spark session of the catalog stage, on a Java it finds (a system JDK
-    17+, else the packaged one), logging at WARN to :func:`spark_log_file` instead of the terminal."""
+    17+, else the packaged one), logging at WARN to :func:`spark_log_file` instead of the terminal.
+    ``spark_config`` holds the settings that override everything else; the rest (the master, the
+    driver's address, the operator's files, a bounded start on a cluster) is the library's
+    ``spark_conf.spark_session``."""
 
     def _init_session(self) -> None:
         if self._spark_session is not None:
             return
+        from darkhaloscope.catalog.spark_conf import spark_session
         from darkhaloscope.catalog.spark_env import ensure_java, jvm_output_to, logging_conf
 
         ensure_java()
         log = spark_log_file()
         conf = {**self.spark_config, **logging_conf(log)}
         with jvm_output_to(log):
-            self._spark_session = spark_session_from_config(conf)
+            self._spark_session = spark_session(conf=conf)
 
 
 class CatalogLaunchResource(dg.ConfigurableResource):
@@ -91,7 +95,7 @@ class CatalogLaunchResource(dg.ConfigurableResource):
 
         from dagster_aws.pipes import PipesS3ContextInjector, PipesS3MessageReader
 
-        from darkhaloscope.catalog.spark import spark_settings
+        from darkhaloscope.catalog.spark_conf import spark_master
 
         if self.mode != "pipes-s3" or not self.bucket:
             raise ValueError(
@@ -108,7 +112,7 @@ class CatalogLaunchResource(dg.ConfigurableResource):
             "staging": staging,
             "names": names,
             "selection": selection,
-            "spark_master": spark_settings()["spark.master"],
+            "spark_master": spark_master(),
             "spark_log": spark_log_file(),
         }
         done = pipes.run(

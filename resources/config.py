@@ -38,7 +38,7 @@ def build_resources() -> dict:
         "compute": ComputeResource(
             device=setting("DHS_DEVICE"), profile=profile, search_launch=setting("DHS_SEARCH_LAUNCH")
         ),
-        "pyspark": QuietPySparkResource(spark_config=spark_config(setting("DHS_SPARK_MASTER"))),
+        "pyspark": QuietPySparkResource(spark_config=spark_config()),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
         "catalog_launch": CatalogLaunchResource(
             mode=setting("DHS_CATALOG_LAUNCH"), bucket=setting("DHS_PIPES_BUCKET") or "", s3_endpoint=s3_endpoint
@@ -52,8 +52,9 @@ def _optional_int(name: str) -> int | None:
     return None if value is None else int(value)
 
 
-def spark_config(master: str) -> dict:
-    """The catalog stage's Spark settings (one definition, in the library) plus the app name."""
-    from darkhaloscope.catalog.spark import spark_settings
-
-    return {**spark_settings(master), "spark.app.name": "darkhaloscope"}
+def spark_config(master: str | None = None) -> dict:
+    """The settings the Spark session must have whatever the environment says: the app name and,
+    when given, the master. Everything else (``DHS_SPARK_*``, the operator's properties files, our
+    defaults) is resolved by the library when the session starts (``darkhaloscope.catalog.spark_conf``),
+    so a bad setting fails the step that needs Spark, not the loading of the definitions."""
+    return {"spark.app.name": "darkhaloscope", **({"spark.master": master} if master else {})}

@@ -31,6 +31,7 @@ class Setting:
     default: str | None
     meaning: str
     group: str
+    #: raises ValueError with the reason (or the library's InputError naming the variable)
     check: Callable[[str], None] | None = None
 
 
@@ -76,6 +77,29 @@ def _device(value: str) -> None:
 
         if not torch.cuda.is_available():
             raise ValueError("torch sees no CUDA device on this machine (use auto or cpu)")
+
+
+def _spark_master(value: str) -> None:
+    from darkhaloscope.catalog.spark_conf import master_kind
+
+    master_kind(value)
+
+
+def _host(value: str) -> None:
+    if not re.match(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.\-]*)$", value):
+        raise ValueError("expected a host name or an IP address")
+
+
+def _spark_conf(value: str) -> None:
+    from darkhaloscope.catalog.spark_conf import CONF_ENV, operator_conf
+
+    operator_conf({CONF_ENV: value})
+
+
+def _spark_timeout(value: str) -> None:
+    from darkhaloscope.catalog.spark_conf import TIMEOUT_ENV, timeout_s
+
+    timeout_s({TIMEOUT_ENV: value})
 
 
 def _spark_memory(value: str) -> None:
@@ -165,7 +189,44 @@ SETTINGS: tuple[Setting, ...] = (
         _one_of(*CATALOG_LAUNCHES),
     ),
     Setting("DHS_PIPES_BUCKET", None, "S3 bucket for the context and messages of Pipes launches", "compute"),
-    Setting("DHS_SPARK_MASTER", "local[*]", "Spark master of the catalog stage and the search's Spark launch", "spark"),
+    Setting(
+        "DHS_SPARK_MASTER",
+        "local[*]",
+        "Spark master of the catalog stage and the search's Spark launch: local[N], "
+        "spark://host:port, yarn or k8s://... (default: the operator's spark.master, else local[*])",
+        "spark",
+        _spark_master,
+    ),
+    Setting(
+        "DHS_SPARK_DRIVER_HOST",
+        None,
+        "address the Spark driver advertises to executors (default: the local address "
+        "that routes to a spark:// master; the hostname for yarn and k8s)",
+        "spark",
+        _host,
+    ),
+    Setting(
+        "DHS_SPARK_CONF",
+        None,
+        "a Spark properties file (spark-defaults.conf format) applied on top of "
+        "$SPARK_CONF_DIR/spark-defaults.conf; the code sets only what the operator left unset",
+        "spark",
+        _spark_conf,
+    ),
+    Setting(
+        "DHS_SPARK_PYTHON",
+        None,
+        "Python interpreter of the executors (default: the driver's interpreter path)",
+        "spark",
+    ),
+    Setting(
+        "DHS_SPARK_TIMEOUT_S",
+        "120",
+        "seconds a cluster may take to give the driver an executor, at start or after "
+        "losing them all, before the step fails naming the master and the driver's address",
+        "spark",
+        _spark_timeout,
+    ),
     Setting("DHS_SPARK_DRIVER_MEMORY", "2g", "memory of the Spark driver's JVM", "spark", _spark_memory),
     Setting("DHS_SPARK_LOG", None, "file of the Spark logs (default <DAGSTER_HOME>/logs/spark.log)", "spark"),
     Setting(
@@ -203,6 +264,8 @@ def validate(environ: Mapping[str, str] | None = None) -> None:
         if raw and s.check is not None:
             try:
                 s.check(raw.strip())
+            except InputError:  # the library's own check, whose message names the variable
+                raise
             except ValueError as exc:
                 raise InputError(f"{s.name}={raw!r}: {exc}") from None
     if setting("DHS_CATALOG_LAUNCH", env) == "pipes-s3" and not setting("DHS_PIPES_BUCKET", env):

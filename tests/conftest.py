@@ -78,6 +78,19 @@ def lake(request, tmp_path):
     return Lake(f"s3://{fresh_bucket(server)}/lake", s3_endpoint=server.endpoint_url)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _stop_spark_at_end():
+    """Stop whatever SparkContext the tests left running (one per process) when the session ends."""
+    yield
+    import sys
+
+    if "pyspark" in sys.modules:
+        from pyspark import SparkContext
+
+        if SparkContext._active_spark_context is not None:
+            SparkContext._active_spark_context.stop()
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Finalise pyarrow's S3 subsystem before interpreter exit (apache/arrow#35876)."""
     import pyarrow.fs

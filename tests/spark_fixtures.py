@@ -1,4 +1,4 @@
-"""Shared test helpers for the catalog stage: one session-scoped local[2] SparkSession and a
+"""Shared test helpers for the catalog stage: this process's local[2] SparkSession and a
 vectorised synthetic sweeps generator (also used by benchmarks/bench_negatives.py).
 
 The synthetic table has the lower-cased DR10 sweep columns with rough DR10-like distributions
@@ -74,9 +74,9 @@ def synthetic_sweeps(
     objid = np.empty(n, np.int64)
     counts = np.bincount(binv)
     objid[order] = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
-    ra, dec = (ub - 1) % 1440 * 0.25, ((ub - 1) // 1440) * 0.25 - 90
+    brick_ra, brick_dec = (ub - 1) % 1440 * 0.25, ((ub - 1) // 1440) * 0.25 - 90
     names = np.array(
-        [f"{r * 10:04.0f}{'p' if d >= 0 else 'm'}{abs(d) * 10:03.0f}" for r, d in zip(ra, dec)],
+        [f"{r * 10:04.0f}{'p' if d >= 0 else 'm'}{abs(d) * 10:03.0f}" for r, d in zip(brick_ra, brick_dec)],
         dtype=object,
     )
     release = np.full(n, 10000, np.int16)
@@ -138,22 +138,19 @@ def known_lenses_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pydict(d, schema=schema)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def spark(s3_server):
-    """One local[2] SparkSession for the whole test session. Its Python workers inherit the
-    environment at start-up, so the loopback S3 server (and its credentials) comes first."""
+    """This process's local[2] SparkSession (started on first use, kept for the session and
+    stopped at its end by ``tests.conftest``; a test that needs a cluster stops it and the next
+    use starts it again). Its Python workers inherit the environment at start-up, so the loopback
+    S3 server (and its credentials) comes first."""
     pytest.importorskip("pyspark")
-    from darkhaloscope.catalog.spark import spark_session
+    from darkhaloscope.catalog.spark_conf import spark_session
 
     os.environ.setdefault("DHS_SPARK_DRIVER_MEMORY", "1g")
-    session = spark_session(
-        "local[2]",
-        app_name="dhs-tests",
-        conf={
-            "spark.sql.shuffle.partitions": "1",
-            "spark.default.parallelism": "2",
-            "spark.sql.adaptive.enabled": "false",
-        },
-    )
-    yield session
-    session.stop()
+    conf = {
+        "spark.sql.shuffle.partitions": "1",
+        "spark.default.parallelism": "2",
+        "spark.sql.adaptive.enabled": "false",
+    }
+    return spark_session("local[2]", app_name="dhs-tests", conf=conf)

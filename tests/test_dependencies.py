@@ -13,13 +13,23 @@ import tomllib
 REPO = Path(__file__).resolve().parent.parent
 #: Where each kind of import must be declared: the library and pipeline need the main
 #: dependencies (and the ``java`` extra, the packaged JDK that spark_env imports only when it is
-#: installed); tests may also use the ``test`` extra, benchmarks the ``bench`` extra.
+#: installed); tests may also use the ``test`` extra, benchmarks and research the ``bench`` extra.
+PRODUCT = (
+    "darkhaloscope",
+    "mock_survey",
+    "lakehouse",
+    "table_registry",
+    "lens_assets",
+    "resources",
+    "io_managers",
+    "dhs",
+)
 SCOPES = {
-    ("darkhaloscope", "lens_assets", "resources", "io_managers", "definitions.py"): ("java",),
+    (*PRODUCT, "definitions.py"): ("java",),
     ("tests",): ("test",),
-    ("benchmarks",): ("test", "bench"),
+    ("benchmarks", "research"): ("test", "bench"),
 }
-LOCAL = {"darkhaloscope", "lens_assets", "resources", "io_managers", "tests", "definitions", "benchmarks"}
+LOCAL = {*PRODUCT, "tests", "definitions", "benchmarks", "research"}
 
 
 def _imports(paths) -> dict[str, str]:

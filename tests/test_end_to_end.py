@@ -5,15 +5,12 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from darkhaloscope.training.profiles import training_profile
+from darkhaloscope.errors import InputError
 from tests.conftest import require_chromium
 from tests.support.chromium import SENTINEL, image_load_results
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
@@ -34,6 +31,7 @@ def test_demo_runs_end_to_end(tmp_path):
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "Selection function C(theta_E, z_l)" in run.stdout and "Evaluation report:" in run.stdout
     assert "Trained with no visual grades" in run.stdout  # a fresh lake: no grades landed
+    assert "Test AUROC, injections vs paired controls:" in run.stdout  # the headline numbers
     # a quiet console: progress lines and result tables only, no warnings, no Spark chatter
     assert run.stderr == "", run.stderr[-4000:]
     noise = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|INFO|ERROR) |log4j|Warning:|^WARNING: |warnings\.warn")
@@ -125,24 +123,18 @@ def test_demo_runs_end_to_end(tmp_path):
 
 
 def check_the_finder_finds_lenses(tmp_path, env):
-    """The demo's science, from the scripts BENCHMARKS.md quotes: floors well below what the demo
-    model reaches on mock seeds 0, 1 and 2 (a finder that stopped learning, or a shortcut that
-    detects invisible arcs, fails them), and the view-averaging ablation, which rescores the lake's
-    stamps itself, agrees with the evaluation assets on its published row; the recipe-ablation
-    harness reproduces the published model."""
+    """The demo's science, in the headline numbers BENCHMARKS.md quotes (the library's
+    ``evaluation.headline`` of the published tables, as ``dhs demo`` prints them): floors well below
+    what the demo model reaches on mock seeds 0, 1 and 2 (a finder that stopped learning, or a
+    shortcut that detects invisible arcs, fails them)."""
+    from dhs.demo_summary import hidden_lens_truth, lake_headline
+    from lakehouse.lake import Lake
+    from resources.survey import SurveyResource
 
-    def script(name, *args):
-        out = subprocess.run(
-            [sys.executable, str(REPO / "benchmarks" / name), "--lake", env["DHS_LAKE"], *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        assert out.returncode == 0, out.stderr[-4000:]
-        return [json.loads(line) for line in out.stdout.splitlines()]
-
-    [head] = script("demo_headline.py", "--without-hidden-lenses")
+    lake = Lake(env["DHS_LAKE"])
+    seed = int(env.get("DHS_MOCK_SEED", "0") or "0")
+    truth = hidden_lens_truth(lake, SurveyResource(profile="demo", mock_dir=env["DHS_MOCK_DIR"], mock_seed=seed))
+    head = lake_headline(lake, truth.column("object_id").to_numpy())
     completeness = {k: v[0] for k, v in head["completeness_by_arc_snr"].items()}
     detected, n = head["recall_test_known_lenses"]
     assert head["val_auroc"] >= 0.90 and head["test_auroc_injections_snr_ge_5_vs_controls"] >= 0.93, head
@@ -157,49 +149,17 @@ def check_the_finder_finds_lenses(tmp_path, env):
     # ... and the truth of another mock realisation is refused, not used: the lake records the seed it
     # was built from (a silent mix-up reported none among the held-out negatives), and the other
     # realisation is not even generated
-    other_seed = str(int(env.get("DHS_MOCK_SEED", "0") or "0") + 1)
-    other = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "demo_headline.py"),
-            "--lake",
-            env["DHS_LAKE"],
-            "--without-hidden-lenses",
-        ],
-        cwd=tmp_path,
-        env={**env, "DHS_MOCK_SEED": other_seed, "DHS_MOCK_DIR": str(tmp_path / "other_mock")},
-        capture_output=True,
-        text=True,
-    )
-    assert other.returncode == 1 and other.stdout == "", other.stdout[-2000:] + other.stderr[-2000:]
-    assert f"'mock_seed': {int(other_seed) - 1}" in other.stderr and f"'mock_seed': {other_seed}" in other.stderr, (
-        other.stderr[-2000:]
-    )
-    assert "set them to the lake's" in other.stderr and not (tmp_path / "other_mock").exists(), other.stderr[-2000:]
+    other = SurveyResource(profile="demo", mock_dir=str(tmp_path / "other_mock"), mock_seed=seed + 1)
+    with pytest.raises(InputError, match="set them to the lake's") as refused:
+        hidden_lens_truth(lake, other)
+    message = str(refused.value)
+    assert f"'mock_seed': {seed}" in message and f"'mock_seed': {seed + 1}" in message, message
+    assert not (tmp_path / "other_mock").exists()
     # every injection host is an N1 or N2 negative, counted once
     assert (
         sum(n for _, n in head["test_auroc_injections_vs_controls_by_host_pool"].values()) == head["injection_hosts"]
     ), head
     assert set(head["test_auroc_injections_vs_controls_by_host_pool"]) <= {"N1", "N2"}, head
-
-    views = str(training_profile("demo").members[0].dihedral_views)
-    [published] = script("ablate_dihedral_views.py", "--views", views)
-    assert published["published"], published
-    assert published["recall_test_known_lenses"] == [detected, n]
-    for key in ("val_auroc", "test_auroc_injections_vs_controls", "test_auroc_real_vs_negatives"):
-        assert abs(published[key] - head[key]) <= 2e-3, (key, published[key], head[key])
-    for k, (c, rows) in published["completeness_by_arc_snr"].items():
-        assert rows == head["completeness_by_arc_snr"][k][1] and abs(c - completeness[k]) <= 0.02, (k, published, head)
-
-    # the ablation harness without overrides trains the published weights again, so each ablation
-    # row in BENCHMARKS.md differs from the published recipe by its one change only (the
-    # tolerances allow for scoring in other batch sizes than the evaluation assets)
-    [again] = script("ablate_lens_finder.py", "--name", "demo")
-    assert (
-        again["best_epoch"] == head["best_epoch"] and abs(again["threshold_fpr_1e-2"] - head["threshold_value"]) <= 1e-6
-    ), (again, head)
-    assert again["gates"].keys() == head["gates"].keys(), (again, head)
-    assert all(abs(again["gates"][name] - value) <= 1e-3 for name, (value, _) in head["gates"].items()), (again, head)
 
 
 #: Reads that are not data flow: ``sweep_files`` lists the partitions of ``sweeps`` (and, when a

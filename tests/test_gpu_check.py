@@ -37,8 +37,8 @@ def test_gpu_check_runs_with_torch_numpy_pyarrow_and_scipy_alone(tmp_path):
     assert absent.stdout.strip() == "[]", absent.stdout + absent.stderr
     args = ["--device", "cpu", "--tiny", "--steps", "2", "--render-chunks", "1", "--threads", "2"]
     p = subprocess.run(
-        [sys.executable, "-S", str(ROOT / "benchmarks" / "gpu_check.py"), *args],
-        cwd=tmp_path,
+        [sys.executable, "-S", "-m", "benchmarks.gpu_check", *args],
+        cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,

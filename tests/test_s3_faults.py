@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import pickle
+import subprocess
+import sys
 
 import boto3
 import pyarrow as pa
@@ -203,3 +206,43 @@ PYARROW_CREDENTIAL_TEXTS = [
 @pytest.mark.parametrize("text", PYARROW_CREDENTIAL_TEXTS)
 def test_pyarrow_credential_error_texts_map_to_credential_error(text):
     assert isinstance(translate_storage_error(OSError(text), "s3://bkt/lake"), CredentialError)
+
+
+@pytest.mark.timeout(60)
+def test_a_pickled_lake_keeps_its_retries(s3_server, proxy):
+    """A lake shipped to a Spark executor (pickled) retries as configured: pyarrow's own pickling
+    of an S3 file system drops the retry strategy (back to 3 attempts), so 4 faults would fail it."""
+    bucket = fresh_bucket(s3_server)
+    clone = pickle.loads(pickle.dumps(_lake(bucket, proxy, attempts=5)))
+    proxy.fail("error500", times=4, path_re=STAGING_PART)
+    assert clone.write_table("catalog", "rows", _table(2), partition=PART).rows == 2000
+    assert proxy.actions["error500"] == 4
+    assert (clone.s3_endpoint, clone.fs.region) == (proxy.endpoint_url, "us-east-1")
+
+
+_COUNTING = """
+import sys
+import pyarrow as pa
+from darkhaloscope import s3_retries
+from lakehouse.lake import Lake
+lake = Lake(sys.argv[1], s3_endpoint=sys.argv[2], s3_max_attempts=5, s3_connect_timeout_s=1.0, s3_request_timeout_s=1.0)
+lake.write_table("catalog", "rows", pa.table({"id": list(range(100))}), partition={"sweep": "s1"})
+print(s3_retries.monitored(), s3_retries.retries())
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_sdks_retries_of_slowdown_are_counted(s3_server, proxy):
+    """503 SlowDown answers are retried by the AWS SDK with back-off, and counted from its client-side
+    monitoring; in a fresh process, as in a Spark task (S3 support initialises once per process)."""
+    bucket = fresh_bucket(s3_server)
+    proxy.fail("slowdown", times=3, method="PUT")
+    out = subprocess.run(
+        [sys.executable, "-c", _COUNTING, f"s3://{bucket}/lake", proxy.endpoint_url],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=True,
+    )
+    assert out.stdout.split() == ["True", "3"], out.stderr
+    assert proxy.actions["slowdown"] == 3

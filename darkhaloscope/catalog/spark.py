@@ -13,16 +13,15 @@ with the hashes computed by :func:`sampling.sample_hash` in ``mapInArrow``. The 
 (:func:`crossmatch.reduce_matches`, :func:`sampling.stratum_quotas`, :func:`sampling.assemble_catalog`)
 as the in-process path, so both paths give the same rows.
 
-Executors need the lake as the driver sees it (the same ``DHS_LAKE``, ``DHS_S3_ENDPOINT`` and
-AWS credentials): the tables (:class:`~darkhaloscope.storage.PartitionedTable`) are shipped to them
-in the task closure.
+The session itself (its settings, a bounded start on a cluster) is :mod:`.spark_conf`'s. Executors
+need the lake as the driver sees it: its tables (:class:`~darkhaloscope.storage.PartitionedTable`)
+travel in the task closure with the lake's settings (endpoint, region, retries, timeouts);
+credentials come from each executor host's own AWS chain (environment, profile, instance role).
 """
 
 from __future__ import annotations
 
 import math
-import os
-import sys
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
@@ -57,47 +56,8 @@ from .sampling import (
     stratum_keys,
     stratum_quotas,
 )
+from .spark_conf import counting_s3_retries
 from .sweep_tasks import build_negative_partition, sweep_file_names, sweeps_partition_batches
-
-
-def spark_settings(master: str | None = None) -> dict[str, str]:
-    """Spark configuration of the catalog stage, sized for a small machine; a cluster master just
-    replaces ``spark.master``. ``master`` defaults to ``$DHS_SPARK_MASTER`` or ``local[*]``; driver
-    memory comes from ``$DHS_SPARK_DRIVER_MEMORY`` (default 2g; applies when the JVM starts)."""
-    master = master or os.environ.get("DHS_SPARK_MASTER", "local[*]")
-    settings = {
-        "spark.master": master,
-        "spark.sql.shuffle.partitions": "8",
-        "spark.default.parallelism": "8",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        # Large Arrow batches amortise the per-batch Python overhead of mapInArrow (sampling hashes).
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "131072",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": os.environ.get("DHS_SPARK_DRIVER_MEMORY", "2g"),
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.adaptive.enabled": "true",
-    }
-    if master.startswith("local"):
-        # Local Python workers must run this interpreter, the one with darkhaloscope installed.
-        # PySpark takes the worker interpreter from $PYSPARK_PYTHON (default: whatever `python3` is
-        # on PATH), not from spark.pyspark.python, so the environment is set as well. On a cluster
-        # the executors' interpreter is the cluster's business (README, "Running the catalog stage").
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        settings["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
-    return settings
-
-
-def spark_session(master: str | None = None, app_name: str = "darkhaloscope-catalog", conf: dict | None = None):
-    """A SparkSession with :func:`spark_settings` (``conf`` overrides entries)."""
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.appName(app_name)
-    for k, v in {**spark_settings(master), **(conf or {})}.items():
-        builder = builder.config(k, v)
-    return builder.getOrCreate()
 
 
 def _spark_schema(schema: pa.Schema):
@@ -117,7 +77,7 @@ def _over_sweep_files(spark, names: list[str], task: Callable[[str], pa.Table], 
             for name in batch.column(0).to_pylist():
                 yield from task(name).cast(out_schema).to_batches()
 
-    return files.mapInArrow(run, _spark_schema(out_schema))
+    return files.mapInArrow(counting_s3_retries(spark, run), _spark_schema(out_schema))
 
 
 def map_sweep_files(

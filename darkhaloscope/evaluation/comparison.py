@@ -29,8 +29,9 @@ def member_score_columns(table: pa.Table) -> list[str]:
 AUROC_BOOTSTRAP_RESAMPLES = 1000
 
 
-def _scores(table: pa.Table, what: str, column: str = "score") -> np.ndarray:
-    """The usable scores of ``column`` (:func:`thresholds.valid_scores`)."""
+def usable_scores(table: pa.Table, what: str, column: str = "score") -> np.ndarray:
+    """The usable scores of ``column`` of ``table`` (:func:`thresholds.valid_scores`); ``what``
+    names the table in errors."""
     score, usable = valid_scores(table, what, column)
     return score[usable]
 
@@ -61,8 +62,8 @@ def auroc_intervals(
         ("injections vs paired controls", inj[inj_ok], ctrl[ctrl_ok], host, "host"),
         (
             "real positives vs held-out negatives",
-            _scores(real, "real positive scores"),
-            _scores(negatives, "negative scores"),
+            usable_scores(real, "real positive scores"),
+            usable_scores(negatives, "negative scores"),
             None,
             "object",
         ),
@@ -70,7 +71,7 @@ def auroc_intervals(
     rows = []
     for name, pos, neg, clusters, unit in comparisons:
         s, y = np.r_[pos, neg], np.r_[np.ones(pos.size), np.zeros(neg.size)]
-        row = {"comparison": name, "auroc": _auroc(pos, neg)}
+        row = {"comparison": name, "auroc": auroc(pos, neg)}
         for level in (0.68, 0.95):
             lo, hi = (
                 auc_bootstrap_interval(s, y, rng_for(*seed_key, name, level), n_boot, level, clusters)
@@ -88,7 +89,8 @@ def auroc_intervals(
     return pa.Table.from_pylist(rows)
 
 
-def _auroc(pos: np.ndarray, neg: np.ndarray) -> float:
+def auroc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """AUROC of scores ``pos`` (lenses) against ``neg``; NaN when either is empty."""
     if not pos.size or not neg.size:
         return float("nan")
     return roc_auc(np.r_[pos, neg], np.r_[np.ones(pos.size), np.zeros(neg.size)])
@@ -104,14 +106,17 @@ def model_comparison(
     members = member_score_columns(negatives)
     rows = []
     for column in (["score"] + members) if members else []:
-        neg = _scores(negatives, "negative scores", column)
+        neg = usable_scores(negatives, "negative scores", column)
         t = order_statistic_threshold(np.sort(neg)[::-1], fpr)[0] if fpr * neg.size >= 1 else None
-        inj, real_s = _scores(injections, "injection scores", column), _scores(real, "real positive scores", column)
+        inj, real_s = (
+            usable_scores(injections, "injection scores", column),
+            usable_scores(real, "real positive scores", column),
+        )
         rows.append(
             {
                 "model": "stacked_ensemble" if column == "score" else column[len(MEMBER_SCORE_PREFIX) :],
-                "auroc_injections_vs_controls": _auroc(inj, _scores(controls, "control scores", column)),
-                "auroc_real_vs_negatives": _auroc(real_s, neg),
+                "auroc_injections_vs_controls": auroc(inj, usable_scores(controls, "control scores", column)),
+                "auroc_real_vs_negatives": auroc(real_s, neg),
                 "threshold": t,
                 "completeness": float(np.mean(inj > t)) if t is not None and inj.size else float("nan"),
                 "real_recall": float(np.mean(real_s > t)) if t is not None and real_s.size else float("nan"),

@@ -55,11 +55,18 @@ from ..psf import MAX_KERNEL_RADIUS_PIX, MOFFAT_BETA, SURVEY_PSF_PROFILE, kernel
 from .sie import LensBatch, ray_shoot
 from .source import SourceBatch, unit_flux_surface_brightness
 
-#: Points per elementwise chunk: on a CPU ~64k float32 temporaries stay in cache instead of
-#: streaming (B, 404, 404) arrays through memory; on a GPU it bounds memory. The chunk changes the
-#: arcs by float32 round-off, so it is fixed (BENCHMARKS.md, *The catalog rows preprocessed once*,
-#: times other sizes).
-_CHUNK_POINTS = 65536
+#: Points per elementwise chunk, by device type: on a CPU ~64k float32 temporaries stay in cache
+#: instead of streaming (B, 404, 404) arrays through memory; on a GPU a chunk must hold millions of
+#: points for its kernels to fill the device (at 64k a chunk's render is kernel launches), and it
+#: bounds memory. On a CPU the chunk changes the arcs by float32 round-off (the vectorised and
+#: scalar tails of torch's kernels), so each device's chunk is fixed (BENCHMARKS.md, *The catalog
+#: rows preprocessed once* and *The GPU check*, time other sizes).
+_CHUNK_POINTS = {"cpu": 65536, "cuda": 1 << 22}
+
+
+def _chunk_points(device: torch.device) -> int:
+    """Points per elementwise chunk on ``device`` (the CPU's size for other device types)."""
+    return _CHUNK_POINTS.get(device.type, _CHUNK_POINTS["cpu"])
 
 
 @dataclass(frozen=True)
@@ -133,7 +140,7 @@ def pixel_flux_fraction(lens: LensBatch, src: SourceBatch, cfg: RenderConfig):
     bx = torch.empty((b, n + 1, n + 1), dtype=dtype, device=device)
     by = torch.empty_like(bx)
     sb_c = torch.empty_like(bx)
-    step = max(1, _CHUNK_POINTS // (n + 1) ** 2)
+    step = max(1, _chunk_points(device) // (n + 1) ** 2)
     for s0 in range(0, b, step):
         s1 = min(b, s0 + step)
         m = s1 - s0
@@ -163,7 +170,7 @@ def pixel_flux_fraction(lens: LensBatch, src: SourceBatch, cfg: RenderConfig):
         ox = ox.reshape(1, -1)
         oy = oy.reshape(1, -1)
         flat = out.reshape(-1)
-        step = max(1, _CHUNK_POINTS // (ss * ss))
+        step = max(1, _chunk_points(device) // (ss * ss))
         for start in range(0, idx.shape[0], step):
             sel = idx[start : start + step]
             bi, j, i = sel[:, 0], sel[:, 1].to(dtype), sel[:, 2].to(dtype)

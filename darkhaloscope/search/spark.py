@@ -20,6 +20,7 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
+from ..catalog.spark_conf import counting_s3_retries
 from ..imaging.sources import ImageSourceOpener
 from ..storage import PartitionedTable, TableStore
 from .launch import search_with_published_finder
@@ -51,9 +52,8 @@ def search_on_spark(
 
     try:
         # an empty partition still runs a task, so a sweep file without targets reports its model
-        runs = (
-            sc.parallelize(range(n_chunks), max(1, min(n_chunks, sc.defaultParallelism))).mapPartitions(task).collect()
-        )
+        chunks = sc.parallelize(range(n_chunks), max(1, min(n_chunks, sc.defaultParallelism)))
+        runs = chunks.mapPartitions(counting_s3_retries(spark, task)).collect()
     finally:
         shared.destroy()
     versions = sorted({r["model_version"] for r in runs})

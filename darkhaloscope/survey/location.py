@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
+from .. import s3_retries
+
 
 @dataclass(frozen=True)
 class SurveyLocation:
@@ -31,5 +33,6 @@ class SurveyLocation:
             if self.s3_endpoint:
                 scheme, _, host = self.s3_endpoint.partition("://")
                 kwargs = dict(endpoint_override=host or scheme, scheme=scheme if host else "https")
+            s3_retries.start()  # before S3 support initialises, so the SDK's retries are counted
             return pafs.S3FileSystem(**kwargs), root[len("s3://") :]
         return pafs.LocalFileSystem(), root

@@ -18,7 +18,8 @@ def main() -> None:
     from dagster_pipes import PipesS3ContextLoader, PipesS3MessageWriter, open_dagster_pipes
 
     from darkhaloscope.catalog.cuts import NegativeSelectionConfig
-    from darkhaloscope.catalog.spark import negatives_on_spark, spark_session
+    from darkhaloscope.catalog.spark import negatives_on_spark
+    from darkhaloscope.catalog.spark_conf import spark_session
     from darkhaloscope.catalog.spark_env import ensure_java, jvm_output_to, logging_conf
     from lakehouse.lake import Lake
     from table_registry.tables import KNOWN_LENSES, NEGATIVES, SWEEPS

@@ -1,7 +1,7 @@
 """A scriptable loopback imitation of the Legacy Surveys ``fits-cutout`` endpoint for tests.
 
-``with CutoutServer(size=15) as srv:`` serves on 127.0.0.1 (a free port) from a background
-thread. Each target (keyed by the ra/dec text of the request) answers with deterministic FITS
+``with CutoutServer(size=15) as srv:`` serves on 127.0.0.1 (or ``host``; a free port) from a
+background thread. Each target (keyed by the ra/dec text of the request) answers with deterministic FITS
 content, or follows a script of behaviours, one per request, the last one repeating:
 
 - ``"ok"``: the FITS cube (+ INVVAR HDU) of :func:`expected_cube`.
@@ -77,7 +77,9 @@ class CutoutServer:
         hold_s: float = 0.0,
         trickle_s: float = 0.05,
         lifetime_s: float = 30.0,
+        host: str = "127.0.0.1",
     ):
+        self.host = host
         self.size = size
         self.bands = bands
         self.stall_s = stall_s
@@ -193,7 +195,7 @@ class CutoutServer:
         return Handler
 
     def __enter__(self) -> "CutoutServer":
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._make_handler())
+        self._httpd = ThreadingHTTPServer((self.host, 0), self._make_handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()

@@ -1,4 +1,5 @@
-"""An HTTP/1.1 proxy on loopback that forwards to an upstream server and injects scripted faults.
+"""An HTTP/1.1 proxy (on loopback unless told otherwise) that forwards to an upstream server and
+injects scripted faults.
 
 Put it between an S3 client (pyarrow's AWS SDK, boto3) and the moto server to see how the lake
 behaves when S3 misbehaves. It parses each request (Content-Length or chunked bodies, keep-alive
@@ -12,6 +13,10 @@ connections, ``Expect: 100-continue``) and asks the *rule* what to do with it:
 - ``"stall"``: hold the connection silent for ``stall_s`` seconds (longer than the client's
   timeout), then close.
 - ``"forbidden"``: answer ``403 InvalidAccessKeyId`` (S3 XML), as S3 does for an unknown key.
+- ``"slowdown"``: answer ``503 SlowDown`` (S3 XML), as S3 does when throttling a prefix.
+- ``"hold"``: keep the request unanswered until :meth:`FaultProxy.release` (or the proxy stops),
+  then forward it: a task caught mid-request, for as long as a test needs (``holding`` is set
+  once one is held, ``held_from`` lists the clients' addresses).
 
 A rule is ``rule(method, path, headers, index) -> action`` (``index`` counts requests from 0);
 :meth:`FaultProxy.fail` builds the common one (fail the next N matching requests). Counters:
@@ -28,7 +33,7 @@ import threading
 from collections import Counter
 from typing import Callable
 
-ACTIONS = ("pass", "error500", "drop", "drop_mid_response", "stall", "forbidden")
+ACTIONS = ("pass", "error500", "drop", "drop_mid_response", "stall", "forbidden", "slowdown", "hold")
 Rule = Callable[[str, str, dict, int], str]
 
 _S3_ERROR = (
@@ -112,8 +117,19 @@ def _read_body(r: _Reader, headers: dict[str, str], allow_to_close: bool) -> byt
 class FaultProxy:
     """Loopback proxy to ``upstream`` (host, port) with scripted faults; use as a context manager."""
 
-    def __init__(self, upstream_host: str, upstream_port: int, stall_s: float = 3.0, lifetime_s: float = 120.0):
+    def __init__(
+        self,
+        upstream_host: str,
+        upstream_port: int,
+        stall_s: float = 3.0,
+        lifetime_s: float = 120.0,
+        listen_host: str = "127.0.0.1",
+    ):
         self.upstream = (upstream_host, upstream_port)
+        self.listen_host = listen_host
+        self.holding = threading.Event()
+        self.held_from: list[tuple[str, int]] = []  # client (address, port) of each held request
+        self._released = threading.Event()
         self.stall_s = stall_s
         self.rule: Rule = lambda method, path, headers, index: "pass"
         self.requests = 0
@@ -123,7 +139,7 @@ class FaultProxy:
         self._stop = threading.Event()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
+        self._listener.bind((listen_host, 0))
         self._listener.listen(64)
         self._listener.settimeout(0.2)  # so the accept loop notices stop() promptly
         self.port = self._listener.getsockname()[1]
@@ -133,7 +149,7 @@ class FaultProxy:
 
     @property
     def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.listen_host}:{self.port}"
 
     # ------------------------------------------------------------------ scripting
     def set_rule(self, rule: Rule) -> None:
@@ -175,11 +191,20 @@ class FaultProxy:
         """Forward everything from now on."""
         self.set_rule(lambda method, path, headers, index: "pass")
 
+    def release(self) -> None:
+        """Forward the held requests (and any later one a rule holds) and clear the rule."""
+        self.clear()
+        self._released.set()
+
     def reset_counters(self) -> None:
+        """Zero the counters and forget held requests (``holding`` cleared, the next hold holds)."""
         with self._lock:
             self.requests = 0
             self.actions.clear()
             self.log.clear()
+            self.held_from.clear()
+            self.holding.clear()
+            self._released.clear()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "FaultProxy":
@@ -189,6 +214,7 @@ class FaultProxy:
 
     def stop(self) -> None:
         self._stop.set()
+        self._released.set()
         self._timer.cancel()
         try:
             self._listener.close()
@@ -252,12 +278,21 @@ class FaultProxy:
                         "InvalidAccessKeyId",
                         "The AWS Access Key Id you provided does not exist in our records.",
                     )
+                elif action == "slowdown":
+                    self._reply_error(conn, method, 503, "Slow Down", "SlowDown", "Please reduce your request rate.")
                 elif action == "drop":
                     return
                 elif action == "stall":
                     self._stop.wait(self.stall_s)
                     return
                 else:
+                    if action == "hold":
+                        with self._lock:
+                            self.held_from.append(conn.getpeername()[:2])
+                        self.holding.set()
+                        self._released.wait()
+                        if self._stop.is_set():
+                            return
                     status, resp = self._forward(first + b"".join(lines) + b"\r\n" + body, method)
                     if action == "drop_mid_response":
                         head_end = resp.index(b"\r\n\r\n") + 4

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import pytest
 
@@ -39,12 +41,12 @@ class S3Server:
 
     @property
     def endpoint_url(self) -> str:
-        """``http://127.0.0.1:PORT`` (for boto3 and for ``Lake(..., s3_endpoint=...)``)."""
+        """``http://HOST:PORT`` (for boto3 and for ``Lake(..., s3_endpoint=...)``)."""
         return f"http://{self.host}:{self.port}"
 
     @property
     def endpoint_override(self) -> str:
-        """``127.0.0.1:PORT`` (for ``pyarrow.fs.S3FileSystem(endpoint_override=..., scheme='http')``)."""
+        """``HOST:PORT`` (for ``pyarrow.fs.S3FileSystem(endpoint_override=..., scheme='http')``)."""
         return f"{self.host}:{self.port}"
 
     def client(self, **kwargs):
@@ -56,25 +58,33 @@ class S3Server:
         return boto3.session.Session().client("s3", endpoint_url=self.endpoint_url, region_name="us-east-1", **kwargs)
 
 
-@pytest.fixture(scope="session")
-def s3_server():
-    """Start moto's S3 server on 127.0.0.1:<free port> for the session; yields an :class:`S3Server`."""
+@contextmanager
+def running_s3_server(host: str = "127.0.0.1", bucket: str = "dhs-test") -> Iterator[S3Server]:
+    """moto's S3 server on ``host``:<free port> with ``bucket`` created, for as long as the block
+    runs; the environment holds :data:`TEST_ENV` meanwhile."""
     moto_server = pytest.importorskip("moto.server", reason="moto[server] is needed for the loopback S3 server")
     mp = pytest.MonkeyPatch()
     for k, v in TEST_ENV.items():
         mp.setenv(k, v)
     # werkzeug logs every request at INFO even with verbose=False.
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = moto_server.ThreadedMotoServer(ip_address=host, port=0, verbose=False)
     server.start()
     try:
-        host, port = server.get_host_and_port()
-        info = S3Server(host=host, port=port, bucket="dhs-test")
+        bound_host, port = server.get_host_and_port()
+        info = S3Server(host=bound_host, port=port, bucket=bucket)
         info.client().create_bucket(Bucket=info.bucket)
         yield info
     finally:
         server.stop()
         mp.undo()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """Start moto's S3 server on 127.0.0.1:<free port> for the session; yields an :class:`S3Server`."""
+    with running_s3_server() as server:
+        yield server
 
 
 def fresh_bucket(server: S3Server, prefix: str = "dhs") -> str:

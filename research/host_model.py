@@ -1,65 +1,31 @@
-"""The lens finder on stamps less a fitted host: an elliptical Sérsic convolved with the catalog's PSF.
+"""The host model of the host-fit diagnostics: an elliptical Sérsic convolved with the catalog's
+Moffat PSF, fitted to the central ``FIT_SIZE`` px of a stamp, and the linearised refit of host plus
+a faint arc.
 
 The mock sky draws every galaxy as an elliptical Sérsic convolved with a Moffat (β = 3.5) of the
-catalog's PSFSIZE in each band, the model Tractor fits to DR10. This diagnostic fits that model to the
-central 49 px of every stamp (one shape for the three bands: centre, half-light radius, Sérsic index,
-e1, e2 by Levenberg–Marquardt with finite-difference Jacobians; a flux and a constant background per
-band solved linearly at each step, variable projection), and trains the demo recipe on the
-residuals (``--preprocess`` over the profile's spec; default three residual channels, no colour or
-antisymmetric channels, which need the host's light). The stream's arcs are projected off their
-host's fitted tangent space, the linearised refit of host plus arc (a host fitted to the noise has
-a residual orthogonal to that space, so a faint arc's refit moves the model by exactly that
-projection); every other stamp (the catalog rows, the validation injections, the test rows and the
-bank's injections) is fitted itself, as a survey would fit it.
+catalog's PSFSIZE in each band, the model Tractor fits to DR10. :func:`fit_hosts` fits that model
+(one shape for the three bands: centre, half-light radius, Sérsic index, e1, e2 by
+Levenberg–Marquardt with finite-difference Jacobians; a flux and a constant background per band
+solved linearly at each step, variable projection). A host fitted to the noise has a residual
+orthogonal to the model's tangent space, so a faint arc's refit moves the model by the arc's
+projection on that space (:func:`refit_change`); :func:`refit_share_kept` is the share of the arc's
+S/N the refit leaves, with Gaussian priors on the host's colours and shape (Fisher form).
 
-It prints one JSON line: the fit's χ² per pixel, validation AUROC, the bank's AUROCs (injections
-against controls, by arc S/N and θ_E, and with the bank's injections replaced by their linearised
-refit, which is what training saw; the spread (sd) of the controls' logits; the bank's arcs in pure noise against pure noise, whole and
-off the fitted host's tangent space), known lenses against held-out negatives, the 1e-2 FPR
-operating point; and two bounds for a detector that knows each arc's shape (the mean over the bank
-of Φ(S/N / √2), S/N the bank's arc S/N): with the host known, and with only the part of the arc
-orthogonal to the fitted host's tangent space.
-
-    python benchmarks/ablate_host_fit.py --lake lakehouse
-
-About 14 minutes on 2 cores for the fits of a demo lake (0.14 s per stamp), then the training. A diagnostic, not a
-pipeline step: the mock's galaxies are exactly this model, so the fit is better than it would be
-on DR10's galaxies.
+Used by ``research.ablate_host_fit`` and ``research.bound_host_colour_prior``; tested by
+``research/tests/test_host_model.py``. A diagnostic's model, not a pipeline step: the mock's
+galaxies are exactly this model, so the fit is better than it would be on DR10's galaxies.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
-import tempfile
-import time
-from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from scipy.stats import norm  # noqa: E402
-
-from benchmarks.ablate_host_oracle import S_N_EDGES, THETA_E_EDGES_ARCSEC, band_sigma, noise_like  # noqa: E402
-from benchmarks.ablate_lens_finder import held_out_tables, parse_lake_args  # noqa: E402
-from benchmarks.demo_headline import SNR_BINS, auroc_of  # noqa: E402
-from darkhaloscope.constants import PIXEL_SCALE_ARCSEC  # noqa: E402
-from darkhaloscope.evaluation.thresholds import order_statistic_threshold  # noqa: E402
-from darkhaloscope.profiles import sersic_surface_brightness, sersic_total_flux  # noqa: E402
-from darkhaloscope.psf import MOFFAT_BETA, psf_kernels  # noqa: E402
-from darkhaloscope.stamps import from_tensor_column  # noqa: E402
-from darkhaloscope.training.checkpoint import load_checkpoint  # noqa: E402
-from darkhaloscope.training.data import load_training_set  # noqa: E402
-from darkhaloscope.training.dataset import AugmentedStampDataset  # noqa: E402
-from darkhaloscope.training.gates import run_gates  # noqa: E402
-from darkhaloscope.training.inference import score_stamps  # noqa: E402
-from darkhaloscope.training.loop import train  # noqa: E402
-from darkhaloscope.training.profiles import training_profile  # noqa: E402
-from darkhaloscope.training.runs import split_for_training  # noqa: E402
+from darkhaloscope.constants import PIXEL_SCALE_ARCSEC
+from darkhaloscope.profiles import sersic_surface_brightness, sersic_total_flux
+from darkhaloscope.psf import MOFFAT_BETA, psf_kernels
 
 #: Side (px) of the fitted region: the demo finder's crop.
 FIT_SIZE = 49
@@ -307,177 +273,3 @@ def refit_share_kept(
         total = (ds * ds).sum(1)
         out[s : s + 64] = (torch.clamp(total - explained, min=0.0) / total).sqrt().numpy()
     return out
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--preprocess",
-        default='{"residual": "none", "colour_difference": false, "antisymmetric": false}',
-        help="PreprocessSpec fields over the demo profile's (JSON)",
-    )
-    ap.add_argument("--member", default="{}", help="TrainConfig fields over the demo member (JSON)")
-    ap.add_argument("--iters", type=int, default=8, help="Levenberg–Marquardt steps per stamp")
-    a, lake = parse_lake_args(ap)
-    profile = training_profile("demo")
-
-    neg_t, real_t, bank = held_out_tables(
-        lake, ("psfsize_g", "psfsize_r", "psfsize_z"), ("theta_e_arcsec", "psf_fwhm_g", "psf_fwhm_r", "psf_fwhm_z")
-    )
-    cut = lake.read_table("imaging", "cutouts", columns=["object_id", "psfsize_g", "psfsize_r", "psfsize_z"])
-    psf = {
-        int(o): (g, r, z)
-        for o, g, r, z in zip(*(cut.column(c).to_numpy() for c in ("object_id", "psfsize_g", "psfsize_r", "psfsize_z")))
-    }
-    g_r, z_r = (
-        float(np.nanmedian(cut.column(f"psfsize_{b}").to_numpy() / cut.column("psfsize_r").to_numpy())) for b in "gz"
-    )
-
-    def fwhm_of(ids, psfsize_r=None):
-        # the validation injections carry their host's r-band PSF only; g and z scale by the survey's median ratios
-        return np.array(
-            [
-                psf[int(i)] if int(i) in psf else (psfsize_r[j] * g_r, psfsize_r[j], psfsize_r[j] * z_r)
-                for j, i in enumerate(ids)
-            ],
-            np.float64,
-        )
-
-    def columns_fwhm(table, prefix):
-        return np.stack([table.column(f"{prefix}_{b}").to_numpy() for b in "grz"], 1).astype(np.float64)
-
-    fits: dict[str, float] = {}
-
-    def fitted(name, x, fwhm, tangent=False):
-        """The fit of stamps ``x``, with their per-band σ (N, 3) float32 as ``sigma``."""
-        sigma = band_sigma(x, profile.preprocess)
-        f = fit_hosts(x, fwhm, sigma.double().numpy(), a.iters, tangent)
-        fits[name] = round(float(f["chi2"].median()), 3)
-        return {**f, "sigma": sigma}
-
-    t0 = time.time()
-    arrays = load_training_set(lake.dataset("training", "training_set").to_table())
-    tr, va = split_for_training(arrays, "cpu")
-    hosts = torch.from_numpy(tr.host_rows())
-    fit_tr = fitted("train", tr.image, fwhm_of(tr.object_id), tangent=True)
-    host_basis, host_sigma = fit_tr["tangent"][hosts], fit_tr["sigma"][hosts]
-    tr = replace(tr, image=less_host(tr.image, fit_tr))
-    va = replace(va, image=less_host(va.image, fitted("validation", va.image, fwhm_of(va.object_id, va.psfsize_r))))
-
-    neg, real = (from_tensor_column(t.column("image")) for t in (neg_t, real_t))
-    inj, ctrl = (from_tensor_column(bank.column(c)) for c in ("image", "control"))
-    snr, theta_e = bank.column("arc_snr").to_numpy(), bank.column("theta_e_arcsec").to_numpy()
-    fwhm_bank = columns_fwhm(bank, "psf_fwhm")
-    fit_ctrl = fitted("controls", ctrl, fwhm_bank, tangent=True)
-    sigma_ctrl = fit_ctrl["sigma"]
-    lo = (ctrl.shape[-1] - FIT_SIZE) // 2
-    arcs = (inj - ctrl)[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE]
-    arcs_left = refit_change(arcs, fit_ctrl["tangent"], sigma_ctrl)
-    s_n = sigma_ctrl.numpy()[:, :, None, None]
-    kept = np.linalg.norm((arcs_left / s_n).reshape(len(arcs), -1), axis=1) / np.linalg.norm(
-        (arcs / s_n).reshape(len(arcs), -1), axis=1
-    )
-    ctrl_less = less_host(ctrl, fit_ctrl)
-    inj_linearised = ctrl_less.copy()
-    inj_linearised[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE] += arcs_left
-    # the same finder on the bank's arcs in pure noise of each control's σ against pure noise: the
-    # arcs whole (the host known) and off the fitted host's tangent space (what any fit leaves)
-    arcs_whole = inj - ctrl
-    arcs_off = arcs_whole.copy()
-    arcs_off[:, :, lo : lo + FIT_SIZE, lo : lo + FIT_SIZE] = arcs_left
-    in_noise = noise_like(ctrl, profile.preprocess, "injections")
-    test = {
-        "negatives": less_host(neg, fitted("negatives", neg, columns_fwhm(neg_t, "psfsize"))),
-        "known_lenses": less_host(real, fitted("known_lenses", real, columns_fwhm(real_t, "psfsize"))),
-        "injections": less_host(inj, fitted("injections", inj, fwhm_bank)),
-        "controls": ctrl_less,
-        "linearised": inj_linearised,
-        "whole_arcs_in_noise": arcs_whole + in_noise,
-        "fitted_arcs_in_noise": arcs_off + in_noise,
-        "noise": noise_like(ctrl, profile.preprocess, "controls"),
-    }
-    fit_s = time.time() - t0
-
-    draw_epoch = AugmentedStampDataset.prepare_epoch
-    projected = {"draw": None, "draws": 0}  # the last draw projected, held so that it is compared by identity
-
-    def prepare_epoch(self, epoch):
-        draw = draw_epoch(self, epoch)
-        if draw is not None and draw is not projected["draw"]:
-            k = torch.from_numpy(np.asarray(draw.host_row))
-            draw.arcs[...] = refit_change(draw.arcs, host_basis[k], host_sigma[k])
-            projected.update(draw=draw, draws=projected["draws"] + 1)
-        return draw
-
-    AugmentedStampDataset.prepare_epoch = prepare_epoch
-    spec = replace(profile.preprocess, **json.loads(a.preprocess))
-    cfg = replace(profile.members[0], device="cpu", **json.loads(a.member))
-    with tempfile.TemporaryDirectory(prefix="dhs_host_fit_") as out:
-        t1 = time.time()
-        res = train(tr, va, cfg, out, spec, {"ablation": "host_fit"})
-        wall = time.time() - t1
-        model, ck = load_checkpoint(out, "best")
-        gates = {g["name"]: round(float(g["value"]), 4) for g in run_gates(model, ck, va, device="cpu")}
-        p = {k: score_stamps(model, ck, x)[0] for k, x in test.items()}
-    thr, _ = order_statistic_threshold(np.sort(p["negatives"])[::-1], 1e-2)
-
-    def by(edges, values, scores, controls="controls"):
-        return {
-            f"{lo}-{hi}": auroc_of(scores[(values >= lo) & (values < hi)], p[controls])
-            for lo, hi in zip(edges[:-1], edges[1:])
-        }
-
-    print(
-        json.dumps(
-            {
-                "name": "host_fit",
-                "preprocess": json.loads(a.preprocess),
-                "member": json.loads(a.member),
-                "fit_chi2_median": fits,
-                "fit_s": round(fit_s),
-                "val_auroc": round(res.best_val_auroc, 4),
-                "best_epoch": res.best_epoch,
-                "gates": gates,
-                "test_auroc_injections_vs_controls": auroc_of(p["injections"], p["controls"]),
-                "auroc_by_arc_snr": by(S_N_EDGES, snr, p["injections"]),
-                "auroc_by_theta_e_arcsec": by(THETA_E_EDGES_ARCSEC, theta_e, p["injections"]),
-                "linearised_injections_vs_controls": auroc_of(p["linearised"], p["controls"]),
-                "controls_logit_sd": round(
-                    float(
-                        np.std(
-                            np.log(np.clip(p["controls"], 1e-12, 1 - 1e-12) / np.clip(1.0 - p["controls"], 1e-12, 1))
-                        )
-                    ),
-                    3,
-                ),
-                **{
-                    f"{k}_vs_noise": {
-                        "all": auroc_of(p[k], p["noise"]),
-                        "by_arc_snr": by(S_N_EDGES, snr, p[k], "noise"),
-                        "by_theta_e_arcsec": by(THETA_E_EDGES_ARCSEC, theta_e, p[k], "noise"),
-                    }
-                    for k in ("whole_arcs_in_noise", "fitted_arcs_in_noise")
-                },
-                "test_auroc_real_vs_negatives": auroc_of(p["known_lenses"], p["negatives"]),
-                "threshold_fpr_1e-2": float(thr),
-                "recall_test_known_lenses": round(float((p["known_lenses"] > thr).mean()), 4),
-                "completeness_by_arc_snr": {
-                    f"{lo}-{hi}": round(float((p["injections"][(snr >= lo) & (snr < hi)] > thr).mean()), 4)
-                    for lo, hi in SNR_BINS
-                },
-                "arc_sn_kept_median_by_theta_e": {
-                    f"{lo}-{hi}": round(float(np.median(kept[(theta_e >= lo) & (theta_e < hi)])), 3)
-                    for lo, hi in zip(THETA_E_EDGES_ARCSEC[:-1], THETA_E_EDGES_ARCSEC[1:])
-                },
-                "bound_known_shape_host_known": round(float(norm.cdf(snr / math.sqrt(2)).mean()), 4),
-                "bound_known_shape_host_fitted": round(float(norm.cdf(kept * snr / math.sqrt(2)).mean()), 4),
-                "draws_projected": projected["draws"],
-                "epochs": res.epochs_run,
-                "s_per_epoch": round(wall / max(res.epochs_run, 1), 1),
-            }
-        )
-    )
-
-
-if __name__ == "__main__":
-    main()

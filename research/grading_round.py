@@ -2,15 +2,17 @@
 human grader: the gallery's top ``--top`` candidates graded ``A`` where they are a hidden lens of
 the mock sky or a known lens, ``not_a_lens`` otherwise, written as the gallery's CSV export.
 
-The truth is read here only (a benchmark, never an asset). It measures what an inspection round
+The truth is read here only (research, never an asset). It measures what an inspection round
 buys: graded lenses join the next ``training_set`` as positives and leave the held-out negatives.
 
-    python benchmarks/grading_round.py --lake /tmp/demo/lake --out /tmp/round1.csv
+    python -m research.grading_round --lake /tmp/demo/lake --out /tmp/round1.csv
     DHS_LAKE=/tmp/demo/lake dhs grade /tmp/round1.csv
     DHS_LAKE=/tmp/demo/lake dhs materialize evaluation_report candidate_gallery
-    python benchmarks/demo_headline.py --lake /tmp/demo/lake
+    python -m research.demo_headline --lake /tmp/demo/lake
 
-``DHS_MOCK_SEED`` must name the lake's mock realisation (its truth file).
+``DHS_MOCK_SEED`` and ``DHS_MOCK_DIR`` must name the lake's mock realisation (its truth file; another
+is refused). Results: BENCHMARKS.md, *Lens finder recipe (demo profile): ablations* (one grading
+round) and *What holds the all-injection AUROC* (graded lenses are no longer injection hosts).
 """
 
 from __future__ import annotations
@@ -18,29 +20,28 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import pyarrow.parquet as pq  # noqa: E402
-
-from darkhaloscope.evaluation.discovery import hidden_lens_recovery  # noqa: E402
-from darkhaloscope.search.gallery import DEFAULT_TOP_N, top_candidates  # noqa: E402
-from darkhaloscope.search.grades import GRADE_COLUMNS  # noqa: E402
-from lakehouse.lake import Lake  # noqa: E402
-from resources.config import build_resources  # noqa: E402
+from darkhaloscope.errors import InputError
+from darkhaloscope.evaluation.discovery import hidden_lens_recovery
+from darkhaloscope.search.gallery import DEFAULT_TOP_N, top_candidates
+from darkhaloscope.search.grades import GRADE_COLUMNS
+from dhs.demo_summary import hidden_lens_truth
+from lakehouse.lake import Lake
+from resources.config import build_resources
+from table_registry import tables as T
 
 
 def oracle_grades(lake: Lake, top: int) -> list[dict]:
     """Rows of :data:`GRADE_COLUMNS` for the ``top`` best-ranked candidates, graded by the truth."""
     survey = build_resources()["survey"]
-    if not survey.location().is_mock:
+    if not survey.is_mock:
         raise SystemExit("the oracle grader needs the mock survey's truth (DHS_SURVEY=mock)")
-    shown = top_candidates(lake.read_table("search", "candidates"), top)
-    report = hidden_lens_recovery(
-        shown, pq.read_table(survey.mock_manifest().hidden_truth_path), lake.read_table("survey", "known_lenses")
-    )
+    try:
+        truth = hidden_lens_truth(lake, survey)
+    except InputError as exc:
+        raise SystemExit(str(exc)) from exc
+    shown = top_candidates(lake.table(*T.CANDIDATES.key).read(), top)
+    report = hidden_lens_recovery(shown, truth, lake.table(*T.KNOWN_LENSES.key).read())
     return [
         {**{c: r[c] for c in GRADE_COLUMNS if c != "grade"}, "grade": "not_a_lens" if r["match"] == "false" else "A"}
         for r in report.candidates.to_pylist()

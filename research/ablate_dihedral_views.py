@@ -5,34 +5,30 @@ the same weights each time.
 For each number of views prints one JSON line: validation AUROC, test AUROC of injections against
 their paired controls and of test-split known lenses against held-out negatives, recall of
 test-split known lenses and completeness by arc S/N at the 1e-2 FPR threshold of the held-out
-negatives (the rows of ``ablate_lens_finder.py``), and the seconds scoring took (the cost is
-~linear in the views; the search's throughput is measured by ``bench_search.py``).
+negatives (the rows of ``research.ablate_lens_finder``), and the seconds scoring took (the cost
+is ~linear in the views; the search's throughput is measured by ``benchmarks.bench_search``).
 
-    python benchmarks/ablate_dihedral_views.py --lake lakehouse [--views 1 2 4 8]
+    python -m research.ablate_dihedral_views --lake lakehouse [--views 1 2 4 8]
+
+Results: BENCHMARKS.md, *Scores averaged over the stamp and its 180° rotation*.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import numpy as np  # noqa: E402
-
-from benchmarks.ablate_lens_finder import _test_rows, parse_lake_args  # noqa: E402
-from benchmarks.demo_headline import _by_snr, auroc_of  # noqa: E402
-from darkhaloscope.evaluation.scoring import published_lens_finder  # noqa: E402
-from darkhaloscope.evaluation.thresholds import order_statistic_threshold  # noqa: E402
-from darkhaloscope.stats import roc_auc  # noqa: E402
-from darkhaloscope.training.data import load_training_set  # noqa: E402
-from darkhaloscope.training.inference import stamp_logits  # noqa: E402
-from darkhaloscope.training.preprocess import DIHEDRAL_SUBGROUPS  # noqa: E402
-from darkhaloscope.training.runs import split_for_training  # noqa: E402
+from darkhaloscope.evaluation.headline import auroc_of, completeness_by_snr
+from darkhaloscope.evaluation.scoring import published_lens_finder
+from darkhaloscope.stats import roc_auc
+from darkhaloscope.training.data import load_training_set
+from darkhaloscope.training.inference import stamp_logits
+from darkhaloscope.training.preprocess import DIHEDRAL_SUBGROUPS
+from darkhaloscope.training.runs import split_for_training
+from research.common import held_out_stamps, parse_lake_args, threshold_at
+from table_registry import tables as T
 
 
 def main() -> None:
@@ -46,9 +42,9 @@ def main() -> None:
         help="the numbers of views to score (default: all)",
     )
     a, lake = parse_lake_args(ap)
-    _, val = split_for_training(load_training_set(lake.dataset("training", "training_set").to_table()), "cpu")
-    neg, real, inj, ctrl, snr = _test_rows(lake)
-    with published_lens_finder(lake, "cpu") as (model, published):
+    _, val = split_for_training(load_training_set(lake.table(*T.TRAINING_SET.key).read()), "cpu")
+    neg, real, inj, ctrl, snr = held_out_stamps(lake)
+    with published_lens_finder(lake.table(*T.LENS_FINDER.key), "cpu") as (model, published):
         for views in sorted(set(a.views)):
             spec = replace(published, dihedral_views=views)
             t0 = time.perf_counter()
@@ -58,7 +54,7 @@ def main() -> None:
             )
             seconds = time.perf_counter() - t0
             # rankings, hence thresholds and completeness, do not depend on the temperature
-            thr, _ = order_statistic_threshold(np.sort(z_neg)[::-1], 1e-2)
+            thr = threshold_at(z_neg)
             print(
                 json.dumps(
                     {
@@ -68,7 +64,7 @@ def main() -> None:
                         "test_auroc_injections_vs_controls": auroc_of(z_inj, z_ctrl),
                         "test_auroc_real_vs_negatives": auroc_of(z_real, z_neg),
                         "recall_test_known_lenses": [int((z_real > thr).sum()), len(z_real)],
-                        "completeness_by_arc_snr": _by_snr(z_inj, snr, thr),
+                        "completeness_by_arc_snr": completeness_by_snr(z_inj, snr, thr),
                         "scoring_s": round(seconds, 1),
                         "rows": int(len(z_val) + len(z_neg) + len(z_real) + len(z_inj) + len(z_ctrl)),
                     }

@@ -1,24 +1,27 @@
-"""What a prior on the host's colours would give a detector that fits the host: the known-shape bound
-of ``ablate_host_fit.py`` with the host's g − r and r − z (and, in one row, its shape) held to
-Gaussian priors.
+"""What a prior on the host's colours would give a detector that fits the host: the known-shape
+bound of ``research.ablate_host_fit`` with the host's g − r and r − z (and, in one row, its shape)
+held to Gaussian priors.
 
-``ablate_host_fit.py`` bounds a detector that knows each arc's shape and fits the host to the stamp
-(one Sérsic shape for the three bands, a free flux per band): the part of the arc the refit leaves
-sets its S/N. An unresolved arc is bluer than its host, and the free fluxes absorb it by moving the
-host's colours. This script puts Gaussian priors on those colours, from held exactly (σ = 0) to
-free, and prints the bound at each: the mean over the bank's pairs of Φ(kept · S/N / √2), kept the
-share of the arc's S/N the refit leaves (``ablate_host_fit.refit_share_kept``), S/N the bank's arc
-S/N. The priors include the spread of the mock sky's early-type colours (its DEV and SER galaxies,
-the bank's hosts, ``mock_populations.EARLY_GR`` / ``EARLY_RZ``), which is what a finder trained on
-that sky could learn, with and without the spread of their shapes (:func:`mock_shape_sd`), and 0.05 mag, the red sequence's intrinsic scatter at a known redshift
-(Bower, Lucey & Ellis 1992, MNRAS 254, 601), which no single-epoch survey galaxy comes with.
+``research.ablate_host_fit`` bounds a detector that knows each arc's shape and fits the host to the
+stamp (one Sérsic shape for the three bands, a free flux per band): the part of the arc the refit
+leaves sets its S/N. An unresolved arc is bluer than its host, and the free fluxes absorb it by
+moving the host's colours. This script puts Gaussian priors on those colours, from held exactly
+(σ = 0) to free, and prints the bound at each: the mean over the bank's pairs of
+Φ(kept · S/N / √2), kept the share of the arc's S/N the refit leaves
+(:func:`research.host_model.refit_share_kept`), S/N the bank's arc S/N. The priors include the
+spread of the mock sky's early-type colours (its DEV and SER galaxies, the bank's hosts,
+``mock_survey.populations.EARLY_GR`` / ``EARLY_RZ``), which is what a finder trained on that sky
+could learn, with and without the spread of their shapes (:func:`mock_shape_sd`), and 0.05 mag, the
+red sequence's intrinsic scatter at a known redshift (Bower, Lucey & Ellis 1992, MNRAS 254, 601),
+which no single-epoch survey galaxy comes with.
 
 A Fisher (linearised) bound with each prior centred on the host's fitted colours: a population
 prior, centred on the population's mean, gives less.
 
-    python benchmarks/bound_host_colour_prior.py --lake lakehouse [--pairs 0]
+    python -m research.bound_host_colour_prior --lake lakehouse [--pairs 0]
 
-About 3 minutes on 2 cores for the ~1,150 pairs of a demo lake (the host fits). Prints one JSON line.
+The host fits of a demo lake's pairs take minutes on 2 cores. Prints one JSON line. Results:
+BENCHMARKS.md, *What the mock's priors on a host are worth to a detector that fits it*.
 """
 
 from __future__ import annotations
@@ -26,21 +29,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+from scipy.stats import norm
 
-import numpy as np  # noqa: E402
-from scipy.stats import norm  # noqa: E402
-
-from benchmarks.ablate_host_fit import N_SHAPE, fit_hosts, refit_share_kept  # noqa: E402
-from benchmarks.ablate_host_oracle import THETA_E_EDGES_ARCSEC, band_sigma  # noqa: E402
-from benchmarks.ablate_lens_finder import bank_table, parse_lake_args  # noqa: E402
-from darkhaloscope.stamps import from_tensor_column  # noqa: E402
-from darkhaloscope.training.profiles import training_profile  # noqa: E402
-from mock_survey.populations import (  # noqa: E402
+from darkhaloscope.stamps import from_tensor_column
+from darkhaloscope.training.profiles import training_profile
+from mock_survey.populations import (
     DEV,
     EARLY_GR,
     EARLY_RZ,
@@ -50,6 +46,8 @@ from mock_survey.populations import (  # noqa: E402
     SER_INDEX_LOG_SCATTER,
     SIZE_LOG_SCATTER,
 )
+from research.common import THETA_E_EDGES_ARCSEC, band_sigma, bank_table, parse_lake_args
+from research.host_model import N_SHAPE, fit_hosts, refit_share_kept
 
 #: (name, (σ g − r, σ r − z) mag or None for free colours, whether the shape has the mock's priors too)
 PRIORS = (

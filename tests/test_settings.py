@@ -1,0 +1,29 @@
+"""Every ``DHS_`` variable the product reads is declared once, in ``resources/settings.py``, with its
+default, meaning and check (the README and the reference list them from there)."""
+
+import pathlib
+import re
+
+from resources.settings import BY_NAME, SETTINGS
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+PRODUCT = (
+    "darkhaloscope",
+    "mock_survey",
+    "lakehouse",
+    "table_registry",
+    "lens_assets",
+    "resources",
+    "io_managers",
+    "dhs",
+)
+
+
+def test_every_variable_the_product_reads_is_declared():
+    named = set()
+    for package in PRODUCT:
+        for path in (REPO / package).rglob("*.py"):
+            named |= set(re.findall(r"\bDHS_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(encoding="utf-8")))
+    assert named - set(BY_NAME) == set()
+    assert len(BY_NAME) == len(SETTINGS)  # declared once
+    assert all(s.meaning and s.group for s in SETTINGS)
