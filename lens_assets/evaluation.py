@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from darkhaloscope.constants import flux_to_mag
 from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation import (
     fpr_by_confuser as fpr_table,
@@ -26,12 +25,7 @@ from darkhaloscope.evaluation import (
     thresholds_from_negatives,
     usable_thresholds,
 )
-from darkhaloscope.evaluation.closure import (
-    CLOSURE_SCHEMA,
-    calibration_table,
-    closure_table,
-    fit_selection_model,
-)
+from darkhaloscope.evaluation.closure import calibration_table, fit_selection_model
 from darkhaloscope.evaluation.products import FIGURES, report_html, selection_products
 from darkhaloscope.evaluation.scoring import (
     CUTOUT_META,
@@ -48,7 +42,7 @@ from darkhaloscope.search.gallery import GALLERY_FILE
 from darkhaloscope.search.grades import published_graded_lens_ids
 from darkhaloscope.stamps import from_tensor_column
 from lakehouse import audits as au
-from resources import ComputeResource, LakeResource, SurveyResource
+from resources import ComputeResource, LakeResource
 from table_registry import audits as checks
 from table_registry.tables import (
     CANDIDATE_GALLERY,
@@ -60,19 +54,19 @@ from table_registry.tables import (
     INJECTION_PLAN,
     INJECTION_SCORES,
     LENS_FINDER,
+    LENS_FORECAST,
     REAL_LENS_RECALL,
-    SEARCH_SCORES,
     SELECTION_CLOSURE,
     SELECTION_FUNCTION,
     SELECTION_MARGINALS,
     SELECTION_MODEL,
-    SWEEPS,
     THRESHOLDS,
     TRAINING_SET,
     VISUAL_GRADES,
     Table,
 )
 
+from .closure import lens_forecast, selection_closure
 from .shared.publish import Publish, lake_asset, staged_table
 
 
@@ -226,74 +220,6 @@ def selection_model(
 
 
 @lake_asset(
-    SELECTION_CLOSURE,
-    code_version="1",
-    kinds={"parquet"},
-    ins={
-        "selection_model": dg.AssetIn(list(SELECTION_MODEL.key)),
-        "search_scores": dg.AssetIn(list(SEARCH_SCORES.key)),
-        "training_set": dg.AssetIn(list(TRAINING_SET.key)),
-        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
-    },
-    deps=[_key(SWEEPS)],
-)
-def selection_closure(
-    context: dg.AssetExecutionContext,
-    lake: LakeResource,
-    survey: SurveyResource,
-    selection_model: pa.Table,
-    search_scores: ds.Dataset,
-    training_set: ds.Dataset,
-    injection_plan: pa.Table,
-) -> Publish:
-    """On the mock survey, the hidden lenses the search recovers (host scored above the selection
-    model's threshold) against the number the selection model predicts at their θ_E, arc S/N and
-    lens magnitude, per θ_E bin of the grid and overall, with the pull. Hidden lenses whose host the
-    lens finder saw in training (train or val rows of ``training_set``) are left out and counted: the
-    selection function is measured on hosts it never saw. The truth is read here only, from the mock
-    survey's files, never by a training or evaluation input. On a real survey the table is empty."""
-    import pyarrow.parquet as pq
-
-    if not survey.is_mock:
-        md = {"skipped": "not the mock survey: no hidden-lens truth"}
-        return Publish({SELECTION_CLOSURE: CLOSURE_SCHEMA.empty_table()}, metadata={SELECTION_CLOSURE: md})
-    truth = pq.read_table(survey.mock_manifest().hidden_truth_path)
-    seen = pc.is_in(truth.column("object_id"), training_set.to_table(columns=["object_id"]).column("object_id"))
-    hidden = truth.filter(pc.invert(seen))
-    ids = hidden.column("object_id")
-    rows = (
-        lake.lake()
-        .table(*SWEEPS.key)
-        .dataset()
-        .to_table(columns=["object_id", "flux_z", "mw_transmission_z"], filter=pc.field("object_id").isin(ids))
-    )
-    order = pc.index_in(ids, rows.column("object_id")).to_numpy(zero_copy_only=False)
-    flux = (
-        rows.column("flux_z").to_numpy(zero_copy_only=False)[order]
-        / rows.column("mw_transmission_z").to_numpy(zero_copy_only=False)[order]
-    )
-    hidden = hidden.append_column("lens_mag_z", pa.array(flux_to_mag(flux)))
-    threshold = float(selection_model.column("threshold")[0].as_py())
-    scored = search_scores.to_table(columns=["object_id", "score", "valid"], filter=pc.field("object_id").isin(ids))
-    above = pc.and_(scored.column("valid"), pc.greater(scored.column("score"), threshold))
-    found = set(scored.filter(above).column("object_id").to_pylist())
-    recovered = [oid in found for oid in ids.to_pylist()]
-    theta_e, _ = plan_grid(injection_plan)
-    table = closure_table(selection_model, hidden, recovered, theta_e)
-    overall = table.filter(pc.equal(table.column("bin"), "all")).to_pylist()[0]
-    md = {
-        "threshold": overall["threshold_name"],
-        "n_hidden_truth": truth.num_rows,
-        "n_hidden_seen_in_training": truth.num_rows - hidden.num_rows,
-        "n_hidden_not_scored": len(set(ids.to_pylist()) - set(scored.column("object_id").to_pylist())),
-        "pull_all": overall["pull"],
-        "n_recovered_all": overall["n_recovered"],
-        "n_predicted_all": round(overall["n_predicted"], 2),
-    }
-    return Publish({SELECTION_CLOSURE: table}, metadata={SELECTION_CLOSURE: md})
-
-
-@lake_asset(
     REAL_LENS_RECALL,
     FPR_BY_CONFUSER,
     code_version="3",
@@ -329,7 +255,7 @@ def real_lens_recall(
 
 @lake_asset(
     EVALUATION_REPORT,
-    code_version="5",
+    code_version="6",
     kinds={"html"},
     deps=[_key(VISUAL_GRADES)],
     ins={
@@ -344,6 +270,7 @@ def real_lens_recall(
         "cutouts": dg.AssetIn(list(CUTOUTS.key)),
         "lens_finder": dg.AssetIn(list(LENS_FINDER.key)),
         "selection_closure": dg.AssetIn(list(SELECTION_CLOSURE.key)),
+        "lens_forecast": dg.AssetIn(list(LENS_FORECAST.key)),
     },
 )
 def evaluation_report(
@@ -360,6 +287,7 @@ def evaluation_report(
     cutouts: ds.Dataset,
     lens_finder: pa.Table,
     selection_closure: pa.Table,
+    lens_forecast: pa.Table,
 ) -> Publish:
     """One static HTML page beside its index row: ROC curves and their areas with bootstrap
     intervals, the selection function and its marginals, the recall table, the lens finder's
@@ -385,6 +313,7 @@ def evaluation_report(
         gallery_uri=store.full_uri(f"{store.table_path(*CANDIDATE_GALLERY.key)}/{GALLERY_FILE}"),
         conditioning=table_conditioning(selection_function),
         closure=selection_closure,
+        forecast=lens_forecast,
     ).encode("utf-8")
     staged = staged_table(context, EVALUATION_REPORT)
     staged.write_bytes("report.html", html)
@@ -412,6 +341,7 @@ evaluation_defs = dg.Definitions(
         selection_function,
         selection_model,
         selection_closure,
+        lens_forecast,
         real_lens_recall,
         evaluation_report,
     ]

@@ -90,6 +90,9 @@ SELECTION_MODEL_CONTRACT = Audit(
     "selection_model_contract", "one central fit and its bootstrap refits per threshold, finite coefficients"
 )
 SELECTION_CLOSURE_CONTRACT = Audit("selection_closure_contract", "counts and pulls per θ_E bin and overall")
+LENS_FORECAST_CONTRACT = Audit(
+    "lens_forecast_contract", "expected detected lenses per deg² and in the searched area, per θ_E bin and overall"
+)
 SELECTION_MARGINALS_CONTRACT = Audit("selection_marginals_contract", "completeness in [0, 1] per marginal bin")
 REAL_LENS_RECALL_CONTRACT = Audit(
     "real_lens_recall_contract", "recall and its intervals in [0, 1] per tier and threshold"

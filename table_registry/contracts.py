@@ -12,6 +12,7 @@ from darkhaloscope.catalog.crossmatch import POSITIVE_SCHEMA
 from darkhaloscope.catalog.cuts import FUNNEL_SCHEMA, NEGATIVE_SCHEMA, SELECTION_COLUMN
 from darkhaloscope.catalog.sampling import CATALOG_SCHEMA
 from darkhaloscope.evaluation.closure import CLOSURE_SCHEMA, SELECTION_MODEL_SCHEMA
+from darkhaloscope.evaluation.forecast import FORECAST_SCHEMA
 from darkhaloscope.evaluation.recall import CONFUSER_SCHEMA, RECALL_SCHEMA
 from darkhaloscope.evaluation.selection import MARGINAL_SCHEMA, SELECTION_SCHEMA
 from darkhaloscope.evaluation.thresholds import THRESHOLD_SCHEMA
@@ -233,6 +234,22 @@ SELECTION_CLOSURE = Contract(
     columns=_columns(CLOSURE_SCHEMA),
     key=("threshold_name", "bin"),
     ranges=(Range("n_hidden", 0, None), Range("n_recovered", 0, None), Range("n_predicted_sd", 0.0, None)),
+)
+
+LENS_FORECAST = Contract(
+    table="lens_forecast",
+    columns=_columns(FORECAST_SCHEMA),
+    key=("threshold_name", "population", "bin"),
+    ranges=(
+        Range("area_deg2", 0.0, None),
+        Range("n_per_deg2", 0.0, None),
+        Range("n_per_deg2_sd", 0.0, None),
+        Range("n_in_area", 0.0, None),
+        Range("n_in_area_sd", 0.0, None),
+        Range("n_lensed_per_deg2", 0.0, None, nullable=True),
+        Range("n_truth", 0, None, nullable=True),
+    ),
+    allowed_values={"population": ("vdf", "mock")},
 )
 
 

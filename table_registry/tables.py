@@ -256,6 +256,15 @@ SELECTION_CLOSURE = Table(
     None,
     (au.SELECTION_CLOSURE_CONTRACT,),
 )
+LENS_FORECAST = Table(
+    "evaluation",
+    "lens_forecast",
+    "expected lenses the search finds per deg² and in the searched area: the selection model folded with a "
+    "velocity dispersion function and source counts (and, on the mock, with its hidden lenses, against their truth)",
+    c.LENS_FORECAST,
+    None,
+    (au.LENS_FORECAST_CONTRACT,),
+)
 REAL_LENS_RECALL = Table(
     "evaluation",
     "real_lens_recall",
@@ -364,6 +373,7 @@ TABLES: tuple[Table, ...] = (
     SELECTION_MARGINALS,
     SELECTION_MODEL,
     SELECTION_CLOSURE,
+    LENS_FORECAST,
     REAL_LENS_RECALL,
     FPR_BY_CONFUSER,
     EVALUATION_REPORT,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import dagster as dg
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -136,8 +137,10 @@ def test_hidden_truth_is_read_by_no_asset():
     truth; no asset (training or otherwise), IO manager or Definitions module does."""
     names = re.compile(r"hidden_lens_truth|hidden_truth|HIDDEN_LENS_TRUTH|lens_truth_paths|hidden_lens_recovery")
     # resources/imaging.py paints the sky the cutouts are cut from; lens_assets/demo_summary.py scores the
-    # demo's candidates against the truth after every asset has run (no asset reads it)
-    allowed = {"resources/imaging.py", "lens_assets/demo_summary.py"}
+    # demo's candidates against the truth after every asset has run (no asset reads it); lens_assets/closure.py
+    # holds the two assets that compare with it (selection_closure, lens_forecast), whose only reader is the
+    # evaluation report (below)
+    allowed = {"resources/imaging.py", "lens_assets/demo_summary.py", "lens_assets/closure.py"}
     readers = []
     for folder in ("lens_assets", "io_managers", "resources"):
         for path in sorted((REPO / folder).rglob("*.py")):
@@ -147,6 +150,14 @@ def test_hidden_truth_is_read_by_no_asset():
         if names.search(path.read_text()):
             readers.append(path.name)
     assert readers == []
+    import lens_assets.closure as closure
+    from definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    comparing = {a.key for a in (closure.selection_closure, closure.lens_forecast)}
+    readers_of_comparisons = {child for key in comparing for child in graph.get(key).child_keys}
+    assert readers_of_comparisons == {dg.AssetKey(["evaluation", "evaluation_report"])}
+    assert not graph.get(dg.AssetKey(["evaluation", "evaluation_report"])).child_keys
     training = [p for p in (REPO / "darkhaloscope").rglob("*.py") if p.parts[-2] in ("training", "catalog", "lensing")]
     assert training and not [p.name for p in training if names.search(p.read_text())]
 

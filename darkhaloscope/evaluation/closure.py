@@ -155,6 +155,13 @@ def calibration_table(model: pa.Table, injections: pa.Table, edges=(0, 2, 5, 10,
     )
 
 
+def theta_e_edges(theta_e_values) -> np.ndarray:
+    """Bin edges [arcsec] around the grid's θ_E centres: the midpoints, the outer ones half a step out."""
+    c = np.sort(np.asarray(theta_e_values, dtype=np.float64))
+    step = float(np.min(np.diff(c))) if c.size > 1 else 0.5
+    return np.r_[c[0] - step / 2, 0.5 * (c[:-1] + c[1:]), c[-1] + step / 2]
+
+
 def closure_table(model: pa.Table, hidden: pa.Table, recovered: np.ndarray, theta_e_values) -> pa.Table:
     """CLOSURE_SCHEMA rows per θ_E bin (centres ``theta_e_values``, edges at the midpoints, the
     outer ones half a step out) and 'all'. ``hidden``: the hidden lenses (PARAMETERS);
@@ -163,9 +170,8 @@ def closure_table(model: pa.Table, hidden: pa.Table, recovered: np.ndarray, thet
     snr, te, mag = (np.asarray(hidden.column(c).to_numpy(zero_copy_only=False), np.float64) for c in PARAMETERS)
     reps = sorted(set(model.column("replica").to_pylist()))
     p = np.stack([detection_probability(model, snr, te, mag, r) for r in reps])  # (replicas, N)
-    c = np.asarray(sorted(theta_e_values), dtype=np.float64)
-    step = float(np.min(np.diff(c))) if c.size > 1 else 0.5
-    edges = np.r_[c[0] - step / 2, 0.5 * (c[:-1] + c[1:]), c[-1] + step / 2]
+    edges = theta_e_edges(theta_e_values)
+    c = edges[:-1]
     b = np.searchsorted(edges, te, side="right") - 1
     recovered = np.asarray(recovered, dtype=bool)
     cols = {f.name: [] for f in CLOSURE_SCHEMA}

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..lensing.bank import table_conditioning
 from .comparison import auroc_intervals, model_comparison
 from .plots import marginal_png, mosaic_png, reliability_png, roc_inputs, roc_png, selection_heatmap_png
 from .report import build_report, example_ids
@@ -99,12 +100,14 @@ def report_html(
     gallery_uri: str | None = None,
     conditioning: Mapping | None = None,
     closure: pa.Table | None = None,
+    forecast: pa.Table | None = None,
 ) -> str:
     """The evaluation report page. ``figure(name)`` returns a stored figure; ``cutout_stamps(ids)``
     the cutouts' images (N, 3, 101, 101); ``injection_stamps(ids)`` {injection id: image};
     ``gallery_uri`` where the search's candidate gallery is published; ``conditioning`` what the
     selection function is conditioned on (``lensing.bank.selection_conditioning``); ``closure`` the
-    ``selection_closure`` table (hidden lenses found against predicted)."""
+    ``selection_closure`` table (hidden lenses found against predicted); ``forecast`` the
+    ``lens_forecast`` table, its assumptions in its schema (``lensing.bank.table_conditioning``)."""
     usable = usable_thresholds(thresholds)
     curves = {
         "injections vs paired controls": roc_inputs(injections, controls),
@@ -151,4 +154,6 @@ def report_html(
         gallery_uri=gallery_uri,
         conditioning=conditioning,
         closure=closure,
+        forecast=forecast,
+        forecast_assumptions=table_conditioning(forecast) if forecast is not None else None,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 import re
 from typing import Mapping, Sequence
@@ -397,6 +398,8 @@ def build_report(
     gallery_uri: str | None = None,
     conditioning: Mapping | None = None,
     closure: pa.Table | None = None,
+    forecast: pa.Table | None = None,
+    forecast_assumptions: Mapping | None = None,
     max_table_rows: int = 200,
 ) -> str:
     """One static, self-contained HTML page of the evaluation.
@@ -425,6 +428,9 @@ def build_report(
         σ_v relation, grid, injections per cell), shown beside it.
     closure : table of :func:`closure.closure_table`: the mock's hidden lenses the search found
         against the number the selection model predicts.
+    forecast : table of :func:`forecast.vdf_forecast_table` (and :func:`forecast.mock_forecast_table`
+        on the mock): expected detected lenses per deg² and in the searched area;
+        ``forecast_assumptions`` what it assumes (:func:`forecast.forecast_assumptions`).
 
     Returns the HTML text (UTF-8); identical inputs give an identical page.
     """
@@ -446,6 +452,7 @@ def build_report(
         parts.append(table_html(closure, max_rows=max_table_rows, el_id=ids("table", "closure")))
     else:
         parts.append('<p class="note">No hidden-lens truth (not the mock survey): no closure test.</p>')
+    parts += _forecast_section(ids, forecast, forecast_assumptions, max_table_rows)
     parts.append("<h2>False-positive rate by pool and confuser category</h2>")
     parts.append(
         table_html(fpr_by_confuser, max_rows=max_table_rows, el_id=ids("table", "fpr-by-confuser"))
@@ -469,3 +476,25 @@ def build_report(
         + "\n".join(parts)
         + "\n</body></html>\n"
     )
+
+
+def _forecast_section(ids, forecast, assumptions, max_table_rows: int) -> list[str]:
+    parts = ["<h2>Forecast: lenses the search finds per square degree</h2>"]
+    if forecast is None or not forecast.num_rows:
+        return [*parts, _MISSING]
+    parts.append(
+        '<p class="note">The selection model P(detected | θ_E, arc S/N, lens z mag) folded with a deflector '
+        "population (a velocity dispersion function) and a source population (galaxy counts): expected detected "
+        "lenses per deg² and in the searched area, per θ_E bin and overall (population <code>vdf</code>; sd over "
+        "the model's bootstrap refits only, not over the populations' own uncertainties). On the mock, population "
+        "<code>mock</code> folds the model with the mock's own hidden-lens populations and compares with the hidden "
+        "lenses the search found (<code>n_truth</code>).</p>"
+    )
+    if assumptions:
+        items = "".join(
+            f"<li><b>{html.escape(str(k))}</b>: {html.escape(json.dumps(v, ensure_ascii=False))}</li>"
+            for k, v in assumptions.items()
+        )
+        parts.append(f"<p>Assumptions:</p><ul>{items}</ul>")
+    parts.append(table_html(forecast, max_rows=max_table_rows, el_id=ids("table", "forecast")))
+    return parts
