@@ -166,3 +166,26 @@ def test_mock_forecast_compares_the_folded_population_with_the_truth():
     assert 5 * lo < mid["n_in_area"] < 5 * hi
     with pytest.raises(InputError, match="recovery flags"):
         mock_forecast_table(half, hidden, recovered[:2], THETA_E, (1.5, 200.0), 10.0)
+
+
+def test_report_states_the_forecast_and_its_assumptions():
+    from darkhaloscope.evaluation.forecast import forecast_assumptions
+    from darkhaloscope.evaluation.report import build_report
+
+    inj = _injections()
+    density = forecast_density(
+        _model([0.0]),
+        snr_offsets(inj, THETA_E),
+        fit_lens_magnitude(inj),
+        THETA_E,
+        Z_L,
+        n_z=3,
+        n_sigma=4,
+        n_zs=2,
+        n_mag=2,
+    )
+    assumptions = forecast_assumptions((0.25, 3.25), (0.2, 0.6)).to_dict()
+    page = build_report(forecast=vdf_forecast_table(density, 12.5, "fpr=1e-2"), forecast_assumptions=assumptions)
+    assert 'id="table-forecast"' in page and "Choi et al. 2007" in page and "Hogg et al. 1997" in page
+    assert "beta_max" in page and "vdf_evolution" in page
+    assert "Not provided" in build_report().split("Forecast")[1]
