@@ -34,6 +34,7 @@ EXPECTED_ASSETS = {
     "evaluation/selection_marginals",
     "evaluation/selection_model",
     "evaluation/selection_closure",
+    "evaluation/lens_forecast",
     "evaluation/real_lens_recall",
     "evaluation/fpr_by_confuser",
     "evaluation/evaluation_report",
