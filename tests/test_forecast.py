@@ -142,8 +142,12 @@ def test_forecast_folds_detection_with_the_lensed_population():
     assert rows["all"]["n_per_deg2"] == pytest.approx(every["per_deg2"][0].sum())
     assert rows["all"]["n_in_area"] == pytest.approx(50.0 * rows["all"]["n_per_deg2"])
     assert rows["all"]["n_per_deg2_sd"] == 0.0  # identical replicas
-    with pytest.raises(InputError, match="reach the sources"):
-        forecast_density(_model([0.0]), off, coef, THETA_E, [0.5, 1.2], **small)
+    # a source in front of the lens is not lensed: a lens plane behind every source (z_s <= 3) lenses nothing,
+    # one among them only the sources behind it
+    behind = forecast_density(_model([50.0]), off, coef, THETA_E, [3.5], n_z=2, n_sigma=10, n_zs=3, n_mag=4)
+    assert behind["lensed_per_deg2"].sum() == 0 and behind["outside_per_deg2"] == 0
+    among = forecast_density(_model([50.0]), off, coef, THETA_E, [2.0], n_z=2, n_sigma=10, n_zs=3, n_mag=4)
+    assert among["lensed_per_deg2"].sum() + among["outside_per_deg2"] > 0
 
 
 def test_mock_forecast_compares_the_folded_population_with_the_truth():

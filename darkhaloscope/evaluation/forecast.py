@@ -16,7 +16,8 @@ comoving density constant in z, and sources of differential counts n_s(m) [sr⁻
   of the grid; its quantiles (:func:`snr_offsets`) make S/N(m) a distribution, averaged over.
 - The lens's z magnitude m_z(σ, z_l): a least-squares fit over the injection hosts,
   m_z = a + b log10 σ + c z_l + DM(z_l) (:func:`fit_lens_magnitude`), without its scatter.
-- ⟨·⟩_{z_s}: the injection prior's source redshifts (U(1, 3)); every counted source lies there.
+- ⟨·⟩_{z_s}: the injection prior's source redshifts (U(1, 3)); every counted source lies there, and a
+  source at z_s ≤ z_l is not lensed.
 - Only lenses whose θ_E and z_l lie inside the selection function's grid are counted (the model is not
   measured outside); the rest are reported apart (``n_outside_grid_per_deg2``).
 
@@ -269,8 +270,6 @@ def forecast_density(
     edges = theta_e_edges(c)
     zstep = float(np.min(np.diff(zc))) if zc.size > 1 else 0.1
     z_range = (max(zc[0] - zstep / 2, 1e-3), zc[-1] + zstep / 2)
-    if z_range[1] >= SOURCE_Z_RANGE[0]:
-        raise InputError(f"lens redshifts {z_range} reach the sources' {SOURCE_Z_RANGE}")
     z, s, n_cell = deflector_grid(CHOI2007, z_range, SIGMA_RANGE, n_z, n_sigma, cosmology)
     zs, dzs = _nodes(*SOURCE_Z_RANGE, n_zs)
     m, dm = _nodes(*SOURCE_MAG_RANGE, n_mag)
@@ -284,6 +283,8 @@ def forecast_density(
     for i, zl in enumerate(z):
         mz = lens_magnitude(mag_coef, s, zl, cosmology)  # (S,)
         for j, z_s in enumerate(zs):
+            if z_s <= zl:  # a source in front of the lens is not lensed by it
+                continue
             te = theta_e_from_sigma_v(s, zl, z_s, cosmology)  # (S,) arcsec
             w = n_cell[i] * dzs[j] / (SOURCE_Z_RANGE[1] - SOURCE_Z_RANGE[0])  # deflectors per sr, this z_s
             area = math.pi * (BETA_MAX * te) ** 2  # arcsec²
