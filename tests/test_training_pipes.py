@@ -117,8 +117,8 @@ def test_under_dagster_pipes_reports_checks_and_the_run_but_publishes_nothing(tr
     checks = [m["params"] for m in msgs if m["method"] == "report_asset_check"]
     assert [c["check_name"] for c in checks] == [
         "core_lr_auc",
-        "core_lr_auc_catalog",
-        "radial_profile_lr_auc",
+        "core_lookalike_auroc",
+        "real_lens_shuffle_auroc",
         "core_masked_drop",
         "hard_negative_auroc",
     ]

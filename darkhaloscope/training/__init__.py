@@ -6,7 +6,14 @@ Plain torch and numpy; never imports dagster (the Pipes entry script is lens_ass
 from .checkpoint import CheckpointSpec, load_checkpoint, read_spec, save_checkpoint
 from .data import TrainingArrays, load_training_set, make_arrays, synthetic_arrays
 from .dataset import AugmentedStampDataset
-from .gates import core_lr_gate, core_masked_drop_gate, hard_negative_gate, radial_profile_lr_gate, run_gates
+from .gates import (
+    core_lookalike_gate,
+    core_lr_gate,
+    core_masked_drop_gate,
+    hard_negative_gate,
+    real_lens_shuffle_gate,
+    run_gates,
+)
 from .inference import resolve_device, score_stamps, validate_stamps
 from .loop import TrainConfig, TrainResult, train
 from .metrics import evaluate_scores, plot_training_curves
@@ -22,6 +29,7 @@ __all__ = [
     "TrainResult",
     "TrainingArrays",
     "build_model",
+    "core_lookalike_gate",
     "core_lr_gate",
     "core_masked_drop_gate",
     "count_parameters",
@@ -32,8 +40,8 @@ __all__ = [
     "make_arrays",
     "plot_training_curves",
     "preprocess",
-    "radial_profile_lr_gate",
     "read_spec",
+    "real_lens_shuffle_gate",
     "resolve_device",
     "run_gates",
     "save_checkpoint",
