@@ -15,6 +15,8 @@ import pyarrow as pa
 from darkhaloscope.catalog.crossmatch import POSITIVE_SCHEMA
 from darkhaloscope.catalog.cuts import FUNNEL_SCHEMA, NEGATIVE_SCHEMA, SELECTION_COLUMN
 from darkhaloscope.catalog.sampling import CATALOG_SCHEMA, STRATA_SCHEMA
+from darkhaloscope.evaluation.closure import CLOSURE_SCHEMA, FEATURES, SELECTION_MODEL_SCHEMA
+from darkhaloscope.evaluation.forecast import FORECAST_SCHEMA
 from darkhaloscope.evaluation.recall import CONFUSER_SCHEMA, RECALL_SCHEMA
 from darkhaloscope.evaluation.selection import MARGINAL_SCHEMA, SELECTION_SCHEMA
 from darkhaloscope.evaluation.thresholds import THRESHOLD_SCHEMA
@@ -25,10 +27,11 @@ from darkhaloscope.search.targets import TARGET_SCHEMA
 from darkhaloscope.stamps import STAMP_SHAPE, tensor_type
 from darkhaloscope.survey.known_lenses import KNOWN_LENS_SCHEMA
 from darkhaloscope.survey.manifest import MANIFEST_SCHEMA
+from darkhaloscope.survey.redshifts import PHOTO_Z_SCHEMA, SPECTRA_SCHEMA
 from lakehouse.alert_log import ALERTS_SCHEMA
 from lakehouse.contracts import Column, Contract, Range
 
-from .columns import ARCSEC, DEG, IVAR_NMGY, MAG, NMGY_PIX, PIX, RAD, SWEEP_COLUMNS, col, from_schema, optional
+from .columns import ARCSEC, DEG, IVAR_NMGY, MAG, NMGY, NMGY_PIX, PIX, RAD, SWEEP_COLUMNS, col, from_schema, optional
 
 _BANDS = ("g", "r", "z")
 _SPLITS = ("train", "val", "test")
@@ -40,6 +43,62 @@ SWEEPS = Contract(
     columns=SWEEP_COLUMNS,
     key=("release", "brickid", "objid"),
     ranges=(Range("ra", 0.0, 360.0, hi_inclusive=False), Range("dec", -90.0, 90.0), Range("row_index", 0, None)),
+)
+
+
+def _described(schema: pa.Schema, own: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """``own`` (unit, description) of ``schema``'s columns, completed by the descriptions its writer
+    put in the fields' metadata (``unit``, ``description``)."""
+    meta = {
+        f.name: (f.metadata.get(b"unit", b"").decode(), f.metadata[b"description"].decode())
+        for f in schema
+        if f.metadata and b"description" in f.metadata
+    }
+    return {**meta, **own}
+
+
+PHOTO_Z = Contract(
+    table="photo_z",
+    columns=from_schema(
+        PHOTO_Z_SCHEMA,
+        _described(
+            PHOTO_Z_SCHEMA,
+            {
+                "object_id": ("", "object_id of the sweep row the photo-z belongs to"),
+                "sweep_file": ("", "the sweep file the pz file is row-matched to"),
+                "row_index": ("", "row of the object in its sweep file (and in the pz file)"),
+            },
+        ),
+    ),
+    key=("object_id",),
+    ranges=(
+        Range("row_index", 0, None),
+        Range("z_phot_median", 0.0, 10.0, nullable=True),
+        Range("z_phot_std", 0.0, None, nullable=True),
+        Range("z_spec", 0.0, 10.0, nullable=True, lo_inclusive=False),
+    ),
+)
+SPECTRA = Contract(
+    table="spectra",
+    columns=from_schema(
+        SPECTRA_SCHEMA,
+        _described(
+            SPECTRA_SCHEMA,
+            {
+                "object_id": ("", "object_id of the sweep row the spectrum is matched to"),
+                "dec": (DEG, "Tractor Dec of the matched source"),
+                "flux_r": (NMGY, "Tractor model flux in r of the matched source"),
+                "flux_z": (NMGY, "Tractor model flux in z of the matched source"),
+                "mw_transmission_r": ("", "Galactic transmission in r of the matched source"),
+                "mw_transmission_z": ("", "Galactic transmission in z of the matched source"),
+                "plate": ("", "SDSS PLATE"),
+                "mjd": ("", "SDSS MJD of the observation"),
+                "fiberid": ("", "SDSS FIBERID"),
+            },
+        ),
+    ),
+    key=("object_id",),
+    ranges=(Range("ra", 0.0, 360.0, hi_inclusive=False), Range("dec", -90.0, 90.0)),
 )
 
 KNOWN_LENSES = Contract(
@@ -337,6 +396,11 @@ _INJECTION_TASK = (
     col("z_l", _F64),
     col("z_s", _F64),
     col("sigma_v_kms", _F64),
+    col("z_l_bin", _F64),
+    col("host_z", _F64),
+    col("host_z_source", _STR),
+    col("sigma_v_source", _STR),
+    col("lens_mag_z", _F64),
     Column("lens_q", _F64, "", "axis ratio of the SIE"),
     Column("lens_phi_rad", _F64, RAD, "position angle of the SIE"),
     Column("lens_e1", _F64, "", "ellipticity e1 of the SIE (lenstronomy's convention)"),
@@ -371,6 +435,11 @@ _TASK_RULES = (
     Range("z_s", 0.0, None, lo_inclusive=False),
     Range("sigma_v_kms", 0.0, None, lo_inclusive=False),
 )
+_TASK_VALUES = {
+    "host_split": _SPLITS,
+    "host_z_source": ("spec", "phot"),
+    "sigma_v_source": ("measured", "relation"),
+}
 
 INJECTION_PLAN = Contract(
     table="injection_plan",
@@ -384,10 +453,15 @@ INJECTION_PLAN = Contract(
         "z_l",
         "z_s",
         "sigma_v_kms",
+        "z_l_bin",
+        "host_z",
+        "host_z_source",
+        "sigma_v_source",
+        "lens_mag_z",
     ),
     key=("injection_id",),
     ranges=_TASK_RULES,
-    allowed_values={"host_split": _SPLITS},
+    allowed_values=_TASK_VALUES,
 )
 
 #: The injection bank has no blocking contract audit (its audits check the physics); its columns
@@ -444,6 +518,7 @@ def scores_contract(table: str) -> Contract:
             col("arc_snr", _F64),
             col("magnification", _F64),
             col("host_object_id", _I64),
+            *(tasks[n] for n in ("lens_mag_z", "host_z", "z_l_bin", "host_z_source", "sigma_v_source")),
         )
     return Contract(
         table=table,
@@ -740,4 +815,68 @@ VISUAL_GRADES = Contract(
     key=("round", "object_id"),
     ranges=(Range("round", 1, None),),
     allowed_values={"grade": (*GRADES, UNGRADED)},
+)
+
+
+SELECTION_MODEL = Contract(
+    table="selection_model",
+    columns=from_schema(
+        SELECTION_MODEL_SCHEMA,
+        _described(
+            SELECTION_MODEL_SCHEMA,
+            {
+                "intercept": ("", "intercept of the logistic model of P(detected)"),
+                **{f"coef_{f}": ("", f"coefficient of the feature {f} (evaluation/closure.py)") for f in FEATURES},
+                "n_injections": ("", "valid injections the model was fitted on"),
+                "n_hosts": ("", "distinct hosts of those injections"),
+            },
+        ),
+    ),
+    key=("threshold_name", "replica"),
+    ranges=(Range("replica", 0, None), Range("n_injections", 1, None)),
+)
+SELECTION_CLOSURE = Contract(
+    table="selection_closure",
+    columns=from_schema(
+        CLOSURE_SCHEMA,
+        _described(
+            CLOSURE_SCHEMA,
+            {
+                "n_hidden": ("", "hidden lenses of the mock in the bin whose host the finder never saw"),
+                "n_predicted": ("", "hidden lenses the selection model predicts the search finds (Σ P(detected))"),
+                "n_predicted_sd": ("", "sd of n_predicted: the model's bootstrap and the binomial draw"),
+                "n_recovered": ("", "hidden lenses the search scored above the threshold"),
+            },
+        ),
+    ),
+    key=("threshold_name", "bin"),
+    ranges=(Range("n_hidden", 0, None), Range("n_recovered", 0, None), Range("n_predicted_sd", 0.0, None)),
+)
+LENS_FORECAST = Contract(
+    table="lens_forecast",
+    columns=from_schema(
+        FORECAST_SCHEMA,
+        _described(
+            FORECAST_SCHEMA,
+            {
+                "area_deg2": ("deg2", "searched area: the searched sweep files' RA/Dec boxes"),
+                "n_per_deg2": ("1/deg2", "expected lenses the search finds per square degree"),
+                "n_per_deg2_sd": ("1/deg2", "sd of n_per_deg2 from the selection model's bootstrap"),
+                "n_in_area": ("", "expected lenses the search finds in the searched area"),
+                "n_in_area_sd": ("", "sd of n_in_area from the selection model's bootstrap"),
+                "n_lensed_per_deg2": ("1/deg2", "lenses of the population before detection (P_det = 1)"),
+            },
+        ),
+    ),
+    key=("threshold_name", "population", "bin"),
+    ranges=(
+        Range("area_deg2", 0.0, None),
+        Range("n_per_deg2", 0.0, None),
+        Range("n_per_deg2_sd", 0.0, None),
+        Range("n_in_area", 0.0, None),
+        Range("n_in_area_sd", 0.0, None),
+        Range("n_lensed_per_deg2", 0.0, None, nullable=True),
+        Range("n_truth", 0, None, nullable=True),
+    ),
+    allowed_values={"population": ("vdf", "mock")},
 )
