@@ -35,9 +35,17 @@ def _lake():
     return Lake.from_env()
 
 
+def _defs():
+    """The definitions with resources from the settings as they are now (not as they were when
+    ``definitions`` was first imported in this process)."""
+    from definitions import build_defs
+    from resources.config import build_resources
+
+    return build_defs(build_resources())
+
+
 def cmd_materialize(args) -> int:
     from darkhaloscope.errors import PERMANENT_ERRORS
-    from definitions import defs
 
     from .materialize import MaterializeError, Materializer
 
@@ -52,7 +60,7 @@ def cmd_materialize(args) -> int:
             print(f"error: --config {item!r}: {exc}", file=sys.stderr)
             return 2
     try:
-        Materializer(defs, _instance()).run(args.assets, config)
+        Materializer(_defs(), _instance()).run(args.assets, config)
     except MaterializeError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
@@ -125,14 +133,12 @@ def cmd_cutout(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from definitions import defs
-
     from .demo_summary import print_demo_summary
     from .materialize import MaterializeError, Materializer
 
     t0 = time.monotonic()
     try:
-        Materializer(defs, _instance()).run(["evaluation_report", "candidate_gallery"])
+        Materializer(_defs(), _instance()).run(["evaluation_report", "candidate_gallery"])
     except MaterializeError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
@@ -142,8 +148,6 @@ def cmd_demo(args) -> int:
 
 def cmd_grade(args) -> int:
     from darkhaloscope.search.grades import UNGRADED, check_against_candidates, parse_grades_csv
-    from definitions import build_defs
-    from resources.config import build_resources
     from table_registry.tables import VISUAL_GRADES
 
     from .materialize import failure_message, quiet_console
@@ -165,7 +169,7 @@ def cmd_grade(args) -> int:
     import dagster as dg
 
     result = (
-        build_defs(build_resources())
+        _defs()
         .resolve_implicit_global_asset_job_def()
         .execute_in_process(
             instance=_instance(),
