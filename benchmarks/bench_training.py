@@ -172,6 +172,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     demo, full = training_profile("demo"), training_profile("full")
     member = demo.members[0]
+    if args.hosts + args.hosts // 4 < member.batch_size:
+        ap.error(
+            f"--hosts {args.hosts}: an epoch of hosts + hosts // 4 rows must fill one batch of {member.batch_size}"
+        )
     stream = replace(demo.stream, **json.loads(args.stream))
     cols, images, invvar = synthetic_hosts(args.hosts)
 

@@ -3,10 +3,13 @@ and on the CPU in one run, on a small training set that the check writes and rea
 
 Runs on a bare GPU host that has torch, numpy, pyarrow and scipy (the renderer sizes its FFTs with
 ``scipy.fft.next_fast_len``) and this repository's code: no lake, no scikit-learn, safetensors,
-astropy, matplotlib or dagster (tests/test_gpu_check.py holds it to that).
+astropy, matplotlib or dagster (tests/test_gpu_check.py holds it to that). pyarrow must be the
+project's (>= 26, ``pyproject.toml``): pyarrow 25 cannot read back the training set's nullable
+fixed-size-list stamps; carry its wheel to a host whose image is older.
 
     python3 -m benchmarks.gpu_check [--device cpu|cuda|both] [--steps 20] [--budget-s 420] [--tiny]
                                     [--batch-size N] [--threads N] [--render-chunks 4]
+    python3 -m benchmarks.gpu_check --render-chunk-sweep [--device cuda|cpu] [--tiny]
 
 ``--device`` defaults to both when CUDA is available, else cpu. Per device, warm-up excluded and
 ``torch.cuda.synchronize()`` around every CUDA timing:
@@ -33,6 +36,12 @@ trainer's reader (``data.load_training_set``). Every timed loop stops at its sha
 budget ``--budget-s`` (after one timed iteration at least); a watchdog ends the run with an error
 line past the budget. ``--tiny``: a few stamps and batches, for CI on a CPU.
 
+``--render-chunk-sweep`` instead times the render of one chunk (``render_chunk`` systems, 8 s per
+size) at each elementwise chunk size of ``lensing.render`` in :data:`CHUNK_SWEEP` [points] on one
+device (``--device``, default CUDA when present), with the device's peak memory and whether the
+arcs are the same bytes as at the smallest size, then their largest difference from the CPU's
+relative to the peak arc: what ``lensing.render._CHUNK_POINTS`` is chosen by.
+
 Prints one JSON line.
 """
 
@@ -56,6 +65,7 @@ import torch
 
 from benchmarks.bench_injection import _systems
 from benchmarks.bench_training import synthetic_hosts
+from darkhaloscope.lensing import render as render_module
 from darkhaloscope.lensing.sie import LensBatch
 from darkhaloscope.lensing.source import SourceBatch
 from darkhaloscope.lensing.stream import add_window, render_arcs, window_of
@@ -77,6 +87,8 @@ FULL = {"hosts": 320, "render_chunk": None, "score_stamps": 2048, "loader_epochs
 TINY = {"hosts": 12, "render_chunk": 16, "score_stamps": 16, "loader_epochs": 2, "batch_size": 12}
 #: Untimed optimizer steps before the timed ones, by device (allocator, cuDNN / oneDNN kernel choice).
 WARMUP_STEPS = {"cuda": 2, "cpu": 1}
+#: Elementwise chunk sizes [points] of ``lensing.render`` that ``--render-chunk-sweep`` times.
+CHUNK_SWEEP = (1 << 16, 1 << 20, 1 << 22, 1 << 24)
 #: Part of the budget the timed loops share; the rest is for the untimed work (the training set,
 #: warm-ups, worker start-up) and a loop's last iteration.
 TIMED_PART = 0.5
@@ -269,6 +281,47 @@ def render_rate(device: torch.device, invvar: np.ndarray, cfg, chunk: int, budge
     }
 
 
+def render_chunk_sweep(device: torch.device, cfg, n: int, seconds: float) -> dict:
+    """Render timings of ``n`` systems on ``device`` at each elementwise chunk size of CHUNK_SWEEP."""
+    invvar = synthetic_hosts(8, seed=2)[2]
+    iv = np.ascontiguousarray(window_of(np.resize(invvar, (n, *invvar.shape[1:])), cfg.render.n_pix))
+    lens, src, fwhm = systems_on(device, n)
+    chunks = render_module._CHUNK_POINTS
+    default = chunks.get(device.type)
+    out, first = {"device": str(device), "systems": n, "default_points": default, "sizes": {}}, None
+    try:
+        for points in CHUNK_SWEEP:
+            chunks[device.type] = points
+            render(device, lens, src, fwhm, iv, cfg)  # warm-up
+            sync(device)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            t0, k = time.perf_counter(), 0
+            while k < 2 or time.perf_counter() - t0 < seconds:
+                arcs = render(device, lens, src, fwhm, iv, cfg)
+                k += 1
+            sync(device)
+            elapsed = time.perf_counter() - t0
+            first = arcs if first is None else first
+            out["sizes"][points] = {
+                "systems_per_s": round(n * k / elapsed, 1),
+                "peak_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+                if device.type == "cuda"
+                else None,
+                "same_bytes_as_smallest": bool(np.array_equal(arcs.view(np.uint32), first.view(np.uint32))),
+            }
+    finally:
+        if default is None:
+            chunks.pop(device.type, None)
+        else:
+            chunks[device.type] = default
+    if device.type != "cpu":
+        cpu = torch.device("cpu")
+        on_cpu = render(cpu, *systems_on(cpu, n), iv, cfg)
+        out["max_rel_diff_vs_cpu"] = float(np.abs(first - on_cpu).max() / np.abs(on_cpu).max())
+    return out
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=("cpu", "cuda", "both"), default=None)
@@ -278,6 +331,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--batch-size", type=int, default=0, help="training batch (0: the profile's; a CPU host: fewer)")
     ap.add_argument("--tiny", action="store_true", help="a few stamps and batches (CI on a CPU)")
+    ap.add_argument("--render-chunk-sweep", action="store_true", help="time the render's chunk sizes (module doc)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -288,6 +342,11 @@ def main(argv=None) -> dict:
     devices = [torch.device(d) for d in (("cuda", "cpu") if wanted == "both" else (wanted,))]
     full = training_profile("full")
     sizes = {**(TINY if args.tiny else FULL), **({"batch_size": args.batch_size} if args.batch_size else {})}
+    if args.render_chunk_sweep:
+        n = sizes["render_chunk"] or full.stream.render_chunk
+        out = render_chunk_sweep(devices[0], full.stream.config, n, 0.0 if args.tiny else 8.0)
+        print(json.dumps(out), flush=True)
+        return out
     out = {
         "bench": "gpu_check",
         "profile": "full",

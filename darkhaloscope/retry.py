@@ -1,6 +1,6 @@
 """The one retry helper of the library: transient faults of an HTTP peer, retried with back-off.
 
-Every failure kind is retried by exactly one layer (README, "Operations"):
+Every failure kind is retried by exactly one layer (``docs/reference/operations.md``):
 
 - an S3 request of the lake or of the survey mirror: the AWS SDK's standard retry strategy inside
   pyarrow (``Lake(s3_max_attempts=...)``), nothing above it;

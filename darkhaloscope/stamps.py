@@ -18,7 +18,7 @@ def tensor_type(shape: tuple[int, ...] = STAMP_SHAPE, dtype: pa.DataType = pa.fl
 
 
 def to_tensor_array(stamps: np.ndarray, dtype: pa.DataType = pa.float32()) -> pa.ExtensionArray:
-    """(N, *shape) numpy array -> Arrow FixedShapeTensorArray (one copy at most, no per-row Python)."""
+    """``(N, *shape)`` numpy array -> Arrow FixedShapeTensorArray (one copy at most, no per-row Python)."""
     arr = np.ascontiguousarray(stamps, dtype=dtype.to_pandas_dtype())
     if arr.ndim < 2:
         raise InputError(f"stamps must be (N, ...) with at least 2 dimensions, got shape {arr.shape}")
@@ -26,7 +26,7 @@ def to_tensor_array(stamps: np.ndarray, dtype: pa.DataType = pa.float32()) -> pa
 
 
 def from_tensor_column(column, expected_shape: tuple[int, ...] | None = STAMP_SHAPE, name: str = "image") -> np.ndarray:
-    """Arrow tensor column (Array or ChunkedArray) -> (N, *shape) numpy array, without per-row Python.
+    """Arrow tensor column (Array or ChunkedArray) -> ``(N, *shape)`` numpy array, without per-row Python.
 
     Raises InputError naming ``name`` when the column is not a fixed-shape tensor, holds nulls,
     or has another shape than ``expected_shape``.

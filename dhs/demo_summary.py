@@ -35,6 +35,8 @@ def print_demo_summary(lake, seconds: float) -> None:
     cols, rows = run_query(lake, DEMO_CANDIDATES_SQL)
     print(format_rows(cols, rows))
     print_hidden_lens_recovery(lake)
+    print_closure(lake)
+    print_forecast(lake)
     print_grades_used(lake)
     cols, rows = run_query(lake, "SELECT uri FROM evaluation_report")
     print(f"\nEvaluation report: {rows[0][0] if rows else '(missing)'}")
@@ -148,6 +150,24 @@ def print_hidden_lens_recovery(lake) -> None:
     )
 
 
+def print_closure(lake) -> None:
+    """The selection function's closure on the mock's hidden lenses (``selection_closure``)."""
+    cols, rows = run_query(lake, DEMO_CLOSURE_SQL)
+    if rows:
+        print(
+            "\nClosure: hidden lenses whose host the finder never saw, recovered vs predicted by the selection model:"
+        )
+        print(format_rows(cols, rows))
+
+
+def print_forecast(lake) -> None:
+    """Expected lenses the search finds per deg² and in the searched area (``lens_forecast``, overall)."""
+    cols, rows = run_query(lake, DEMO_FORECAST_SQL)
+    if rows:
+        print("\nForecast (selection model folded with deflector and source populations; mock: against its truth):")
+        print(format_rows(cols, rows))
+
+
 def print_grades_used(lake) -> None:
     """Which visual-grade rounds the lens finder was trained with: the numbers above are those of a
     graded lake whenever grades were landed in it (``dhs grade``)."""
@@ -191,6 +211,16 @@ FROM candidates ORDER BY rank LIMIT 10
 DEMO_SF_SQL = """
 SELECT theta_e_arcsec, z_l, completeness, ci68_lo, ci68_hi, sufficient, n_valid
 FROM selection_function WHERE threshold_name = '{name}' ORDER BY theta_e_arcsec, z_l
+"""
+DEMO_CLOSURE_SQL = """
+SELECT bin AS theta_e, n_hidden, round(n_predicted, 1) AS n_predicted, round(n_predicted_sd, 1) AS sd, n_recovered,
+       round(pull, 2) AS pull
+FROM selection_closure ORDER BY bin = 'all', theta_e_lo
+"""
+DEMO_FORECAST_SQL = """
+SELECT population, round(area_deg2, 1) AS area_deg2, round(n_per_deg2, 4) AS per_deg2, round(n_in_area, 1) AS in_area,
+       round(n_in_area_sd, 1) AS sd, n_truth, round(pull, 2) AS pull
+FROM lens_forecast WHERE bin = 'all' ORDER BY population
 """
 DEMO_RECALL_SQL = """
 SELECT threshold_name, tier, n, n_detected, round(recall, 3) AS recall, round(ci68_lo, 3) AS ci68_lo, round(ci68_hi, 3)

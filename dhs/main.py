@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -78,9 +79,17 @@ def _lake():
     return Lake.from_env()
 
 
+def _defs():
+    """The definitions with resources from the settings as they are now (not as they were when
+    ``definitions`` was first imported in this process)."""
+    from definitions import build_defs
+    from resources.config import build_resources
+
+    return build_defs(build_resources())
+
+
 def cmd_materialize(args) -> int:
     from darkhaloscope.errors import PERMANENT_ERRORS
-    from definitions import defs
 
     from .materialize import MaterializeError, Materializer
 
@@ -95,7 +104,7 @@ def cmd_materialize(args) -> int:
             print(f"error: --config {item!r}: {exc}", file=sys.stderr)
             return 2
     try:
-        Materializer(defs, _instance()).run(args.assets, config)
+        Materializer(_defs(), _instance()).run(args.assets, config)
     except MaterializeError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
@@ -168,14 +177,12 @@ def cmd_cutout(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from definitions import defs
-
     from .demo_summary import print_demo_summary
     from .materialize import MaterializeError, Materializer
 
     t0 = time.monotonic()
     try:
-        Materializer(defs, _instance()).run(["evaluation_report", "candidate_gallery"])
+        Materializer(_defs(), _instance()).run(["evaluation_report", "candidate_gallery"])
     except MaterializeError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
@@ -185,8 +192,6 @@ def cmd_demo(args) -> int:
 
 def cmd_grade(args) -> int:
     from darkhaloscope.search.grades import UNGRADED, check_against_candidates, parse_grades_csv
-    from definitions import build_defs
-    from resources.config import build_resources
     from table_registry.tables import VISUAL_GRADES
 
     from .materialize import failure_message, quiet_console
@@ -208,7 +213,7 @@ def cmd_grade(args) -> int:
     import dagster as dg
 
     result = (
-        build_defs(build_resources())
+        _defs()
         .resolve_implicit_global_asset_job_def()
         .execute_in_process(
             instance=_instance(),
@@ -232,13 +237,89 @@ def cmd_grade(args) -> int:
     return 0
 
 
+#: Where the documentation of the command line lives (the site's sources; ``make docs`` builds
+#: them to docs/_build/html/). Each command's page is an anchor of COMMANDS_PAGE.
+DOCS_INDEX = "docs/index.md"
+COMMANDS_PAGE = "docs/reference/commands.md"
+SETTINGS_PAGE = "docs/reference/settings.md"
+
+#: The settings each command reads: groups of resources/settings.py (so a setting added to a
+#: group is named by the commands that read the group) or single variables. ``materialize`` and
+#: ``demo`` run the pipeline, which reads them all.
+_ALL_GROUPS = ("storage", "survey", "mock survey", "compute", "spark", "orchestration", "alerts", "console")
+READS: dict[str, tuple[str, ...]] = {
+    "materialize": _ALL_GROUPS,
+    "demo": _ALL_GROUPS,
+    "query": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
+    "tables": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
+    "cutout": ("survey", "mock survey", "DHS_PROFILE", "DHS_DEVICE"),
+    "grade": ("storage", "alerts", "console"),
+    "backfill": ("DHS_DAGSTER_URL", "DHS_PARTITIONS_PER_RUN", "DHS_SURVEY", "DHS_LAKE"),
+    "instance": ("DHS_MAX_CONCURRENT_RUNS", "DHS_POOL_LIMITS"),
+}
+#: Variables outside DHS_ a command reads: the Dagster instance it shares with the UI.
+_DAGSTER_HOME = ("DAGSTER_HOME", "the Dagster instance shared with the UI (default ./.dagster_home)")
+_USES_INSTANCE = {"materialize", "demo", "grade", "backfill", "instance"}
+
+
+def settings_read_by(command: str) -> list:
+    """The :class:`~resources.settings.Setting` entries ``command`` reads, in declaration order."""
+    from resources.settings import SETTINGS
+
+    wanted = READS[command]
+    return [s for s in SETTINGS if s.group in wanted or s.name in wanted]
+
+
+def _epilog(command: str) -> str:
+    """The help's closing lines: the variables the command reads (each with its default and
+    meaning, or by group when there are many) and the page that documents the command."""
+    settings = settings_read_by(command)
+    lines = ["environment (all optional; every DHS_ variable set is checked before anything runs):"]
+    if len(settings) <= 8:
+        width = max(len(s.name) for s in settings)
+        for s in settings:
+            default = f" (default {s.default})" if s.default is not None else ""
+            lines.append(f"  {s.name:<{width}}  {s.meaning}{default}")
+    else:
+        groups: dict[str, list[str]] = {}
+        for s in settings:
+            groups.setdefault(s.group, []).append(s.name)
+        lines += [
+            textwrap.fill(", ".join(names), 100, initial_indent=f"  {group}: ", subsequent_indent=" " * 4)
+            for group, names in groups.items()
+        ]
+        lines.append(f"  (defaults and meanings: {SETTINGS_PAGE})")
+    if command in _USES_INSTANCE:
+        lines.append(f"  {_DAGSTER_HOME[0]}: {_DAGSTER_HOME[1]}")
+    lines.append(f"docs: {COMMANDS_PAGE}#dhs-{command}")
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="dhs", description="Dark Halo Scope: lens finding and its selection function on DR10."
+        prog="dhs",
+        description="Dark Halo Scope: lens finding and its selection function on DR10.",
+        epilog="Configuration is by environment variables (DHS_*, all optional: the defaults run the embedded "
+        f"mock survey); each command's --help names those it reads, and {SETTINGS_PAGE} lists them all. "
+        f"Documentation: {DOCS_INDEX} (make docs builds it to docs/_build/html/index.html).",
     )
-    sub = p.add_subparsers(dest="command", required=True)
-    m = sub.add_parser(
-        "materialize", help="materialize assets (all partitions; stale or missing upstream assets first)"
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            help=help,
+            description=textwrap.fill(description, 100),
+            epilog=_epilog(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
+    m = command(
+        "materialize",
+        "materialize assets (all partitions; stale or missing upstream assets first)",
+        "Materialize the named assets (all their partitions) and, first, every upstream asset partition that "
+        "Dagster records as missing or stale or that the lake does not hold. Progress per partition; on failure "
+        "exits 1 naming the asset, partition and error.",
     )
     m.add_argument(
         "assets",
@@ -254,7 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(repeatable)",
     )
     m.set_defaults(func=cmd_materialize)
-    q = sub.add_parser("query", help="read-only SQL over the lake (every table is a view)")
+    q = command(
+        "query",
+        "read-only SQL over the lake (every table is a view)",
+        "Read-only DuckDB SQL over the lake: every table is a view named after its asset. Statements that write "
+        "are refused and files outside the lake cannot be read; exit 2 with an error line otherwise.",
+    )
     q.add_argument("sql")
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
     q.add_argument(
@@ -268,38 +354,63 @@ def build_parser() -> argparse.ArgumentParser:
         help="print at most N rows (default 10,000; a note says when cut)",
     )
     q.set_defaults(func=cmd_query)
-    t = sub.add_parser("tables", help="tables with row counts, partitions and URIs")
+    t = command(
+        "tables",
+        "tables with row counts, partitions and URIs",
+        "Each published table of the lake with its group, row count, partitions and URI.",
+    )
     t.add_argument("--format", choices=["table", "csv", "json"], default="table")
     t.set_defaults(func=cmd_tables)
-    c = sub.add_parser("cutout", help="one g,r,z cutout as FITS cube (band, y, x) or PNG")
+    c = command(
+        "cutout",
+        "one g,r,z cutout as FITS cube (band, y, x) or PNG",
+        "One g,r,z cutout from the configured imaging source (the survey's coadd bricks, the mock sky or a "
+        "cutout service): a FITS cube (band, y, x) with a TAN WCS and an INVVAR HDU, or an asinh colour PNG. "
+        "Bad arguments exit 2 before anything is read; a position without data exits 1 and writes nothing.",
+    )
     c.add_argument("ra", type=float, help="degrees, [0, 360)")
     c.add_argument("dec", type=float, help="degrees, [-90, 90]")
     c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
     c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
     c.set_defaults(func=cmd_cutout)
-    g = sub.add_parser(
+    g = command(
         "grade",
-        help="land a grades CSV (the gallery's export: object_id, grade A, B, C, not_a_lens or ungraded, ra, dec, "
+        "land a grades CSV (the gallery's export: object_id, grade A, B, C, not_a_lens or ungraded, ra, dec, "
         "score, model_version, known) as the next round of visual_grades",
+        "Land a grades CSV exported from the candidate gallery as the next round of visual_grades. Every row "
+        "must be a published candidate of the same model at the same position, each id once; otherwise "
+        "error: <file>:<line>: … and exit 2, nothing landed. Earlier rounds are never changed. Then "
+        "`dhs materialize evaluation_report candidate_gallery` retrains with the grades and searches again.",
     )
     g.add_argument("file", help="CSV exported from the candidate gallery")
     g.set_defaults(func=cmd_grade)
-    b = sub.add_parser(
+    b = command(
         "backfill",
-        help="submit a backfill of every partition of the named assets to the Dagster webserver (DHS_DAGSTER_URL); "
-        "the daemon runs it",
+        "submit a backfill of every partition of the named assets to the Dagster webserver; the daemon runs it",
+        "Submit a backfill of every partition of the named assets (and of the tables published with them) to "
+        "the running Dagster webserver (DHS_DAGSTER_URL), as the UI's Materialize all does; its daemon plans "
+        "and runs it through the run queue and the pools, so closing the terminal stops nothing. --wait "
+        "follows it and exits 1 unless it succeeded.",
     )
     b.add_argument("assets", nargs="+", help="asset names, keys or Dagster selections, as for materialize")
     b.add_argument("--wait", action="store_true", help="follow the backfill until it ends (exit 1 unless it succeeded)")
     b.add_argument("--timeout", type=float, default=86400.0, metavar="S", help="stop following after S seconds")
     b.set_defaults(func=cmd_backfill)
-    i = sub.add_parser(
+    i = command(
         "instance",
-        help="write $DAGSTER_HOME/dagster.yaml from instance/dagster.yaml and the environment "
-        "(DHS_MAX_CONCURRENT_RUNS) and set the pools' limits (DHS_POOL_LIMITS)",
+        "write the instance's settings and pool limits from the environment",
+        "Write $DAGSTER_HOME/dagster.yaml from instance/dagster.yaml with the run queue's limit "
+        "(DHS_MAX_CONCURRENT_RUNS), and set every pool's limit in the instance (DHS_POOL_LIMITS, else the "
+        "default). make ui runs it before the UI starts.",
     )
     i.set_defaults(func=cmd_instance)
-    d = sub.add_parser("demo", help="run the whole graph on the embedded mock survey and print the headline numbers")
+    d = command(
+        "demo",
+        "run the whole graph on the embedded mock survey and print the headline numbers",
+        "Materialize the whole graph (through evaluation_report and candidate_gallery) and print the lens "
+        "finder's headline numbers, the selection function, the real-lens recall, the top search candidates "
+        "and the paths of the evaluation report and the candidate gallery.",
+    )
     d.set_defaults(func=cmd_demo)
     return p
 

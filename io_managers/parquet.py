@@ -19,8 +19,10 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from lakehouse.contracts import Contract
 from lakehouse.staging import StagedTable
 from resources.lake import LakeResource
+from table_registry.tables import by_key
 
 
 def partition_for_key(partitions_def: dg.PartitionsDefinition | None, key) -> dict[str, str] | None:
@@ -42,8 +44,28 @@ def table_location(asset_key: dg.AssetKey) -> tuple[str, str]:
     return path[0], path[1]
 
 
-def _column_schema(schema: pa.Schema) -> dg.MetadataValue:
-    return dg.MetadataValue.table_schema(dg.TableSchema(columns=[dg.TableColumn(f.name, str(f.type)) for f in schema]))
+def column_schema(contract: Contract | None, schema: pa.Schema | None = None) -> dg.MetadataValue:
+    """The ``dagster/column_schema`` of a table: the columns of ``schema`` (a published table's),
+    or else every column the contract declares, each with the contract's description and unit (a
+    column the contract does not declare shows its type alone)."""
+    declared = {c.name: c for c in contract.columns} if contract is not None else {}
+    names = schema.names if schema is not None else list(declared)
+
+    def column(name: str) -> dg.TableColumn:
+        typ = str(schema.field(name).type) if schema is not None else str(declared[name].type)
+        c = declared.get(name)
+        text = None if c is None else (f"{c.description} [{c.unit}]" if c.unit else c.description)
+        return dg.TableColumn(name, typ, description=text)
+
+    return dg.MetadataValue.table_schema(dg.TableSchema(columns=[column(n) for n in names]))
+
+
+def _contract(asset_key: dg.AssetKey) -> Contract | None:
+    """The registry's contract of a lake asset (None for a table without one, or not in the registry)."""
+    try:
+        return by_key(*table_location(asset_key)).contract
+    except KeyError:
+        return None
 
 
 class LakeIOManager(LakeResource, dg.ConfigurableIOManager):
@@ -70,7 +92,7 @@ class LakeIOManager(LakeResource, dg.ConfigurableIOManager):
                 else lake.full_uri(lake.table_path(*table_location(context.asset_key)))
             ),
             "dagster/row_count": dg.MetadataValue.int(sum(p.rows for p in published)),
-            "dagster/column_schema": _column_schema(schema),
+            "dagster/column_schema": column_schema(_contract(context.asset_key), schema),
         }
         if len(published) == 1 and published[0].partition:
             md["dagster/partition_row_count"] = dg.MetadataValue.int(published[0].rows)

@@ -1,7 +1,9 @@
 """Table contracts: what a lake table must hold, and the checks that tell.
 
-A contract is a set of required columns with Arrow types, the key columns that must be unique
-and value-range rules (each table's own contract is declared once, in ``table_registry``). ``schema_problems`` checks a schema (from a Parquet footer, no data read);
+A contract is the table's columns, each declared once with its Arrow type, unit and description
+(:class:`Column`), the key columns that must be unique and value-range rules (each table's own
+contract is declared once, in ``table_registry``; the reference pages and the Dagster UI's column
+schema show the same descriptions). ``schema_problems`` checks a schema (from a Parquet footer, no data read);
 ``value_problems`` checks keys and ranges with DuckDB over the table's Arrow dataset.
 """
 
@@ -27,29 +29,80 @@ class Range:
 
 
 @dataclass(frozen=True)
-class Contract:
-    """Columns (name -> Arrow type), unique key columns and value ranges of one table.
+class Column:
+    """One column of a table: its Arrow ``type``, its ``unit`` (``""`` for a count, a flag, an
+    identifier or a dimensionless ratio) and what it holds. ``required=False``: the column may be
+    absent (an older data model or another configuration lacks it) but has its type when present;
+    ``other_types``: types an older data model stores it as, accepted as well."""
 
-    ``optional``: columns that may be absent (an older data model lacks them) but must have their
-    type when present."""
+    name: str
+    type: pa.DataType
+    unit: str
+    description: str
+    required: bool = True
+    other_types: tuple[pa.DataType, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.description.strip():
+            raise ValueError(f"column {self.name!r}: a column needs a description")
+
+
+@dataclass(frozen=True)
+class Contract:
+    """The columns (:class:`Column`, in table order), unique key columns and value ranges of one table.
+
+    Every column a key, a range or an allowed-value rule names is one of ``columns``."""
 
     table: str
-    columns: dict[str, pa.DataType]
+    columns: tuple[Column, ...]
     key: tuple[str, ...] = ()
     ranges: tuple[Range, ...] = field(default_factory=tuple)
     allowed_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    optional: frozenset = frozenset()
+
+    def __post_init__(self) -> None:
+        if not all(isinstance(c, Column) for c in self.columns):
+            raise TypeError(
+                f"contract {self.table!r}: columns must be Column(name, type, unit, description) entries, "
+                f"got {type(self.columns).__name__}"
+            )
+        object.__setattr__(self, "columns", tuple(self.columns))
+        names = [c.name for c in self.columns]
+        doubled = sorted({n for n in names if names.count(n) > 1})
+        if doubled:
+            raise ValueError(f"contract {self.table!r}: columns declared twice: {doubled}")
+        ruled = {*self.key, *(r.column for r in self.ranges), *self.allowed_values}
+        unknown = sorted(ruled - set(names))
+        if unknown:
+            raise ValueError(f"contract {self.table!r}: rules name columns it does not declare: {unknown}")
+
+    @property
+    def types(self) -> dict[str, pa.DataType]:
+        """Column name -> Arrow type, in table order."""
+        return {c.name: c.type for c in self.columns}
+
+    @property
+    def optional(self) -> frozenset:
+        """Names of the columns that may be absent."""
+        return frozenset(c.name for c in self.columns if not c.required)
+
+    def column(self, name: str) -> Column:
+        """The column ``name``; KeyError naming the table otherwise."""
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"contract {self.table!r} declares no column {name!r}")
 
 
 def schema_problems(schema: pa.Schema, contract: Contract) -> list[str]:
     """Missing columns and type mismatches of ``schema`` against ``contract`` (empty list = conforms)."""
     problems = []
-    for name, typ in contract.columns.items():
+    for col in contract.columns:
+        name, typ = col.name, col.type
         idx = schema.get_field_index(name)
         if idx < 0:
-            if name not in contract.optional:
+            if col.required:
                 problems.append(f"{contract.table}: missing column {name!r} ({typ})")
-        elif not schema.field(idx).type.equals(typ):
+        elif not any(schema.field(idx).type.equals(t) for t in (typ, *col.other_types)):
             problems.append(f"{contract.table}: column {name!r} is {schema.field(idx).type}, expected {typ}")
     return problems
 
@@ -86,7 +139,9 @@ def value_problems(dataset: ds.Dataset | pa.Table, contract: Contract, limit: in
             problems.append(f"{contract.table}: {n} rows with {r.column} outside [{r.lo}, {r.hi}], e.g. {sample}")
     for column, allowed in contract.allowed_values.items():
         vals = ", ".join(f"'{v}'" for v in allowed)
-        bad = con.execute(f"SELECT DISTINCT {_q(column)} FROM t WHERE {_q(column)} IS NULL OR {_q(column)} NOT IN ({vals}) LIMIT {limit}").fetchall()
+        bad = con.execute(
+            f"SELECT DISTINCT {_q(column)} FROM t WHERE {_q(column)} IS NULL OR {_q(column)} NOT IN ({vals}) LIMIT {limit}"
+        ).fetchall()
         if bad:
             problems.append(f"{contract.table}: column {column!r} has values {bad} outside {allowed}")
     con.close()

@@ -25,6 +25,7 @@ from darkhaloscope.evaluation import (
     thresholds_from_negatives,
     usable_thresholds,
 )
+from darkhaloscope.evaluation.closure import calibration_table, fit_selection_model
 from darkhaloscope.evaluation.products import FIGURES, report_html, selection_products
 from darkhaloscope.evaluation.scoring import (
     CUTOUT_META,
@@ -35,7 +36,8 @@ from darkhaloscope.evaluation.scoring import (
     score_batches,
 )
 from darkhaloscope.imaging.cutout_table import load_stamps
-from darkhaloscope.lensing.bank import plan_grid
+from darkhaloscope.lensing.bank import plan_grid, plan_summary, table_conditioning, with_conditioning
+from darkhaloscope.search.candidates import choose_threshold
 from darkhaloscope.search.gallery import GALLERY_FILE
 from darkhaloscope.search.grades import published_graded_lens_ids
 from darkhaloscope.stamps import from_tensor_column
@@ -52,15 +54,19 @@ from table_registry.tables import (
     INJECTION_PLAN,
     INJECTION_SCORES,
     LENS_FINDER,
+    LENS_FORECAST,
     REAL_LENS_RECALL,
+    SELECTION_CLOSURE,
     SELECTION_FUNCTION,
     SELECTION_MARGINALS,
+    SELECTION_MODEL,
     THRESHOLDS,
     TRAINING_SET,
     VISUAL_GRADES,
     Table,
 )
 
+from .closure import lens_forecast, selection_closure
 from .shared.partitions import per_file_backfill
 from .shared.publish import Publish, lake_asset, per_partition, staged_table
 
@@ -69,7 +75,7 @@ def _key(table: Table) -> dg.AssetKey:
     return dg.AssetKey(list(table.key))
 
 
-SCORE_ASSET = dict(code_version="3", kinds={"pytorch", "parquet"}, pool="gpu", deps=[_key(LENS_FINDER)])
+SCORE_ASSET = dict(code_version="4", kinds={"pytorch", "parquet"}, pool="gpu", deps=[_key(LENS_FINDER)])
 
 
 @lake_asset(
@@ -158,7 +164,7 @@ def thresholds(context: dg.AssetExecutionContext, lake: LakeResource, cutout_sco
 @lake_asset(
     SELECTION_FUNCTION,
     SELECTION_MARGINALS,
-    code_version="5",
+    code_version="6",
     kinds={"parquet"},
     ins={
         "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
@@ -179,17 +185,52 @@ def selection_function(
     their outcome), cells below the minimum count flagged; marginal completeness; heatmaps and
     marginal curves stored as PNG beside the table (``artifact=figures``)."""
     theta_e, z_l = plan_grid(injection_plan)
-    sel, marg, figures = selection_products(injection_rows(injection_scores, "injection"), thresholds, theta_e, z_l)
+    insufficient = [(c["theta_e_arcsec"], c["z_l"]) for c in plan_summary(injection_plan).get("insufficient_cells", [])]
+    sel, marg, figures = selection_products(
+        injection_rows(injection_scores, "injection"), thresholds, theta_e, z_l, insufficient
+    )
+    conditioning = table_conditioning(injection_plan) or {}
+    sel, marg = with_conditioning(sel, conditioning), with_conditioning(marg, conditioning)
     staged = staged_table(context, SELECTION_FUNCTION)
     for name, png in figures.items():
         staged.write_bytes(name, png, subfolder=FIGURES)
     staged.write(sel)
-    md = {"nonempty_cells": int(pc.sum(pc.greater(sel.column("n_valid"), 0)).as_py() or 0), "figures": sorted(figures)}
+    # cells the plan left without hosts at their redshift are flagged, not a coverage problem
+    unfilled = {(round(t, 6), round(z, 6)) for t, z in insufficient}
+    cells = zip(sel.column("theta_e_centre").to_pylist(), sel.column("z_l_centre").to_pylist())
+    planned = sel.filter(pa.array([(round(t, 6), round(z, 6)) not in unfilled for t, z in cells]))
+    md = {
+        "nonempty_cells": int(pc.sum(pc.greater(sel.column("n_valid"), 0)).as_py() or 0),
+        "cells_without_hosts_at_their_redshift": len(unfilled),
+        "figures": sorted(figures),
+        "conditioning": conditioning,
+    }
     return Publish(
         {SELECTION_FUNCTION: staged, SELECTION_MARGINALS: marg},
-        audits={SELECTION_FUNCTION: [au.nonempty_cells_audit(checks.SELECTION_FUNCTION_COVERAGE, sel)]},
+        audits={SELECTION_FUNCTION: [au.nonempty_cells_audit(checks.SELECTION_FUNCTION_COVERAGE, planned)]},
         metadata={SELECTION_FUNCTION: md},
     )
+
+
+@lake_asset(
+    SELECTION_MODEL,
+    code_version="1",
+    kinds={"parquet"},
+    ins={"thresholds": dg.AssetIn(list(THRESHOLDS.key)), "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key))},
+)
+def selection_model(
+    context: dg.AssetExecutionContext, lake: LakeResource, thresholds: pa.Table, injection_scores: ds.Dataset
+) -> Publish:
+    """P(detected | θ_E, arc S/N, lens z magnitude) at the search's threshold (the strictest usable,
+    as ``candidates``): a logistic fit over the valid injections and its refits on host-bootstrap
+    resamples (``darkhaloscope.evaluation.closure``); evaluate it at any parameters with
+    ``closure.detection_probability``. Its calibration against the injections by arc S/N is in the
+    metadata."""
+    name, value = choose_threshold(thresholds)
+    injections = injection_rows(injection_scores, "injection")
+    model = fit_selection_model(injections, name, value)
+    calib = calibration_table(model, injections).to_pylist()
+    return Publish({SELECTION_MODEL: model}, metadata={SELECTION_MODEL: {"threshold": name, "calibration": calib}})
 
 
 @lake_asset(
@@ -228,7 +269,7 @@ def real_lens_recall(
 
 @lake_asset(
     EVALUATION_REPORT,
-    code_version="4",
+    code_version="6",
     kinds={"html"},
     deps=[_key(VISUAL_GRADES)],
     ins={
@@ -242,6 +283,8 @@ def real_lens_recall(
         "injection_bank": dg.AssetIn(list(INJECTION_BANK.key)),
         "cutouts": dg.AssetIn(list(CUTOUTS.key)),
         "lens_finder": dg.AssetIn(list(LENS_FINDER.key)),
+        "selection_closure": dg.AssetIn(list(SELECTION_CLOSURE.key)),
+        "lens_forecast": dg.AssetIn(list(LENS_FORECAST.key)),
     },
 )
 def evaluation_report(
@@ -257,6 +300,8 @@ def evaluation_report(
     injection_bank: ds.Dataset,
     cutouts: ds.Dataset,
     lens_finder: pa.Table,
+    selection_closure: pa.Table,
+    lens_forecast: pa.Table,
 ) -> Publish:
     """One static HTML page beside its index row: ROC curves and their areas with bootstrap
     intervals, the selection function and its marginals, the recall table, the lens finder's
@@ -280,6 +325,9 @@ def evaluation_report(
         lens_finder_row=lens_finder.to_pylist()[0],
         lake_uri=store.uri,
         gallery_uri=store.full_uri(f"{store.table_path(*CANDIDATE_GALLERY.key)}/{GALLERY_FILE}"),
+        conditioning=table_conditioning(selection_function),
+        closure=selection_closure,
+        forecast=lens_forecast,
     ).encode("utf-8")
     staged = staged_table(context, EVALUATION_REPORT)
     staged.write_bytes("report.html", html)
@@ -300,5 +348,15 @@ def _injection_images(bank: ds.Dataset, injection_ids) -> dict:
 
 
 evaluation_defs = dg.Definitions(
-    assets=[cutout_scores, injection_scores, thresholds, selection_function, real_lens_recall, evaluation_report]
+    assets=[
+        cutout_scores,
+        injection_scores,
+        thresholds,
+        selection_function,
+        selection_model,
+        selection_closure,
+        lens_forecast,
+        real_lens_recall,
+        evaluation_report,
+    ]
 )

@@ -14,21 +14,36 @@ import pyarrow.dataset as ds
 from darkhaloscope.errors import InputError
 from darkhaloscope.imaging.cutout_table import load_stamps
 from darkhaloscope.lensing.bank import (
+    HOST_DERIVED,
     InjectionConfig,
     bank_table,
     batch_of_key,
+    hosts_outside_bins,
     injection_config,
+    plan_grid,
     plan_injection_grid,
     plan_summary,
     render_injection_batch,
+    selection_conditioning,
     selection_hosts,
+    with_conditioning,
 )
+from darkhaloscope.lensing.hosts import HOST_ROW_COLUMNS, calibrate_sigma_relation, host_lens_properties
 from darkhaloscope.lensing.verify import lenstronomy_agreement, physics_problems
 from darkhaloscope.search.grades import published_graded_lens_ids
 from lakehouse import audits as au
 from resources import ComputeResource, LakeResource
 from table_registry import audits as checks
-from table_registry.tables import CUTOUT_VALIDATION, CUTOUTS, INJECTION_BANK, INJECTION_PLAN, VISUAL_GRADES
+from table_registry.tables import (
+    CUTOUT_VALIDATION,
+    CUTOUTS,
+    INJECTION_BANK,
+    INJECTION_PLAN,
+    PHOTO_Z,
+    SPECTRA,
+    SWEEPS,
+    VISUAL_GRADES,
+)
 
 from .shared.partitions import injection_batch_change
 from .shared.publish import Publish, lake_asset
@@ -42,7 +57,8 @@ class InjectionPlanConfig(dg.Config):
     injections and val hosts chose the best epoch, so only test hosts are unseen by the lens finder).
     ``realisation`` n > 0 draws every injection afresh (sources, lens parameters and which host
     gets which cell) for the same grid and hosts: the bank, its scores and the selection function
-    follow, the lens finder does not, so the sampling noise of C(θ_E, z_l) can be seen."""
+    follow, the lens finder does not, so the sampling noise of C(θ_E, z_l) can be seen.
+    ``min_hosts_per_cell``: a z_l bin with fewer hosts leaves its cells insufficient (0: the default, 3)."""
 
     theta_e_grid: list[float] = list(_GRID.theta_e_grid)
     z_l_grid: list[float] = list(_GRID.z_l_grid)
@@ -51,14 +67,15 @@ class InjectionPlanConfig(dg.Config):
     per_cell: int = 0  # 0 = the profile's default
     batch_size: int = 0
     realisation: int = 0
+    min_hosts_per_cell: int = 0  # 0 = InjectionConfig's default
 
 
 @lake_asset(
     INJECTION_PLAN,
-    code_version="3",
+    code_version="4",
     kinds={"parquet"},
     ins={"cutouts": dg.AssetIn(list(CUTOUTS.key))},
-    deps=[dg.AssetKey(list(CUTOUT_VALIDATION.key)), dg.AssetKey(list(VISUAL_GRADES.key))],
+    deps=[dg.AssetKey(list(t.key)) for t in (CUTOUT_VALIDATION, VISUAL_GRADES, SWEEPS, PHOTO_Z, SPECTRA)],
 )
 def injection_plan(
     context: dg.AssetExecutionContext,
@@ -67,13 +84,16 @@ def injection_plan(
     compute: ComputeResource,
     cutouts: ds.Dataset,
 ) -> Publish:
-    """One task per injection over the θ_E × z_l grid: host (a quality-checked DEV/SER cutout of the
-    test split, so injections never share hosts with training or model selection, and never one
-    that visual inspection graded a lens, as the held-out negatives never hold one), z_s from its
-    prior, σ_v derived (cells needing an unphysical σ_v skipped and counted), every source and lens
-    parameter and the seed; the grid itself is recorded with the plan (the selection function is
-    measured on it)."""
-    lenses = published_graded_lens_ids(lake.lake().table(*VISUAL_GRADES.key))
+    """One task per injection over the θ_E × z_l grid, painted onto a host at its own redshift with its
+    own σ_v: a quality-checked DEV/SER cutout of the test split (so injections never share hosts with
+    training or model selection, and never one that visual inspection graded a lens) whose redshift
+    (SDSS spec-z, else its photo-z median) lies in the cell's z_l bin, and whose σ_v (VDISP where
+    measured, else the luminosity–σ relation calibrated on the survey's spectra, with its scatter)
+    makes the cell's θ_E likely (``lensing.bank.plan_injection_grid``). Cells without enough hosts
+    are listed as insufficient, never filled from other redshifts. The grid, the host counts and the
+    σ_v relation are recorded with the plan."""
+    store = lake.lake()
+    lenses = published_graded_lens_ids(store.table(*VISUAL_GRADES.key))
     hosts = selection_hosts(cutouts, config.host_types, lenses)
     if hosts.num_rows == 0:
         raise InputError(
@@ -87,13 +107,26 @@ def injection_plan(
         config.z_l_grid,
         config.host_splits,
         config.realisation,
+        config.min_hosts_per_cell,
     )
-    tasks = plan_injection_grid(hosts, cfg)
+    ids = hosts.column("object_id")
+    wanted = pc.field("object_id").isin(ids)
+    rows = store.table(*SWEEPS.key).dataset().to_table(columns=list(HOST_ROW_COLUMNS), filter=wanted)
+    photo_z = store.table(*PHOTO_Z.key).dataset().to_table(columns=["object_id", "z_phot_median"], filter=wanted)
+    spectra = store.table(*SPECTRA.key).read()
+    relation = calibrate_sigma_relation(spectra, cfg.cosmology)
+    props, host_counts = host_lens_properties(ids.to_numpy(), rows, photo_z, spectra, relation)
+    for field in props.schema:
+        hosts = hosts.append_column(field, props.column(field.name))
+    conditioning = selection_conditioning(cfg, config.host_types, relation.to_dict(), host_counts)
+    tasks = with_conditioning(plan_injection_grid(hosts, cfg), conditioning)
     md = {
         "plan": plan_summary(tasks),
         "realisation": config.realisation,
         "seed_salt": cfg.salt,
         "n_hosts": hosts.num_rows,
+        "hosts": host_counts,
+        "sigma_v_relation": relation.to_dict(),
         "hosts_graded_lenses_excluded": int(lenses.size),
         "batches": len(set(tasks.column("batch").to_pylist())),
     }
@@ -102,7 +135,7 @@ def injection_plan(
 
 @lake_asset(
     INJECTION_BANK,
-    code_version="4",
+    code_version="5",
     kinds={"pytorch", "parquet"},
     pool="gpu",
     ins={
@@ -135,13 +168,17 @@ def injection_bank(
     ok = params.column("success").to_numpy(zero_copy_only=False)
     mu = params.column("magnification").to_numpy(zero_copy_only=False)
     md = {"n_failed": int((~ok).sum()), "median_mu": float(np.nanmedian(mu)), "device": device}
-    return Publish({INJECTION_BANK: bank}, audits={INJECTION_BANK: bank_audits(bank)}, metadata={INJECTION_BANK: md})
+    _, z_l_values = plan_grid(injection_plan)
+    return Publish(
+        {INJECTION_BANK: bank}, audits={INJECTION_BANK: bank_audits(bank, z_l_values)}, metadata={INJECTION_BANK: md}
+    )
 
 
-def bank_audits(bank: pa.Table) -> list[au.AuditOutcome]:
-    """The injection bank's audits on one batch."""
+def bank_audits(bank: pa.Table, z_l_values) -> list[au.AuditOutcome]:
+    """The injection bank's audits on one batch (``z_l_values``: the grid's z_l bin centres)."""
     agreement = lenstronomy_agreement(bank)
-    physics = physics_problems(bank)
+    physics = physics_problems(bank, skip=HOST_DERIVED)
+    outside = hosts_outside_bins(bank, z_l_values)
     return [
         checks.INJECTION_MATCHES_LENSTRONOMY.outcome(
             agreement["ok"],
@@ -150,6 +187,12 @@ def bank_audits(bank: pa.Table) -> list[au.AuditOutcome]:
             f"flux error {agreement['flux_rel_err']:.3g} (cases: {len(agreement['cases'])})",
         ),
         checks.INJECTION_PHYSICS_VALID.outcome(physics["ok"], physics, "; ".join(physics["problems"])),
+        checks.INJECTION_HOSTS_IN_BIN.outcome(
+            outside["n_outside"] == 0,
+            outside,
+            f"{outside['n_outside']} injection(s) on a host outside its z_l bin (± {outside['half_width']:g}), "
+            f"e.g. injection_id {outside['injection_ids']}",
+        ),
     ]
 
 

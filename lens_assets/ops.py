@@ -38,6 +38,7 @@ import dagster as dg
 from dagster import DagsterEventType
 
 from darkhaloscope.errors import InputError
+from io_managers.parquet import column_schema
 from lakehouse import audits as au
 from lakehouse.alerts import Alert, AlertSinks, DeliveryOutcome, deliver, iso_utc, redact
 from lakehouse.lake import host_tag
@@ -312,6 +313,7 @@ alerts = dg.AssetSpec(
     owners=OWNERS,
     description=f"{ALERTS.description}; written by alert delivery (alert_sensor, dhs), rebuilt from "
     "ops/alert_log/alerts.jsonl.",
+    metadata={"dagster/column_schema": column_schema(ALERTS.contract)},
 )
 
 

@@ -11,6 +11,16 @@ from astropy.io import fits
 
 from darkhaloscope.survey.known_lenses import load_known_lenses
 from darkhaloscope.survey.manifest import sweep_manifest
+from darkhaloscope.survey.redshifts import (
+    DR10_PHOTO_Z_DIR,
+    DR10_SPECOBJ_SDSS,
+    DR10_SPECOBJ_SURVEY,
+    empty_spectra,
+    photo_z_missing,
+    pz_filename,
+    read_photo_z,
+    read_spectra,
+)
 from darkhaloscope.survey.sweeps import (
     SWEEP_DIM,
     check_one_file_per_box,
@@ -22,7 +32,7 @@ from lakehouse import audits as au
 from resources import LakeResource, SurveyResource
 from resources.survey import SWEEP_DIR
 from table_registry import audits as checks
-from table_registry.tables import KNOWN_LENSES, SWEEP_FILES, SWEEPS
+from table_registry.tables import KNOWN_LENSES, PHOTO_Z, SPECTRA, SWEEP_FILES, SWEEPS
 
 from .shared.automation import NEW_PARTITION, survey_flow_sensor
 from .shared.partitions import per_file_backfill, sweep_file_change
@@ -105,6 +115,51 @@ def _ingest(context: dg.AssetExecutionContext, survey: SurveyResource, lake: Lak
     return staged, outcomes, {"fits_rows": n_fits, "data_model": info["data_model"]}
 
 
+@lake_asset(PHOTO_Z, code_version="1", kinds={"parquet"}, deps=[sweeps])
+def photo_z(context: dg.AssetExecutionContext, survey: SurveyResource, lake: LakeResource) -> Publish:
+    """The photo-zs of one sweep file from its DR10 photo-z sweep (``10.1-photo-z/…-pz.fits``), whose
+    rows must match the published sweep partition row by row on RELEASE, BRICKID, OBJID (a file that
+    does not is refused, naming it and the first mismatched row); −99 becomes null. A sweep without
+    its companion keeps its rows with null redshifts, counted in the metadata, never guessed."""
+    name = context.partition_key
+    keys = (
+        lake.lake()
+        .table(*SWEEPS.key)
+        .read(partition={SWEEPS.partitioned_by: name}, columns=["release", "brickid", "objid", "row_index"])
+    )
+    relpath = f"{DR10_PHOTO_Z_DIR}/{pz_filename(name)}"
+    with survey.local_file(relpath) as path:
+        table = photo_z_missing(keys, name) if path is None else read_photo_z(path, keys, name)
+    if path is None:
+        context.log.warning(f"{survey.root()}/{relpath} is missing: the galaxies of {name} have no photo-z")
+    outcomes = [au.equal_counts_audit(checks.PHOTO_Z_COVERS_SWEEP, keys.num_rows, table.num_rows, name)]
+    md = {
+        "companion": relpath,
+        "companion_missing": path is None,
+        "n_rows": table.num_rows,
+        "n_without_photo_z": table.column("z_phot_median").null_count,
+        "n_with_z_spec": table.num_rows - table.column("z_spec").null_count,
+    }
+    return Publish({PHOTO_Z: table}, audits={PHOTO_Z: outcomes}, metadata={PHOTO_Z: md})
+
+
+@lake_asset(SPECTRA, code_version="1", kinds={"parquet"}, deps=[sweep_files])
+def spectra(context: dg.AssetExecutionContext, survey: SurveyResource, lake: LakeResource) -> Publish:
+    """SDSS DR16 spectra matched to the survey's sources: ``survey-dr10.1-south-specObj-dr16.fits``
+    (Tractor photometry, row-matched to SDSS's ``specObj-dr16.fits``, checked on PLATE, MJD, FIBERID)
+    and the SDSS file's Z, ZWARNING, CLASS, VDISP, VDISP_ERR; rows that matched no source are
+    dropped and counted. Without the files the table is empty (counted), so every host's σ_v then
+    needs a luminosity–σ relation calibrated elsewhere."""
+    with survey.local_file(DR10_SPECOBJ_SURVEY) as survey_path, survey.local_file(DR10_SPECOBJ_SDSS) as sdss_path:
+        if survey_path is None or sdss_path is None:
+            missing = [p for p, q in ((DR10_SPECOBJ_SURVEY, survey_path), (DR10_SPECOBJ_SDSS, sdss_path)) if q is None]
+            context.log.warning(f"{survey.root()}: missing {missing}: no spectra")
+            table, counts = empty_spectra(), {"missing": missing}
+        else:
+            table, counts = read_spectra(survey_path, sdss_path)
+    return Publish({SPECTRA: table}, metadata={SPECTRA: {**counts, "n_spectra": table.num_rows}})
+
+
 @lake_asset(KNOWN_LENSES, code_version="2", kinds={"parquet"})
 def known_lenses(context: dg.AssetExecutionContext, lake: LakeResource) -> Publish:
     """The lenscat catalog of known strong lenses, normalised: name, ra, dec (deg), z_lens (null when
@@ -132,5 +187,5 @@ def sweep_file_sensor(context: dg.SensorEvaluationContext, survey: SurveyResourc
 
 
 survey_defs = dg.Definitions(
-    assets=[sweep_files, sweeps, known_lenses], sensors=[sweep_file_sensor, survey_flow_sensor()]
+    assets=[sweep_files, sweeps, photo_z, spectra, known_lenses], sensors=[sweep_file_sensor, survey_flow_sensor()]
 )

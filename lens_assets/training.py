@@ -1,13 +1,17 @@
 """Training stage: the training set (catalog rows and injection hosts; injections are rendered on
 the fly while training) and the lens finder, trained by a standalone script through Dagster Pipes
-(locally ``PipesSubprocessClient``; on a GPU host another Pipes client runs the same script), one
-GPU run at a time (pool ``gpu``). Both publish through the one publish path: the lens finder's
-checkpoint is staged and audited by its shortcut gates before any scorer sees it."""
+(``resources.launch.PipesLaunchClient``: a local subprocess, or on a GPU host through
+``DHS_LAUNCH_PREFIX``), one GPU run at a time (pool ``gpu``). The trainer reads the training set
+from the lake and writes its runs to the lake's in-flight area; both assets publish through the
+one publish path: the lens finder's checkpoint is staged and audited by its shortcut gates before
+any scorer sees it."""
 
 import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import dagster as dg
@@ -20,6 +24,7 @@ from darkhaloscope.imaging.cutout_table import cutout_batches, load_stamps
 from darkhaloscope.search.grades import grades_for_training
 from darkhaloscope.training.gates import GATES
 from darkhaloscope.training.profiles import training_profile
+from darkhaloscope.training.run_mirror import RunMirror
 from darkhaloscope.training.runs import published_files
 from darkhaloscope.training.training_set import (
     CUTOUT_COLUMNS,
@@ -156,13 +161,32 @@ class LensFinderConfig(dg.Config):
 
 
 def _run_locations(store) -> tuple[str, str]:
-    """(training-set URI for the trainer, the folder of its training runs). The runs of a local lake
-    live in its in-flight area (a run resumes or is reused from there); those of a lake on S3 in a
-    local temporary folder of this host."""
-    train_uri = store.part_uris(*TRAINING_SET.key)[0]
-    if store.is_s3:
-        return train_uri, os.path.join(tempfile.gettempdir(), "dhs_lens_finder")
-    return train_uri.removeprefix("file://"), store.inflight().table_path("training", "lens_finder_runs")
+    """(training-set URI for the trainer, the URI of the folder of its training runs: the lake's
+    in-flight area, where a run resumes or is reused from, on any host)."""
+    runs = store.full_uri(store.inflight().table_path("training", "lens_finder_runs"))
+    return store.part_uris(*TRAINING_SET.key)[0].removeprefix("file://"), runs
+
+
+@contextmanager
+def _run_folder(store, runs_uri: str, run_dir: str) -> Iterator[str]:
+    """A local folder holding the run ``run_dir`` that the trainer reported: the folder itself on a
+    local lake, a temporary copy of it from a lake on S3."""
+    if not run_dir.startswith(f"{runs_uri}/"):
+        raise InputError(f"the trainer reported the run {run_dir}, which is not in the lake's runs folder {runs_uri}")
+    if not store.is_s3:
+        if not os.path.isdir(run_dir):
+            raise InputError(
+                f"the trainer reported the run {run_dir}, which this host cannot read: a trainer launched through "
+                "DHS_LAUNCH_PREFIX on another host needs the lake on S3, or on a filesystem both hosts mount at "
+                "the same path"
+            )
+        yield run_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="dhs_lens_finder_") as scratch:
+        mirror = RunMirror(runs_uri, store.fs, scratch)
+        local = mirror.local_dir(run_dir.rsplit("/", 1)[1])
+        mirror.pull(local)
+        yield str(local)
 
 
 @lake_asset(
@@ -201,6 +225,7 @@ def lens_finder(
     extras = {
         "training_set_uri": train_uri,
         "out_dir": runs_dir,
+        "s3_endpoint": lake.s3_endpoint,
         "members": [replace(m, device=compute.device, **epochs).to_dict() for m in profile.members],
         "gate_thresholds": {"core_lr_auc": float(config.core_threshold)},
         "ensemble_hidden": profile.ensemble_hidden,
@@ -212,7 +237,9 @@ def lens_finder(
     ).get_materialize_result()
     md = {k: getattr(v, "value", v) for k, v in (result.metadata or {}).items()}
     staged = staged_table(context, LENS_FINDER)
-    for name, data in published_files(md["run_dir"]):
+    with _run_folder(store, runs_dir, str(md["run_dir"])) as run_dir:
+        files = published_files(run_dir)
+    for name, data in files:
         staged.write_bytes(name, data, subfolder=CHECKPOINT_PARTITION)
     uri = store.full_uri(f"{staged.published_folder}/{'/'.join(f'{k}={v}' for k, v in CHECKPOINT_PARTITION.items())}")
     staged.write(

@@ -7,9 +7,13 @@ search covers — the negative preselection of ``catalog.cuts`` (footprint, TYPE
 z < 20) — farther than that selection's known-lens exclusion radius (11″) from every lenscat entry,
 HOST_SPACING_ARCSEC apart and HOST_EDGE_MARGIN_ARCSEC inside the footprint.
 
-Truth. θ_E is uniform over THETA_E_DRAW (the span of the injection grid); the SIE mass follows the
-host's light (its position angle, rounder), and the shear, source shape, position and colours are
-drawn as for the known lenses (``mock_lenses.lensing_draws``). The source brightness is then set so
+Truth. The lenses come from the mock's own deflector population: each host's lens redshift and σ_v
+are its own (``mock_survey.redshifts``: its true redshift, its σ_v from the luminosity–σ relation with
+its scatter), the source redshift is drawn as for the known lenses, and θ_E = θ_SIS(σ_v, z_l, z_s).
+Among the eligible hosts whose θ_E lies in THETA_E_RANGE (the span of the injection grid), hosts are
+drawn with probability ∝ θ_E² (the lensing cross-section; Efraimidis–Spirakis keys). The SIE mass
+follows the host's light (its position angle, rounder), and the shear, source shape, position and
+colours are drawn as for the known lenses (``mock_lenses.lensing_draws``). The source brightness is then set so
 that the arc's S/N — ``lensing.render.arc_snr`` in r, the definition the injection engine reports,
 against the mock sky's inverse variance at the host — hits a target drawn log-uniformly over
 ARC_SNR_RANGE, stratified so that every part of the range gets its share. The truth records the
@@ -25,26 +29,39 @@ import torch
 
 from darkhaloscope.catalog.cuts import REQUIRED_COLUMNS, KnownLensIndex, NegativeSelectionConfig, cut_masks
 from darkhaloscope.errors import InputError
+from darkhaloscope.lensing.cosmology import theta_e_from_sigma_v
 from darkhaloscope.lensing.render import arc_snr
 from darkhaloscope.seeding import rng_for
 from darkhaloscope.sky import chord_for_arcsec, unit_vectors
 
-from .lenses import LENS_ID_FIELDS, LENS_Z_DRAW, LENSING_FIELDS, N_UNIFORMS, lens_arc_stamps, lensing_draws
+from .lenses import (
+    LENS_ID_FIELDS,
+    LENSING_FIELDS,
+    N_UNIFORMS,
+    Z_SOURCE_GAP,
+    Z_SOURCE_MAX,
+    Z_SOURCE_MIN,
+    lens_arc_stamps,
+    lensing_draws,
+)
+from .redshifts import galaxy_z_and_sigma
 from .sky import MOCK_SKY_COLUMNS, MockSky
 
 #: Tractor types of hidden-lens hosts.
 HOST_TYPES = ("DEV", "SER")
 #: Least separation (arcsec) between two hidden lenses, and from a hidden lens to the footprint's edge.
 HOST_SPACING_ARCSEC, HOST_EDGE_MARGIN_ARCSEC = 60.0, 30.0
-#: Einstein radius (arcsec) as (low, width): uniform in [0.6, 3.0].
-THETA_E_DRAW = (0.6, 2.4)
+#: Einstein radii (arcsec) of the hidden lenses: the injection grid's span.
+THETA_E_RANGE = (0.5, 3.0)
 #: Arc S/N targets (r band, matched filter) are log-uniform over this range: from arcs no finder
 #: can see to arcs every finder does.
 ARC_SNR_RANGE = (1.5, 200.0)
 #: Source r magnitude (AB) the S/N is first measured at; the target then scales the source flux.
 REFERENCE_SOURCE_MAG = 23.0
 #: Catalog columns the hidden lenses read.
-HOST_COLUMNS = tuple(dict.fromkeys((*REQUIRED_COLUMNS, *MOCK_SKY_COLUMNS, "object_id")))
+HOST_COLUMNS = tuple(
+    dict.fromkeys((*REQUIRED_COLUMNS, *MOCK_SKY_COLUMNS, "object_id", "mw_transmission_r", "mw_transmission_z"))
+)
 
 #: Truth of the hidden lenses: truth/hidden_lens_truth.parquet.
 HIDDEN_LENS_TRUTH_SCHEMA = pa.schema(
@@ -71,6 +88,23 @@ HIDDEN_LENS_TRUTH_SCHEMA = pa.schema(
 )
 
 
+def deflector_draws(rows: pa.Table, seed: int) -> dict[str, np.ndarray]:
+    """Each row's lens as the mock's deflector population makes it: ``z_lens`` (its true redshift),
+    ``z_source`` (drawn from the row's hidden-lens uniforms u[1] as for the known lenses), ``sigma_v``
+    (km/s) and ``theta_e`` (arcsec, NaN where the row has no σ_v), and the row's uniforms ``u``."""
+    truth = galaxy_z_and_sigma(rows, seed)
+    u = np.array([rng_for("mock-hidden-lens", seed, int(o)).uniform(size=N_UNIFORMS) for o in truth["ids"]])
+    u = u.reshape(len(truth["ids"]), N_UNIFORMS)
+    zl = truth["z"]
+    zs_min = np.maximum(Z_SOURCE_MIN, zl + Z_SOURCE_GAP)
+    zs = zs_min + (Z_SOURCE_MAX - zs_min) * u[:, 1]
+    sigma = 10 ** truth["log_sigma"]
+    theta = np.full(len(zl), np.nan)
+    ok = np.isfinite(sigma)
+    theta[ok] = theta_e_from_sigma_v(sigma[ok], zl[ok], zs[ok])
+    return {"z_lens": zl, "z_source": zs, "sigma_v": sigma, "theta_e": theta, "u": u}
+
+
 def hidden_lens_hosts(catalog: pa.Table, known_lenses: pa.Table, boxes, n: int, seed: int) -> np.ndarray:
     """Indices into ``catalog`` (HOST_COLUMNS) of ``n`` hidden-lens hosts (see the module doc), in
     the order they were drawn; ``known_lenses``: every lenscat entry (ra, dec), ``boxes``: the footprint."""
@@ -90,7 +124,13 @@ def hidden_lens_hosts(catalog: pa.Table, known_lenses: pa.Table, boxes, n: int, 
         )
     candidates = np.flatnonzero(ok & inside)
     candidates = candidates[np.argsort(catalog.column("object_id").to_numpy()[candidates], kind="stable")]
-    order = rng_for("mock-hidden-hosts", seed).permutation(candidates)
+    theta = deflector_draws(catalog.take(pa.array(candidates)), seed)["theta_e"]
+    lo, hi = THETA_E_RANGE
+    keep = np.isfinite(theta) & (theta >= lo) & (theta <= hi)
+    candidates, theta = candidates[keep], theta[keep]
+    # weighted sampling without replacement by Efraimidis–Spirakis keys: ascending -ln(u) / θ_E²
+    keys = -np.log(np.clip(rng_for("mock-hidden-hosts", seed).uniform(size=len(candidates)), 1e-300, 1.0)) / theta**2
+    order = candidates[np.argsort(keys, kind="stable")]
     chosen: list[int] = []
     spacing = chord_for_arcsec(HOST_SPACING_ARCSEC)
     xyz = unit_vectors(ra, dec).reshape(-1, 3)
@@ -101,24 +141,24 @@ def hidden_lens_hosts(catalog: pa.Table, known_lenses: pa.Table, boxes, n: int, 
             chosen.append(int(i))
     if len(chosen) < n:
         raise InputError(
-            f"only {len(chosen)} of the {n} hidden lenses fit the mock catalog ({len(candidates)} eligible hosts)"
+            f"only {len(chosen)} of the {n} hidden lenses fit the mock catalog ({len(candidates)} eligible hosts "
+            f"with theta_E in {THETA_E_RANGE})"
         )
     return np.array(chosen, dtype=np.int64)
 
 
 def draw_hidden_lenses(hosts: pa.Table, seed: int) -> pa.Table:
     """Lensing truth (LENS_ID_FIELDS, LENSING_FIELDS; source at REFERENCE_SOURCE_MAG) of lenses
-    around ``hosts`` (catalog rows), each from ``rng_for("mock-hidden-lens", seed, object_id)``."""
+    around ``hosts`` (catalog rows, HOST_COLUMNS): redshift, σ_v and θ_E from the mock's deflector
+    population (:func:`deflector_draws`), the rest from ``rng_for("mock-hidden-lens", seed, object_id)``."""
     e1, e2 = hosts.column("shape_e1").to_numpy(), hosts.column("shape_e2").to_numpy()
+    lens = deflector_draws(hosts, seed)
     rows = []
-    for i, oid in enumerate(hosts.column("object_id").to_pylist()):
-        u = rng_for("mock-hidden-lens", seed, oid).uniform(size=N_UNIFORMS)
-        zl = LENS_Z_DRAW[0] + LENS_Z_DRAW[1] * u[0]
-        theta_e = THETA_E_DRAW[0] + THETA_E_DRAW[1] * u[2]
-        row = {
-            "z_lens": zl,
-            **lensing_draws(u, zl, theta_e, float(np.hypot(e1[i], e2[i])), 0.5 * float(np.arctan2(e2[i], e1[i]))),
-        }
+    for i in range(hosts.num_rows):
+        u, zl = lens["u"][i], float(lens["z_lens"][i])
+        phi = 0.5 * float(np.arctan2(e2[i], e1[i]))
+        row = {"z_lens": zl, **lensing_draws(u, zl, float(lens["theta_e"][i]), float(np.hypot(e1[i], e2[i])), phi)}
+        row["z_source"] = float(lens["z_source"][i])
         row["source_mag_r"] = REFERENCE_SOURCE_MAG
         rows.append(row)
     cols = {

@@ -510,7 +510,7 @@ class MockSky:
         return mask
 
     def _cut(self, b: int, ix: int, iy: int, size: int, img_out, iv_out, mb_out) -> None:
-        """Assemble the ``size``² window centred on brick pixel (ix, iy) from cached tiles."""
+        """Assemble the ``size`` × ``size`` window centred on brick pixel (ix, iy) from cached tiles."""
         T = self.tile
         lo = size // 2
         st = self._state(b)
@@ -535,7 +535,7 @@ class MockSky:
 
     # ------------------------------------------------------------------------------------------
     def cutouts(self, ra_deg, dec_deg, size: int = STAMP_SIZE) -> tuple[CutoutBatch, np.ndarray]:
-        """``size``² g, r, z cutouts around each (ra, dec) in degrees, the same way as
+        """``size`` × ``size`` g, r, z cutouts around each (ra, dec) in degrees, the same way as
         BrickImageSource cuts DR10 bricks (same brick choice, centring and padding flags), and
         the per-target failure messages (all '': the mock sky renders every target)."""
         if int(size) <= 0:
@@ -580,7 +580,7 @@ class MockSky:
         return b.image[0], b.invvar[0], b.maskbits[0]
 
     def pixel_invvar(self, ra_deg, dec_deg, size: int = STAMP_SIZE) -> np.ndarray:
-        """(N, 3) float32 inverse variance (1/nmgy²) of the pixels of a ``size``² cutout at each
+        """(N, 3) float32 inverse variance (1/nmgy²) of the pixels of a ``size`` × ``size`` cutout at each
         (ra, dec) in degrees: the value ``cutouts`` puts in the stamp's covered pixels (the noise
         of the brick it is cut from; 0 off the footprint), without rendering the stamp."""
         ra, dec = check_coords(ra_deg, dec_deg)

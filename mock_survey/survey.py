@@ -5,6 +5,9 @@ Layout under an output root (a DR10 mirror, so the real readers run unchanged)::
     <root>/south/sweep/10.1/sweep-<AAA>[pm]<BBB>-<AAA>[pm]<BBB>.fits   5°×5° DR10 blocks
     <root>/truth/known_lens_truth.parquet                            known-lens truth (KNOWN_LENS_TRUTH_SCHEMA)
     <root>/truth/hidden_lens_truth.parquet                           hidden-lens truth (HIDDEN_LENS_TRUTH_SCHEMA)
+    <root>/south/sweep/10.1-photo-z/sweep-…-pz.fits                  photo-z sweeps (row-matched companions)
+    <root>/south/external/survey-dr10.1-south-specObj-dr16.fits      SDSS spectra matched to the sources,
+    <root>/south/external/specObj-dr16.fits                          and the SDSS file they match
     <root>/mock_survey_manifest.json                                 config digest + file list
 
 The generated root lives in a cache folder per profile and seed (``paths.mock_survey_root``);
@@ -26,6 +29,8 @@ What is in the rows (one module per responsibility):
 - ``hidden_lenses``: lenses no catalog lists, around catalog galaxies, spanning arc S/N and θ_E
   (their truth is read by the mock sky and by the discovery report, never by training);
 - ``rows``: the block plan (positions, roles, DR10 keys) and the derived sweep columns;
+- ``redshifts``: every galaxy's true redshift, its photo-z sweep and the SDSS-matched spectra
+  (spec-z and VDISP of bright early types), the lenses' consistent with their truth;
 - ``writers``: the sweep FITS and truth Parquet writers.
 
 Determinism: every random draw comes from ``darkhaloscope.seeding.rng_for`` keyed by the config
@@ -65,13 +70,14 @@ from .paths import (
     SWEEP_SUBDIR,
     mock_survey_root,
 )
+from .redshifts import write_redshift_companions
 from .rows import BLOCK_DEG, KNOWN_LENS, fill_rows, plan_block
 from .writers import atomic_write, write_parquet, write_sweep
 
 #: Version of the sweep rows (written as MOCKVER in every sweep header); change it when they change.
 GENERATOR_VERSION = "dhs-mock-survey-6"
 #: Version of the truth tables (in the config digest); change it when the truth draws change.
-TRUTH_VERSION = "dhs-mock-truth-2"
+TRUTH_VERSION = "dhs-mock-truth-4"
 #: Hidden lenses per profile: 10 in the demo's two files and 400 in the full profile's one, a few
 #: per thousand of the negative pool (the demo's share: BENCHMARKS.md, *The demo profile now: 28
 #: epochs, channels-last convolutions, 10 hidden lenses per realisation*). Lenses are rarer in the
@@ -158,6 +164,7 @@ class MockSurveyManifest:
     n_hidden_lenses: int
     seed: int
     digest: str
+    companions: tuple[Path, ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -171,6 +178,7 @@ class MockSurveyManifest:
             "n_rows": list(self.n_rows),
             "n_known_lenses": self.n_known_lenses,
             "n_hidden_lenses": self.n_hidden_lenses,
+            "companions": [str(p.relative_to(self.root)) for p in self.companions],
         }
 
     @classmethod
@@ -186,6 +194,7 @@ class MockSurveyManifest:
             n_hidden_lenses=int(d["n_hidden_lenses"]),
             seed=int(d["seed"]),
             digest=d["digest"],
+            companions=tuple(root / p for p in d.get("companions", [])),
         )
 
     def lens_truth_paths(self) -> tuple[Path, Path]:
@@ -193,7 +202,7 @@ class MockSurveyManifest:
         return self.truth_path, self.hidden_truth_path
 
     def files(self) -> tuple[Path, ...]:
-        return self.sweep_files + self.lens_truth_paths()
+        return self.sweep_files + self.lens_truth_paths() + self.companions
 
 
 def block_box(block: tuple[int, int]) -> SweepBox:
@@ -238,14 +247,26 @@ def generate_mock_survey(root: str | os.PathLike, config: MockSurveyConfig | Non
     (root / KNOWN_LENS_TRUTH_RELPATH).parent.mkdir(parents=True, exist_ok=True)
     files, nrows, lens_oid, lens_file = _write_sweeps(root / SWEEP_SUBDIR, boxes, cfg, lenses, draw)
     truth = root / KNOWN_LENS_TRUTH_RELPATH
-    write_parquet(truth, known_lens_truth_table(lenses, draw, lens_oid, lens_file))
+    known = known_lens_truth_table(lenses, draw, lens_oid, lens_file)
+    write_parquet(truth, known)
     # the hidden lenses are drawn from the catalog as the real reader returns it
     catalog = pa.concat_tables([read_sweep(p, columns=HOST_COLUMNS) for p in files])
     hidden = hidden_lens_truth(catalog, all_lenses, boxes, cfg.n_hidden_lenses, cfg.seed)
     hidden_path = root / HIDDEN_LENS_TRUTH_RELPATH
     write_parquet(hidden_path, hidden)
+    companions = write_redshift_companions(root, files, [known, hidden], cfg.seed)
     manifest = MockSurveyManifest(
-        root, tuple(files), truth, hidden_path, boxes, tuple(nrows), lenses.num_rows, hidden.num_rows, cfg.seed, digest
+        root,
+        tuple(files),
+        truth,
+        hidden_path,
+        boxes,
+        tuple(nrows),
+        lenses.num_rows,
+        hidden.num_rows,
+        cfg.seed,
+        digest,
+        tuple(companions),
     )
     atomic_write(
         root / MANIFEST_NAME, lambda tmp: tmp.write_text(json.dumps(manifest.to_json(), indent=2, sort_keys=True))

@@ -75,12 +75,17 @@ class CatalogLaunchResource(dg.ConfigurableResource):
     session; the default) or ``pipes-s3``: a separate process launched through Dagster Pipes
     whose context and messages travel through the S3 bucket ``bucket`` (dagster-aws'
     ``PipesS3ContextInjector`` / ``PipesS3MessageReader``) — the exchange a remote launcher such as
-    ``PipesEMRClient`` uses; here the process is started by ``PipesSubprocessClient``."""
+    ``PipesEMRClient`` uses; here the process is started by ``resources.launch.PipesLaunchClient``,
+    locally or, with ``launch_prefix`` (``DHS_LAUNCH_PREFIX``), on another host (``timeout_s``,
+    ``python``: ``DHS_LAUNCH_TIMEOUT_S``, ``DHS_LAUNCH_PYTHON``)."""
 
     mode: str = "local"
     bucket: str = ""
     s3_endpoint: str | None = None
     s3_region: str = "us-east-1"
+    launch_prefix: str = ""
+    timeout_s: float = 90.0
+    python: str = ""
 
     def s3_client(self):
         """boto3 S3 client from dagster-aws' S3Resource (credentials from the AWS SDK's default
@@ -97,12 +102,19 @@ class CatalogLaunchResource(dg.ConfigurableResource):
 
         from darkhaloscope.catalog.spark_conf import spark_master
 
+        from .launch import PipesLaunchClient
+
         if self.mode != "pipes-s3" or not self.bucket:
             raise ValueError(
                 f"catalog launch mode {self.mode!r} with bucket {self.bucket!r}: expected 'pipes-s3' and a bucket"
             )
         client = self.s3_client()
-        pipes = dg.PipesSubprocessClient(
+        pipes = PipesLaunchClient(
+            launch_prefix=self.launch_prefix,
+            bucket=self.bucket,
+            s3_endpoint=self.s3_endpoint,
+            timeout_s=self.timeout_s,
+            python=self.python,
             context_injector=PipesS3ContextInjector(bucket=self.bucket, client=client, key_prefix="pipes/"),
             message_reader=PipesS3MessageReader(bucket=self.bucket, client=client, interval=1),
         )
@@ -113,7 +125,7 @@ class CatalogLaunchResource(dg.ConfigurableResource):
             "names": names,
             "selection": selection,
             "spark_master": spark_master(),
-            "spark_log": spark_log_file(),
+            "spark_log": None if pipes.remote else spark_log_file(),  # another host logs to its own folder
         }
         done = pipes.run(
             context=context, command=[sys.executable, "-m", "lens_assets.pipes.negatives_job"], extras=extras

@@ -10,17 +10,23 @@ from .survey import SurveyResource
 def build_resources() -> dict:
     """Resource instances from the DHS_* environment variables (``resources/settings.py``), each
     validated first: a bad value raises InputError naming the variable."""
-    import dagster as dg
-
     from io_managers import LakeIOManager
 
     from .alert_sinks import AlertSinksResource
     from .compute import CatalogLaunchResource, QuietPySparkResource
+    from .launch import PipesLaunchClient
 
     validate()
     s3_endpoint = setting("DHS_S3_ENDPOINT")
     profile = setting("DHS_PROFILE")
     lake = LakeResource(uri=setting("DHS_LAKE"), s3_endpoint=s3_endpoint)
+    launch = {
+        "launch_prefix": setting("DHS_LAUNCH_PREFIX") or "",
+        "bucket": setting("DHS_PIPES_BUCKET") or "",
+        "s3_endpoint": s3_endpoint,
+        "timeout_s": float(setting("DHS_LAUNCH_TIMEOUT_S")),
+        "python": setting("DHS_LAUNCH_PYTHON") or "",
+    }
     return {
         "lake": lake,
         "io_manager": LakeIOManager(**lake.model_dump()),
@@ -39,10 +45,8 @@ def build_resources() -> dict:
             device=setting("DHS_DEVICE"), profile=profile, search_launch=setting("DHS_SEARCH_LAUNCH")
         ),
         "pyspark": QuietPySparkResource(spark_config=spark_config()),
-        "pipes_subprocess_client": dg.PipesSubprocessClient(),
-        "catalog_launch": CatalogLaunchResource(
-            mode=setting("DHS_CATALOG_LAUNCH"), bucket=setting("DHS_PIPES_BUCKET") or "", s3_endpoint=s3_endpoint
-        ),
+        "pipes_subprocess_client": PipesLaunchClient(**launch),
+        "catalog_launch": CatalogLaunchResource(mode=setting("DHS_CATALOG_LAUNCH"), **launch),
         "alert_sinks": AlertSinksResource(),
     }
 

@@ -130,6 +130,30 @@ def _spark_timeout(value: str) -> None:
     timeout_s({TIMEOUT_ENV: value})
 
 
+def _launch_prefix(value: str) -> None:
+    import shlex
+
+    try:
+        words = shlex.split(value)
+    except ValueError as exc:
+        raise ValueError(f"not a command line: {exc}") from None
+    if not words:
+        raise ValueError("expected a command prefix such as 'ssh gpu01' or 'srun --gres=gpu:1 --'")
+
+
+def _launch_timeout(value: str) -> None:
+    _positive_number(value)
+    if float(value) < 5:
+        raise ValueError("expected at least 5 seconds (a step's interpreter must start and reach the bucket)")
+
+
+def _launch_python(value: str) -> None:
+    import shlex
+
+    if shlex.quote(value) != value:
+        raise ValueError("expected a path without spaces or shell characters (ssh hands it to the far host's shell)")
+
+
 def _spark_memory(value: str) -> None:
     if not re.match(r"^[0-9]+[kmgt]?$", value.lower()):
         raise ValueError("expected a JVM memory size such as 2g or 512m")
@@ -217,6 +241,31 @@ SETTINGS: tuple[Setting, ...] = (
         _one_of(*CATALOG_LAUNCHES),
     ),
     Setting("DHS_PIPES_BUCKET", None, "S3 bucket for the context and messages of Pipes launches", "compute"),
+    Setting(
+        "DHS_LAUNCH_PREFIX",
+        None,
+        "command prefix of every step launched through Dagster Pipes (training, the pipes search, the "
+        "pipes-s3 catalog job), e.g. 'ssh gpu01' or 'srun --gres=gpu:1 --': bootstrap on the command line, "
+        "context and messages in DHS_PIPES_BUCKET, outputs only to the lake",
+        "compute",
+        _launch_prefix,
+    ),
+    Setting(
+        "DHS_LAUNCH_TIMEOUT_S",
+        "90",
+        "seconds a step launched through DHS_LAUNCH_PREFIX may take to open its Pipes session (its first "
+        "message in the bucket) before it is stopped and the step fails",
+        "compute",
+        _launch_timeout,
+    ),
+    Setting(
+        "DHS_LAUNCH_PYTHON",
+        None,
+        "Python interpreter of the steps launched through DHS_LAUNCH_PREFIX, on their host (default: this "
+        "interpreter's path)",
+        "compute",
+        _launch_python,
+    ),
     Setting(
         "DHS_SPARK_MASTER",
         "local[*]",
@@ -335,7 +384,13 @@ def validate(environ: Mapping[str, str] | None = None) -> None:
                 raise
             except ValueError as exc:
                 raise InputError(f"{s.name}={raw!r}: {exc}") from None
-    if setting("DHS_CATALOG_LAUNCH", env) == "pipes-s3" and not setting("DHS_PIPES_BUCKET", env):
-        raise InputError(
-            "DHS_CATALOG_LAUNCH='pipes-s3' needs DHS_PIPES_BUCKET (the bucket of the Pipes context and messages)"
+    over_s3 = [
+        f"{name}={setting(name, env)!r}"
+        for name, on in (
+            ("DHS_CATALOG_LAUNCH", setting("DHS_CATALOG_LAUNCH", env) == "pipes-s3"),
+            ("DHS_LAUNCH_PREFIX", bool(setting("DHS_LAUNCH_PREFIX", env))),
         )
+        if on
+    ]
+    if over_s3 and not setting("DHS_PIPES_BUCKET", env):
+        raise InputError(f"{over_s3[0]} needs DHS_PIPES_BUCKET (the bucket of the Pipes context and messages)")

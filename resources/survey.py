@@ -88,15 +88,31 @@ class SurveyResource(dg.ConfigurableResource):
     @contextmanager
     def local_sweep(self, name: str) -> Iterator[str]:
         """A local path to sweep file ``name`` (downloaded to a temporary file when the mirror is on S3)."""
+        with self.local_file(f"{SWEEP_DIR}/{validate_partition_key(name)}") as path:
+            if path is None:
+                raise InputError(f"no sweep file {name} under {self.root()}/{SWEEP_DIR}")
+            yield path
+
+    @contextmanager
+    def local_file(self, relpath: str) -> Iterator[str | None]:
+        """A local path to the mirror's file ``relpath`` (downloaded to a temporary file when the
+        mirror is on S3), or None when the mirror has no such file."""
         fs, root = self.filesystem()
-        path = f"{root}/{SWEEP_DIR}/{validate_partition_key(name)}"
+        path = f"{root}/{relpath}"
+        try:
+            info = fs.get_file_info(path)
+        except OSError as exc:
+            raise translate_storage_error(exc, f"{self.root()}/{relpath}") from exc
+        if info.type != pafs.FileType.File:
+            yield None
+            return
         if isinstance(fs, pafs.LocalFileSystem):
             yield path
             return
         with tempfile.TemporaryDirectory() as tmp:
-            local = os.path.join(tmp, name)
+            local = os.path.join(tmp, os.path.basename(relpath))
             try:
                 pafs.copy_files(path, local, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
             except OSError as exc:
-                raise translate_storage_error(exc, f"{self.root()}/{SWEEP_DIR}/{name}") from exc
+                raise translate_storage_error(exc, f"{self.root()}/{relpath}") from exc
             yield local

@@ -12,6 +12,11 @@ SWEEPS_INSIDE_BOX = Audit("sweeps_inside_box", "every row lies inside the sky bo
 SWEEPS_UNIQUE_ACROSS_PARTITIONS = Audit(
     "sweeps_unique_across_partitions", "no object of this sweep file is also in another sweep file's partition"
 )
+PHOTO_Z_CONTRACT = Audit("photo_z_contract", "schema, unique object ids and redshift ranges of the photo-z rows")
+PHOTO_Z_COVERS_SWEEP = Audit(
+    "photo_z_covers_sweep", "one photo-z row (a redshift or a null) for every row of the sweep partition"
+)
+SPECTRA_CONTRACT = Audit("spectra_contract", "schema, one spectrum per object and valid coordinates")
 KNOWN_LENSES_CONTRACT = Audit("known_lenses_contract", "schema, unique names and valid coordinates")
 NEGATIVES_CONTRACT = Audit("negatives_contract", "schema, unique object ids, pools and splits match the contract")
 NEGATIVES_EXCLUSION = Audit(
@@ -56,6 +61,10 @@ INJECTION_MATCHES_LENSTRONOMY = Audit(
     "injection_matches_lenstronomy",
     "a sample re-rendered with lenstronomy's ImageModel matches (pixels within 1% of peak, flux within 0.5%)",
 )
+INJECTION_HOSTS_IN_BIN = Audit(
+    "injection_hosts_in_bin",
+    "every injection's host redshift (its z_l) lies in the z_l bin of its cell (z_l_bin ± half the grid step)",
+)
 INJECTION_PHYSICS_VALID = Audit(
     "injection_physics_valid",
     "every prior-drawn parameter within its prior's range, μ >= 1, all pixels finite, arc flux in the stamp = source "
@@ -76,6 +85,13 @@ SELECTION_FUNCTION_COVERAGE = Audit(
     "selection_function_coverage",
     "cells with at least one valid injection cover the grid (warning when a cell is empty)",
     blocking=False,
+)
+SELECTION_MODEL_CONTRACT = Audit(
+    "selection_model_contract", "one central fit and its bootstrap refits per threshold, finite coefficients"
+)
+SELECTION_CLOSURE_CONTRACT = Audit("selection_closure_contract", "counts and pulls per θ_E bin and overall")
+LENS_FORECAST_CONTRACT = Audit(
+    "lens_forecast_contract", "expected detected lenses per deg² and in the searched area, per θ_E bin and overall"
 )
 SELECTION_MARGINALS_CONTRACT = Audit("selection_marginals_contract", "completeness in [0, 1] per marginal bin")
 REAL_LENS_RECALL_CONTRACT = Audit(

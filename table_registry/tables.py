@@ -82,6 +82,22 @@ SWEEPS = Table(
     SWEEP_DIM,
     (au.SWEEPS_CONTRACT, au.SWEEPS_ROW_COUNT, au.SWEEPS_INSIDE_BOX, au.SWEEPS_UNIQUE_ACROSS_PARTITIONS),
 )
+PHOTO_Z = Table(
+    "survey",
+    "photo_z",
+    "photo-zs of one sweep file from its row-matched DR10 photo-z sweep (null where none), with Z_SPEC",
+    c.PHOTO_Z,
+    SWEEP_DIM,
+    (au.PHOTO_Z_CONTRACT, au.PHOTO_Z_COVERS_SWEEP),
+)
+SPECTRA = Table(
+    "survey",
+    "spectra",
+    "SDSS DR16 spectra (Z, ZWARNING, CLASS, VDISP) matched to DR10 sources, one per source",
+    c.SPECTRA,
+    None,
+    (au.SPECTRA_CONTRACT,),
+)
 KNOWN_LENSES = Table(
     "survey",
     "known_lenses",
@@ -161,9 +177,9 @@ INJECTION_BANK = Table(
     "injection",
     "injection_bank",
     "injected stamps with their paired controls and every parameter, one partition per batch",
-    None,
+    c.INJECTION_BANK,
     INJECTION_BATCH_DIM,
-    (au.INJECTION_MATCHES_LENSTRONOMY, au.INJECTION_PHYSICS_VALID),
+    (au.INJECTION_MATCHES_LENSTRONOMY, au.INJECTION_PHYSICS_VALID, au.INJECTION_HOSTS_IN_BIN),
 )
 
 TRAINING_SET = Table(
@@ -178,7 +194,7 @@ LENS_FINDER = Table(
     "training",
     "lens_finder",
     "the published lens finder: its registry row and checkpoint (artifact=checkpoint)",
-    None,
+    c.LENS_FINDER,
     None,
     tuple(Audit(g.name, g.description, g.blocking) for g in GATES.values()),
 )
@@ -222,6 +238,32 @@ SELECTION_MARGINALS = Table(
     c.SELECTION_MARGINALS,
     None,
     (au.SELECTION_MARGINALS_CONTRACT,),
+)
+SELECTION_MODEL = Table(
+    "evaluation",
+    "selection_model",
+    "P(detected | θ_E, arc S/N, lens z mag) at the search's threshold: a logistic fit over the injections, "
+    "with host-bootstrap refits",
+    c.SELECTION_MODEL,
+    None,
+    (au.SELECTION_MODEL_CONTRACT,),
+)
+SELECTION_CLOSURE = Table(
+    "evaluation",
+    "selection_closure",
+    "hidden lenses the search recovers against the number the selection model predicts, per θ_E bin (mock)",
+    c.SELECTION_CLOSURE,
+    None,
+    (au.SELECTION_CLOSURE_CONTRACT,),
+)
+LENS_FORECAST = Table(
+    "evaluation",
+    "lens_forecast",
+    "expected lenses the search finds per deg² and in the searched area: the selection model folded with a "
+    "velocity dispersion function and source counts (and, on the mock, with its hidden lenses, against their truth)",
+    c.LENS_FORECAST,
+    None,
+    (au.LENS_FORECAST_CONTRACT,),
 )
 REAL_LENS_RECALL = Table(
     "evaluation",
@@ -310,6 +352,8 @@ ALERTS = Table(
 TABLES: tuple[Table, ...] = (
     SWEEP_FILES,
     SWEEPS,
+    PHOTO_Z,
+    SPECTRA,
     KNOWN_LENSES,
     NEGATIVES,
     SELECTION_FUNNEL,
@@ -327,6 +371,9 @@ TABLES: tuple[Table, ...] = (
     THRESHOLDS,
     SELECTION_FUNCTION,
     SELECTION_MARGINALS,
+    SELECTION_MODEL,
+    SELECTION_CLOSURE,
+    LENS_FORECAST,
     REAL_LENS_RECALL,
     FPR_BY_CONFUSER,
     EVALUATION_REPORT,

@@ -15,7 +15,9 @@ import pytest
 
 from tests.spark_fixtures import spark  # noqa: F401  (fixture, for every test module)
 from tests.support.chromium import CHROMIUM
+from tests.support.netns import netns_host  # noqa: F401  (fixture: one other host for the session)
 from tests.support.s3_server import fresh_bucket, s3_server  # noqa: F401  (fixture, for every test module)
+from tests.support.spark_cluster import spark_cluster  # noqa: F401  (fixture, on the session's other host)
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -13,6 +13,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 EXPECTED_ASSETS = {
     "survey/sweep_files",
     "survey/sweeps",
+    "survey/photo_z",
+    "survey/spectra",
     "survey/known_lenses",
     "catalog/negatives",
     "catalog/selection_funnel",
@@ -30,6 +32,9 @@ EXPECTED_ASSETS = {
     "evaluation/thresholds",
     "evaluation/selection_function",
     "evaluation/selection_marginals",
+    "evaluation/selection_model",
+    "evaluation/selection_closure",
+    "evaluation/lens_forecast",
     "evaluation/real_lens_recall",
     "evaluation/fpr_by_confuser",
     "evaluation/evaluation_report",

@@ -29,7 +29,7 @@ SCOPES = {
     ("tests",): ("test",),
     ("benchmarks", "research"): ("test", "bench"),
 }
-LOCAL = {*PRODUCT, "tests", "definitions", "benchmarks", "research"}
+LOCAL = {*PRODUCT, "tests", "definitions", "benchmarks", "research", "docs"}
 
 
 def _imports(paths) -> dict[str, str]:

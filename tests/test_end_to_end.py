@@ -11,6 +11,7 @@ import pytest
 from darkhaloscope.errors import InputError
 from tests.conftest import require_chromium
 from tests.support.chromium import SENTINEL, image_load_results
+from tests.test_table_columns import check_every_published_column_is_declared
 
 
 @pytest.mark.slow
@@ -59,6 +60,7 @@ def test_demo_runs_end_to_end(tmp_path):
     report = query("select uri, figures from evaluation_report")[0]
     assert os.path.exists(report["uri"]) and report["figures"] >= 5
     check_the_finder_finds_lenses(tmp_path, env)
+    check_every_published_column_is_declared(tmp_path / "lakehouse")
 
     # dhs cutout: a FITS cube (band, y, x) whose WCS puts the lens at the requested position
     lens = query("select ra, dec from positives order by name limit 1")[0]

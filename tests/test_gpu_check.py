@@ -56,3 +56,24 @@ def test_gpu_check_runs_with_torch_numpy_pyarrow_and_scipy_alone(tmp_path):
     assert cpu["injection"]["systems_per_s"] > 0 and cpu["injection"]["window_px"] == 65
     assert cpu["scoring"]["stamps_per_s"] > 0 and cpu["scoring"]["dihedral_views"] == 2
     assert cpu["scoring"]["members"] == ["bottleneck_resnet", "strided_resnet"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_render_chunk_sweep_times_every_size_and_compares_bytes(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(bare_site(tmp_path / "site")), "PYTHONNOUSERSITE": "1"}
+    args = ["--render-chunk-sweep", "--device", "cpu", "--tiny", "--threads", "2"]
+    p = subprocess.run(
+        [sys.executable, "-S", "-m", "benchmarks.gpu_check", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["device"] == "cpu" and out["default_points"] == 65536 and out["systems"] == 16
+    sizes = list(out["sizes"].values())
+    assert len(sizes) == 4 and all(s["systems_per_s"] > 0 for s in sizes)
+    assert sizes[0]["same_bytes_as_smallest"] and "max_rel_diff_vs_cpu" not in out

@@ -19,7 +19,68 @@ from resources.alert_sinks import AlertSinksResource
 from tests.support.wap import events, published_files, run_alerts, run_assets
 
 SWEEP = "sweep-030m005-035p000.fits"
-PLAN = {"theta_e_grid": [1.0, 1.5, 0.5], "z_l_grid": [0.3, 0.5, 0.2], "per_cell": 3, "batch_size": 6}
+PLAN = {
+    "theta_e_grid": [1.0, 1.5, 0.5],
+    "z_l_grid": [0.3, 0.5, 0.2],
+    "per_cell": 3,
+    "batch_size": 6,
+    "min_hosts_per_cell": 1,
+}
+
+
+def _redshift_tables(lake: Lake, n: int) -> None:
+    """The hosts' sweep rows, photo-zs (hosts 1, 2 at z 0.3, 3, 4 at 0.31, the rest at 0.5) and
+    40 early-type spectra drawn from a luminosity–σ relation (plus host 1's: VDISP measured)."""
+    ids = np.arange(1, n + 1)
+    z = np.where(ids <= 4, 0.3 + 0.01 * (ids > 2), 0.5)
+    f32 = pa.float32()
+    lake.write_table(
+        "survey",
+        "sweeps",
+        pa.table(
+            {
+                "object_id": pa.array(ids, pa.int64()),
+                "flux_r": pa.array(np.full(n, 10.0), f32),
+                "flux_z": pa.array(np.full(n, 25.0), f32),
+                "mw_transmission_r": pa.array(np.ones(n), f32),
+                "mw_transmission_z": pa.array(np.ones(n), f32),
+                "shape_e1": pa.array(np.full(n, 0.1), f32),
+                "shape_e2": pa.array(np.zeros(n), f32),
+            }
+        ),
+        partition={"sweep_file": SWEEP},
+    )
+    pz = {c: pa.array(np.where(c == "z_phot_median", z, 0.02), f32) for c in ("z_phot_median", "z_phot_std")}
+    lake.write_table(
+        "survey", "photo_z", pa.table({"object_id": pa.array(ids, pa.int64()), **pz}), partition={"sweep_file": SWEEP}
+    )
+    rng = np.random.default_rng(5)
+    m = 40
+    zs = rng.uniform(0.1, 0.6, m)
+    mag_r = rng.uniform(16.5, 19.5, m)
+    from darkhaloscope.lensing.cosmology import distance_modulus
+
+    log_sig = -0.08 * (mag_r - distance_modulus(zs) + 21.0) + 2.2 + rng.normal(0, 0.06, m)
+    spec_ids = np.r_[1, np.arange(1000, 1000 + m)]
+    lake.write_table(
+        "survey",
+        "spectra",
+        pa.table(
+            {
+                "object_id": pa.array(spec_ids, pa.int64()),
+                "type": ["DEV"] * (m + 1),
+                "flux_r": np.r_[10.0, 10 ** (-0.4 * (mag_r - 22.5))],
+                "flux_z": np.r_[25.0, np.full(m, 20.0)],
+                "mw_transmission_r": np.ones(m + 1),
+                "mw_transmission_z": np.ones(m + 1),
+                "z": np.r_[0.3, zs],
+                "zwarning": pa.array(np.zeros(m + 1), pa.int32()),
+                "class": ["GALAXY"] * (m + 1),
+                "vdisp": np.r_[230.0, 10**log_sig],
+                "vdisp_err": np.r_[15.0, np.full(m, 12.0)],
+            }
+        ),
+    )
 
 
 def _hosts(lake: Lake, n: int = 8) -> None:
@@ -46,6 +107,7 @@ def _hosts(lake: Lake, n: int = 8) -> None:
         ),
         partition={"sweep_file": SWEEP},
     )
+    _redshift_tables(lake, n)
 
 
 def _plan(tmp_path):
@@ -95,8 +157,32 @@ def test_plan_records_its_grid_and_bank_audits_pass_on_real_renders(planned):
     assert {e.check_name: e.passed for e in bank.get_asset_check_evaluations()} == {
         "injection_matches_lenstronomy": True,
         "injection_physics_valid": True,
+        "injection_hosts_in_bin": True,
     }
     assert lake.exists("injection", "injection_bank", {"injection_batch": key})
+    # the hosts lie in their bins, at their own redshift, host 1 with its measured VDISP
+    rows = lake.read_table("injection", "injection_bank", {"injection_batch": key}).to_pydict()
+    for oid, z, zbin, src in zip(rows["host_object_id"], rows["host_z"], rows["z_l_bin"], rows["sigma_v_source"]):
+        assert zbin == (0.3 if oid <= 4 else 0.5) and abs(z - zbin) <= 0.011
+        assert src == ("measured" if oid == 1 else "relation")
+
+
+def test_a_bank_with_a_host_outside_its_bin_is_refused(planned):
+    """A plan whose host lies outside its cell's z_l bin (tampered here) is refused by the bank's
+    blocking check, naming the injections; nothing is published."""
+    lake, instance, resources = planned
+    tasks = lake.read_table("injection", "injection_plan")
+    meta = tasks.schema.metadata
+    moved = pa.array(np.where(np.array(tasks.column("z_l_bin").to_pylist()) == 0.3, 0.5, 0.3))
+    tampered = tasks.set_column(tasks.schema.get_field_index("z_l_bin"), "z_l_bin", moved)
+    lake.write_table("injection", "injection_plan", tampered.replace_schema_metadata(meta))
+    key = instance.get_dynamic_partitions("injection_batch")[0]
+    run = run_assets([injection.injection_bank.key], resources, instance, partition_key=key, raise_on_error=False)
+    assert not run.success
+    failed = {e.check_name: e for e in run.get_asset_check_evaluations() if not e.passed}
+    assert set(failed) == {"injection_hosts_in_bin"}
+    assert "outside its z_l bin" in failed["injection_hosts_in_bin"].description
+    assert not lake.exists("injection", "injection_bank", {"injection_batch": key})
 
 
 def test_hosts_graded_a_lens_are_not_injection_hosts(tmp_path):

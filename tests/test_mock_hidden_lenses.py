@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import dagster as dg
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,10 +18,10 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.lensing.render import arc_snr
 from darkhaloscope.survey.known_lenses import load_known_lenses
 from darkhaloscope.survey.sweeps import read_sweep
-from mock_survey.hidden_lenses import HIDDEN_LENS_TRUTH_SCHEMA, flux_scale_for_snr
+from mock_survey.hidden_lenses import HIDDEN_LENS_TRUTH_SCHEMA, HOST_COLUMNS, flux_scale_for_snr
 from mock_survey.lenses import lens_catalog_rows, mock_sky_with_lenses
 from mock_survey.paths import HIDDEN_LENS_TRUTH_RELPATH, mock_survey_root
-from mock_survey.sky import MOCK_SKY_COLUMNS, mock_sky_noise_key
+from mock_survey.sky import mock_sky_noise_key
 from mock_survey.survey import MockSurveyConfig, generate_mock_survey
 from resources.settings import setting, validate
 
@@ -40,7 +41,7 @@ def surveys(tmp_path_factory):
     out = {}
     for name, seed in (("a", 0), ("b", 0), ("one", 1)):
         m = generate_mock_survey(tmp_path_factory.mktemp(f"mock_{name}"), config(seed))
-        cat = pa.concat_tables([read_sweep(p, columns=MOCK_SKY_COLUMNS) for p in m.sweep_files])
+        cat = pa.concat_tables([read_sweep(p, columns=HOST_COLUMNS) for p in m.sweep_files])
         out[name] = (m, cat, pq.read_table(m.hidden_truth_path))
     return out
 
@@ -86,8 +87,16 @@ def test_hidden_lenses_are_unknown_catalog_galaxies_spanning_snr_and_theta_e(sur
     rows = lens_catalog_rows(hidden, cat)  # each hidden lens is a catalog galaxy, at its position
     assert set(rows.column("type").to_pylist()) <= {"DEV", "SER"}
     snr, te = hidden.column("arc_snr").to_numpy(), hidden.column("theta_e_arcsec").to_numpy()
-    assert snr.min() < 3 and snr.max() > 60 and te.min() < 1.2 and te.max() > 2.2
-    assert np.all((te >= 0.6) & (te <= 3.0)) and np.all(hidden.column("arc_flux_r").to_numpy() > 0)
+    assert snr.min() < 3 and snr.max() > 60 and te.max() - te.min() > 0.5
+    assert np.all((te >= 0.5) & (te <= 3.0)) and np.all(hidden.column("arc_flux_r").to_numpy() > 0)
+    # the lens is the host's own: its true redshift and sigma_v give z_lens and theta_E
+    from darkhaloscope.lensing.cosmology import theta_e_from_sigma_v
+    from mock_survey.redshifts import galaxy_z_and_sigma
+
+    host = galaxy_z_and_sigma(rows, 0)
+    np.testing.assert_allclose(hidden.column("z_lens").to_numpy(), host["z"])
+    zs = hidden.column("z_source").to_numpy()
+    np.testing.assert_allclose(te, theta_e_from_sigma_v(10 ** host["log_sigma"], host["z"], zs), rtol=1e-9)
 
 
 def test_hidden_arcs_are_in_the_sky_with_their_truth_flux_and_snr(surveys):
@@ -128,8 +137,10 @@ def test_hidden_truth_is_read_by_no_asset():
     truth; no asset (training or otherwise), IO manager or Definitions module does."""
     names = re.compile(r"hidden_lens_truth|hidden_truth|HIDDEN_LENS_TRUTH|lens_truth_paths|hidden_lens_recovery")
     # resources/imaging.py paints the sky the cutouts are cut from; lens_assets/demo_summary.py scores the
-    # demo's candidates against the truth after every asset has run (no asset reads it)
-    allowed = {"resources/imaging.py", "lens_assets/demo_summary.py"}
+    # demo's candidates against the truth after every asset has run (no asset reads it); lens_assets/closure.py
+    # holds the two assets that compare with it (selection_closure, lens_forecast), whose only reader is the
+    # evaluation report (below)
+    allowed = {"resources/imaging.py", "lens_assets/demo_summary.py", "lens_assets/closure.py"}
     readers = []
     for folder in ("lens_assets", "io_managers", "resources"):
         for path in sorted((REPO / folder).rglob("*.py")):
@@ -139,6 +150,14 @@ def test_hidden_truth_is_read_by_no_asset():
         if names.search(path.read_text()):
             readers.append(path.name)
     assert readers == []
+    import lens_assets.closure as closure
+    from definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    comparing = {a.key for a in (closure.selection_closure, closure.lens_forecast)}
+    readers_of_comparisons = {child for key in comparing for child in graph.get(key).child_keys}
+    assert readers_of_comparisons == {dg.AssetKey(["evaluation", "evaluation_report"])}
+    assert not graph.get(dg.AssetKey(["evaluation", "evaluation_report"])).child_keys
     training = [p for p in (REPO / "darkhaloscope").rglob("*.py") if p.parts[-2] in ("training", "catalog", "lensing")]
     assert training and not [p.name for p in training if names.search(p.read_text())]
 

@@ -281,3 +281,40 @@ def test_marginal_figure_places_bins_by_their_edges_not_their_centres():
     assert bin_tick_labels([22.0, 25.0], [25.0, 26.0]) == ["22–25", "25–26"]
     png = marginal_png(marginal_completeness(_bank(), THR, "arc_snr", [0, 12, 25, 1e6]), "arc S/N")
     assert png.startswith(b"\x89PNG")
+
+
+def test_marginals_by_lens_and_source_magnitude_and_plan_insufficient_cells():
+    from darkhaloscope.evaluation.products import selection_products
+
+    bank = _bank()
+    n = bank.num_rows
+    bank = bank.append_column("lens_mag_z", pa.array(np.linspace(17.0, 19.9, n)))
+    bank = bank.append_column("src_mag_r", pa.array(np.linspace(22.0, 25.9, n)))
+    bank = bank.append_column("lensed_mag_r", pa.array(np.linspace(20.0, 23.0, n)))
+    bank = bank.append_column("psfdepth_r", pa.array(np.full(n, 1e3)))
+    for by, edges in (("lens_mag_z", [17.0, 18.5, 20.0]), ("src_mag_r", [22.0, 24.0, 26.0])):
+        m = marginal_completeness(bank, THR, by, edges)
+        rows = {r["bin"]: r for r in m.to_pylist()}
+        assert sum(rows[b]["n_valid"] for b in rows if b != "all") == rows["all"]["n_valid"] == 20
+        assert rows["all"]["n_detected"] == 9
+    sel, marg, _ = selection_products(bank, THR, [1.0, 2.0], [0.3, 0.5], insufficient_cells=[(1.0, 0.5)])
+    assert _cell(sel, 1.0, 0.5)["sufficient"] is False and _cell(sel, 1.0, 0.5)["n_valid"] == 5
+    assert {"lens_mag_z", "src_mag_r"} <= set(marg.column("by").to_pylist())
+
+
+def test_conditioning_travels_with_the_tables_and_is_stated_in_the_report():
+    from darkhaloscope.evaluation.report import build_report
+    from darkhaloscope.lensing.bank import (
+        InjectionConfig,
+        selection_conditioning,
+        table_conditioning,
+        with_conditioning,
+    )
+
+    cond = selection_conditioning(InjectionConfig(per_cell=7), ("DEV",), {"scatter_dex": 0.1}, {"n_hosts": 3})
+    assert cond["injections_per_cell"] == 7 and cond["cosmology"] == "planck18" and "z_s" in cond["priors"]
+    t = with_conditioning(pa.table({"a": [1]}).replace_schema_metadata({b"other": b"kept"}), cond)
+    assert table_conditioning(t) == cond and t.schema.metadata[b"other"] == b"kept"
+    assert table_conditioning(pa.table({"a": [1]})) is None
+    page = build_report(conditioning=cond)
+    assert 'id="table-conditioning"' in page and "scatter_dex" in page and "injections_per_cell" in page

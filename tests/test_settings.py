@@ -1,5 +1,5 @@
 """Every ``DHS_`` variable the product reads is declared once, in ``resources/settings.py``, with its
-default, meaning and check (the README and the reference list them from there)."""
+default, meaning and check (the documentation's settings reference lists them from there)."""
 
 import pathlib
 import re

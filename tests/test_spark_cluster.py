@@ -34,7 +34,6 @@ from resources.imaging import ImagingResource
 from table_registry.tables import NEGATIVES, SELECTION_FUNNEL
 from tests.support.cutout_server import CutoutServer
 from tests.support.s3_server import fresh_bucket
-from tests.support.spark_cluster import spark_cluster  # noqa: F401  (fixture)
 from tests.support.wap import events, published_files, run_assets
 from tests.test_catalog_pipes_s3 import NAMES
 from tests.test_catalog_pipes_s3 import _lake as negatives_lake
@@ -56,7 +55,7 @@ def _stop_spark() -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster_env(spark_cluster, monkeypatch_module):  # noqa: F811
+def cluster_env(spark_cluster, monkeypatch_module):
     """The operator's properties file and the timeout in the environment, as on a real deployment."""
     monkeypatch_module.setenv("DHS_SPARK_CONF", str(spark_cluster.conf_file))
     monkeypatch_module.setenv("DHS_SPARK_TIMEOUT_S", str(TIMEOUT_S))

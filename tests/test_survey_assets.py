@@ -4,6 +4,7 @@ step, write–audit–publish on a contract violation, bad input, and `dhs mater
 import io
 
 import dagster as dg
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -172,3 +173,47 @@ def test_asset_events_are_recorded_with_content_data_versions(tmp_path):
     assert events(first, "ASSET_CHECK_EVALUATION") and all(
         e.step_key == "survey__sweeps" for e in events(first, "ASSET_CHECK_EVALUATION")
     )
+
+
+def test_photo_z_read_against_its_sweep_refused_when_not_row_matched_and_counted_when_missing(tmp_path):
+    """The photo_z partition of a sweep: without its companion every row has a null redshift,
+    counted; with a companion whose rows are out of order the step fails naming the file and the
+    first mismatched row, and the published partition stays; with a matching one the redshifts are read."""
+    from astropy.io import fits
+
+    from darkhaloscope.survey.redshifts import DR10_PHOTO_Z_DIR, PZ_COLUMNS, pz_filename
+
+    _mirror(tmp_path)
+    lake = Lake(str(tmp_path / "lake"))
+    defs = dg.Definitions(
+        assets=[survey.sweep_files, survey.sweeps, survey.photo_z, survey.spectra],
+        resources=_defs(tmp_path, lake).resources,
+    )
+    instance = dg.DagsterInstance.ephemeral()
+    out = io.StringIO()
+    Materializer(defs, instance, out=out).run(["photo_z", "spectra"])
+    pz = lake.read_table("survey", "photo_z", partition={"sweep_file": NAME})
+    assert pz.num_rows == 25 and pz.column("z_phot_median").null_count == 25
+    assert lake.read_table("survey", "spectra").num_rows == 0
+    mat = instance.get_latest_materialization_event(dg.AssetKey(["survey", "photo_z"])).asset_materialization
+    assert mat.metadata["companion_missing"].value is True and mat.metadata["n_without_photo_z"].value == 25
+
+    keys = lake.read_table("survey", "sweeps", partition={"sweep_file": NAME}, columns=["release", "brickid", "objid"])
+    order = [1, 0, *range(2, 25)]
+    cols = [fits.Column(k.upper(), f, array=keys.column(k).to_numpy()[order]) for k, f in zip(keys.column_names, "IJJ")]
+    cols += [fits.Column("Z_SPEC", "E", array=np.full(25, -99.0))]
+    cols += [fits.Column(c, "E", array=np.full(25, 0.4)) for c in PZ_COLUMNS]
+    path = tmp_path / "mirror" / DR10_PHOTO_Z_DIR / pz_filename(NAME)
+    path.parent.mkdir(parents=True)
+    fits.HDUList([fits.PrimaryHDU(), fits.BinTableHDU.from_columns(cols)]).writeto(path)
+    with pytest.raises(MaterializeError, match=r"-pz\.fits: row 0 has .*first mismatched row 0"):
+        Materializer(defs, instance, out=io.StringIO()).run(["photo_z"])
+    assert lake.read_table("survey", "photo_z", partition={"sweep_file": NAME}).column("z_phot_median").null_count == 25
+
+    cols = [fits.Column(k.upper(), f, array=keys.column(k).to_numpy()) for k, f in zip(keys.column_names, "IJJ")]
+    cols += [fits.Column("Z_SPEC", "E", array=np.full(25, -99.0))]
+    cols += [fits.Column(c, "E", array=np.full(25, 0.4)) for c in PZ_COLUMNS]
+    fits.HDUList([fits.PrimaryHDU(), fits.BinTableHDU.from_columns(cols)]).writeto(path, overwrite=True)
+    Materializer(defs, instance, out=io.StringIO()).run(["photo_z"])
+    pz = lake.read_table("survey", "photo_z", partition={"sweep_file": NAME})
+    assert pz.column("z_phot_median").null_count == 0 and pz.column("z_spec").null_count == 25

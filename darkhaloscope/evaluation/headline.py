@@ -1,5 +1,5 @@
 """The lens finder's headline numbers from the evaluation's published tables: what the demo's
-targets are stated in (README, "What the demo shows"; BENCHMARKS.md, "Lens finder").
+targets are stated in (the results page, ``docs/results.md``).
 
 :func:`headline` reads plain tables (the ``lens_finder`` registry row, the score tables,
 ``thresholds``, ``real_lens_recall``) and returns one JSON-ready dict: the validation AUROC; the

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..lensing.bank import table_conditioning
 from .comparison import auroc_intervals, model_comparison
 from .plots import marginal_png, mosaic_png, reliability_png, roc_inputs, roc_png, selection_heatmap_png
 from .report import build_report, example_ids
@@ -21,7 +22,8 @@ from .thresholds import usable_thresholds
 MARGINALS = {
     "psf_fwhm_r": ("PSF FWHM r [arcsec]", [0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.2]),
     "depth_mag_r": ("5σ depth r [AB]", [22.5, 23.0, 23.5, 24.0, 24.5, 25.0]),
-    "source_mag_r": ("source r (unlensed) [AB]", [22.0, 23.0, 24.0, 25.0, 26.0]),
+    "src_mag_r": ("source r (unlensed) [AB]", [22.0, 23.0, 24.0, 25.0, 26.0]),
+    "lens_mag_z": ("lens z (the host's, dereddened) [AB]", [15.0, 17.0, 18.0, 18.5, 19.0, 19.5, 20.0, 21.0]),
     "lensed_mag_r": ("lensed r [AB]", [18.0, 20.0, 21.0, 22.0, 23.0, 24.0, 26.0]),
     "arc_snr": ("arc S/N (r, matched filter)", [0.0, 2.0, 5.0, 10.0, 20.0, 50.0, 1e6]),
 }
@@ -42,11 +44,19 @@ def marginal_file(by: str) -> str:
 
 
 def selection_products(
-    injections: pa.Table, thresholds: pa.Table, theta_e_values, z_l_values
+    injections: pa.Table, thresholds: pa.Table, theta_e_values, z_l_values, insufficient_cells=()
 ) -> tuple[pa.Table, pa.Table, dict[str, bytes]]:
     """(C(θ_E, z_l) on the plan's grid with ``theta_e_arcsec``/``z_l`` columns, the marginal
-    completeness table, {figure file name: PNG}) for every usable threshold."""
+    completeness table, {figure file name: PNG}) for every usable threshold. ``insufficient_cells``:
+    (θ_E, z_l) cells the plan could not fill with hosts of their redshift (``plan_summary``), flagged
+    ``sufficient = False`` whatever their count."""
     sel = selection_function(injections, thresholds, theta_e_centres=list(theta_e_values), z_l_centres=list(z_l_values))
+    if len(insufficient_cells):
+        bad = {(round(float(t), 6), round(float(z), 6)) for t, z in insufficient_cells}
+        cells = zip(sel.column("theta_e_centre").to_pylist(), sel.column("z_l_centre").to_pylist())
+        flag = [(round(t, 6), round(z, 6)) not in bad for t, z in cells]
+        sufficient = pc.and_(sel.column("sufficient"), pa.array(flag))
+        sel = sel.set_column(sel.schema.get_field_index("sufficient"), "sufficient", sufficient)
     sel = sel.append_column("theta_e_arcsec", sel.column("theta_e_centre")).append_column(
         "z_l", sel.column("z_l_centre")
     )
@@ -88,10 +98,16 @@ def report_html(
     lens_finder_row: Mapping,
     lake_uri: str,
     gallery_uri: str | None = None,
+    conditioning: Mapping | None = None,
+    closure: pa.Table | None = None,
+    forecast: pa.Table | None = None,
 ) -> str:
     """The evaluation report page. ``figure(name)`` returns a stored figure; ``cutout_stamps(ids)``
     the cutouts' images (N, 3, 101, 101); ``injection_stamps(ids)`` {injection id: image};
-    ``gallery_uri`` where the search's candidate gallery is published."""
+    ``gallery_uri`` where the search's candidate gallery is published; ``conditioning`` what the
+    selection function is conditioned on (``lensing.bank.selection_conditioning``); ``closure`` the
+    ``selection_closure`` table (hidden lenses found against predicted); ``forecast`` the
+    ``lens_forecast`` table, its assumptions in its schema (``lensing.bank.table_conditioning``)."""
     usable = usable_thresholds(thresholds)
     curves = {
         "injections vs paired controls": roc_inputs(injections, controls),
@@ -136,4 +152,8 @@ def report_html(
             "lake": lake_uri,
         },
         gallery_uri=gallery_uri,
+        conditioning=conditioning,
+        closure=closure,
+        forecast=forecast,
+        forecast_assumptions=table_conditioning(forecast) if forecast is not None else None,
     )

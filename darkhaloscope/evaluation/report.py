@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 import re
 from typing import Mapping, Sequence
@@ -345,6 +346,25 @@ def _selection_sections(ids: _Ids, selection, selection_heatmaps, marginals, max
     return parts
 
 
+def _conditioning_section(conditioning: Mapping | None) -> list[str]:
+    """What C(θ_E, z_l) is conditioned on: one row per item, nested values as JSON."""
+    import json
+
+    parts = ["<h2>What the selection function is conditioned on</h2>"]
+    if not conditioning:
+        return parts + [_MISSING]
+    parts.append(
+        '<p class="note">C(θ_E, z_l) is the completeness of the injections drawn from these priors into these '
+        "hosts; it predicts the lenses of another population only where what decides detection is the same.</p>"
+    )
+    rows = "".join(
+        f"<tr><th>{html.escape(str(k))}</th><td><code>"
+        f"{html.escape(v if isinstance(v, str) else json.dumps(v, sort_keys=True))}</code></td></tr>"
+        for k, v in conditioning.items()
+    )
+    return parts + [f'<table id="table-conditioning">{rows}</table>']
+
+
 def _mosaic_sections(ids: _Ids, mosaics) -> list[str]:
     """Example-cutout mosaics, one captioned figure each."""
     parts = ["<h2>Example cutouts</h2>"]
@@ -376,11 +396,17 @@ def build_report(
     mosaics: Mapping[str, bytes] | None = None,
     provenance: Mapping[str, object] | None = None,
     gallery_uri: str | None = None,
+    conditioning: Mapping | None = None,
+    closure: pa.Table | None = None,
+    forecast: pa.Table | None = None,
+    forecast_assumptions: Mapping | None = None,
     max_table_rows: int = 200,
 ) -> str:
     """One static, self-contained HTML page of the evaluation.
 
-    Parameters (all optional; an absent one is shown as "not provided")
+    Every argument is optional: an absent one is shown as "not provided".
+
+    Parameters
     ----------
     roc : PNG of :func:`plots.roc_png`; ``aurocs`` the table of :func:`comparison.auroc_intervals`.
     thresholds : table of :func:`thresholds_from_negatives`.
@@ -400,6 +426,13 @@ def build_report(
         to the PNG of :func:`plots.mosaic_png`.
     provenance : key/value pairs printed at the top (model, code version, data versions).
     gallery_uri : where the survey search's candidate gallery is published (a link; no section without it).
+    conditioning : what the selection function is conditioned on (priors, cosmology, host selection,
+        σ_v relation, grid, injections per cell), shown beside it.
+    closure : table of :func:`closure.closure_table`: the mock's hidden lenses the search found
+        against the number the selection model predicts.
+    forecast : table of :func:`forecast.vdf_forecast_table` (and :func:`forecast.mock_forecast_table`
+        on the mock): expected detected lenses per deg² and in the searched area;
+        ``forecast_assumptions`` what it assumes (:func:`forecast.forecast_assumptions`).
 
     Returns the HTML text (UTF-8); identical inputs give an identical page.
     """
@@ -409,7 +442,19 @@ def build_report(
         parts.append(_provenance_html(provenance))
     parts += _model_sections(ids, gates, validation, calibration, reliability, model_choice, comparison, max_table_rows)
     parts += _score_sections(ids, roc, aurocs, thresholds, recall, max_table_rows)
+    parts += _conditioning_section(conditioning)
     parts += _selection_sections(ids, selection, selection_heatmaps, marginals, max_table_rows)
+    parts.append("<h2>Closure: the selection function against the hidden lenses the search found</h2>")
+    if closure is not None and closure.num_rows:
+        parts.append(
+            '<p class="note">Per θ_E bin and overall: hidden lenses of the mock sky whose host the finder never saw, '
+            "the number the selection model P(detected | θ_E, arc S/N, lens z mag) predicts, its standard deviation "
+            "(model and sampling), the number the search recovered at the threshold, and the pull.</p>"
+        )
+        parts.append(table_html(closure, max_rows=max_table_rows, el_id=ids("table", "closure")))
+    else:
+        parts.append('<p class="note">No hidden-lens truth (not the mock survey): no closure test.</p>')
+    parts += _forecast_section(ids, forecast, forecast_assumptions, max_table_rows)
     parts.append("<h2>False-positive rate by pool and confuser category</h2>")
     parts.append(
         table_html(fpr_by_confuser, max_rows=max_table_rows, el_id=ids("table", "fpr-by-confuser"))
@@ -433,3 +478,25 @@ def build_report(
         + "\n".join(parts)
         + "\n</body></html>\n"
     )
+
+
+def _forecast_section(ids, forecast, assumptions, max_table_rows: int) -> list[str]:
+    parts = ["<h2>Forecast: lenses the search finds per square degree</h2>"]
+    if forecast is None or not forecast.num_rows:
+        return [*parts, _MISSING]
+    parts.append(
+        '<p class="note">The selection model P(detected | θ_E, arc S/N, lens z mag) folded with a deflector '
+        "population (a velocity dispersion function) and a source population (galaxy counts): expected detected "
+        "lenses per deg² and in the searched area, per θ_E bin and overall (population <code>vdf</code>; sd over "
+        "the model's bootstrap refits only, not over the populations' own uncertainties). On the mock, population "
+        "<code>mock</code> folds the model with the mock's own hidden-lens populations and compares with the hidden "
+        "lenses the search found (<code>n_truth</code>).</p>"
+    )
+    if assumptions:
+        items = "".join(
+            f"<li><b>{html.escape(str(k))}</b>: {html.escape(json.dumps(v, ensure_ascii=False))}</li>"
+            for k, v in assumptions.items()
+        )
+        parts.append(f"<p>Assumptions:</p><ul>{items}</ul>")
+    parts.append(table_html(forecast, max_rows=max_table_rows, el_id=ids("table", "forecast")))
+    return parts

@@ -46,6 +46,11 @@ INJECTION_META = [
     "arc_snr",
     "magnification",
     "host_object_id",
+    "lens_mag_z",
+    "host_z",
+    "z_l_bin",
+    "host_z_source",
+    "sigma_v_source",
 ]
 #: The partition of the ``lens_finder`` table that holds the published checkpoint's files.
 CHECKPOINT_PARTITION = {"artifact": "checkpoint"}
@@ -108,10 +113,7 @@ def held_out_negatives(cutout_scores: pa.Table, graded_lenses=()) -> pa.Table:
 
 
 def injection_rows(injection_scores: ds.Dataset | pa.Table, kind: str) -> pa.Table:
-    """Injection scores of one kind ('injection' or 'control'); injections get ``source_mag_r``
-    (the unlensed source magnitude the marginals are measured against)."""
+    """Injection scores of one kind ('injection' or 'control')."""
     if isinstance(injection_scores, ds.Dataset):
-        rows = injection_scores.to_table(filter=pc.field("kind") == kind)
-    else:
-        rows = injection_scores.filter(pc.equal(injection_scores.column("kind"), kind))
-    return rows.append_column("source_mag_r", rows.column("src_mag_r")) if kind == "injection" else rows
+        return injection_scores.to_table(filter=pc.field("kind") == kind)
+    return injection_scores.filter(pc.equal(injection_scores.column("kind"), kind))

@@ -35,7 +35,16 @@ from ..stats import design_effect, jeffreys_interval
 from .thresholds import require_columns, usable_thresholds, valid_scores
 
 #: Columns :func:`marginal_completeness` may bin by.
-MARGINAL_COLUMNS = ("theta_e_arcsec", "z_l", "psf_fwhm_r", "depth_mag_r", "source_mag_r", "lensed_mag_r", "arc_snr")
+MARGINAL_COLUMNS = (
+    "theta_e_arcsec",
+    "z_l",
+    "psf_fwhm_r",
+    "depth_mag_r",
+    "src_mag_r",
+    "lens_mag_z",
+    "lensed_mag_r",
+    "arc_snr",
+)
 
 #: Minimum valid injections for a cell to count as sufficient: at 10, a completeness near 0.5 still
 #: has a Jeffreys 68 % interval of about ±0.15.

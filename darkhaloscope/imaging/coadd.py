@@ -61,7 +61,7 @@ class BrickImageSource:
         self.bricks = bricks
 
     def cutouts(self, ra_deg, dec_deg, size: int = STAMP_SIZE) -> tuple[CutoutBatch, np.ndarray]:
-        """``size``² g, r, z stamps (nanomaggies/pixel) around each (ra, dec) in degrees, and the
+        """``size`` × ``size`` g, r, z stamps (nanomaggies/pixel) around each (ra, dec) in degrees, and the
         per-target failure messages (all '' for a coadd mirror)."""
         if int(size) <= 0:
             raise InputError(f"cutout size must be positive, got {size!r}")

@@ -52,7 +52,8 @@ class TanWCS:
     def for_brick(
         cls, ra_c: float, dec_c: float, size: int = BRICK_SIZE, pixel_scale: float = PIXEL_SCALE_ARCSEC
     ) -> "TanWCS":
-        """Brick coadd WCS: ``size``² pixels, centre (size/2 + 0.5) at (ra_c, dec_c) in deg, North up, East left."""
+        """Brick coadd WCS: ``size`` × ``size`` pixels, centre (size/2 + 0.5) at (ra_c, dec_c) in deg, North up,
+        East left."""
         s = pixel_scale / 3600.0
         c = size / 2.0 + 0.5
         return cls((float(ra_c), float(dec_c)), (c, c), ((-s, 0.0), (0.0, s)), (size, size))
@@ -66,7 +67,7 @@ class TanWCS:
         pixel_scale: float = PIXEL_SCALE_ARCSEC,
         offset_pix: tuple[float, float] = (0.0, 0.0),
     ) -> "TanWCS":
-        """WCS of a ``size``² cutout with (ra, dec) at 0-based pixel (size//2 + dx, size//2 + dy)."""
+        """WCS of a ``size`` × ``size`` cutout with (ra, dec) at 0-based pixel (size//2 + dx, size//2 + dy)."""
         s = pixel_scale / 3600.0
         return cls(
             (float(ra_deg), float(dec_deg)),

@@ -4,8 +4,8 @@ cutouts, and paint the arcs of the mock survey's known lenses. No dagster here.
 Units: angles in arcsec, fluxes in nanomaggies (AB ZP 22.5), velocity dispersion in km/s, images
 float32 [band, y, x] in nmgy/pixel (bands g, r, z), host centred at pixel ((S-1)/2, (S-1)/2).
 
-Determinism: every random quantity of a task comes from its ``seed`` = stable_hash64(salt, batch,
-index) (priors by ``unit_hash_array(seed, salt=parameter)``, clumps and Poisson noise by generators
+Determinism: every random quantity of a task comes from its ``seed`` = a stable hash of (salt,
+cell, candidate number) (priors by ``unit_hash_array(seed, salt=parameter)``, clumps and Poisson noise by generators
 seeded from the seed), and all physical parameters are frozen into the task table at planning
 time, so rendering is a pure function of (task row, host pixels) and reruns give the same bytes.
 """
@@ -21,7 +21,7 @@ import torch
 
 from ..constants import BANDS, PIXEL_SCALE_ARCSEC, STAMP_SIZE, flux_to_mag
 from ..errors import InputError
-from ..seeding import stable_hash64, torch_generator_for, unit_hash_array
+from ..seeding import torch_generator_for, unit_hash_array
 from .cosmology import DEFAULT_COSMOLOGY, sigma_v_from_theta_e
 from .priors import DEFAULT_PRIORS, PriorRegistry, draw_clumps, draw_system_parameters
 from .render import RenderConfig, add_poisson_noise, arc_snr, render_lensed_sources
@@ -32,8 +32,12 @@ from .source import SourceBatch, band_fluxes
 #: (DR10 bricks without g coverage carry psfsize_g = 0, which would render an unblurred arc):
 #: g = 1.05 r, z = 0.94 r, the ratios of the DECam g, r, z effective wavelengths to the -1/5.
 PSF_BAND_SCALE_FROM_R = {"g": 1.05, "r": 1.0, "z": 0.94}
+#: Range of the lens's axis ratio taken from its host's light (the ``lens_q`` prior's range).
+LENS_Q_RANGE = (0.5, 1.0)
 #: Metadata key holding the planning summary (JSON) on a task table's schema.
 PLAN_SUMMARY_KEY = b"dhs_plan_summary"
+#: Metadata key holding what a selection function is conditioned on (JSON), on the plan and its products.
+CONDITIONING_KEY = b"dhs_conditioning"
 #: Host columns a plan reads; dx_pix, dy_pix: the host's sub-pixel offset from its stamp's centre
 #: pixel (cutouts are cut at the nearest pixel), where the lens is centred.
 HOST_COLUMNS = (
@@ -51,6 +55,20 @@ HOST_COLUMNS = (
     "dx_pix",
     "dy_pix",
 )
+#: Host columns the selection plan reads besides HOST_COLUMNS: the host as a lens
+#: (``lensing.hosts.HOST_LENS_FIELDS``).
+HOST_LENS_COLUMNS = (
+    "host_z",
+    "host_z_source",
+    "sigma_v_source",
+    "log_sigma_mu",
+    "log_sigma_sd",
+    "lens_mag_z",
+    "host_q",
+    "host_phi_rad",
+)
+#: Task columns named like a prior that the selection plan takes from the host, not from the prior.
+HOST_DERIVED = ("lens_q", "lens_phi_rad", "z_l", "theta_e_arcsec")
 #: Columns of the mock survey's known-lens truth rows read by ``paint_known_lens_arcs``.
 KNOWN_LENS_TRUTH_COLUMNS = (
     "theta_e_arcsec",
@@ -86,7 +104,10 @@ class InjectionConfig:
     sigma_v outside it are skipped; cosmology: name for ``cosmology.get_cosmology``; host_splits:
     only hosts whose ``split`` is listed (None = all); poisson_gain [e-/nmgy]: source Poisson noise
     on the arc (None = off); render: numerics (supersampling, PSF profile, S/N threshold);
-    render_chunk: systems per render call (memory bound; results do not depend on it).
+    render_chunk: systems per render call (memory bound; results do not depend on it);
+    min_hosts_per_cell: a z_l bin with fewer hosts leaves its cells insufficient (empty);
+    max_tries_per_injection: candidate (host, z_s) pairs tried per injection of a cell before the
+    cell is left insufficient (``plan_injection_grid``).
     """
 
     theta_e_grid: tuple[float, float, float] = (0.5, 3.0, 0.25)
@@ -100,7 +121,9 @@ class InjectionConfig:
     poisson_gain: float | None = None
     render: RenderConfig = field(default_factory=RenderConfig)
     render_chunk: int = 128
-    salt: str = "injection_bank/v1"
+    salt: str = "injection_bank/v2"
+    min_hosts_per_cell: int = 3
+    max_tries_per_injection: int = 400
 
     def theta_e_values(self) -> tuple[float, ...]:
         return _grid(*self.theta_e_grid)
@@ -122,6 +145,7 @@ def injection_config(
     z_l_grid=None,
     host_splits=("test",),
     realisation: int = 0,
+    min_hosts_per_cell: int = 0,
 ) -> InjectionConfig:
     """The injection settings of a profile (``demo`` or ``full``); 0 / None keep the profile's
     size and :class:`InjectionConfig`'s grids. ``realisation`` n > 0 draws every source, lens and
@@ -138,6 +162,7 @@ def injection_config(
         batch_size=batch_size or sizes["batch_size"],
         host_splits=tuple(host_splits),
         salt=base.salt if realisation == 0 else f"{base.salt}/realisation-{int(realisation)}",
+        min_hosts_per_cell=min_hosts_per_cell or base.min_hosts_per_cell,
     )
 
 
@@ -243,11 +268,13 @@ def _build_tasks(
     cfg: InjectionConfig,
     params: dict[str, np.ndarray],
     host_row: np.ndarray | None = None,
+    extra: dict[str, np.ndarray] | None = None,
 ):
     """Rows for candidate tasks that pass the physical cuts, and each candidate's skip reason ('' = kept).
 
     host_row: the row of ``hosts`` (after the ``host_splits`` filter) of each candidate; by default
-    the hosts in a hashed order (independent of the input row order) are dealt round-robin."""
+    the hosts in a hashed order (independent of the input row order) are dealt round-robin.
+    extra: further per-candidate columns, appended for the kept rows."""
     hosts = _hosts_in_splits(hosts, cfg.host_splits)
     oid = _col(hosts, "object_id", np.int64)
     if host_row is None:
@@ -316,6 +343,8 @@ def _build_tasks(
         cols[f"psf_fwhm_{name}"] = psf[h, b]
     for name in BANDS:
         cols[f"psfdepth_{name}"] = _col(hosts, f"psfdepth_{name}")[h]
+    for name, values in (extra or {}).items():
+        cols[name] = np.asarray(values)[keep]
     return pa.table(cols), reason
 
 
@@ -335,55 +364,247 @@ def plan_summary(tasks: pa.Table) -> dict:
     return json.loads(meta[PLAN_SUMMARY_KEY])
 
 
-def _seeds(cfg: InjectionConfig, profile: str, n: int):
-    j = np.arange(n, dtype=np.int64)
-    batch = j // cfg.batch_size
-    index = j % cfg.batch_size
-    seeds = np.array(
-        [stable_hash64(cfg.salt, profile, int(b), int(i)) & 0x7FFF_FFFF_FFFF_FFFF for b, i in zip(batch, index)],
-        dtype=np.int64,
+def _z_bins(cfg: InjectionConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(centres, lower edges, upper edges) of the z_l bins: each centre ± half the grid step."""
+    zl = np.asarray(cfg.z_l_values())
+    half = 0.5 * cfg.z_l_grid[2]
+    return zl, np.round(zl - half, 10), np.round(zl + half, 10)
+
+
+def hosts_outside_bins(tasks: pa.Table, z_l_values) -> dict:
+    """Rows whose lens redshift (``z_l``, the host's ``host_z``) lies outside their cell's z_l bin
+    (``z_l_bin`` ± half the grid step, the last edge included): the blocking check of the bank."""
+    zl = np.asarray(sorted(z_l_values), dtype=np.float64)
+    half = 0.5 * (float(np.min(np.diff(zl))) if zl.size > 1 else 0.1)
+    host_z, z_l, zbin = (_col(tasks, c) for c in ("host_z", "z_l", "z_l_bin"))
+    on_grid = np.isin(np.round(zbin, 10), np.round(zl, 10))
+    bad = ~on_grid | ~(np.abs(host_z - zbin) <= half + 1e-9) | (host_z != z_l)
+    ids = _col(tasks, "injection_id", np.int64)[bad]
+    return {"n_outside": int(bad.sum()), "injection_ids": ids[:10].tolist(), "half_width": half}
+
+
+def _candidate_seeds(salt: str, cell: int, tries: np.ndarray) -> np.ndarray:
+    """Seeds (53-bit int64) of the candidates ``tries`` of a cell: the stable hash of each try number
+    salted by (salt, 'selection', cell)."""
+    return (unit_hash_array(np.asarray(tries, dtype=np.int64), salt=(salt, "selection", int(cell))) * 2.0**53).astype(
+        np.int64
     )
-    return batch, index, seeds
+
+
+def _fill_cell(theta_e: float, cell: int, elig: np.ndarray, host: dict, cfg: InjectionConfig):
+    """Rejection sampling of one cell: candidate j is (host elig[⌊u n⌋], z_s from its prior), with
+    the σ_v it needs for θ_E at the host's redshift; accepted with probability
+    N(log σ_v; μ_h, s_h) / N_max (a log-normal density in log σ_v, whose width for a θ_E cell is the
+    same for every host: d log σ = ½ d log θ_E), N_max = the density peak of the sharpest host in the
+    bin. Returns (seeds, host rows, z_s, σ_v, tries used) of the accepted candidates, at most per_cell."""
+    need, limit = cfg.per_cell, cfg.per_cell * cfg.max_tries_per_injection
+    mu, sd, hz = host["mu"][elig], host["sd"][elig], host["z"][elig]
+    smin = float(sd.min())
+    lo, hi = cfg.sigma_v_range
+    got: list[np.ndarray] = []
+    n_got, start, chunk = 0, 0, max(64, need * 16)
+    while n_got < need and start < limit:
+        tries = np.arange(start, min(start + chunk, limit))
+        start = int(tries[-1]) + 1
+        seeds = _candidate_seeds(cfg.salt, cell, tries)
+        k = np.minimum((unit_hash_array(seeds, salt="host") * len(elig)).astype(np.int64), len(elig) - 1)
+        z_s = cfg.priors.draw("z_s", seeds)
+        ok = z_s > hz[k]
+        sig = np.full(len(tries), np.nan)
+        sig[ok] = sigma_v_from_theta_e(np.full(ok.sum(), theta_e), hz[k][ok], z_s[ok], cfg.cosmology)
+        with np.errstate(invalid="ignore"):
+            w = np.exp(-0.5 * ((np.log10(sig) - mu[k]) / sd[k]) ** 2) * smin / sd[k]
+            acc = ok & (sig >= lo) & (sig <= hi) & (unit_hash_array(seeds, salt="accept") < w)
+        idx = np.flatnonzero(acc)[: need - n_got]
+        got.append(np.stack([seeds[idx], elig[k[idx]], z_s[idx], sig[idx]], axis=1).astype(object))
+        n_got += len(idx)
+    rows = np.concatenate(got) if got else np.zeros((0, 4), dtype=object)
+    return (
+        rows[:, 0].astype(np.int64),
+        rows[:, 1].astype(np.int64),
+        rows[:, 2].astype(np.float64),
+        rows[:, 3].astype(np.float64),
+        start,
+    )
+
+
+def _require_host_lens_columns(hosts: pa.Table) -> None:
+    missing = [c for c in HOST_LENS_COLUMNS if c not in hosts.column_names]
+    if missing:
+        raise InputError(
+            f"hosts table lacks the host-as-lens columns {missing} (lensing.hosts.host_lens_properties gives them)"
+        )
 
 
 def plan_injection_grid(hosts: pa.Table, config: InjectionConfig = InjectionConfig()) -> pa.Table:
-    """Selection-function tasks over the theta_E x z_l grid (``per_cell`` per cell), one row each.
+    """Selection-function tasks over the θ_E × z_l grid (``per_cell`` per cell), one row each,
+    each painted onto a host at its own redshift with its own σ_v.
 
-    Candidates are enumerated cell by cell (theta_E major) and numbered j; batch = j // batch_size,
-    index = j % batch_size, seed = stable_hash64(salt, 'selection', batch, index). z_s and all other
-    parameters come from the prior registry; sigma_v [km/s] is derived from (theta_E, z_l, z_s) and
-    recorded. Candidates with z_s <= z_l, sigma_v outside ``sigma_v_range`` or a host without an
-    r-band PSF size are dropped and counted (``plan_summary``); cells left empty are listed.
+    ``hosts``: HOST_COLUMNS and HOST_LENS_COLUMNS (``lensing.hosts``). A host lies in the z_l bin
+    (grid centre ± half the step) holding its ``host_z``; hosts without a redshift, a σ_v
+    distribution or an r-band PSF size are left out (counted). Each cell is filled by rejection
+    sampling (:func:`_fill_cell`): the accepted (host, z_s, σ_v) are drawn as the bin's hosts
+    weighted by the probability that their σ_v is the one the cell's θ_E needs. The task's
+    ``z_l`` is its host's redshift and ``z_l_bin`` the cell's centre; θ_E is the grid value and
+    σ_v = σ(θ_E, z_l, z_s). The lens's axis ratio and angle are the host light's plus the
+    ``lens_q_offset`` and ``lens_phi_offset_rad`` priors. A bin with fewer than
+    ``min_hosts_per_cell`` hosts leaves its cells empty, and a cell not filled within
+    ``per_cell × max_tries_per_injection`` candidates keeps what it accepted; both are listed as
+    insufficient in the planning summary (``plan_summary``), never filled from other redshifts.
+    Seeds: candidate j of cell c has seed ⌊2^53 unit_hash(j; salt, 'selection', c)⌋; tasks
+    are numbered cell by cell (θ_E major), batch = number // batch_size.
     """
     if config.per_cell < 1 or config.batch_size < 1:
         raise InputError(f"per_cell and batch_size must be >= 1, got {config.per_cell}, {config.batch_size}")
+    if config.min_hosts_per_cell < 1 or config.max_tries_per_injection < 1:
+        raise InputError(
+            f"min_hosts_per_cell and max_tries_per_injection must be >= 1, got {config.min_hosts_per_cell}, "
+            f"{config.max_tries_per_injection}"
+        )
+    hosts = _hosts_in_splits(hosts, config.host_splits)
+    _require_host_lens_columns(hosts)
     te = np.asarray(config.theta_e_values())
-    zl = np.asarray(config.z_l_values())
-    ti, zi, _ = np.meshgrid(np.arange(len(te)), np.arange(len(zl)), np.arange(config.per_cell), indexing="ij")
-    ti, zi = ti.ravel(), zi.ravel()
-    cell = ti * len(zl) + zi
-    batch, index, seeds = _seeds(config, "selection", len(ti))
-    params = draw_system_parameters(seeds, config.priors)
-    table, reason = _build_tasks(hosts, te[ti], zl[zi], seeds, batch, index, cell, "selection", config, params)
-    keep = reason == ""
-    skipped = _skip_counts(reason)
-    filled = np.bincount(cell[keep], minlength=len(te) * len(zl))
+    zl, zlo, zhi = _z_bins(config)
+    oid = _col(hosts, "object_id", np.int64)
+    hz, mu, sd = _col(hosts, "host_z"), _col(hosts, "log_sigma_mu"), _col(hosts, "log_sigma_sd")
+    _, psf_ok = host_psf_fwhm(np.stack([_col(hosts, f"psfsize_{b}") for b in BANDS], axis=1))
+    usable = np.isfinite(hz) & np.isfinite(mu) & np.isfinite(sd) & (sd > 0) & psf_ok
+    zbin = np.searchsorted(zhi, hz, side="right")
+    zbin = np.where(hz == zhi[-1], len(zl) - 1, zbin)
+    in_grid = usable & (hz >= zlo[0]) & (zbin < len(zl))
+    order = np.lexsort((oid, unit_hash_array(oid, salt=(config.salt, "hosts"))))
+    host = {"mu": mu, "sd": sd, "z": hz}
+    per_bin = [order[in_grid[order] & (zbin[order] == i)] for i in range(len(zl))]
+    seeds, rows, z_s, cells, insufficient, tries = [], [], [], [], [], {}
+    for ti in range(len(te)):
+        for zi in range(len(zl)):
+            c = ti * len(zl) + zi
+            elig = per_bin[zi]
+            where = {"theta_e_arcsec": float(te[ti]), "z_l": float(zl[zi]), "n_hosts_in_bin": int(len(elig))}
+            if len(elig) < config.min_hosts_per_cell:
+                insufficient.append({**where, "reason": "too_few_hosts_in_bin", "n_accepted": 0})
+                continue
+            sd_seeds, sd_rows, sd_zs, _, used = _fill_cell(float(te[ti]), c, elig, host, config)
+            tries[c] = used
+            if len(sd_seeds) < config.per_cell:
+                insufficient.append({**where, "reason": "sigma_v_rarely_matched", "n_accepted": int(len(sd_seeds))})
+            seeds.append(sd_seeds)
+            rows.append(sd_rows)
+            z_s.append(sd_zs)
+            cells.append(np.full(len(sd_seeds), c, np.int64))
+    seeds = np.concatenate(seeds) if seeds else np.zeros(0, np.int64)
+    host_row = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    cell = np.concatenate(cells) if cells else np.zeros(0, np.int64)
+    n = len(seeds)
+    j = np.arange(n, dtype=np.int64)
+    batch, index = j // config.batch_size, j % config.batch_size
+    params = draw_system_parameters(seeds, config.priors, extra=("lens_q_offset", "lens_phi_offset_rad"))
+    params["lens_q"] = np.clip(_col(hosts, "host_q")[host_row] + params["lens_q_offset"], *LENS_Q_RANGE)
+    params["lens_phi_rad"] = np.mod(_col(hosts, "host_phi_rad")[host_row] + params["lens_phi_offset_rad"], np.pi)
+    extra = {
+        "z_l_bin": zl[cell % len(zl)],
+        "host_z": hz[host_row],
+        "host_z_source": _col(hosts, "host_z_source", object)[host_row],
+        "sigma_v_source": _col(hosts, "sigma_v_source", object)[host_row],
+        "host_log_sigma_mu": mu[host_row],
+        "host_log_sigma_sd": sd[host_row],
+        "lens_mag_z": _col(hosts, "lens_mag_z")[host_row],
+        "lens_q_offset": params["lens_q_offset"],
+        "lens_phi_offset_rad": params["lens_phi_offset_rad"],
+    }
+    table, reason = _build_tasks(
+        hosts,
+        te[cell // len(zl)],
+        hz[host_row],
+        seeds,
+        batch,
+        index,
+        cell,
+        "selection",
+        config,
+        params,
+        host_row,
+        extra,
+    )
+    if (reason != "").any():
+        raise InputError(f"accepted injection candidates failed the physical cuts: {_skip_counts(reason)}")
+    filled = np.bincount(cell, minlength=len(te) * len(zl))
     empty = [
         {"theta_e_arcsec": float(te[c // len(zl)]), "z_l": float(zl[c % len(zl)])} for c in np.flatnonzero(filled == 0)
     ]
+    distinct = [len(np.unique(host_row[cell == c])) for c in range(len(te) * len(zl))]
     summary = {
         "profile": "selection",
         "n_cells": int(len(te) * len(zl)),
-        "n_candidates": int(len(ti)),
-        "n_tasks": int(keep.sum()),
-        "skipped_tasks": skipped,
+        "n_candidates": int(sum(tries.values())),
+        "n_tasks": int(n),
+        "skipped_tasks": {},
         "n_skipped_cells": len(empty),
         "skipped_cells": empty,
-        "n_batches": int(len(np.unique(batch[keep]))) if keep.any() else 0,
+        "insufficient_cells": insufficient,
+        "n_insufficient_cells": len(insufficient),
+        "n_batches": int(len(np.unique(batch))) if n else 0,
         "theta_e_values": [float(v) for v in te],
         "z_l_values": [float(v) for v in zl],
+        "z_l_bin_edges": [float(v) for v in np.r_[zlo, zhi[-1]]],
+        "hosts": {
+            "n_hosts": int(len(oid)),
+            "n_usable": int(usable.sum()),
+            "n_in_grid": int(in_grid.sum()),
+            "without_redshift": int((~np.isfinite(hz)).sum()),
+            "per_bin": [int(len(b)) for b in per_bin],
+            "distinct_hosts_per_cell_median": float(np.median(distinct)) if distinct else 0.0,
+        },
+        "acceptance": float(n / max(sum(tries.values()), 1)),
+        "host_selection": (
+            "a host lies in the z_l bin of its spec-z (else photo-z median); each cell's (host, z_s) candidates "
+            "are accepted with probability N(log sigma_v(theta_E, z_host, z_s); mu_host, s_host) / N_max"
+        ),
     }
     return _with_summary(table, summary)
+
+
+def selection_conditioning(cfg: InjectionConfig, host_types, relation: dict, host_counts: dict) -> dict:
+    """What a selection function measured on a plan of ``cfg`` is conditioned on: the priors, the
+    cosmology, the host selection (types, splits, redshift and σ_v rules, ``host_counts``), the
+    luminosity–σ relation (``SigmaRelation.to_dict``), the grid and the injections per cell."""
+    return {
+        "grid": {
+            "theta_e_arcsec": list(cfg.theta_e_grid),
+            "z_l": list(cfg.z_l_grid),
+            "z_l_bins": "grid centre ± half the step; the lens redshift is the host's",
+        },
+        "injections_per_cell": cfg.per_cell,
+        "cosmology": cfg.cosmology,
+        "sigma_v_range_kms": list(cfg.sigma_v_range),
+        "host_selection": {
+            "types": list(host_types),
+            "splits": None if cfg.host_splits is None else list(cfg.host_splits),
+            "quality": "negatives passing the cutout quality gate, none graded a lens",
+            "redshift": "SDSS spec-z (ZWARNING 0, CLASS GALAXY), else the DR10 photo-z median (Zhou et al. 2023)",
+            "sigma_v": "SDSS VDISP (VDISP_ERR its sd) where measured, else the luminosity–σ relation with its scatter",
+            "weighting": "each (host, z_s) accepted with probability ∝ N(log σ_v needed; host's log σ_v distribution)",
+            "min_hosts_per_cell": cfg.min_hosts_per_cell,
+            "lens_shape": "the host light's axis ratio and angle plus the lens_q_offset, lens_phi_offset_rad priors",
+            "counts": host_counts,
+        },
+        "sigma_v_relation": relation,
+        "priors": {k: [p.kind, p.lo, p.hi, p.mu, p.sigma] for k, p in sorted(cfg.priors.priors.items())},
+        "seed_salt": cfg.salt,
+    }
+
+
+def with_conditioning(table: pa.Table, conditioning: dict) -> pa.Table:
+    """``table`` with ``conditioning`` (JSON) in its schema metadata, other metadata kept."""
+    meta = dict(table.schema.metadata or {})
+    meta[CONDITIONING_KEY] = json.dumps(conditioning, sort_keys=True).encode()
+    return table.replace_schema_metadata(meta)
+
+
+def table_conditioning(table: pa.Table) -> dict | None:
+    """The conditioning recorded on a table's schema (None when it carries none)."""
+    raw = (table.schema.metadata or {}).get(CONDITIONING_KEY)
+    return json.loads(raw) if raw else None
 
 
 def plan_grid(tasks: pa.Table) -> tuple[list[float], list[float]]:

@@ -106,3 +106,19 @@ def sigma_v_from_theta_e(theta_e_arcsec, z_l, z_s, cosmo=DEFAULT_COSMOLOGY) -> n
         raise InputError(f"theta_e must be finite and >= 0 arcsec, got {t[~(np.isfinite(t) & (t >= 0))][:4]}")
     ratio = _lensing_ratio(z_l, z_s, cosmo)
     return C_KMS * np.sqrt(t / _ARCSEC_PER_RAD / (4.0 * math.pi * ratio))
+
+
+def distance_modulus(z, cosmo=DEFAULT_COSMOLOGY) -> np.ndarray:
+    """Distance modulus 5 log10(D_L / 10 pc) [mag] at redshifts ``z`` > 0 (vectorised; flat
+    cosmologies through the cached comoving-distance table, D_L = (1 + z) D_C)."""
+    z = np.asarray(z, dtype=np.float64)
+    if np.any(~np.isfinite(z) | (z <= 0)):
+        bad = z[~(np.isfinite(z) & (z > 0))]
+        raise InputError(f"distance modulus needs finite z > 0, got {bad[:4].tolist()}")
+    c = get_cosmology(cosmo)
+    if getattr(c, "Ok0", None) == 0 and (z.max() if z.size else 0.0) <= _TABLE_ZMAX:
+        z_tab, dc_tab = _comoving_table(c)
+        d_l = (1.0 + z) * np.interp(z, z_tab, dc_tab)
+    else:
+        d_l = c.luminosity_distance(z).to_value("Mpc")
+    return 5.0 * np.log10(np.asarray(d_l) * 1e6 / 10.0)

@@ -99,6 +99,10 @@ def _default_priors() -> dict[str, Prior]:
         "lens_offset_x_arcsec": Prior("truncnormal", -0.15, 0.15, mu=0.0, sigma=0.05),
         "lens_offset_y_arcsec": Prior("truncnormal", -0.15, 0.15, mu=0.0, sigma=0.05),
         "z_s": Prior("uniform", 1.0, 3.0),
+        # Selection profile: the lens's axis ratio and angle are its host light's plus these offsets
+        # (mass and light roughly aligned, the mass rounder or flatter by ~0.1; a mock choice).
+        "lens_q_offset": Prior("truncnormal", -0.3, 0.3, mu=0.0, sigma=0.1),
+        "lens_phi_offset_rad": Prior("truncnormal", -0.8, 0.8, mu=0.0, sigma=0.17),
         # Training profile only: theta_E and z_l drawn instead of gridded.
         "theta_e_arcsec": Prior("uniform", 0.5, 3.0),
         "z_l": Prior("uniform", 0.1, 0.9),

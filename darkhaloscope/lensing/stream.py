@@ -328,8 +328,8 @@ def draw_injections(
     """``per_host`` injections into every host of ``hosts`` for the stream keyed ``key``.
 
     hosts: table with HOST_COLUMNS, one row per host stamp; host_invvar: (N, 3, S, S) [1/nmgy^2].
-    Slot (host, i) takes the first of its tries j = 0, 1, ... (seed stable_hash64(salt, *key,
-    host object id, i, j)) that passes the physical cuts with an arc S/N of at least the slot's
+    Slot (host, i) takes the first of its tries j = 0, 1, ... (seed ``stable_hash64(salt, *key,
+    host object id, i, j)``) that passes the physical cuts with an arc S/N of at least the slot's
     threshold (:func:`slot_thresholds`) against that host's noise: every host gets its arcs,
     shallow hosts as often as deep ones (host depth cannot become a label). A slot with no such try
     among MAX_TRIES_PER_SLOT keeps its brightest (counted in ``StreamDraw.n_below_min``).

@@ -84,10 +84,14 @@ def lenstronomy_agreement(bank: pa.Table, n_sample: int = 3, cfg: RenderConfig =
     return {"max_pixel_err_over_peak": worst_pix, "flux_rel_err": worst_flux, "cases": cases, "ok": ok}
 
 
-def prior_range_problems(bank: pa.Table, priors: PriorRegistry = DEFAULT_PRIORS) -> tuple[list[str], list[str]]:
-    """(problems, names checked): every prior-drawn parameter present must lie in its prior's range."""
+def prior_range_problems(
+    bank: pa.Table, priors: PriorRegistry = DEFAULT_PRIORS, skip: tuple[str, ...] = ()
+) -> tuple[list[str], list[str]]:
+    """(problems, names checked): every prior-drawn parameter present must lie in its prior's range;
+    ``skip``: columns named like a prior that the rows did not draw from it (e.g. a lens's axis
+    ratio taken from its host's light)."""
     problems = []
-    checked = [name for name in priors.priors if name in bank.column_names]
+    checked = [name for name in priors.priors if name in bank.column_names and name not in skip]
     for name in checked:
         prior = priors[name]
         v = bank.column(name).to_numpy(zero_copy_only=False)
@@ -116,8 +120,10 @@ def physics_problems(
     flux_tol: float | None = None,
     tail_fraction: float | None = None,
     flux_tol_max: float | None = None,
+    skip: tuple[str, ...] = (),
 ) -> dict:
-    """Prior ranges, μ >= 1 (successful rows), finite pixels, stamp flux = source flux × μ
+    """Prior ranges (but ``skip``, see :func:`prior_range_problems`), μ >= 1 (successful rows), finite
+    pixels, stamp flux = source flux × μ
     (tolerances default to FLUX_TOL, FLUX_TAIL_FRACTION, FLUX_TOL_MAX).
 
     Returns {"problems": [...], "ranges_checked", "n_rows", "median_rel_stamp_flux_err",
@@ -125,7 +131,7 @@ def physics_problems(
     flux_tol = FLUX_TOL if flux_tol is None else flux_tol
     tail_fraction = FLUX_TAIL_FRACTION if tail_fraction is None else tail_fraction
     flux_tol_max = FLUX_TOL_MAX if flux_tol_max is None else flux_tol_max
-    problems, checked = prior_range_problems(bank, priors)
+    problems, checked = prior_range_problems(bank, priors, skip)
     ok = bank.column("success").to_numpy(zero_copy_only=False)
     mu = bank.column("magnification").to_numpy(zero_copy_only=False)[ok]
     if np.any(~(mu >= 1.0 - 1e-3)):

@@ -1,6 +1,6 @@
 """One process's share of a search, wherever it runs: the asset's own process, a Spark task
-(:mod:`.spark`) or a subprocess launched through Dagster Pipes (on a GPU host); one sweep file or
-several (a run covering several partitions).
+(:mod:`darkhaloscope.search.spark`) or a subprocess launched through Dagster Pipes (on a GPU host);
+one sweep file or several (a run covering several partitions).
 
 Each process loads the published lens finder once, opens the image source once from its settings
 (never a live client shipped from elsewhere) and runs :func:`.streaming.search_partition` over its

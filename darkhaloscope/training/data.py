@@ -219,10 +219,12 @@ def negatives_per_positive_mask(
     return keep
 
 
-def _read_table(path_or_table, columns=None) -> tuple[pa.Table, str]:
+def _read_table(path_or_table, columns=None, filesystem=None) -> tuple[pa.Table, str]:
     if isinstance(path_or_table, pa.Table):
         return path_or_table, "<table>"
     src = str(path_or_table)
+    if filesystem is not None:
+        return pq.read_table(src.split("://", 1)[-1], filesystem=filesystem, columns=columns), src
     if src.startswith("s3://"):
         from pyarrow import fs as pafs
 
@@ -291,8 +293,9 @@ def _stream_spec(table: pa.Table, src: str) -> StreamSpec | None:
         raise InputError(f"training set {src}: injection stream spec is not valid JSON: {exc}") from exc
 
 
-def load_training_set(path_or_table, on_invalid: str = "raise") -> TrainingArrays:
-    """Read the training_set table (a Parquet file, a folder of them, an s3:// URI or a pa.Table).
+def load_training_set(path_or_table, on_invalid: str = "raise", filesystem=None) -> TrainingArrays:
+    """Read the training_set table (a Parquet file, a folder of them, an s3:// URI or a pa.Table);
+    ``filesystem``: the pyarrow filesystem of the URI (e.g. an ``S3FileSystem`` with its endpoint).
 
     Stamps load through darkhaloscope.stamps.from_tensor_column (no per-row Python). Validates the
     columns, labels, splits, kinds and weights, and the stamps themselves: a stamp with a non-finite
@@ -302,7 +305,7 @@ def load_training_set(path_or_table, on_invalid: str = "raise") -> TrainingArray
     """
     if on_invalid not in ("raise", "drop"):
         raise InputError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
-    table, src = _read_table(path_or_table)
+    table, src = _read_table(path_or_table, filesystem=filesystem)
     _validate_columns(table, src)
     image = from_tensor_column(table["image"], expected_shape=None, name="image")
     if image.ndim != 4 or image.shape[1] != STAMP_SHAPE[0]:

@@ -122,7 +122,8 @@ def stack_runs(
             in_channels=specs[0].in_channels,
             preprocess=specs[0].preprocess,
             arch_args={"members": [s.architecture for s in specs], "hidden": int(hidden)},
-            train_config={"members": [str(d) for d in member_dirs], "meta_steps": META_STEPS},
+            # the members' run keys, not their folders: the bytes do not depend on where runs live
+            train_config={"members": [Path(d).name for d in member_dirs], "meta_steps": META_STEPS},
             data_versions=specs[0].data_versions,
         )
         finalize_best(out, val, seed, device, dihedral_views=specs[0].dihedral_views)
@@ -137,7 +138,7 @@ def stack_runs(
                         "best_epoch": 0,
                         "epochs_run": 0,
                         "global_step": 0,
-                        "members": [str(d) for d in member_dirs],
+                        "members": [Path(d).name for d in member_dirs],
                     }
                 ),
                 indent=1,

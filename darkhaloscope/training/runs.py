@@ -134,14 +134,27 @@ def train_run(
     gate_thresholds: dict | None = None,
     say: Callable[[str], None] = print,
     progress=None,
+    mirror=None,
 ) -> dict:
     """Train (or resume, or reuse) the run of ``config`` on the train split ``arrays`` with the
     validation set ``val``, audit it with the gates and return its summary. Never publishes.
+
+    ``mirror`` (a ``run_mirror.RunMirror`` whose scratch is ``out_dir``): the run's copy in storage,
+    pulled before the run trains and pushed after every checkpoint and the audit.
 
     A run that stopped before completing returns ``{"finished": False, ...}`` (call again to resume).
     """
     key = run_key(config, spec, {"training_set": version})
     run_dir = Path(out_dir) / RUNS / key
+    if mirror is not None:
+        mirror.pull(run_dir)
+
+        def on_checkpoint(ev: dict, user=progress) -> None:  # every event follows a checkpoint of 'last'
+            mirror.push(run_dir)
+            if user is not None:
+                user(ev)
+
+        progress = on_checkpoint
     done = read_run_complete(run_dir)
     reused, resumed = done is not None, False
     if reused:
@@ -149,6 +162,8 @@ def train_run(
     else:
         say(f"run {key} in {run_dir}")
         result = train(arrays, val, config, run_dir, spec, {"training_set": version}, progress_cb=progress)
+        if mirror is not None:
+            mirror.push(run_dir)
         if not result.finished:
             say(
                 f"stopped ({result.stopped_reason}) after {result.global_step} steps; rerun with the same inputs to "
@@ -168,6 +183,8 @@ def train_run(
         done = mark_run_complete(run_dir, result, run_key=key, training_set_version=version)
         resumed = result.resumed
     gates = audit_run(run_dir, val, gate_thresholds, config.seed, config.device, say)
+    if mirror is not None:
+        mirror.push(run_dir)
     return run_summary(run_dir, done, gates, version, reused=reused, resumed=resumed)
 
 
@@ -181,12 +198,14 @@ def train_lens_finder(
     ensemble_hidden: int = 300,
     say: Callable[[str], None] = print,
     progress=None,
+    mirror=None,
 ) -> dict:
     """Train and audit every member on the loaded training set ``arrays`` (train split; the
     validation set with its fixed injections from the val split); with two or more members, stack
     them (``ensemble.stack_runs``) and choose the model to publish on the validation set. Returns
     the summary of the chosen run (``run_dir`` is what :func:`publish_run` publishes), with the
-    members' summaries and the ensemble comparison. Never publishes."""
+    members' summaries and the ensemble comparison. Never publishes. ``mirror``: the runs' copy in
+    storage (:func:`train_run`); the ensemble's run is pulled and pushed too."""
     from .ensemble import stack_runs
 
     if not members:
@@ -197,7 +216,7 @@ def train_lens_finder(
         "rows "
         f"({int(val.label.sum())} positive)"
     )
-    runs = [train_run(tr, val, c, spec, out_dir, version, gate_thresholds, say, progress) for c in members]
+    runs = [train_run(tr, val, c, spec, out_dir, version, gate_thresholds, say, progress, mirror) for c in members]
     pending = [r for r in runs if not r["finished"]]
     if pending or len(runs) == 1:
         return pending[0] if pending else runs[0]
@@ -207,7 +226,11 @@ def train_lens_finder(
         / RUNS
         / hashlib.sha256(json.dumps({"stack": keys, "hidden": ensemble_hidden}).encode()).hexdigest()[:16]
     )
+    if mirror is not None:
+        mirror.pull(ens_dir)
     choice = stack_runs([r["run_dir"] for r in runs], val, ens_dir, ensemble_hidden, members[0].seed, members[0].device)
+    if mirror is not None:
+        mirror.push(ens_dir)
     say(f"published model: {choice['published']} ({choice['reason']})")
     chosen = Path(choice["published_run_dir"])
     members_brief = [
@@ -217,6 +240,8 @@ def train_lens_finder(
     if chosen != ens_dir:
         return {**runs[[r["run_dir"] for r in runs].index(str(chosen))], "ensemble": choice, "members": members_brief}
     gates = audit_run(ens_dir, val, gate_thresholds, members[0].seed, members[0].device, say)
+    if mirror is not None:
+        mirror.push(ens_dir)
     done = read_run_complete(ens_dir)
     return run_summary(
         ens_dir, done, gates, version, ensemble=choice, members=members_brief, reused=False, resumed=False

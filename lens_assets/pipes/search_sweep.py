@@ -1,6 +1,7 @@
 """The search of a run's sweep files as a standalone process, launched through Dagster Pipes by
 ``search_scores`` with ``launch: pipes`` (locally by ``PipesSubprocessClient``, like the trainer; on
-a GPU host by another Pipes client running the same module).
+a GPU host through ``DHS_LAUNCH_PREFIX`` or by another Pipes client running the same module;
+``lens_assets.pipes.session``).
 
 It imports only ``dagster_pipes`` (never dagster) and the library. It reads each sweep file's
 published targets from the lake, scores and commits every chunk not yet in flight with one load
@@ -20,15 +21,15 @@ from __future__ import annotations
 
 
 def main() -> None:
-    from dagster_pipes import open_dagster_pipes
-
     from darkhaloscope.search.launch import search_with_published_finder
     from darkhaloscope.search.streaming import SearchSettings
     from lakehouse.lake import Lake
     from mock_survey.sources import source_opener_from_dict
     from table_registry.tables import LENS_FINDER, SEARCH_TARGETS
 
-    with open_dagster_pipes() as pipes:
+    from .session import open_step_pipes
+
+    with open_step_pipes() as pipes:
         x = pipes.extras
         lake = Lake(x["lake_uri"], s3_endpoint=x.get("s3_endpoint"))
         targets = {

@@ -2,14 +2,18 @@
 it never publishes (the lens_finder asset publishes a run whose blocking gates passed, with
 ``darkhaloscope.training.runs.publish_run``).
 
-Under Pipes (launched by a ``PipesSubprocessClient`` or another Pipes client) it reads its parameters
-from the extras, logs progress through ``pipes.log``, reports each gate as an asset check and the
-trained run with ``report_asset_materialization(metadata=..., data_version=<sha256 of the weights>)``.
+Under Pipes (launched by a ``PipesSubprocessClient``, through ``DHS_LAUNCH_PREFIX`` on another host,
+or by another Pipes client; ``lens_assets.pipes.session``) it reads its parameters from the
+extras, logs progress through ``pipes.log``, reports each gate as an asset check and the trained
+run with ``report_asset_materialization(metadata=..., data_version=<sha256 of the weights>)``.
 Without Dagster it takes the same parameters as command-line flags and prints one JSON object.
 
 Parameters (extras key = flag):
   training_set_uri  --training-set   training_set Parquet file or folder (local path or s3://)
-  out_dir           --out-dir        local folder of the published checkpoint; runs train in its runs/
+  out_dir           --out-dir        folder of the training runs (runs/<key>/): a local path, or
+                                     s3://... (the runs train in a temporary folder of this host
+                                     and follow every checkpoint to storage, ``run_mirror``)
+  s3_endpoint       --s3-endpoint    S3 endpoint of the s3:// URIs (default: the AWS SDK's)
   members           --members        list of TrainConfig JSON objects (two or more: a stacked ensemble)
   preprocess        --preprocess     PreprocessSpec JSON object (default: the one the training set records)
   training_set_version --training-set-version  data version of the input (default: sha256 of its files)
@@ -18,10 +22,11 @@ Parameters (extras key = flag):
   report_checks     --report-checks  report each gate as an asset check named after it
 
 Runs are folders ``<out_dir>/runs/<key>/`` (``darkhaloscope.training.runs``): new inputs train
-anew, an interrupted run resumes, a completed run is reused and only audited again.
+anew, an interrupted run resumes (on any host, from its copy in storage), a completed run is reused
+and only audited again. The reported ``run_dir`` is where the run is in ``out_dir``.
 
 Exit status: 0 when training is complete; 3 when it stopped at a per-call ``max_minutes`` (rerun to
-resume). Imports only dagster_pipes (never dagster) and darkhaloscope.
+resume). Imports only dagster_pipes (never dagster), darkhaloscope and the lake's storage.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import argparse
 import base64
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a path: make the repository root importable
@@ -39,6 +45,7 @@ from darkhaloscope.errors import InputError  # noqa: E402
 from darkhaloscope.training.data import load_training_set  # noqa: E402
 from darkhaloscope.training.loop import TrainConfig  # noqa: E402
 from darkhaloscope.training.preprocess import PreprocessSpec  # noqa: E402
+from darkhaloscope.training.run_mirror import RunMirror  # noqa: E402
 from darkhaloscope.training.runs import dataset_version, train_lens_finder  # noqa: E402
 
 EXIT_TIME_LIMIT = 3
@@ -58,20 +65,40 @@ def _json(value, what: str, kind=dict):
     return d
 
 
-def run(params: dict, log=None, progress=None) -> dict:
-    """Train (or resume, or reuse) every member, audit, and summarise; returns the JSON-able summary."""
+def _filesystem(uri: str, s3_endpoint: str | None):
+    """The pyarrow filesystem of an s3:// URI (the lake's: its endpoint, retries and timeouts), None
+    for a local path."""
+    if not uri.startswith("s3://"):
+        return None
+    from lakehouse.lake import Lake
+
+    return Lake(uri, s3_endpoint=s3_endpoint).fs
+
+
+def run(params: dict, log=None, progress=None, scratch: str | None = None) -> dict:
+    """Train (or resume, or reuse) every member, audit, and summarise; returns the JSON-able summary.
+    ``scratch``: the local folder the runs train in when ``out_dir`` is in object storage."""
     say = log.info if log is not None else (lambda m: print(m, file=sys.stderr))
     uri, out_dir = params.get("training_set_uri"), params.get("out_dir")
     if not uri or not out_dir:
-        raise InputError("training_set_uri (--training-set) and out_dir (--out-dir, a local folder) are required")
+        raise InputError("training_set_uri (--training-set) and out_dir (--out-dir) are required")
+    uri, out_dir, endpoint = str(uri), str(out_dir), params.get("s3_endpoint")
     members = [
         TrainConfig.from_dict(_json(c, "a member config")) for c in _json(params.get("members"), "members", list)
     ]
     say(f"loading training set {uri}")
-    arrays = load_training_set(str(uri))
+    fs = _filesystem(uri, endpoint)
+    arrays = load_training_set(uri, filesystem=fs)
     recorded = arrays.meta.get("preprocess_spec")
     spec = PreprocessSpec.from_dict(_json(params.get("preprocess"), "preprocess") or recorded or {})
-    version = params.get("training_set_version") or dataset_version(str(uri))
+    version = params.get("training_set_version") or dataset_version(uri.split("://", 1)[-1], fs)
+    runs_fs = _filesystem(out_dir, endpoint)
+    mirror = None
+    if runs_fs is not None:
+        if scratch is None:
+            raise InputError(f"training runs in {out_dir} need a local scratch folder to train in")
+        mirror = RunMirror(out_dir, runs_fs, scratch)
+        say(f"training runs in {out_dir}, trained in {scratch}")
 
     def on_progress(ev: dict) -> None:
         if ev["event"] == "epoch":
@@ -87,14 +114,20 @@ def run(params: dict, log=None, progress=None) -> dict:
         arrays,
         members,
         spec,
-        out_dir,
+        out_dir if mirror is None else scratch,
         version,
         _json(params.get("gate_thresholds"), "gate_thresholds"),
         int(params.get("ensemble_hidden") or 300),
         say,
         on_progress,
+        mirror,
     )
-    return {**summary, "out_dir": str(out_dir)}
+    if mirror is not None:  # report where the runs are in storage; the figure is read from here
+        summary = {**summary, "local_run_dir": summary["run_dir"], "run_dir": mirror.location(summary["run_dir"])}
+        if "ensemble" in summary:
+            chosen = mirror.location(summary["ensemble"]["published_run_dir"])
+            summary["ensemble"] = {**summary["ensemble"], "published_run_dir": chosen}
+    return {**summary, "out_dir": out_dir}
 
 
 def pipes_metadata(summary: dict) -> dict:
@@ -139,7 +172,7 @@ def pipes_metadata(summary: dict) -> dict:
     for k in keys:
         if vm.get(k) is not None:
             md[f"val_{k}"] = vm[k]
-    curves = Path(summary["run_dir"]) / "training_curves.png"
+    curves = Path(summary.get("local_run_dir", summary["run_dir"])) / "training_curves.png"
     if curves.is_file():  # shown in the UI with the materialization
         b64 = base64.b64encode(curves.read_bytes()).decode()
         md["training_curves"] = {"raw_value": f"![training curves](data:image/png;base64,{b64})", "type": "md"}
@@ -150,6 +183,7 @@ def _parse(argv) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--training-set", dest="training_set_uri", required=True)
     ap.add_argument("--out-dir", dest="out_dir", required=True)
+    ap.add_argument("--s3-endpoint", dest="s3_endpoint")
     ap.add_argument("--members", default="[]")
     ap.add_argument("--preprocess", default="")
     ap.add_argument("--training-set-version", dest="training_set_version")
@@ -160,25 +194,27 @@ def _parse(argv) -> dict:
 
 
 def main(argv=None) -> int:
-    from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
+    from lens_assets.pipes.session import is_launched_step, open_step_pipes
 
-    if PipesEnvVarParamsLoader().is_dagster_pipes_process():
-        with open_dagster_pipes() as pipes:
-            summary = run(dict(pipes.extras), log=pipes.log)
-            if not summary["finished"]:
-                pipes.log.warning("training stopped at its per-call time limit; rerun the asset to resume")
-                return EXIT_TIME_LIMIT
-            if pipes.extras.get("report_checks"):
-                for g in summary["gates"]:
-                    pipes.report_asset_check(
-                        check_name=g["name"],
-                        passed=bool(g["passed"]),
-                        severity="ERROR" if g["blocking"] else "WARN",
-                        metadata={"value": g["value"], "threshold": g["threshold"]},
-                    )
-            pipes.report_asset_materialization(metadata=pipes_metadata(summary), data_version=summary["data_version"])
-        return 0
-    summary = run(_parse(argv))
+    with tempfile.TemporaryDirectory(prefix="dhs_lens_finder_") as scratch:  # this host's own
+        if is_launched_step():
+            with open_step_pipes() as pipes:
+                summary = run(dict(pipes.extras), log=pipes.log, scratch=scratch)
+                if not summary["finished"]:
+                    pipes.log.warning("training stopped at its per-call time limit; rerun the asset to resume")
+                    return EXIT_TIME_LIMIT
+                if pipes.extras.get("report_checks"):
+                    for g in summary["gates"]:
+                        pipes.report_asset_check(
+                            check_name=g["name"],
+                            passed=bool(g["passed"]),
+                            severity="ERROR" if g["blocking"] else "WARN",
+                            metadata={"value": g["value"], "threshold": g["threshold"]},
+                        )
+                metadata = pipes_metadata(summary)
+                pipes.report_asset_materialization(metadata=metadata, data_version=summary["data_version"])
+            return 0
+        summary = run(_parse(argv), scratch=scratch)
     print(json.dumps(summary, sort_keys=True))
     return 0 if summary["finished"] else EXIT_TIME_LIMIT
 

@@ -30,6 +30,7 @@ import dagster as dg
 import pyarrow as pa
 
 from darkhaloscope.errors import PERMANENT_ERRORS
+from io_managers.parquet import column_schema
 from lakehouse.audits import AuditOutcome, blocking_failures, combine, contract_audit
 from lakehouse.staging import Stage, StagedTable
 from table_registry import Table
@@ -145,6 +146,7 @@ def lake_asset(*tables: Table, code_version: str, kinds: set[str] | None = None,
                 kinds=kinds,
                 owners=OWNERS,
                 description=fn.__doc__ or t.description,
+                metadata=_columns_metadata(t),
                 **common,
             )(body)
         outs = {
@@ -155,12 +157,19 @@ def lake_asset(*tables: Table, code_version: str, kinds: set[str] | None = None,
                 owners=OWNERS,
                 description=t.description,
                 automation_condition=automation,
+                metadata=_columns_metadata(t),
             )
             for t in tables
         }
         return dg.multi_asset(outs=outs, name=fn.__name__, description=fn.__doc__, **common)(body)
 
     return decorate
+
+
+def _columns_metadata(table: Table) -> dict:
+    """The table's declared columns with their descriptions and units, shown by the UI before (and
+    beside) any materialization."""
+    return {"dagster/column_schema": column_schema(table.contract)} if table.contract is not None else {}
 
 
 def _staged(context: dg.AssetExecutionContext, table: Table, data) -> list[StagedTable]:
