@@ -63,8 +63,9 @@ _SKY_COLUMNS = [*MOCK_SKY_COLUMNS, "object_id", "sweep_file"]
 
 
 def lens_reach_arcsec(size: int) -> float:
-    """Farthest a painted lens can lie from a ``size``² window's centre [arcsec] and still add to
-    a tile the window is cut from: the window's half, a tile and the arc's half, per axis."""
+    """Farthest a painted lens can lie from the centre of a window of ``size`` × ``size`` pixels
+    [arcsec] and still add to a tile the window is cut from: the window's half, a tile and the
+    arc's half, per axis."""
     return math.sqrt(2.0) * (size // 2 + TILE_SIZE + ARC_SIZE // 2 + 2) * PIXEL_SCALE_ARCSEC
 
 
