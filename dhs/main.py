@@ -48,14 +48,13 @@ def cmd_instance(args) -> int:
 
 
 def cmd_backfill(args) -> int:
-    from definitions import defs
     from resources.settings import setting
 
     from .backfill import SUCCEEDED, DagsterWebserver
     from .materialize import MaterializeError, Materializer
 
     try:
-        materializer = Materializer(defs, _instance())
+        materializer = Materializer(_defs(), _instance())
         graph = materializer.graph
         # every table of a multi-asset that publishes its tables together (Dagster refuses a part of it)
         named = materializer.selection(args.assets).resolve(graph)
