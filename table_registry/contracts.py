@@ -401,6 +401,14 @@ _INJECTION_TASK = (
     col("host_z_source", _STR),
     col("sigma_v_source", _STR),
     col("lens_mag_z", _F64),
+    Column(
+        "host_log_sigma_mu", _F64, "log10 km/s", "mean of the host's log-normal σ_v: its VDISP, else the relation's"
+    ),
+    Column(
+        "host_log_sigma_sd", _F64, "dex", "sd of the host's log-normal σ_v (VDISP_ERR, else the relation's scatter)"
+    ),
+    Column("lens_q_offset", _F64, "", "drawn offset of the SIE's axis ratio from the host light's"),
+    Column("lens_phi_offset_rad", _F64, RAD, "drawn offset of the SIE's position angle from the host light's"),
     Column("lens_q", _F64, "", "axis ratio of the SIE"),
     Column("lens_phi_rad", _F64, RAD, "position angle of the SIE"),
     Column("lens_e1", _F64, "", "ellipticity e1 of the SIE (lenstronomy's convention)"),
