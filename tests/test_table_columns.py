@@ -24,7 +24,7 @@ def check_every_published_column_is_declared(lake_root) -> None:
 
     for table in TABLES:
         files = sorted((pathlib.Path(lake_root) / table.group / table.name).rglob("*.parquet"))
-        if table is ALERTS:
+        if table is ALERTS and not files:
             continue  # written when an alert fires, which a healthy run never does
         assert files, f"{table.path}: nothing published"
         schema = pq.read_schema(files[0])
