@@ -58,6 +58,8 @@ def _lake(tmp_path) -> Lake:
     inj = {name: pa.array(np.full(m, 1.0)) for name in INJECTION_META}
     inj.update(
         injection_id=pa.array(np.arange(1000, 1000 + m), pa.int64()),  # int64, as the injection bank writes it
+        host_z_source=pa.array(["spec", "phot"] * (m // 2)),
+        sigma_v_source=pa.array(["measured", "relation"] * (m // 2)),
         host_object_id=pa.array(np.arange(m), pa.int64()),
         success=pa.array([True, True, False, True, False, True]),
         failure_reason=pa.array(["", "", "host_invvar_r_empty", "", "unphysical", ""]),

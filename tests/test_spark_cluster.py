@@ -79,7 +79,8 @@ def _resources(lake: Lake, endpoint: str | None, master: str, **extra) -> dict:
     return {
         "lake": res,
         "io_manager": LakeIOManager(**res.model_dump()),
-        "compute": ComputeResource(device="cpu", profile="demo"),
+        # the search's Spark launch: its asset holds the spark pool (DHS_SEARCH_LAUNCH=spark)
+        "compute": ComputeResource(device="cpu", profile="demo", search_launch="spark"),
         "pyspark": QuietPySparkResource(spark_config=spark_config(master)),
         "catalog_launch": CatalogLaunchResource(mode="local"),
         **extra,

@@ -25,6 +25,7 @@ from darkhaloscope.lensing.verify import lenstronomy_arguments
 from darkhaloscope.stamps import to_tensor_array
 from darkhaloscope.survey.manifest import sweep_manifest
 from lakehouse.audits import Audit, combine, contract_audit, inside_box_audit
+from lakehouse.contracts import Column, Contract
 from lakehouse.lake import Lake
 from table_registry.audits import SWEEPS_CONTRACT
 from table_registry.contracts import SWEEP_FILES
@@ -154,7 +155,7 @@ def test_audits_report_contract_and_box_violations_and_combine_partitions():
     coords = pa.table({"ra": [31.0, 36.0], "dec": [-1.0, -1.0]})
     box = inside_box_audit(Audit("sweeps_inside_box", "box"), coords, 30, 35, -5, 0)
     assert not box.passed and box.metadata["rows_outside_box"] == 1
-    ok = contract_audit(SWEEPS_CONTRACT, pa.table({"x": [1]}), SWEEP_FILES.__class__("t", {"x": pa.int64()}))
+    ok = contract_audit(SWEEPS_CONTRACT, pa.table({"x": [1]}), Contract("t", (Column("x", pa.int64(), "", "a count"),)))
     [merged] = combine([ok, ok.__class__(**{**ok.__dict__, "passed": False, "description": "broken"})], ["p1", "p2"])
     assert (
         not merged.passed
