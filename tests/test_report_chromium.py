@@ -129,6 +129,7 @@ def _report() -> tuple[str, dict[str, bytes]]:
             "epochs_run": 28,
         },
         calibration={**calibration, "dihedral_views": 2},
+        conditioning={"grid": {"theta_e_arcsec": [0.5, 2.0], "z_l": [0.3, 0.7]}, "injections_per_cell": 40},
         reliability=figs["reliability"],
         mosaics={k: figs[k] for k in ex},
         provenance={"model": "test-model", "code_version": "0"},
@@ -184,7 +185,10 @@ def test_report_structure(report):
     ):
         assert f'id="{el}"' in page
     assert "1 of 2 gates passed" in page and "FAIL" in page
-    assert "Not provided" not in page
+    # every section given is rendered; the forecast, not given here, is the one marked missing
+    assert page.count("Not provided") == 1
+    assert re.search(r"<h2>Forecast[^<]*</h2>\s*<p class=\"missing\">Not provided", page)
+    assert 'id="table-conditioning"' in page
     assert "the logit is the mean over the stamp and its 180° rotation" in page
     assert '<th>validation AUROC</th><td class="s">0.9645</td>' in page and "the published epoch, 19 of 28" in page
 
