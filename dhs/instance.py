@@ -10,8 +10,9 @@ for, so a deployment sizes its concurrency by configuration, never by editing co
   default, so the storage follows the environment each time it is applied.
 
 ``dhs instance`` (and ``make ui``, before it starts ``dagster dev``) writes the settings into
-``$DAGSTER_HOME/dagster.yaml`` and applies the pool limits; other ``dhs`` commands write the
-settings only into a home that has none.
+``$DAGSTER_HOME/dagster.yaml``, applies the pool limits and starts the run-retry daemon's event
+cursors (:func:`start_run_retry_cursors`); other ``dhs`` commands write the settings only into a
+home that has none.
 """
 
 from __future__ import annotations
@@ -56,3 +57,18 @@ def apply_pool_limits(instance, environ: Mapping[str, str] | None = None) -> dic
     for pool, limit in limits.items():
         instance.event_log_storage.set_concurrency_slots(pool, limit)
     return limits
+
+
+def start_run_retry_cursors(instance) -> None:
+    """Start the cursors of Dagster's run-retry daemon (the event-log consumer that ``run_retries``
+    enables) at the instance's newest event where it has none: what the daemon's first tick does
+    itself, but without the warning it logs for each missing cursor, so a fresh instance starts
+    quietly. A cursor already kept is left as it is."""
+    from dagster._daemon.auto_run_reexecution.event_log_consumer import DAGSTER_EVENT_TYPES, _create_cursor_key
+
+    keys = {_create_cursor_key(t) for t in DAGSTER_EVENT_TYPES}
+    kept = instance.daemon_cursor_storage.get_cursor_values(keys)
+    newest = str(instance.event_log_storage.get_maximum_record_id() or 0)
+    missing = {k: newest for k in keys if k not in kept}
+    if missing:
+        instance.daemon_cursor_storage.set_cursor_values(missing)

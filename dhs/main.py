@@ -36,11 +36,12 @@ def _home() -> Path:
 def cmd_instance(args) -> int:
     import dagster as dg
 
-    from .instance import apply_pool_limits, instance_settings, write_instance_settings
+    from .instance import apply_pool_limits, instance_settings, start_run_retry_cursors, write_instance_settings
 
     path = write_instance_settings(_home())
     with dg.DagsterInstance.get() as instance:
         limits = apply_pool_limits(instance)
+        start_run_retry_cursors(instance)
     runs = instance_settings()["concurrency"]["runs"]["max_concurrent_runs"]
     pools = ", ".join(f"{k}={v}" for k, v in limits.items())
     print(f"wrote {path}: at most {runs} runs at once; pool limits {pools}")

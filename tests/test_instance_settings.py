@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from darkhaloscope.errors import InputError
-from dhs.instance import TEMPLATE, apply_pool_limits, write_instance_settings
+from dhs.instance import TEMPLATE, apply_pool_limits, start_run_retry_cursors, write_instance_settings
 from resources.settings import validate
 
 
@@ -51,3 +51,19 @@ def test_run_queue_and_pool_limits_follow_the_environment(tmp_path):
 def test_bad_concurrency_settings_are_refused_by_name(name, value):
     with pytest.raises(InputError, match=name):
         validate({name: value})
+
+
+def test_the_run_retry_cursors_start_at_the_newest_event_and_a_kept_one_stays(tmp_path):
+    from dagster._daemon.auto_run_reexecution.event_log_consumer import (
+        DAGSTER_EVENT_TYPES,
+        _fetch_persisted_cursors,
+    )
+
+    write_instance_settings(tmp_path, {})
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        start_run_retry_cursors(instance)
+        assert set(_fetch_persisted_cursors(instance, DAGSTER_EVENT_TYPES, logger=None).values()) == {0}
+        first = DAGSTER_EVENT_TYPES[0]
+        instance.daemon_cursor_storage.set_cursor_values({f"EVENT_LOG_CONSUMER_CURSOR-{first.value}": "41"})
+        start_run_retry_cursors(instance)
+        assert _fetch_persisted_cursors(instance, DAGSTER_EVENT_TYPES, logger=None)[first] == 41

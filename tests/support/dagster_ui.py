@@ -51,11 +51,12 @@ class DagsterDev:
     def __enter__(self) -> "DagsterDev":
         import dagster as dg
 
-        from dhs.instance import apply_pool_limits, write_instance_settings
+        from dhs.instance import apply_pool_limits, start_run_retry_cursors, write_instance_settings
 
         write_instance_settings(self.home, self.env)  # as `make ui` (`dhs instance`) does
         with dg.DagsterInstance.from_config(str(self.home)) as instance:
             apply_pool_limits(instance, self.env)
+            start_run_retry_cursors(instance)
         dg_cli = Path(sys.executable).with_name("dg")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
