@@ -28,6 +28,20 @@ def bare_site(folder: Path) -> Path:
     return folder
 
 
+def gpu_check(env: dict, args: list[str], timeout_s: int) -> dict:
+    """The JSON line of ``python -S -m benchmarks.gpu_check <args>`` run with ``env``."""
+    p = subprocess.run(
+        [sys.executable, "-S", "-m", "benchmarks.gpu_check", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_gpu_check_runs_with_torch_numpy_pyarrow_and_scipy_alone(tmp_path):
@@ -35,17 +49,7 @@ def test_gpu_check_runs_with_torch_numpy_pyarrow_and_scipy_alone(tmp_path):
     found = f"import importlib.util as u; print([m for m in {ABSENT!r} if u.find_spec(m)])"
     absent = subprocess.run([sys.executable, "-S", "-c", found], env=env, capture_output=True, text=True)
     assert absent.stdout.strip() == "[]", absent.stdout + absent.stderr
-    args = ["--device", "cpu", "--tiny", "--steps", "2", "--render-chunks", "1", "--threads", "2"]
-    p = subprocess.run(
-        [sys.executable, "-S", "-m", "benchmarks.gpu_check", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=840,
-    )
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = gpu_check(env, ["--device", "cpu", "--tiny", "--steps", "2", "--render-chunks", "1", "--threads", "2"], 840)
     assert out["bench"] == "gpu_check" and out["profile"] == "full" and list(out["devices"]) == ["cpu"]
     assert out["training_set"]["stamp_px"] == 101 and out["elapsed_s"] < out["budget_s"]
     cpu = out["devices"]["cpu"]
@@ -62,17 +66,7 @@ def test_gpu_check_runs_with_torch_numpy_pyarrow_and_scipy_alone(tmp_path):
 @pytest.mark.timeout(600)
 def test_render_chunk_sweep_times_every_size_and_compares_bytes(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(bare_site(tmp_path / "site")), "PYTHONNOUSERSITE": "1"}
-    args = ["--render-chunk-sweep", "--device", "cpu", "--tiny", "--threads", "2"]
-    p = subprocess.run(
-        [sys.executable, "-S", "-m", "benchmarks.gpu_check", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = gpu_check(env, ["--render-chunk-sweep", "--device", "cpu", "--tiny", "--threads", "2"], 540)
     assert out["device"] == "cpu" and out["default_points"] == 65536 and out["systems"] == 16
     sizes = list(out["sizes"].values())
     assert len(sizes) == 4 and all(s["systems_per_s"] > 0 for s in sizes)
