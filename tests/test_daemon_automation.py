@@ -27,18 +27,15 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 import pytest
-import torch
 
 from darkhaloscope.constants import DR10_SWEEP_DIR
 from darkhaloscope.lensing.bank import PLAN_SUMMARY_KEY
-from darkhaloscope.training.checkpoint import save_checkpoint
-from darkhaloscope.training.models import build_model
-from darkhaloscope.training.preprocess import PreprocessSpec
 from lakehouse.lake import Lake
 from mock_survey.survey import MockSurveyConfig, generate_mock_survey
 from tests.spark_fixtures import known_lenses_table
 from tests.support.cutout_server import CutoutServer
 from tests.support.dagster_ui import REPO, DagsterDev
+from tests.support.tiny_finder import publish_tiny_finder
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -50,15 +47,7 @@ BACKFILL_S, FLOW_S = 900, 900
 def _prepared_lake(root: Path) -> Lake:
     """A lake with what the flow reads besides the survey, and no sweep-file partition yet."""
     lake = Lake(str(root))
-    torch.manual_seed(0)
-    save_checkpoint(
-        lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}),
-        "best",
-        build_model("bottleneck_resnet_tiny", 3),
-        architecture="bottleneck_resnet_tiny",
-        in_channels=3,
-        preprocess=PreprocessSpec(crop=65),
-    )
+    publish_tiny_finder(lake)
     lake.write_table("survey", "known_lenses", known_lenses_table([{"name": "FAR", "ra": 200.0, "dec": 40.0}]))
     lake.write_table(
         "evaluation", "thresholds", pa.table({"name": ["score>0"], "threshold": pa.array([0.0], pa.float64())})

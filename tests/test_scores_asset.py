@@ -5,18 +5,15 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 
 from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META
 from darkhaloscope.stamps import to_tensor_array
-from darkhaloscope.training.checkpoint import save_checkpoint
-from darkhaloscope.training.models import build_model
-from darkhaloscope.training.preprocess import PreprocessSpec
 from io_managers import LakeIOManager
 from lakehouse.lake import Lake
 from lens_assets.evaluation import cutout_scores, injection_scores, thresholds
 from lens_assets.shared.partitions import injection_batches, sweep_partitions
 from resources import ComputeResource, LakeResource
+from tests.support.tiny_finder import publish_tiny_finder
 from tests.support.wap import run_assets
 
 SWEEP = "sweep-030m005-035p000.fits"
@@ -31,15 +28,7 @@ def _stamps(n: int, seed: int) -> np.ndarray:
 
 def _lake(tmp_path) -> Lake:
     lake = Lake(str(tmp_path / "lake"))
-    torch.manual_seed(0)
-    save_checkpoint(
-        lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}),
-        "best",
-        build_model("bottleneck_resnet_tiny", 3),
-        architecture="bottleneck_resnet_tiny",
-        in_channels=3,
-        preprocess=PreprocessSpec(crop=65),
-    )
+    publish_tiny_finder(lake)
     n = len(NEGATIVES) + 1
     images = _stamps(n, 1)
     images[-1, 1, 50, 50] = np.nan  # an unscorable cutout (the positive)

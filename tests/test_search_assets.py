@@ -10,12 +10,8 @@ import re
 import dagster as dg
 import numpy as np
 import pyarrow as pa
-import torch
 
 from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_with_selection, select_negatives
-from darkhaloscope.training.checkpoint import save_checkpoint
-from darkhaloscope.training.models import build_model
-from darkhaloscope.training.preprocess import PreprocessSpec
 from io_managers import LakeIOManager
 from lakehouse.lake import Lake
 from lens_assets.shared.partitions import injection_batches, sweep_partitions
@@ -33,6 +29,7 @@ from tests.conftest import require_chromium
 from tests.spark_fixtures import known_lenses_table
 from tests.support.chromium import page_dom
 from tests.support.cutout_server import CutoutServer
+from tests.support.tiny_finder import publish_tiny_finder
 from tests.support.wap import published_files, run_assets
 from tests.test_catalog_cuts import rows
 
@@ -45,15 +42,7 @@ N = 6
 
 def _lake(tmp_path) -> tuple[Lake, pa.Table]:
     lake = Lake(str(tmp_path / "lake"))
-    torch.manual_seed(0)
-    save_checkpoint(
-        lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}),
-        "best",
-        build_model("bottleneck_resnet_tiny", 3),
-        architecture="bottleneck_resnet_tiny",
-        in_channels=3,
-        preprocess=PreprocessSpec(crop=65),
-    )
+    publish_tiny_finder(lake)
     sweep = rows(N + 1, type=["DEV"] * N + ["PSF"], sweep_file=[SWEEP] * (N + 1))
     known = known_lenses_table([{"name": "KNOWN-1", "ra": sweep.column("ra")[1].as_py(), "dec": 1.0}])
     _, funnel = select_negatives(sweep, known)

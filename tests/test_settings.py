@@ -1,22 +1,10 @@
 """Every ``DHS_`` variable the product reads is declared once, in ``resources/settings.py``, with its
 default, meaning and check (the documentation's settings reference lists them from there)."""
 
-import pathlib
 import re
 
 from resources.settings import BY_NAME, SETTINGS
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-PRODUCT = (
-    "darkhaloscope",
-    "mock_survey",
-    "lakehouse",
-    "table_registry",
-    "lens_assets",
-    "resources",
-    "io_managers",
-    "dhs",
-)
+from tests.test_dependencies import PRODUCT, REPO
 
 
 def test_every_variable_the_product_reads_is_declared():
