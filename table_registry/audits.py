@@ -38,7 +38,7 @@ SPLITS_DISJOINT = Audit(
 )
 SPLIT_FRACTIONS = Audit(
     "split_fractions",
-    "split fractions of the negative pool within tolerance of 70/15/15 (warning: small areas are lumpy)",
+    "split fractions of the negative pool within 3 sd of 70/15/15, the sd from its HEALPix pixels (warning)",
     blocking=False,
 )
 STRATA_HAVE_NEGATIVES = Audit("strata_have_negatives", "every stratum of the positives has negatives")

@@ -320,8 +320,28 @@ def test_independent_checks_agree_and_catch_violations():
     splits[0] = "test" if splits[0] != "test" else "train"
     twin = neg.slice(0, 1).set_column(neg.schema.get_field_index("split"), "split", pa.array(splits[:1]))
     assert verify_split_disjoint(neg, twin)["n_mixed_pixels"] == 1
-    rep = split_fraction_report(neg, tolerance=1.0)
-    assert rep["ok"] and sum(v["n"] for v in rep["fractions"].values()) == neg.num_rows
+    rep = split_fraction_report(neg)
+    assert sum(v["n"] for v in rep["fractions"].values()) == neg.num_rows
+
+
+def test_split_fractions_tolerance_follows_the_pixel_count():
+    """A few pixels scatter far from 70/15/15 by chance, a wide area does not; rows dealt to the
+    splits one by one (not pixel by pixel) at the wrong fractions are caught on a wide area."""
+    rng = np.random.default_rng(7)
+    # 24 pixels of nside 128 near (150, 2): the split of each is its hash's, so the fractions are lumpy.
+    ra, dec = 150.0 + rng.uniform(0, 1.5, 4000), 2.0 + rng.uniform(0, 1.0, 4000)
+    lumpy = pa.table({"ra": ra, "dec": dec, "split": pa.array(sky.split_for_coords(ra, dec).tolist())})
+    rep = split_fraction_report(lumpy)
+    assert rep["ok"], rep["warnings"]
+    assert 10 < rep["n_pixels"] < 60 and rep["fractions"]["train"]["sd"] > 0.05
+    # 40,000 rows over ~2,000 pixels: sd ≈ 0.01; a split assigned 50/25/25 row by row is 20 sd off.
+    ra, dec = rng.uniform(0, 40, 40000), rng.uniform(-5, 5, 40000)
+    wide = pa.table({"ra": ra, "dec": dec, "split": pa.array(sky.split_for_coords(ra, dec).tolist())})
+    rep = split_fraction_report(wide)
+    assert rep["ok"] and rep["fractions"]["train"]["sd"] < 0.015
+    wrong = wide.set_column(2, "split", pa.array(rng.choice(["train", "val", "test"], 40000, p=[0.5, 0.25, 0.25])))
+    rep = split_fraction_report(wrong)
+    assert not rep["ok"] and any("'train'" in w for w in rep["warnings"])
 
 
 def _read_raw_sweep(path: Path) -> pa.Table:

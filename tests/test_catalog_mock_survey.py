@@ -105,7 +105,7 @@ def test_catalog_assets_materialize_with_their_checks(spark, mock_lake, tmp_path
         "strata_have_negatives",
         "training_strata_contract",
     }
-    failed = {e.check_name: e.metadata for e in evaluations if not e.passed and e.check_name != "split_fractions"}
+    failed = {e.check_name: e.metadata for e in evaluations if not e.passed}
     assert not failed
     names = sorted(p["sweep_file"] for p in lake.partitions("survey", "sweeps"))
     assert sorted(p["sweep_file"] for p in lake.partitions("catalog", "negatives")) == names

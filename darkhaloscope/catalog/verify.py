@@ -115,24 +115,50 @@ def verify_split_disjoint(*tables: pa.Table, nside: int = SPLIT_NSIDE) -> dict:
 
 
 def split_fraction_report(
-    table: pa.Table, expected: tuple[tuple[str, float], ...] = sky.DEFAULT_SPLIT_FRACTIONS, tolerance: float = 0.02
+    table: pa.Table,
+    expected: tuple[tuple[str, float], ...] = sky.DEFAULT_SPLIT_FRACTIONS,
+    n_sigma: float = 3.0,
+    nside: int = SPLIT_NSIDE,
 ) -> dict:
-    """Observed fraction of rows per split against ``expected``; a warning per split off by > tolerance.
+    """Observed fraction of rows per split against ``expected``; a warning per split further than
+    ``n_sigma`` standard deviations from its fraction.
 
-    Spatial splits of small areas are lumpy, so this is a warning, not a failure.
+    Whole HEALPix pixels (NESTED, ``nside``) are dealt to the splits by a hash of the pixel id, so the
+    row fraction of a split with fraction f scatters by sqrt(f (1 − f) Σ n_j²) / N over pixels holding
+    n_j of the N rows: a small area of few pixels is lumpy, a survey's thousands of pixels are not.
+    A drift beyond that says the split assignment is broken, not that the sky is lumpy. A warning,
+    not a failure. Returns {"n_rows", "n_pixels", "effective_pixels", "fractions": {split:
+    {"observed", "expected", "n", "sd"}}, "warnings", "ok"}.
     """
     s = np.asarray(table.column("split").to_pylist(), dtype=object)
     n = len(s)
+    if n:
+        pix = sky.healpix_nested(table.column("ra").to_numpy(), table.column("dec").to_numpy(), nside)
+        counts = np.unique(pix, return_counts=True)[1].astype(np.float64)
+        n_pixels, effective = int(counts.size), float(n * n / np.sum(counts**2))
+    else:
+        n_pixels, effective = 0, 0.0
     fractions, warnings = {}, []
     for name, f in expected:
         obs = float((s == name).sum() / n) if n else 0.0
-        fractions[name] = {"observed": obs, "expected": f, "n": int((s == name).sum())}
-        if abs(obs - f) > tolerance:
-            warnings.append(f"split {name!r}: observed fraction {obs:.3f} vs expected {f:.3f} (tolerance {tolerance})")
+        sd = float(np.sqrt(f * (1.0 - f) / effective)) if n else 0.0
+        fractions[name] = {"observed": obs, "expected": f, "n": int((s == name).sum()), "sd": sd}
+        if abs(obs - f) > n_sigma * sd:
+            warnings.append(
+                f"split {name!r}: observed fraction {obs:.3f} vs expected {f:.3f} ± {sd:.3f} "
+                f"({n_pixels} pixels, > {n_sigma:g} sd)"
+            )
     unknown = sorted(set(s.tolist()) - {name for name, _ in expected})
     if unknown:
         warnings.append(f"unknown split values {unknown}")
-    return {"n_rows": n, "fractions": fractions, "warnings": warnings, "ok": not warnings}
+    return {
+        "n_rows": n,
+        "n_pixels": n_pixels,
+        "effective_pixels": effective,
+        "fractions": fractions,
+        "warnings": warnings,
+        "ok": not warnings,
+    }
 
 
 def strata_coverage(positives: pa.Table, negatives: pa.Table) -> dict:
