@@ -6,12 +6,20 @@ upstream of the evaluation report reads them (``tests/test_mock_hidden_lenses.py
 """
 
 import dagster as dg
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from darkhaloscope.constants import flux_to_mag
-from darkhaloscope.evaluation.closure import CLOSURE_SCHEMA, closure_table
+from darkhaloscope.errors import InputError
+from darkhaloscope.evaluation.closure import (
+    CLOSURE_SCHEMA,
+    closure_table,
+    model_at,
+    outside_prior_support,
+    threshold_names,
+)
 from darkhaloscope.evaluation.forecast import (
     FORECAST_SCHEMA,
     fit_lens_magnitude,
@@ -23,7 +31,7 @@ from darkhaloscope.evaluation.forecast import (
     vdf_forecast_table,
 )
 from darkhaloscope.evaluation.scoring import injection_rows
-from darkhaloscope.lensing.bank import plan_grid, with_conditioning
+from darkhaloscope.lensing.bank import plan_grid, table_conditioning, with_conditioning
 from darkhaloscope.survey.sweeps import parse_sweep_filename
 from mock_survey.hidden_lenses import ARC_SNR_RANGE
 from resources import LakeResource, SurveyResource
@@ -42,11 +50,11 @@ from .shared.publish import Publish, lake_asset
 
 
 def _hidden_lenses(
-    lake: LakeResource, survey: SurveyResource, search_scores: ds.Dataset, training_set: ds.Dataset, threshold: float
-) -> tuple[pa.Table, list[bool], dict]:
+    lake: LakeResource, survey: SurveyResource, search_scores: ds.Dataset, training_set: ds.Dataset
+) -> tuple[pa.Table, np.ndarray, dict]:
     """The mock's hidden lenses whose host the lens finder never saw in training (train or val rows
-    of ``training_set``) with their lens's dereddened z magnitude (``lens_mag_z``), whether each
-    host scored above ``threshold`` in the search, and counts for the metadata."""
+    of ``training_set``) with their lens's dereddened z magnitude (``lens_mag_z``), each host's
+    search score (NaN where it was not validly scored) and counts for the metadata."""
     import pyarrow.parquet as pq
 
     truth = pq.read_table(survey.mock_manifest().hidden_truth_path)
@@ -66,20 +74,25 @@ def _hidden_lenses(
     )
     hidden = hidden.append_column("lens_mag_z", pa.array(flux_to_mag(flux)))
     scored = search_scores.to_table(columns=["object_id", "score", "valid"], filter=pc.field("object_id").isin(ids))
-    above = pc.and_(scored.column("valid"), pc.greater(scored.column("score"), threshold))
-    found = set(scored.filter(above).column("object_id").to_pylist())
-    recovered = [oid in found for oid in ids.to_pylist()]
+    scored = scored.filter(scored.column("valid"))
+    at = pc.index_in(ids, scored.column("object_id"))  # null where the host has no valid score
+    host_score = np.asarray(scored.column("score").take(at).to_numpy(zero_copy_only=False), dtype=np.float64)
     counts = {
         "n_hidden_truth": truth.num_rows,
         "n_hidden_seen_in_training": truth.num_rows - hidden.num_rows,
-        "n_hidden_not_scored": len(set(ids.to_pylist()) - set(scored.column("object_id").to_pylist())),
+        "n_hidden_not_scored": int(np.isnan(host_score).sum()),
     }
-    return hidden, recovered, counts
+    return hidden, host_score, counts
+
+
+def _recovered(host_score: np.ndarray, model: pa.Table) -> np.ndarray:
+    """Whether each hidden lens's host scored above the threshold of ``model`` (one threshold's rows)."""
+    return host_score > float(model.column("threshold")[0].as_py())  # NaN (not scored): not recovered
 
 
 @lake_asset(
     SELECTION_CLOSURE,
-    code_version="1",
+    code_version="2",
     kinds={"parquet"},
     ins={
         "selection_model": dg.AssetIn(list(SELECTION_MODEL.key)),
@@ -98,27 +111,41 @@ def selection_closure(
     training_set: ds.Dataset,
     injection_plan: pa.Table,
 ) -> Publish:
-    """On the mock survey, the hidden lenses the search recovers (host scored above the selection
-    model's threshold) against the number the selection model predicts at their θ_E, arc S/N and
-    lens magnitude, per θ_E bin of the grid and overall, with the pull. Hidden lenses whose host the
-    lens finder saw in training (train or val rows of ``training_set``) are left out and counted: the
-    selection function is measured on hosts it never saw. The truth is read here only, from the mock
-    survey's files, never by a training or evaluation input. On a real survey the table is empty."""
+    """On the mock survey, the hidden lenses the search recovers (host scored above a threshold)
+    against the number the selection model predicts at their θ_E, arc S/N and lens magnitude, per
+    θ_E bin of the grid and overall, with the pull, at each threshold of ``selection_model``. Hidden
+    lenses whose host the lens finder saw in training (train or val rows of ``training_set``) are
+    left out and counted: the selection function is measured on hosts it never saw. The truth is
+    read here only, from the mock survey's files, never by a training or evaluation input. On a
+    real survey the table is empty."""
     if not survey.is_mock:
         md = {"skipped": "not the mock survey: no hidden-lens truth"}
         return Publish({SELECTION_CLOSURE: CLOSURE_SCHEMA.empty_table()}, metadata={SELECTION_CLOSURE: md})
-    threshold = float(selection_model.column("threshold")[0].as_py())
-    hidden, recovered, counts = _hidden_lenses(lake, survey, search_scores, training_set, threshold)
+    hidden, host_score, counts = _hidden_lenses(lake, survey, search_scores, training_set)
     theta_e, _ = plan_grid(injection_plan)
-    table = closure_table(selection_model, hidden, recovered, theta_e)
-    overall = table.filter(pc.equal(table.column("bin"), "all")).to_pylist()[0]
+    conditioning = table_conditioning(injection_plan)
+    if conditioning is None:
+        raise InputError("the injection plan records no priors: materialize injection_plan again")
+    outside = outside_prior_support(hidden, conditioning["priors"])
+    in_support = ~np.any(np.stack(list(outside.values())), axis=0)
+    tables = []
+    for name in threshold_names(selection_model):
+        model = model_at(selection_model, name)
+        tables.append(closure_table(model, hidden, _recovered(host_score, model), theta_e, in_support))
+    table = pa.concat_tables(tables)
     md = {
-        "threshold": overall["threshold_name"],
+        "search_threshold": threshold_names(selection_model)[0],
         **counts,
-        "pull_all": overall["pull"],
-        "n_recovered_all": overall["n_recovered"],
-        "n_predicted_all": round(overall["n_predicted"], 2),
+        "n_outside_prior_support": int((~in_support).sum()),
+        "outside_prior_support_by_parameter": {k: int(v.sum()) for k, v in outside.items()},
     }
+    for row in table.filter(pc.is_in(table.column("bin"), pa.array(["all", "in_prior_support"]))).to_pylist():
+        md[f"{row['threshold_name']} {row['bin']}"] = {
+            "pull": row["pull"],
+            "n_recovered": row["n_recovered"],
+            "n_predicted": round(row["n_predicted"], 2),
+            "n_predicted_sd": round(row["n_predicted_sd"], 2),
+        }
     return Publish({SELECTION_CLOSURE: table}, metadata={SELECTION_CLOSURE: md})
 
 
@@ -152,17 +179,15 @@ def lens_forecast(
     On the mock survey also population ``mock``: the model folded with the mock's own populations
     (its hidden lenses' deflectors, arc S/N log-uniform as the mock draws it) against the hidden
     lenses the search recovered (``n_truth``, ``pull``)."""
-    name = selection_model.column("threshold_name")[0].as_py()
-    threshold = float(selection_model.column("threshold")[0].as_py())
+    name = threshold_names(selection_model)[0]  # the strictest: the search's candidates
+    model = model_at(selection_model, name)
     theta_e, z_l = plan_grid(injection_plan)
     sweeps = sorted({p["sweep_file"] for p in lake.lake().partitions(*SEARCH_SCORES.key)})
     area = sum(
         sphere_box_area_deg2(b.ra_min, b.ra_max, b.dec_min, b.dec_max) for b in map(parse_sweep_filename, sweeps)
     )
     injections = injection_rows(injection_scores, "injection")
-    density = forecast_density(
-        selection_model, snr_offsets(injections, theta_e), fit_lens_magnitude(injections), theta_e, z_l
-    )
+    density = forecast_density(model, snr_offsets(injections, theta_e), fit_lens_magnitude(injections), theta_e, z_l)
     tables = [vdf_forecast_table(density, area, name)]
     md = {
         "threshold": name,
@@ -175,8 +200,8 @@ def lens_forecast(
         "n_outside_grid_per_deg2": round(float(density["outside_per_deg2"]), 4),
     }
     if survey.is_mock:
-        hidden, recovered, counts = _hidden_lenses(lake, survey, search_scores, training_set, threshold)
-        tables.append(mock_forecast_table(selection_model, hidden, recovered, theta_e, ARC_SNR_RANGE, area))
+        hidden, host_score, counts = _hidden_lenses(lake, survey, search_scores, training_set)
+        tables.append(mock_forecast_table(model, hidden, _recovered(host_score, model), theta_e, ARC_SNR_RANGE, area))
         md["mock"] = {**counts, "arc_snr_range": list(ARC_SNR_RANGE)}
     table = with_conditioning(pa.concat_tables(tables).cast(FORECAST_SCHEMA), md["assumptions"])
     for row in table.filter(pc.equal(table.column("bin"), "all")).to_pylist():

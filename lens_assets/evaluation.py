@@ -25,7 +25,7 @@ from darkhaloscope.evaluation import (
     thresholds_from_negatives,
     usable_thresholds,
 )
-from darkhaloscope.evaluation.closure import calibration_table, fit_selection_model
+from darkhaloscope.evaluation.closure import calibration_table, fit_selection_models, model_at, threshold_names
 from darkhaloscope.evaluation.products import FIGURES, report_html, selection_products
 from darkhaloscope.evaluation.scoring import (
     CUTOUT_META,
@@ -214,23 +214,29 @@ def selection_function(
 
 @lake_asset(
     SELECTION_MODEL,
-    code_version="1",
+    code_version="2",
     kinds={"parquet"},
     ins={"thresholds": dg.AssetIn(list(THRESHOLDS.key)), "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key))},
 )
 def selection_model(
     context: dg.AssetExecutionContext, lake: LakeResource, thresholds: pa.Table, injection_scores: ds.Dataset
 ) -> Publish:
-    """P(detected | θ_E, arc S/N, lens z magnitude) at the search's threshold (the strictest usable,
-    as ``candidates``): a logistic fit over the valid injections and its refits on host-bootstrap
-    resamples (``darkhaloscope.evaluation.closure``); evaluate it at any parameters with
-    ``closure.detection_probability``. Its calibration against the injections by arc S/N is in the
-    metadata."""
-    name, value = choose_threshold(thresholds)
+    """P(detected | θ_E, arc S/N, lens z magnitude) at each usable threshold (the search's is the
+    strictest, as ``candidates``): a logistic fit over the valid injections and its refits on
+    host-bootstrap resamples (``darkhaloscope.evaluation.closure``); evaluate it at any parameters
+    with ``closure.detection_probability`` on ``closure.model_at(model, threshold_name)``. Its
+    calibration against the injections by arc S/N, per threshold, is in the metadata."""
+    search_threshold, _ = choose_threshold(thresholds)
     injections = injection_rows(injection_scores, "injection")
-    model = fit_selection_model(injections, name, value)
-    calib = calibration_table(model, injections).to_pylist()
-    return Publish({SELECTION_MODEL: model}, metadata={SELECTION_MODEL: {"threshold": name, "calibration": calib}})
+    model, not_fitted = fit_selection_models(injections, usable_thresholds(thresholds))
+    names = threshold_names(model)
+    md = {
+        "search_threshold": search_threshold,
+        "thresholds": names,
+        "not_fitted": not_fitted,
+        "calibration": {n: calibration_table(model_at(model, n), injections).to_pylist() for n in names},
+    }
+    return Publish({SELECTION_MODEL: model}, metadata={SELECTION_MODEL: md})
 
 
 @lake_asset(

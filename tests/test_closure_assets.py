@@ -15,7 +15,8 @@ import pytest
 
 import lens_assets.evaluation as evaluation
 from darkhaloscope.evaluation.forecast import sphere_box_area_deg2
-from darkhaloscope.lensing.bank import PLAN_SUMMARY_KEY, table_conditioning
+from darkhaloscope.lensing.bank import PLAN_SUMMARY_KEY, table_conditioning, with_conditioning
+from darkhaloscope.lensing.priors import PriorRegistry
 from darkhaloscope.survey.sweeps import parse_sweep_filename
 from io_managers import LakeIOManager
 from lakehouse.lake import Lake
@@ -60,7 +61,12 @@ def test_closure_counts_predicts_and_leaves_out_what_training_saw(tmp_path):
     sweep = truth.column("sweep_file")[0].as_py()
     lake = Lake(str(tmp_path / "lake"))
     lake.write_table("evaluation", "injection_scores", _injections(), partition={"injection_batch": BATCH})
-    lake.write_table("evaluation", "thresholds", pa.table({"name": ["fpr=1e-2"], "threshold": [0.5]}))
+    # injections score 0.95 or 0.05: fpr=1e-4 (0.97) has no detected injection, so no model
+    lake.write_table(
+        "evaluation",
+        "thresholds",
+        pa.table({"name": ["fpr=1e-2", "fpr=1e-3", "fpr=1e-4"], "threshold": [0.5, 0.9, 0.97]}),
+    )
     n = len(ids)
     lake.write_table(
         "search",
@@ -76,7 +82,9 @@ def test_closure_counts_predicts_and_leaves_out_what_training_saw(tmp_path):
     )
     lake.write_table("training", "training_set", pa.table({"object_id": ids[:1]}))  # the finder saw lens 0
     summary = {"theta_e_values": [0.5, 1.0, 1.5, 2.0, 2.5, 3.0], "z_l_values": [0.3]}
+    priors = {k: [p.kind, p.lo, p.hi, p.mu, p.sigma] for k, p in PriorRegistry().priors.items()}
     plan = pa.table({"injection_id": [0]}).replace_schema_metadata({PLAN_SUMMARY_KEY: json.dumps(summary).encode()})
+    plan = with_conditioning(plan, {"priors": priors})
     lake.write_table("injection", "injection_plan", plan)
 
     instance = dg.DagsterInstance.ephemeral()
@@ -91,14 +99,20 @@ def test_closure_counts_predicts_and_leaves_out_what_training_saw(tmp_path):
     )
 
     model = lake.read_table("evaluation", "selection_model")
-    assert model.column("replica").to_pylist()[0] == 0 and model.num_rows == 41
-    closure = {r["bin"]: r for r in lake.read_table("evaluation", "selection_closure").to_pylist()}
+    assert model.num_rows == 82 and set(model.column("threshold_name").to_pylist()) == {"fpr=1e-2", "fpr=1e-3"}
+    rows = lake.read_table("evaluation", "selection_closure").to_pylist()
+    closure = {r["bin"]: r for r in rows if r["threshold_name"] == "fpr=1e-2"}
     overall = closure["all"]
     assert overall["n_hidden"] == n - 1  # lens 0 was a training row
     assert overall["n_recovered"] == sum(1 for i in range(1, n) if i % 2 == 0)
     assert 0 < overall["n_predicted"] < n - 1 and overall["n_predicted_sd"] > 0
     assert overall["pull"] == (overall["n_recovered"] - overall["n_predicted"]) / overall["n_predicted_sd"]
-    assert sum(r["n_hidden"] for b, r in closure.items() if b != "all") == n - 1
+    assert sum(r["n_hidden"] for b, r in closure.items() if b not in ("all", "in_prior_support")) == n - 1
+    # the hosts scored 0.9 are not above the stricter fpr=1e-3 threshold (0.9)
+    strict = [r for r in rows if r["threshold_name"] == "fpr=1e-3" and r["bin"] == "all"][0]
+    assert strict["n_hidden"] == n - 1 and strict["n_recovered"] == 0
+    support = closure["in_prior_support"]  # the mock draws some sources more compact than the prior's
+    assert 0 <= support["n_hidden"] <= n - 1 and support["n_recovered"] <= overall["n_recovered"]
 
     forecast = {(r["population"], r["bin"]): r for r in lake.read_table("evaluation", "lens_forecast").to_pylist()}
     box = parse_sweep_filename(sweep)
@@ -109,8 +123,12 @@ def test_closure_counts_predicts_and_leaves_out_what_training_saw(tmp_path):
     assert sum(r["n_per_deg2"] for (p, b), r in forecast.items() if p == "vdf" and b != "all") == pytest.approx(
         vdf["n_per_deg2"]
     )
-    # the mock's fold counts the same hidden lenses as the closure, against the same recovered truth
-    assert mock["n_truth"] == overall["n_recovered"] and mock["n_lensed_per_deg2"] == pytest.approx((n - 1) / area)
+    # the mock's fold, at the strictest fitted threshold, counts the same hidden lenses as the closure there
+    assert (
+        mock["threshold_name"] == "fpr=1e-3"
+        and mock["n_truth"] == strict["n_recovered"]
+        and mock["n_lensed_per_deg2"] == pytest.approx((n - 1) / area)
+    )
     assert 0 < mock["n_in_area"] < n - 1
     assumptions = table_conditioning(lake.read_table("evaluation", "lens_forecast"))
     assert assumptions["vdf"]["sigma_star"] == 161.0 and assumptions["source_counts"]["slope"] == 0.3

@@ -428,8 +428,8 @@ def build_report(
     gallery_uri : where the survey search's candidate gallery is published (a link; no section without it).
     conditioning : what the selection function is conditioned on (priors, cosmology, host selection,
         σ_v relation, grid, injections per cell), shown beside it.
-    closure : table of :func:`closure.closure_table`: the mock's hidden lenses the search found
-        against the number the selection model predicts.
+    closure : tables of :func:`closure.closure_table`, one per threshold: the mock's hidden lenses
+        the search found against the number the selection model predicts.
     forecast : table of :func:`forecast.vdf_forecast_table` (and :func:`forecast.mock_forecast_table`
         on the mock): expected detected lenses per deg² and in the searched area;
         ``forecast_assumptions`` what it assumes (:func:`forecast.forecast_assumptions`).
@@ -449,7 +449,8 @@ def build_report(
         parts.append(
             '<p class="note">Per θ_E bin and overall: hidden lenses of the mock sky whose host the finder never saw, '
             "the number the selection model P(detected | θ_E, arc S/N, lens z mag) predicts, its standard deviation "
-            "(model and sampling), the number the search recovered at the threshold, and the pull.</p>"
+            "(model and sampling), the number the search recovered, and the pull, at each threshold (the strictest "
+            "selects the candidates; a looser one recovers more lenses and so tests the model with more).</p>"
         )
         parts.append(table_html(closure, max_rows=max_table_rows, el_id=ids("table", "closure")))
     else:
