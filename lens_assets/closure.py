@@ -134,7 +134,7 @@ def selection_closure(
         tables.append(closure_table(model, hidden, _recovered(host_score, model), theta_e, in_support))
     table = pa.concat_tables(tables)
     md = {
-        "search_threshold": threshold_names(selection_model)[0],
+        "strictest_threshold": threshold_names(selection_model)[0],
         **counts,
         "n_outside_prior_support": int((~in_support).sum()),
         "outside_prior_support_by_parameter": {k: int(v.sum()) for k, v in outside.items()},
