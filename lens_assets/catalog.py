@@ -24,10 +24,10 @@ from darkhaloscope.catalog.spark import (
 )
 from darkhaloscope.catalog.spark_conf import S3RetryCount
 from darkhaloscope.catalog.verify import (
+    ExclusionCheck,
     split_fraction_report,
     strata_coverage,
     verify_cuts_with_duckdb,
-    verify_exclusion_with_astropy,
     verify_split_disjoint,
 )
 from lakehouse import audits as au
@@ -112,8 +112,9 @@ def negatives(
     fun = [staged_table(context, SELECTION_FUNNEL, n) for n in names]
     for staged, name in zip(fun, names):
         staged.write(funnel_with_selection({name: funnel[name]}, selection))
+    exclusion = ExclusionCheck(known_lenses, selection.exclusion_radius_arcsec)
     outcomes = au.combine(
-        [o for s in neg for o in _negatives_audits(s, known_lenses, selection)],
+        [o for s in neg for o in _negatives_audits(s, exclusion, selection)],
         [s.label for s in neg for _ in range(2)],
     )
     table = pa.concat_tables([s.read(columns=["pool", "confuser_category"]) for s in neg])
@@ -128,9 +129,11 @@ def negatives(
     return Publish({NEGATIVES: neg, SELECTION_FUNNEL: fun}, audits={NEGATIVES: outcomes}, metadata={NEGATIVES: md})
 
 
-def _negatives_audits(staged, known: pa.Table, selection: NegativeSelectionConfig) -> list[au.AuditOutcome]:
+def _negatives_audits(
+    staged, exclusion_check: ExclusionCheck, selection: NegativeSelectionConfig
+) -> list[au.AuditOutcome]:
     table = staged.read()
-    exclusion = verify_exclusion_with_astropy(table, known, selection.exclusion_radius_arcsec)
+    exclusion = exclusion_check(table)
     cuts = verify_cuts_with_duckdb(table, selection)
     return [
         au.count_audit(

@@ -22,6 +22,7 @@ from darkhaloscope.catalog.cuts import (
     select_negatives,
 )
 from darkhaloscope.catalog.verify import (
+    ExclusionCheck,
     split_fraction_report,
     verify_cuts_with_duckdb,
     verify_exclusion_with_astropy,
@@ -309,6 +310,9 @@ def test_independent_checks_agree_and_catch_violations():
     # Without the exclusion the astropy check sees the sources near lenses.
     neg_all, _ = select_negatives(t, NO_LENSES)
     assert verify_exclusion_with_astropy(neg_all, lenses, 11.0)["n_violations"] == neg_all.num_rows - neg.num_rows > 0
+    # one check built once (its lenses' KD-tree kept) gives the same answers table after table
+    check = ExclusionCheck(lenses, 11.0)
+    assert check(neg_all)["n_violations"] == neg_all.num_rows - neg.num_rows and check(neg)["n_violations"] == 0
     # A corrupted table fails the DuckDB re-check, cut by cut.
     bad = neg.set_column(
         neg.schema.get_field_index("nobs_r"), "nobs_r", pa.array([2] + [4] * (neg.num_rows - 1), pa.int16())

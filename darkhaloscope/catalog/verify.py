@@ -20,35 +20,50 @@ from ..errors import InputError
 from .cuts import NegativeSelectionConfig
 
 
+class ExclusionCheck:
+    """Negatives closer than ``radius_arcsec`` to a known lens, found with astropy
+    (``SkyCoord.search_around_sky``), independently of the selection's own index. The known lenses'
+    SkyCoord is built once and searched around each table's negatives, so astropy keeps its KD-tree
+    on it across the tables checked (one per sweep file)."""
+
+    def __init__(self, known_lenses: pa.Table, radius_arcsec: float = NegativeSelectionConfig.exclusion_radius_arcsec):
+        from astropy import units as u
+        from astropy.coordinates import SkyCoord
+
+        self.radius = radius_arcsec * u.arcsec
+        self.lenses = SkyCoord(
+            np.asarray(known_lenses.column("ra").to_numpy(zero_copy_only=False), float) * u.deg,
+            np.asarray(known_lenses.column("dec").to_numpy(zero_copy_only=False), float) * u.deg,
+        )
+        self.names = (
+            known_lenses.column("name").to_pylist()
+            if "name" in known_lenses.column_names
+            else list(range(known_lenses.num_rows))
+        )
+
+    def __call__(self, negatives: pa.Table) -> dict:
+        """{"n_violations": rows of ``negatives`` within the radius, "examples": up to 10
+        (object_id, lens name or index, separation in arcsec)}."""
+        from astropy import units as u
+        from astropy.coordinates import SkyCoord
+
+        if negatives.num_rows == 0 or len(self.names) == 0:
+            return {"n_violations": 0, "examples": []}
+        neg = SkyCoord(negatives.column("ra").to_numpy() * u.deg, negatives.column("dec").to_numpy() * u.deg)
+        # Returns (indices into the argument, indices into self, ...); the KD-tree is stored on self.
+        i_neg, i_lens, sep, _ = self.lenses.search_around_sky(neg, self.radius)
+        oid = negatives.column("object_id").to_numpy()
+        ex = [
+            (int(oid[a]), self.names[b], float(d.to_value(u.arcsec))) for a, b, d in list(zip(i_neg, i_lens, sep))[:10]
+        ]
+        return {"n_violations": int(len(np.unique(i_neg))), "examples": ex}
+
+
 def verify_exclusion_with_astropy(
     negatives: pa.Table, known_lenses: pa.Table, radius_arcsec: float = NegativeSelectionConfig.exclusion_radius_arcsec
 ) -> dict:
-    """Negatives closer than ``radius_arcsec`` to a known lens (astropy SkyCoord.search_around_sky).
-
-    Returns {"n_violations": rows of ``negatives`` within the radius, "examples": up to 10
-    (object_id, lens name or index, separation in arcsec)}.
-    """
-    from astropy import units as u
-    from astropy.coordinates import SkyCoord
-
-    if negatives.num_rows == 0 or known_lenses.num_rows == 0:
-        return {"n_violations": 0, "examples": []}
-    neg = SkyCoord(negatives.column("ra").to_numpy() * u.deg, negatives.column("dec").to_numpy() * u.deg)
-    lens = SkyCoord(
-        np.asarray(known_lenses.column("ra").to_numpy(zero_copy_only=False), float) * u.deg,
-        np.asarray(known_lenses.column("dec").to_numpy(zero_copy_only=False), float) * u.deg,
-    )
-    # Returns (indices into the argument, indices into self, ...).
-    i_lens, i_neg, sep, _ = neg.search_around_sky(lens, radius_arcsec * u.arcsec)
-    bad = np.unique(i_neg)
-    names = (
-        known_lenses.column("name").to_pylist()
-        if "name" in known_lenses.column_names
-        else list(range(known_lenses.num_rows))
-    )
-    oid = negatives.column("object_id").to_numpy()
-    ex = [(int(oid[a]), names[b], float(s.to_value(u.arcsec))) for a, b, s in list(zip(i_neg, i_lens, sep))[:10]]
-    return {"n_violations": int(len(bad)), "examples": ex}
+    """:class:`ExclusionCheck` of one table of negatives."""
+    return ExclusionCheck(known_lenses, radius_arcsec)(negatives)
 
 
 def verify_cuts_with_duckdb(
