@@ -128,13 +128,14 @@ def selection_closure(
         raise InputError("the injection plan records no priors: materialize injection_plan again")
     outside = outside_prior_support(hidden, conditioning["priors"])
     in_support = ~np.any(np.stack(list(outside.values())), axis=0)
+    names = threshold_names(selection_model)
     tables = []
-    for name in threshold_names(selection_model):
+    for name in names:
         model = model_at(selection_model, name)
         tables.append(closure_table(model, hidden, _recovered(host_score, model), theta_e, in_support))
     table = pa.concat_tables(tables)
     md = {
-        "strictest_threshold": threshold_names(selection_model)[0],
+        "strictest_threshold": names[0],
         **counts,
         "n_outside_prior_support": int((~in_support).sum()),
         "outside_prior_support_by_parameter": {k: int(v.sum()) for k, v in outside.items()},

@@ -59,13 +59,6 @@ class ExclusionCheck:
         return {"n_violations": int(len(np.unique(i_neg))), "examples": ex}
 
 
-def verify_exclusion_with_astropy(
-    negatives: pa.Table, known_lenses: pa.Table, radius_arcsec: float = NegativeSelectionConfig.exclusion_radius_arcsec
-) -> dict:
-    """:class:`ExclusionCheck` of one table of negatives."""
-    return ExclusionCheck(known_lenses, radius_arcsec)(negatives)
-
-
 def verify_cuts_with_duckdb(
     negatives: pa.Table | str | os.PathLike, config: NegativeSelectionConfig = NegativeSelectionConfig()
 ) -> dict:

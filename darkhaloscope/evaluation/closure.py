@@ -180,8 +180,9 @@ def model_at(model: pa.Table, threshold_name: str) -> pa.Table:
 
 
 def _one_threshold(model: pa.Table) -> None:
-    names = threshold_names(model)
-    if len(names) != 1:
+    # a count, not the names: detection_probability runs this in the forecast's loops
+    if pc.count_distinct(model.column("threshold_name")).as_py() != 1:
+        names = threshold_names(model)
         raise InputError(f"selection model rows of {len(names)} thresholds {names}: choose one with model_at")
 
 
