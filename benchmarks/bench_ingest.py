@@ -36,7 +36,7 @@ def _child(method: str, src: str, dest: str) -> None:
     from astropy.table import Table  # noqa: F401
 
     from darkhaloscope.survey.sweeps import ingest_sweep
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
 
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = ru0.ru_utime + ru0.ru_stime

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from darkhaloscope.catalog.cuts import KnownLensIndex, NegativeSelectionConfig, cut_masks, select_negatives
 from darkhaloscope.catalog.sweep_tasks import build_negative_partition, sweep_file_names
-from lakehouse.lake import PART_FILE, Lake
+from lake_platform.lake import PART_FILE, Lake
 from table_registry import tables as T
 from tests.spark_fixtures import known_lenses_table, synthetic_sweeps
 

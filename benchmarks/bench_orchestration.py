@@ -110,7 +110,7 @@ def direct_pass(lake_root: str, env: dict) -> dict:
     from darkhaloscope.search.targets import search_targets
     from darkhaloscope.survey.known_lenses import load_known_lenses
     from darkhaloscope.survey.sweeps import ingest_sweep
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
     from lens_assets.catalog import DEMO_RATIO
     from mock_survey.sources import MockSkySettings
     from resources.compute import QuietPySparkResource
@@ -220,7 +220,7 @@ def dagster_pass(lake_root: str, home: str) -> dict:
     from definitions import defs
     from dhs.instance import write_instance_settings
     from dhs.materialize import Materializer
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
 
     write_instance_settings(Path(home))
     instance = dg.DagsterInstance.from_config(home)

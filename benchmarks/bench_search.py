@@ -62,7 +62,7 @@ from darkhaloscope.training.checkpoint import load_checkpoint, save_checkpoint, 
 from darkhaloscope.training.inference import SCORE_BATCH
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.profiles import training_profile
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from table_registry import tables as T
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from darkhaloscope.errors import InputError
-from lakehouse.query import format_rows, run_query
+from lake_platform.query import format_rows, run_query
 from table_registry import tables as T
 
 

@@ -74,7 +74,7 @@ def cmd_backfill(args) -> int:
 
 
 def _lake():
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
 
     return Lake.from_env()
 
@@ -116,7 +116,7 @@ def cmd_materialize(args) -> int:
 
 def cmd_query(args) -> int:
     from darkhaloscope.errors import StorageError
-    from lakehouse.query import format_rows, query
+    from lake_platform.query import format_rows, query
 
     try:
         result = query(_lake(), args.sql, timeout_s=args.timeout, max_rows=args.max_rows)
@@ -131,7 +131,7 @@ def cmd_query(args) -> int:
 
 def cmd_tables(args) -> int:
     from darkhaloscope.errors import StorageError
-    from lakehouse.query import describe_tables, format_rows
+    from lake_platform.query import describe_tables, format_rows
 
     try:
         info = describe_tables(_lake())

@@ -32,7 +32,7 @@ import dagster as dg
 
 from darkhaloscope.errors import PERMANENT_ERRORS
 from io_managers.parquet import partition_for_key, table_location
-from lakehouse.lake import host_tag
+from lake_platform.lake import host_tag
 from lens_assets.ops import HOST_TAG, reap_dead_runs
 from lens_assets.shared.partitions import injection_batch_change, sweep_file_change
 from table_registry.tables import INJECTION_PLAN

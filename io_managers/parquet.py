@@ -4,7 +4,7 @@ Asset keys are ``[group, table]``; a table lives at ``<lake>/<group>/<table>/`` 
 ``.../<dim>=<key>/part-0.parquet``.
 
 * **Output** — the publish step of write–audit–publish. An asset hands over the tables it staged
-  and audited (:class:`~lakehouse.staging.StagedTable`, one per partition it wrote); this
+  and audited (:class:`~lake_platform.staging.StagedTable`, one per partition it wrote); this
   moves them onto their published paths (:meth:`StagedTable.publish`) and records URI, row count
   and schema. Anything else is refused: an unaudited table is never published.
 * **Input** — a ``pyarrow.Table`` (tables that fit in memory) or, for an input annotated
@@ -19,8 +19,8 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from lakehouse.contracts import Contract
-from lakehouse.staging import StagedTable
+from lake_platform.contracts import Contract
+from lake_platform.staging import StagedTable
 from resources.lake import LakeResource
 from table_registry.tables import by_key
 

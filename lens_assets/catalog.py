@@ -30,8 +30,8 @@ from darkhaloscope.catalog.verify import (
     verify_cuts_with_duckdb,
     verify_split_disjoint,
 )
-from lakehouse import audits as au
-from lakehouse.lake import STAGING_DIR
+from lake_platform import audits as au
+from lake_platform.lake import STAGING_DIR
 from resources import ComputeResource, LakeResource
 from resources.compute import CatalogLaunchResource, QuietPySparkResource
 from table_registry import audits as checks

@@ -41,7 +41,7 @@ from darkhaloscope.search.candidates import choose_threshold
 from darkhaloscope.search.gallery import GALLERY_FILE
 from darkhaloscope.search.grades import published_graded_lens_ids
 from darkhaloscope.stamps import from_tensor_column
-from lakehouse import audits as au
+from lake_platform import audits as au
 from resources import ComputeResource, LakeResource
 from table_registry import audits as checks
 from table_registry.tables import (

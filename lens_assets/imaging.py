@@ -25,7 +25,7 @@ from darkhaloscope.imaging.cutout_table import (
 from darkhaloscope.imaging.quality import quality_summary
 from darkhaloscope.imaging.shortcuts import RED_BOUND, core_shortcut_failed
 from darkhaloscope.imaging.validation import NEGATIVES_VALID_MIN, quality_fractions, shortcut_scan, worst_core_feature
-from lakehouse import audits as au
+from lake_platform import audits as au
 from resources import LakeResource, SurveyResource
 from resources.imaging import ImagingResource
 from table_registry import audits as checks

@@ -31,7 +31,7 @@ from darkhaloscope.lensing.bank import (
 from darkhaloscope.lensing.hosts import HOST_ROW_COLUMNS, calibrate_sigma_relation, host_lens_properties
 from darkhaloscope.lensing.verify import lenstronomy_agreement, physics_problems
 from darkhaloscope.search.grades import published_graded_lens_ids
-from lakehouse import audits as au
+from lake_platform import audits as au
 from resources import ComputeResource, LakeResource
 from table_registry import audits as checks
 from table_registry.tables import (

@@ -7,12 +7,12 @@ log in the lake (``ops/alert_log``):
 * ``alert_sensor`` runs under the daemon every 30 s. Its cursor is the event-log storage id of
   the last terminal run-status event it processed; each tick it reads the runs that finished
   since (success, failure or cancellation), turns their failed check evaluations (ERROR and WARN)
-  and their run failure into :class:`~lakehouse.alerts.Alert` objects and delivers them.
+  and their run failure into :class:`~lake_platform.alerts.Alert` objects and delivers them.
 * ``dhs materialize`` runs without the daemon and calls :func:`deliver_run_alerts` after each run.
 
 Because an alert's dedup key depends only on (kind, asset, check, partition, run id) and both
 paths consult the same log, neither sends what the other already sent; both also retry the
-alerts a sink has not taken yet (the backlog, see ``lakehouse.alerts``).
+alerts a sink has not taken yet (the backlog, see ``lake_platform.alerts``).
 
 ``ops/alerts`` is written by alert delivery, not by a run, so it is an external asset (an
 ``AssetSpec``) whose materializations are reported as runless events each time delivery adds rows
@@ -39,10 +39,10 @@ from dagster import DagsterEventType
 
 from darkhaloscope.errors import InputError
 from io_managers.parquet import column_schema
-from lakehouse import audits as au
-from lakehouse.alerts import Alert, AlertSinks, DeliveryOutcome, deliver, iso_utc, redact
-from lakehouse.lake import host_tag
-from lakehouse.staging import process_alive
+from lake_platform import audits as au
+from lake_platform.alerts import Alert, AlertSinks, DeliveryOutcome, deliver, iso_utc, redact
+from lake_platform.lake import host_tag
+from lake_platform.staging import process_alive
 from resources import LakeResource
 from resources.alert_sinks import AlertSinksResource
 from table_registry.tables import ALERTS

@@ -37,7 +37,7 @@ from darkhaloscope.search.spark import search_on_spark
 from darkhaloscope.search.streaming import STAMP_SCHEMA, InflightSearch, SearchSettings, coverage_problems, score_schema
 from darkhaloscope.search.targets import funnel_preselected
 from darkhaloscope.search.targets import search_targets as select_search_targets
-from lakehouse import audits as au
+from lake_platform import audits as au
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.compute import QuietPySparkResource, reported
 from resources.imaging import ImagingResource

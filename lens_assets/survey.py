@@ -28,7 +28,7 @@ from darkhaloscope.survey.sweeps import (
     objects_in_other_sweeps,
     parse_sweep_filename,
 )
-from lakehouse import audits as au
+from lake_platform import audits as au
 from resources import LakeResource, SurveyResource
 from resources.survey import SWEEP_DIR
 from table_registry import audits as checks

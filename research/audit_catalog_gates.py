@@ -42,7 +42,7 @@ from darkhaloscope.training.gates import core_features, cross_validated_lr_auc, 
 from darkhaloscope.training.inference import score_stamps
 from darkhaloscope.training.preprocess import core_mask, preprocess_in_batches, radial_profile
 from darkhaloscope.training.runs import split_for_training
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from mock_survey.lenses import mock_sky_with_lenses
 from mock_survey.sky import MOCK_SKY_COLUMNS
 from research.common import parse_lake_args

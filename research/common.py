@@ -20,7 +20,7 @@ from darkhaloscope.search.grades import published_graded_lens_ids
 from darkhaloscope.seeding import rng_for
 from darkhaloscope.stamps import from_tensor_column
 from darkhaloscope.training.preprocess import annulus_stats
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from table_registry import tables as T
 
 #: Arc S/N bins [lo, hi) of the diagnostics' AUROC rows (the bank's matched-filter S/N).

@@ -20,7 +20,7 @@ import json
 
 from darkhaloscope.errors import InputError
 from dhs.demo_summary import hidden_lens_truth, lake_headline
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from resources.config import build_resources
 
 

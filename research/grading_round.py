@@ -26,7 +26,7 @@ from darkhaloscope.evaluation.discovery import hidden_lens_recovery
 from darkhaloscope.search.gallery import DEFAULT_TOP_N, top_candidates
 from darkhaloscope.search.grades import GRADE_COLUMNS
 from dhs.demo_summary import hidden_lens_truth
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from resources.config import build_resources
 from table_registry import tables as T
 

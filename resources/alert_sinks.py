@@ -15,10 +15,10 @@ from pydantic import Field
 
 from darkhaloscope.errors import InputError
 from darkhaloscope.retry import TRANSIENT_HTTP_STATUSES, RetriesExhausted, RetryPolicy, call_with_retries, seconds_left
-from lakehouse.alert_log import JsonlAlertLog
-from lakehouse.alerts import DEFAULT_MAX_BACKLOG, DEFAULT_REST_S, Alert, AlertDeliveryError, AlertSinks
-from lakehouse.lake import Lake
-from lakehouse.webhook import WebhookSink
+from lake_platform.alert_log import JsonlAlertLog
+from lake_platform.alerts import DEFAULT_MAX_BACKLOG, DEFAULT_REST_S, Alert, AlertDeliveryError, AlertSinks
+from lake_platform.lake import Lake
+from lake_platform.webhook import WebhookSink
 
 
 def _slack_transient(exc: BaseException) -> bool:
@@ -126,7 +126,7 @@ class AlertSinksResource(dg.ConfigurableResource):
         return Lake(uri, s3_endpoint=self.s3_endpoint or os.environ.get("DHS_S3_ENDPOINT") or None)
 
     def build_sinks(self) -> AlertSinks:
-        """The alert log and the configured senders, for :func:`lakehouse.alerts.deliver`."""
+        """The alert log and the configured senders, for :func:`lake_platform.alerts.deliver`."""
         senders: list = []
         url = self.webhook_url or os.environ.get("DHS_ALERT_WEBHOOK") or None
         if url:

@@ -1,6 +1,6 @@
 """Lake storage resource: a local folder or s3://bucket/prefix (DHS_LAKE, DHS_S3_ENDPOINT).
 
-Besides the :class:`~lakehouse.lake.Lake` itself, it opens each run's staging area
+Besides the :class:`~lake_platform.lake.Lake` itself, it opens each run's staging area
 (:meth:`LakeResource.stage`): the first step of a run that stages anything first sweeps what dead
 runs and writers left in ``_staging`` (and rejected data past its retention), then records the
 run as the owner of ``_staging/<run id>``.
@@ -14,8 +14,8 @@ import time
 import dagster as dg
 
 from darkhaloscope.errors import PERMANENT_ERRORS
-from lakehouse.lake import Lake
-from lakehouse.staging import Stage, StageOwner, owner_process_alive, sweep_orphans
+from lake_platform.lake import Lake
+from lake_platform.staging import Stage, StageOwner, owner_process_alive, sweep_orphans
 
 #: Run states in which a run still owns its staging area.
 LIVE_RUN_STATUSES = (

@@ -11,7 +11,7 @@ import pyarrow.fs as pafs
 from darkhaloscope.constants import DR10_SWEEP_DIR as SWEEP_DIR
 from darkhaloscope.errors import InputError
 from darkhaloscope.survey.location import SurveyLocation
-from lakehouse.lake import translate_storage_error, validate_partition_key
+from lake_platform.lake import translate_storage_error, validate_partition_key
 from mock_survey.paths import DEFAULT_MOCK_DIR
 from mock_survey.survey import MockSurvey, MockSurveyManifest
 

@@ -1,7 +1,7 @@
-"""Every lake table's audits: one :class:`~lakehouse.audits.Audit` per asset check (its name, what
+"""Every lake table's audits: one :class:`~lake_platform.audits.Audit` per asset check (its name, what
 it checks, whether a failure blocks publication)."""
 
-from lakehouse.audits import Audit
+from lake_platform.audits import Audit
 
 SWEEP_FILES_CONTRACT = Audit("sweep_files_contract", "unique sweep file names with valid sky boxes (contract)")
 SWEEPS_CONTRACT = Audit(

@@ -1,6 +1,6 @@
 """The columns the lake's tables share, each declared once with its unit and description.
 
-A table's contract (``table_registry/contracts.py``) lists its columns as :class:`~lakehouse.contracts.Column`
+A table's contract (``table_registry/contracts.py``) lists its columns as :class:`~lake_platform.contracts.Column`
 entries: the shared ones from here, the table's own beside its contract. Where a science-library
 module builds the table from an Arrow schema, :func:`from_schema` takes each column's type from
 that schema (the code that writes the table) and its unit and description from here, and fails at
@@ -20,7 +20,7 @@ from dataclasses import replace
 import pyarrow as pa
 
 from darkhaloscope.survey import sweep_model as sm
-from lakehouse.contracts import Column
+from lake_platform.contracts import Column
 
 #: Unit strings used across the registry (astropy-style, ASCII).
 DEG = "deg"

@@ -28,8 +28,8 @@ from darkhaloscope.stamps import STAMP_SHAPE, tensor_type
 from darkhaloscope.survey.known_lenses import KNOWN_LENS_SCHEMA
 from darkhaloscope.survey.manifest import MANIFEST_SCHEMA
 from darkhaloscope.survey.redshifts import PHOTO_Z_SCHEMA, SPECTRA_SCHEMA
-from lakehouse.alert_log import ALERTS_SCHEMA
-from lakehouse.contracts import Column, Contract, Range
+from lake_platform.alert_log import ALERTS_SCHEMA
+from lake_platform.contracts import Column, Contract, Range
 
 from .columns import ARCSEC, DEG, IVAR_NMGY, MAG, NMGY, NMGY_PIX, PIX, RAD, SWEEP_COLUMNS, col, from_schema, optional
 

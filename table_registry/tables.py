@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from darkhaloscope.search.gallery import GALLERY_FILE
 from darkhaloscope.survey.sweeps import SWEEP_DIM
 from darkhaloscope.training.gates import GATES
-from lakehouse.audits import Audit
-from lakehouse.contracts import Contract
+from lake_platform.audits import Audit
+from lake_platform.contracts import Contract
 
 from . import audits as au
 from . import contracts as c

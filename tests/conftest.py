@@ -72,7 +72,7 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(params=["local", "s3"])
 def lake(request, tmp_path):
     """The same tests on a local lake and on an S3 lake served by moto on 127.0.0.1."""
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
 
     if request.param == "local":
         return Lake(str(tmp_path / "lake"))

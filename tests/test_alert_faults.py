@@ -20,10 +20,10 @@ import time
 import dagster as dg
 import pytest
 
-from lakehouse.alert_log import JsonlAlertLog
-from lakehouse.alerts import Alert, AlertSinks, deliver
-from lakehouse.lake import Lake
-from lakehouse.webhook import WebhookSink
+from lake_platform.alert_log import JsonlAlertLog
+from lake_platform.alerts import Alert, AlertSinks, deliver
+from lake_platform.lake import Lake
+from lake_platform.webhook import WebhookSink
 from lens_assets.ops import alert_sensor
 from resources.alert_sinks import AlertSinksResource
 from tests.support.fault_proxy import FaultProxy

@@ -15,10 +15,10 @@ import dagster as dg
 import pytest
 
 from darkhaloscope.errors import InputError
-from lakehouse.alert_log import JsonlAlertLog
-from lakehouse.alerts import REDACTED, Alert, AlertSinks, deliver, redact
-from lakehouse.lake import Lake
-from lakehouse.webhook import WebhookSink
+from lake_platform.alert_log import JsonlAlertLog
+from lake_platform.alerts import REDACTED, Alert, AlertSinks, deliver, redact
+from lake_platform.lake import Lake
+from lake_platform.webhook import WebhookSink
 from lens_assets.ops import alert_sensor, collect_alerts, deliver_run_alerts
 from resources.alert_sinks import AlertSinksResource
 from tests.support.webhook_receiver import WebhookReceiver
@@ -221,7 +221,7 @@ def test_webhook_retries_server_errors_and_records_failures(receiver, tmp_path, 
     # A receiver that is down: the failure is logged and recorded as owed, not dropped.
     with WebhookReceiver() as gone:
         dead_url = gone.url
-    with caplog.at_level(logging.ERROR, logger="lakehouse.alerts"):
+    with caplog.at_level(logging.ERROR, logger="lake_platform.alerts"):
         outcomes = deliver(
             [_alert(run_id="run-2")], _sinks(lake, dead_url, deadline_s=2, max_attempts=2, backoff_s=0.01)
         )

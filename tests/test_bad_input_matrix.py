@@ -47,7 +47,7 @@ from darkhaloscope.stamps import STAMP_SHAPE, from_tensor_column, tensor_type, t
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.known_lenses import load_known_lenses, validate_known_lenses
 from darkhaloscope.survey.sweeps import SweepBox, iter_sweep_batches, parse_sweep_filename
-from lakehouse.lake import STAGING_DIR, Lake
+from lake_platform.lake import STAGING_DIR, Lake
 from tests.support.cutout_server import CutoutServer
 from tests.support.s3_server import fresh_bucket
 from tests.support.sweep_rows import dr10_rows

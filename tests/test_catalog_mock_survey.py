@@ -11,8 +11,8 @@ from darkhaloscope.catalog.spark import negatives_on_spark, positives_on_spark
 from darkhaloscope.survey.known_lenses import load_known_lenses
 from darkhaloscope.survey.sweeps import read_sweep
 from io_managers import LakeIOManager
-from lakehouse.lake import Lake
-from lakehouse.staging import rejected
+from lake_platform.lake import Lake
+from lake_platform.staging import rejected
 from lens_assets.ops import deliver_run_alerts
 from mock_survey.survey import MockSurveyConfig, generate_mock_survey
 from resources import ComputeResource, LakeResource

@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from io_managers import LakeIOManager
-from lakehouse.lake import PART_FILE, Lake
+from lake_platform.lake import PART_FILE, Lake
 from resources import ComputeResource, LakeResource
 from resources.compute import CatalogLaunchResource, QuietPySparkResource
 from resources.config import spark_config

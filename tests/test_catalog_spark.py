@@ -10,7 +10,7 @@ import pytest
 from darkhaloscope.catalog.crossmatch import POSITIVE_SCHEMA, crossmatch_positives
 from darkhaloscope.catalog.cuts import CUT_STEPS, NEGATIVE_SCHEMA, merge_funnels, select_negatives
 from darkhaloscope.catalog.sampling import build_training_catalog
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from tests.conftest import require_real_file
 from tests.spark_fixtures import known_lenses_table, synthetic_sweeps
 

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from dhs.main import main
-from lakehouse.lake import Lake
-from lakehouse.query import format_rows
+from lake_platform.lake import Lake
+from lake_platform.query import format_rows
 from tests.support.sweep_rows import write_sweep
 
 GRADES_HEADER = "object_id,grade,ra,dec,score,model_version,known\n"

@@ -19,7 +19,7 @@ from darkhaloscope.lensing.bank import PLAN_SUMMARY_KEY, table_conditioning, wit
 from darkhaloscope.lensing.priors import PriorRegistry
 from darkhaloscope.survey.sweeps import parse_sweep_filename
 from io_managers import LakeIOManager
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from resources import LakeResource, SurveyResource
 from tests.support.wap import run_assets
 

@@ -3,7 +3,7 @@
 import pyarrow as pa
 
 from darkhaloscope.survey.sweeps import read_sweep
-from lakehouse.contracts import schema_problems, value_problems
+from lake_platform.contracts import schema_problems, value_problems
 from table_registry.contracts import NEGATIVES, SWEEPS
 from tests.conftest import require_real_file
 from tests.support.sweep_rows import dr10_rows

@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 from dagster._serdes import serialize_value
 
-from lakehouse.alert_log import JsonlAlertLog
-from lakehouse.alerts import AlertSinks
-from lakehouse.lake import Lake
-from lakehouse.webhook import WebhookSink
+from lake_platform.alert_log import JsonlAlertLog
+from lake_platform.alerts import AlertSinks
+from lake_platform.lake import Lake
+from lake_platform.webhook import WebhookSink
 from lens_assets.ops import deliver_run_alerts
 from tests.support.s3_server import fresh_bucket
 from tests.support.webhook_receiver import WebhookReceiver

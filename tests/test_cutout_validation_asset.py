@@ -7,7 +7,7 @@ import pyarrow as pa
 from darkhaloscope.imaging.quality import SATUR_BITS
 from darkhaloscope.stamps import to_tensor_array
 from io_managers import LakeIOManager
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from lens_assets.imaging import cutout_validation
 from resources import LakeResource
 from tests.support.wap import run_assets

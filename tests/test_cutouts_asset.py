@@ -9,7 +9,7 @@ from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA
 from darkhaloscope.imaging.cutout_table import FETCHES, load_stamps
 from darkhaloscope.stamps import from_tensor_column
 from io_managers import LakeIOManager
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from lens_assets.imaging import cutouts
 from lens_assets.shared.partitions import sweep_partitions
 from resources import LakeResource, SurveyResource

@@ -30,7 +30,7 @@ import pytest
 
 from darkhaloscope.constants import DR10_SWEEP_DIR
 from darkhaloscope.lensing.bank import PLAN_SUMMARY_KEY
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from mock_survey.survey import MockSurveyConfig, generate_mock_survey
 from tests.spark_fixtures import known_lenses_table
 from tests.support.cutout_server import CutoutServer

@@ -18,7 +18,7 @@ import dagster as dg
 import pytest
 
 from darkhaloscope.survey.sweeps import SweepBox
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from tests.support.dagster_ui import REPO, DagsterDev
 from tests.support.fault_proxy import FaultProxy
 from tests.support.s3_server import fresh_bucket

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 PRODUCT = (
     "darkhaloscope",
     "mock_survey",
-    "lakehouse",
+    "lake_platform",
     "table_registry",
     "lens_assets",
     "resources",

@@ -132,7 +132,7 @@ def check_the_finder_finds_lenses(tmp_path, env):
     what the demo model reaches on mock seeds 0, 1 and 2 (a finder that stopped learning, or a
     shortcut that detects invisible arcs, fails them)."""
     from dhs.demo_summary import hidden_lens_truth, lake_headline
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
     from resources.survey import SurveyResource
 
     lake = Lake(env["DHS_LAKE"])

@@ -22,7 +22,7 @@ from darkhaloscope.training.models import count_parameters
 from darkhaloscope.training.profiles import training_profile
 from darkhaloscope.training.training_set import recorded_specs
 from io_managers import LakeIOManager
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from lens_assets.evaluation import cutout_scores
 from lens_assets.shared.partitions import sweep_partitions
 from lens_assets.training import lens_finder, training_set

@@ -11,8 +11,8 @@ import lens_assets.injection as injection
 from darkhaloscope.lensing.bank import plan_grid
 from darkhaloscope.stamps import to_tensor_array
 from io_managers import LakeIOManager
-from lakehouse.lake import Lake
-from lakehouse.staging import rejected
+from lake_platform.lake import Lake
+from lake_platform.staging import rejected
 from lens_assets.ops import deliver_run_alerts
 from resources import ComputeResource, LakeResource
 from resources.alert_sinks import AlertSinksResource

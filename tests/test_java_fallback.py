@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
     from darkhaloscope.catalog.spark_env import ensure_java, system_java
     from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA
     from darkhaloscope.catalog.spark import negatives_on_spark
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
     from resources.compute import QuietPySparkResource
     from resources.config import spark_config
     from tests.spark_fixtures import known_lenses_table, synthetic_sweeps

@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 
 REPO = Path(__file__).resolve().parents[1]
 PART = {"brick": "b0001"}
@@ -32,7 +32,7 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     import numpy as np, pyarrow as pa
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
     from darkhaloscope.seeding import rng_for
 
     root, pause = sys.argv[1], float(sys.argv[2])
@@ -132,7 +132,7 @@ def test_sigkill_mid_write_keeps_previous_version_and_rerun_is_identical(tmp_pat
     assert lake.partitions("imaging", "stamps") == [PART]
     assert os.path.getsize(_part_file(root)) > 30e6  # really "tens of MB"
     # ... until the next run sweeps it: older than the sweeping run and its writer is gone
-    from lakehouse.staging import sweep_orphans
+    from lake_platform.staging import sweep_orphans
 
     assert sweep_orphans(lake, before=time.time()).removed == leftovers
     assert glob.glob(staging_glob) == []

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from darkhaloscope.errors import InputError
-from lakehouse.lake import PART_FILE
+from lake_platform.lake import PART_FILE
 
 
 def _table(n: int, offset: int = 0) -> pa.Table:
@@ -82,7 +82,7 @@ def test_deterministic_bytes(lake):
 
 
 def test_missing_bucket_is_named(s3_server):
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
 
     lake = Lake("s3://no-such-bucket-dhs/lake", s3_endpoint=s3_server.endpoint_url)
     with pytest.raises(InputError, match="no-such-bucket-dhs"):

@@ -15,14 +15,14 @@ DAGSTER_LAYER = {"lens_assets", "resources", "io_managers", "definitions"}
 FORBIDDEN = {
     "science library": (
         {"darkhaloscope"},
-        DAGSTER | {"lakehouse", "table_registry", "mock_survey", "dhs"} | DAGSTER_LAYER,
+        DAGSTER | {"lake_platform", "table_registry", "mock_survey", "dhs"} | DAGSTER_LAYER,
     ),
-    "mock survey": ({"mock_survey"}, DAGSTER | {"lakehouse", "table_registry", "dhs"} | DAGSTER_LAYER),
-    "lakehouse platform": ({"lakehouse"}, DAGSTER | {"table_registry", "mock_survey", "dhs"} | DAGSTER_LAYER),
+    "mock survey": ({"mock_survey"}, DAGSTER | {"lake_platform", "table_registry", "dhs"} | DAGSTER_LAYER),
+    "lakehouse platform": ({"lake_platform"}, DAGSTER | {"table_registry", "mock_survey", "dhs"} | DAGSTER_LAYER),
     "tables registry": ({"table_registry"}, DAGSTER | {"mock_survey", "dhs"} | DAGSTER_LAYER),
     "Dagster layer": (DAGSTER_LAYER, {"dhs"}),
 }
-PRODUCT_AND_TESTS = {"darkhaloscope", "mock_survey", "lakehouse", "table_registry", "dhs", "tests"} | DAGSTER_LAYER
+PRODUCT_AND_TESTS = {"darkhaloscope", "mock_survey", "lake_platform", "table_registry", "dhs", "tests"} | DAGSTER_LAYER
 
 
 def _files(packages: set[str]) -> list[pathlib.Path]:
@@ -62,5 +62,5 @@ def test_neither_the_product_nor_its_tests_import_benchmarks_or_research():
 
 def test_the_check_sees_imports_inside_functions(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("import os\n\ndef f():\n    from dagster import asset\n    import lakehouse.lake\n")
-    assert imported_packages(module) == {"os", "dagster", "lakehouse"}
+    module.write_text("import os\n\ndef f():\n    from dagster import asset\n    import lake_platform.lake\n")
+    assert imported_packages(module) == {"os", "dagster", "lake_platform"}

@@ -15,7 +15,7 @@ from darkhaloscope.training.data import synthetic_arrays
 from darkhaloscope.training.loop import TrainConfig
 from darkhaloscope.training.profiles import TrainingProfile, training_profile
 from io_managers import LakeIOManager
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from lens_assets import training as training_assets
 from resources import ComputeResource, LakeResource
 

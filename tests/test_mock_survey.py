@@ -14,7 +14,7 @@ from astropy.io import fits
 from darkhaloscope.errors import InputError
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import ingest_sweep, parse_sweep_filename, read_sweep
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from mock_survey.conditions import EXTINCTION
 from mock_survey.lenses import KNOWN_LENS_TRUTH_SCHEMA, known_lenses_in_footprint
 from mock_survey.survey import MockSurveyConfig, block_box, generate_mock_survey

@@ -18,7 +18,7 @@ from darkhaloscope.lensing.bank import PLAN_SUMMARY_KEY
 from darkhaloscope.survey.sweeps import SweepBox
 from dhs.materialize import MaterializeError, Materializer, Unit
 from io_managers import LakeIOManager
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from lens_assets.injection import injection_batch_sensor
 from lens_assets.ops import HOST_TAG, reap_dead_runs
 from lens_assets.survey import known_lenses, sweep_file_sensor, sweep_files, sweeps
@@ -172,7 +172,7 @@ def test_a_killed_run_is_marked_failed_by_the_next_command(tmp_path):
         "with dg.DagsterInstance.from_config(sys.argv[1]) as instance:\n"
         "    dg.materialize([slow], instance=instance, tags={'dhs/host': sys.argv[2]})\n"
     )
-    from lakehouse.lake import host_tag
+    from lake_platform.lake import host_tag
 
     proc = subprocess.Popen(
         [sys.executable, "-c", script, str(home), host_tag()],

@@ -9,7 +9,7 @@ import pytest
 
 from darkhaloscope.errors import InputError
 from dhs.main import main
-from lakehouse.query import describe_tables, format_rows, run_query
+from lake_platform.query import describe_tables, format_rows, run_query
 
 
 def _fill(lake):
@@ -57,7 +57,7 @@ def test_files_outside_the_lake_cannot_be_read(lake, tmp_path):
 
 
 def test_local_and_s3_lakes_answer_identically(tmp_path, s3_server):
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
     from tests.support.s3_server import fresh_bucket
 
     local = Lake(str(tmp_path / "lake"))
@@ -82,7 +82,7 @@ def test_formats(lake):
 
 
 def test_cli_query_and_tables(tmp_path, monkeypatch, capsys):
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
 
     monkeypatch.setenv("DHS_LAKE", str(tmp_path / "lake"))
     _fill(Lake(str(tmp_path / "lake")))
@@ -101,7 +101,7 @@ RUNAWAY = "SELECT count(*) FROM range(1000000000000)"  # a trillion rows: minute
 def test_a_runaway_query_is_interrupted_at_its_timeout(tmp_path, monkeypatch, capsys):
     import time
 
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
 
     monkeypatch.setenv("DHS_LAKE", str(tmp_path / "lake"))
     _fill(Lake(str(tmp_path / "lake")))

@@ -29,7 +29,7 @@ import pytest
 
 from darkhaloscope.errors import InputError
 from io_managers import LakeIOManager
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from lens_assets import training as training_assets
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.compute import CatalogLaunchResource, QuietPySparkResource

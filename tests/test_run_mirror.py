@@ -12,7 +12,7 @@ import torch
 from darkhaloscope.training import runs
 from darkhaloscope.training.loop import TrainConfig
 from darkhaloscope.training.run_mirror import RunMirror
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from tests.support.s3_server import fresh_bucket
 from tests.test_training_runs import CONFIG, _no_training, _train, data  # noqa: F401  (fixture)
 

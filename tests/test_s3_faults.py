@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from darkhaloscope.errors import CredentialError, InputError
-from lakehouse.lake import Lake, translate_storage_error
+from lake_platform.lake import Lake, translate_storage_error
 from tests.support.fault_proxy import FaultProxy
 from tests.support.s3_server import fresh_bucket, list_keys
 
@@ -224,7 +224,7 @@ _COUNTING = """
 import sys
 import pyarrow as pa
 from darkhaloscope import s3_retries
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 lake = Lake(sys.argv[1], s3_endpoint=sys.argv[2], s3_max_attempts=5, s3_connect_timeout_s=1.0, s3_request_timeout_s=1.0)
 lake.write_table("catalog", "rows", pa.table({"id": list(range(100))}), partition={"sweep": "s1"})
 print(s3_retries.monitored(), s3_retries.retries())

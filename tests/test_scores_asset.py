@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META
 from darkhaloscope.stamps import to_tensor_array
 from io_managers import LakeIOManager
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from lens_assets.evaluation import cutout_scores, injection_scores, thresholds
 from lens_assets.shared.partitions import injection_batches, sweep_partitions
 from resources import ComputeResource, LakeResource

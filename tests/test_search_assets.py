@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_with_selection, select_negatives
 from io_managers import LakeIOManager
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from lens_assets.shared.partitions import injection_batches, sweep_partitions
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.imaging import ImagingResource

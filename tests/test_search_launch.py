@@ -11,7 +11,7 @@ import pytest
 
 from darkhaloscope.search.launch import search_with_published_finder
 from darkhaloscope.search.streaming import SearchSettings
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from resources import ComputeResource, SurveyResource
 from resources.compute import QuietPySparkResource
 from resources.config import spark_config

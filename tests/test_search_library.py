@@ -42,7 +42,7 @@ from darkhaloscope.training.checkpoint import load_checkpoint, save_checkpoint
 from darkhaloscope.training.inference import score_with_members
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.preprocess import PreprocessSpec
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from tests.spark_fixtures import known_lenses_table
 from tests.test_catalog_cuts import rows
 

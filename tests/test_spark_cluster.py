@@ -26,7 +26,7 @@ import pytest
 
 from darkhaloscope.catalog.spark_conf import spark_session
 from io_managers import LakeIOManager
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.compute import CatalogLaunchResource, QuietPySparkResource
 from resources.config import spark_config

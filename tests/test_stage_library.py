@@ -24,9 +24,9 @@ from darkhaloscope.imaging.cutout_table import (
 from darkhaloscope.lensing.verify import lenstronomy_arguments
 from darkhaloscope.stamps import to_tensor_array
 from darkhaloscope.survey.manifest import sweep_manifest
-from lakehouse.audits import Audit, combine, contract_audit, inside_box_audit
-from lakehouse.contracts import Column, Contract
-from lakehouse.lake import Lake
+from lake_platform.audits import Audit, combine, contract_audit, inside_box_audit
+from lake_platform.contracts import Column, Contract
+from lake_platform.lake import Lake
 from table_registry.audits import SWEEPS_CONTRACT
 from table_registry.contracts import SWEEP_FILES
 

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from darkhaloscope.errors import InputError
-from lakehouse.lake import PART_FILE, STAGING_DIR, Lake
-from lakehouse.staging import REJECTED_DIR, Stage, StageOwner, rejected, sweep_orphans
+from lake_platform.lake import PART_FILE, STAGING_DIR, Lake
+from lake_platform.staging import REJECTED_DIR, Stage, StageOwner, rejected, sweep_orphans
 
 
 def _table(n: int, version: int = 1) -> pa.Table:
@@ -98,7 +98,7 @@ def test_a_killed_writers_temporary_object_is_swept_once_its_process_is_gone(tmp
     lake.write_table("catalog", "rows", _table(1))
     script = (
         "import sys, time, pyarrow as pa\n"
-        "from lakehouse.lake import Lake\n"
+        "from lake_platform.lake import Lake\n"
         "def batches():\n"
         "    yield pa.record_batch([pa.array([1], pa.int64())], names=['x'])\n"
         "    print('writing', flush=True); time.sleep(60)\n"

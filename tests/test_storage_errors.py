@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from darkhaloscope.errors import PERMANENT_ERRORS, CredentialError, InputError, StorageError
-from lakehouse.lake import Lake, translate_storage_error
+from lake_platform.lake import Lake, translate_storage_error
 
 
 def test_a_lake_path_that_is_a_file_is_a_storage_error_naming_it(tmp_path):
@@ -53,7 +53,7 @@ _WRITE_AS_NOBODY = """
 import os, sys
 import pyarrow as pa
 from darkhaloscope.errors import StorageError
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 Lake(os.path.join(sys.argv[2], "warm")).write_table("survey", "sweeps", pa.table({"x": [1]}))  # load every module first
 os.setgid(65534); os.setuid(65534)  # the interpreter's own files may be unreadable to 'nobody'
 try:

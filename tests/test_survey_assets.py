@@ -12,8 +12,8 @@ import lens_assets.survey as survey
 from darkhaloscope.survey.manifest import survey_origin
 from dhs.materialize import MaterializeError, Materializer
 from io_managers import LakeIOManager
-from lakehouse.lake import PART_FILE, Lake
-from lakehouse.staging import rejected
+from lake_platform.lake import PART_FILE, Lake
+from lake_platform.staging import rejected
 from mock_survey.survey import MockSurvey
 from resources import LakeResource, SurveyResource
 from resources.alert_sinks import AlertSinksResource

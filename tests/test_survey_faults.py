@@ -18,8 +18,8 @@ from astropy.io import fits
 from darkhaloscope.errors import InputError
 from darkhaloscope.survey import sweep_model as sm
 from darkhaloscope.survey.sweeps import SweepBox, check_one_file_per_box, ingest_sweep, objects_in_other_sweeps
-from lakehouse.lake import Lake
-from lakehouse.query import run_query
+from lake_platform.lake import Lake
+from lake_platform.query import run_query
 from lens_assets.shared.partitions import sweep_file_change
 from lens_assets.survey import sweep_files, sweeps
 from resources import LakeResource, SurveyResource

@@ -8,7 +8,7 @@ import pytest
 from darkhaloscope.catalog.cuts import NEGATIVE_SCHEMA, KnownLensIndex, select_negatives
 from darkhaloscope.catalog.sweep_tasks import build_negative_partition, sweep_file_names
 from darkhaloscope.errors import InputError
-from lakehouse.lake import PART_FILE
+from lake_platform.lake import PART_FILE
 from tests.spark_fixtures import known_lenses_table, synthetic_sweeps
 
 NAME = "sweep-150p000-155p005.fits"

@@ -22,7 +22,7 @@ from darkhaloscope.survey.sweeps import (
     read_sweep,
     sweep_filename,
 )
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from tests.conftest import require_real_file
 from tests.support.sweep_rows import dr10_rows
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from io_managers.parquet import column_schema
-from lakehouse.contracts import Column, Contract, schema_problems
+from lake_platform.contracts import Column, Contract, schema_problems
 from table_registry.columns import from_schema
 from table_registry.tables import ALERTS, TABLES
 

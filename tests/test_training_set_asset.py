@@ -21,7 +21,7 @@ from darkhaloscope.training.data import load_training_set
 from darkhaloscope.training.profiles import training_profile
 from darkhaloscope.training.training_set import assemble_training_set, recorded_specs, training_rows
 from io_managers import LakeIOManager
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from lens_assets.training import training_set
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.imaging import ImagingResource

@@ -23,7 +23,7 @@ def main() -> None:
     from darkhaloscope.catalog.spark import negatives_on_spark
     from darkhaloscope.catalog.spark_conf import spark_session
     from darkhaloscope.catalog.spark_env import ensure_java, jvm_output_to, logging_conf
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
     from table_registry.tables import KNOWN_LENSES, NEGATIVES, SWEEPS
 
     from .session import open_step_pipes

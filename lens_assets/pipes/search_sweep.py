@@ -23,7 +23,7 @@ from __future__ import annotations
 def main() -> None:
     from darkhaloscope.search.launch import search_with_published_finder
     from darkhaloscope.search.streaming import SearchSettings
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
     from mock_survey.sources import source_opener_from_dict
     from table_registry.tables import LENS_FINDER, SEARCH_TARGETS
 

@@ -70,7 +70,7 @@ def _filesystem(uri: str, s3_endpoint: str | None):
     for a local path."""
     if not uri.startswith("s3://"):
         return None
-    from lakehouse.lake import Lake
+    from lake_platform.lake import Lake
 
     return Lake(uri, s3_endpoint=s3_endpoint).fs
 

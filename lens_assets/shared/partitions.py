@@ -16,7 +16,7 @@ import dagster as dg
 from darkhaloscope.errors import InputError
 from darkhaloscope.lensing.bank import batch_keys
 from darkhaloscope.survey.sweeps import SWEEP_DIM
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 from resources.settings import setting
 from resources.survey import SurveyResource
 from table_registry.tables import INJECTION_BATCH_DIM, INJECTION_PLAN

@@ -31,8 +31,8 @@ import pyarrow as pa
 
 from darkhaloscope.errors import PERMANENT_ERRORS
 from io_managers.parquet import column_schema
-from lakehouse.audits import AuditOutcome, blocking_failures, combine, contract_audit
-from lakehouse.staging import Stage, StagedTable
+from lake_platform.audits import AuditOutcome, blocking_failures, combine, contract_audit
+from lake_platform.staging import Stage, StagedTable
 from table_registry import Table
 
 from .partitions import partitions_def

@@ -21,7 +21,7 @@ import pytest
 
 from darkhaloscope.training.profiles import training_profile
 from dhs.demo_summary import lake_headline
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ import torch
 from darkhaloscope.training.checkpoint import save_checkpoint
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.preprocess import PreprocessSpec
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 
 
 def publish_tiny_finder(lake: Lake) -> None:

@@ -6,7 +6,7 @@ import hashlib
 
 import pyarrow.fs as pafs
 
-from lakehouse.lake import Lake
+from lake_platform.lake import Lake
 
 
 def published_files(lake: Lake) -> dict[str, str]:
@@ -24,7 +24,7 @@ def published_files(lake: Lake) -> dict[str, str]:
 
 def run_alerts(lake: Lake, run_id: str) -> list[dict]:
     """Alerts recorded in the lake's alert log for one run."""
-    from lakehouse.alert_log import JsonlAlertLog
+    from lake_platform.alert_log import JsonlAlertLog
 
     return [e for e in JsonlAlertLog(lake).entries() if e.get("run_id") == run_id]
 

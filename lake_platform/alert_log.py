@@ -6,7 +6,7 @@ delivery rounds tried (``attempts``), ``last_attempt_at`` and ``status``: ``done
 (a sink is still owed: the next delivery sends it again) or ``given_up`` (pushed out of the
 bounded backlog). The Parquet table ``ops/alerts`` is rebuilt from that file on every write, so it
 is always a complete, queryable copy (``dhs query "select * from alerts"``). Both are committed
-atomically through :class:`~lakehouse.lake.Lake` (read-modify-write).
+atomically through :class:`~lake_platform.lake.Lake` (read-modify-write).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from typing import Any, Iterator, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from .alerts import STATUS_DONE, STATUS_GIVEN_UP, STATUS_PENDING, owed_sinks, redact
 from darkhaloscope.errors import InputError
+
+from .alerts import STATUS_DONE, STATUS_GIVEN_UP, STATUS_PENDING, owed_sinks, redact
 from .lake import Lake, translate_storage_error
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,20 @@ ALERTS_SCHEMA = pa.schema(
         ("last_attempt_at", pa.string()),
     ]
 )
-_PLAIN = ("dedup_key", "kind", "asset", "check", "partition", "severity", "description", "run_id", "run_url",
-          "created_at", "status", "last_attempt_at")
+_PLAIN = (
+    "dedup_key",
+    "kind",
+    "asset",
+    "check",
+    "partition",
+    "severity",
+    "description",
+    "run_id",
+    "run_url",
+    "created_at",
+    "status",
+    "last_attempt_at",
+)
 
 _LOCAL_LOCKS: dict[str, threading.Lock] = {}
 _LOCAL_LOCKS_GUARD = threading.Lock()
@@ -128,7 +141,7 @@ class JsonlAlertLog:
                     fcntl.flock(fh, fcntl.LOCK_UN)
 
     def record(self, entries: Sequence[Mapping[str, Any]], max_backlog: int) -> None:
-        """Merge ``entries`` (from :func:`lakehouse.alerts.merged_entry`) into the log and write it.
+        """Merge ``entries`` (from :func:`lake_platform.alerts.merged_entry`) into the log and write it.
 
         An entry whose key is already recorded replaces it, keeping every sink either one reached;
         then, when more than ``max_backlog`` entries are pending, the oldest are marked ``given_up``
@@ -165,8 +178,12 @@ def _bound_backlog(entries: list[dict], max_backlog: int) -> None:
     pending.sort(key=lambda e: (e.get("created_at") or "", e["dedup_key"]))
     for e in pending[: max(0, len(pending) - max_backlog)]:
         e["status"] = STATUS_GIVEN_UP
-        log.error("alert %s given up: the backlog holds more than %d undelivered alerts; still owed to %s",
-                  e["dedup_key"], max_backlog, owed_sinks(e))
+        log.error(
+            "alert %s given up: the backlog holds more than %d undelivered alerts; still owed to %s",
+            e["dedup_key"],
+            max_backlog,
+            owed_sinks(e),
+        )
 
 
 def _entries_table(entries: Sequence[dict]) -> pa.Table:

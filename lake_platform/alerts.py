@@ -2,8 +2,8 @@
 
 This module is plain Python (no Dagster): ``lens_assets/alerting.py`` turns Dagster events into
 :class:`Alert` objects and calls :func:`deliver`, which sends them to the configured senders
-(``lakehouse.webhook.WebhookSink``, the Slack sink of ``resources/alert_sinks.py``) and records
-every outcome in the lake's alert log (``lakehouse.alert_log.JsonlAlertLog``).
+(``lake_platform.webhook.WebhookSink``, the Slack sink of ``resources/alert_sinks.py``) and records
+every outcome in the lake's alert log (``lake_platform.alert_log.JsonlAlertLog``).
 
 De-duplication. Every alert has a ``dedup_key``: a stable hash of (kind, asset, check, partition,
 run_id) -- never of a wall-clock time -- so the same failure seen twice (by the sensor under the
@@ -69,6 +69,7 @@ _PATTERNS = (
 )
 # Dict keys whose values are secrets whatever they look like.
 _SECRET_KEY_RE = re.compile(r"(?i)(secret|password|passwd|session_token|access_key|api_key|auth_token|slack_token)")
+
 
 # --------------------------------------------------------------------------- redaction
 def _secret_values() -> list[str]:
@@ -249,8 +250,10 @@ class AlertSinks:
         if len(set(names)) != len(names) or LOG_SINK in names:
             raise InputError(f"alert sinks must have distinct names other than {LOG_SINK!r}, got {names}")
         if self.max_backlog < 1 or self.rest_after_failure_s < 0:
-            raise InputError(f"max_backlog must be >= 1 alert and rest_after_failure_s >= 0 s, got {self.max_backlog}, "
-                             f"{self.rest_after_failure_s}")
+            raise InputError(
+                f"max_backlog must be >= 1 alert and rest_after_failure_s >= 0 s, got {self.max_backlog}, "
+                f"{self.rest_after_failure_s}"
+            )
 
 
 @dataclass(frozen=True)
@@ -277,23 +280,51 @@ def owed_sinks(entry: Mapping[str, Any]) -> list[str]:
 
 def alert_from_entry(entry: Mapping[str, Any]) -> Alert:
     """The :class:`Alert` an alert-log entry was made from."""
-    return Alert(**{k: entry.get(k) for k in ("kind", "asset", "severity", "description", "run_id", "run_url",
-                                              "check", "partition", "created_at")}, metadata=entry.get("metadata") or {})
+    return Alert(
+        **{
+            k: entry.get(k)
+            for k in (
+                "kind",
+                "asset",
+                "severity",
+                "description",
+                "run_id",
+                "run_url",
+                "check",
+                "partition",
+                "created_at",
+            )
+        },
+        metadata=entry.get("metadata") or {},
+    )
 
 
-def merged_entry(alert: Alert, previous: Mapping[str, Any] | None, delivered: Sequence[str], errors: Mapping[str, str]) -> dict:
+def merged_entry(
+    alert: Alert, previous: Mapping[str, Any] | None, delivered: Sequence[str], errors: Mapping[str, str]
+) -> dict:
     """The log entry of ``alert`` after one more round: sinks reached so far, the latest error of each
     sink still owed, rounds tried and status (``done``, or ``pending`` while a sink is owed)."""
     previous = previous or {}
     reached = sorted(set(previous.get("delivered_to") or ()) | set(delivered))
-    errs = {k: v for k, v in {**(previous.get("delivery_errors") or {}), **errors}.items() if k not in reached and k != LOG_SINK}
-    entry = dict(alert.to_dict(), delivered_to=reached, delivery_errors=redact(errs),
-                 attempts=int(previous.get("attempts") or 0) + 1, last_attempt_at=iso_utc(time.time()))
+    errs = {
+        k: v
+        for k, v in {**(previous.get("delivery_errors") or {}), **errors}.items()
+        if k not in reached and k != LOG_SINK
+    }
+    entry = dict(
+        alert.to_dict(),
+        delivered_to=reached,
+        delivery_errors=redact(errs),
+        attempts=int(previous.get("attempts") or 0) + 1,
+        last_attempt_at=iso_utc(time.time()),
+    )
     entry["status"] = STATUS_PENDING if owed_sinks(entry) else STATUS_DONE
     return entry
 
 
-def deliver(alerts: Iterable[Alert], sinks: AlertSinks, carried: Sequence[Mapping[str, Any]] = ()) -> list[DeliveryOutcome]:
+def deliver(
+    alerts: Iterable[Alert], sinks: AlertSinks, carried: Sequence[Mapping[str, Any]] = ()
+) -> list[DeliveryOutcome]:
     """Send new alerts to every sender and retry the backlog; record the outcome in the alert log.
 
     New alerts are those whose ``dedup_key`` the log does not hold (repeats within ``alerts`` count
@@ -332,17 +363,20 @@ def _read_log(alert_log: Any) -> tuple[dict[str, dict], str | None]:
         return {e["dedup_key"]: e for e in alert_log.entries()}, None
     except Exception as exc:  # the senders still run without de-duplication
         text = redact(f"{type(exc).__name__}: {exc}")
-        log.error("alert log %s could not be read (%s); alerts go to the other sinks without de-duplication", alert_log, text)
+        log.error(
+            "alert log %s could not be read (%s); alerts go to the other sinks without de-duplication", alert_log, text
+        )
         return {}, text
 
 
-def _plan(batch: Mapping[str, Alert], logged: Mapping[str, dict], carried: Sequence[Mapping[str, Any]],
-          sinks: AlertSinks) -> list[tuple[Alert, Mapping[str, Any] | None, list[str]]]:
+def _plan(
+    batch: Mapping[str, Alert], logged: Mapping[str, dict], carried: Sequence[Mapping[str, Any]], sinks: AlertSinks
+) -> list[tuple[Alert, Mapping[str, Any] | None, list[str]]]:
     """(alert, previous entry, senders owed) for this round: new alerts first, then the backlog."""
     names = [s.name for s in sinks.senders]
     work = [(a, None, list(names)) for k, a in batch.items() if k not in logged]
     handled = set(batch) | set(logged)
-    for entry in carried[-sinks.max_backlog:]:
+    for entry in carried[-sinks.max_backlog :]:
         if entry["dedup_key"] not in handled:
             handled.add(entry["dedup_key"])
             work.append((alert_from_entry(entry), entry, [n for n in owed_sinks(entry) if n in names]))
@@ -363,12 +397,19 @@ def _send_round(work: Sequence[tuple[Alert, Sequence[str]]], sinks: AlertSinks) 
         todo = [a for a, owed in work if sender.name in owed]
         rest = sinks.resting_until.get(sender.name, 0.0) - time.monotonic()
         if todo and rest > 0:
-            results[sender.name] = {a.dedup_key: f"AlertDeliveryError: not tried: {sender.name} failed recently; "
-                                                 f"tried again in {rest:.0f} s" for a in todo}
+            results[sender.name] = {
+                a.dedup_key: f"AlertDeliveryError: not tried: {sender.name} failed recently; "
+                f"tried again in {rest:.0f} s"
+                for a in todo
+            }
         elif todo:
             deadline = time.monotonic() + float(sender.deadline_s)
-            t = threading.Thread(target=_send_each, args=(sender, todo, deadline, results[sender.name]),
-                                 name=f"alert-{sender.name}", daemon=True)
+            t = threading.Thread(
+                target=_send_each,
+                args=(sender, todo, deadline, results[sender.name]),
+                name=f"alert-{sender.name}",
+                daemon=True,
+            )
             t.start()
             workers.append((sender, todo, deadline, t))
     for sender, todo, deadline, t in workers:
@@ -376,8 +417,10 @@ def _send_round(work: Sequence[tuple[Alert, Sequence[str]]], sinks: AlertSinks) 
         done = dict(results[sender.name])  # a snapshot: a late worker cannot change this round's outcome
         for a in todo:
             if a.dedup_key not in done:
-                done[a.dedup_key] = (f"AlertDeliveryError: not sent in this round: {sender.name} failed on an earlier alert "
-                                     f"or its {sender.deadline_s:g} s deadline passed")
+                done[a.dedup_key] = (
+                    f"AlertDeliveryError: not sent in this round: {sender.name} failed on an earlier alert "
+                    f"or its {sender.deadline_s:g} s deadline passed"
+                )
         results[sender.name] = done
         if any(v is not None for v in done.values()):
             sinks.resting_until[sender.name] = time.monotonic() + sinks.rest_after_failure_s
@@ -393,7 +436,13 @@ def _send_each(sender: AlertSender, alerts: Sequence[Alert], deadline: float, ou
             sender.send(alert, deadline)
         except Exception as exc:  # recorded against the alert and logged, never dropped
             out[alert.dedup_key] = redact(f"{type(exc).__name__}: {exc}")
-            log.error("alert %s (%s) was not delivered to %s: %s", alert.dedup_key, alert.summary(), sender.name, out[alert.dedup_key])
+            log.error(
+                "alert %s (%s) was not delivered to %s: %s",
+                alert.dedup_key,
+                alert.summary(),
+                sender.name,
+                out[alert.dedup_key],
+            )
             return
         out[alert.dedup_key] = None
 

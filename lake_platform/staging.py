@@ -41,7 +41,17 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from darkhaloscope.errors import InputError
-from .lake import PART_FILE, STAGING_DIR, WRITER_PREFIX, CommitInfo, Lake, host_tag, translate_storage_error, validate_partition_key
+
+from .lake import (
+    PART_FILE,
+    STAGING_DIR,
+    WRITER_PREFIX,
+    CommitInfo,
+    Lake,
+    host_tag,
+    translate_storage_error,
+    validate_partition_key,
+)
 
 REJECTED_DIR = "_rejected"
 OWNER_FILE = "owner.json"
@@ -126,9 +136,13 @@ class StagedTable:
         return f"{self.group}/{self.table}{part}"
 
     # ------------------------------------------------------------- writing
-    def write(self, data: pa.Table | Iterable[pa.RecordBatch], schema: pa.Schema | None = None, row_group_size: int = 64_000):
+    def write(
+        self, data: pa.Table | Iterable[pa.RecordBatch], schema: pa.Schema | None = None, row_group_size: int = 64_000
+    ):
         """Stage the table's Parquet file (streamed like :meth:`Lake.write_table`)."""
-        return self.area.write_table(self.group, self.table, data, schema=schema, partition=self.partition, row_group_size=row_group_size)
+        return self.area.write_table(
+            self.group, self.table, data, schema=schema, partition=self.partition, row_group_size=row_group_size
+        )
 
     def write_bytes(self, name: str, payload: bytes, subfolder: Mapping[str, str] | None = None) -> str:
         """Stage an artifact beside the table (a figure, a report, a JSON summary); ``subfolder``
@@ -140,7 +154,9 @@ class StagedTable:
     def read(self, columns: list[str] | None = None, filter: ds.Expression | None = None) -> pa.Table:
         """The staged table (or partition) itself, as an audit sees it."""
         if self.partition:
-            return self.area.read_table(self.group, self.table, partition=self.partition, columns=columns, filter=filter)
+            return self.area.read_table(
+                self.group, self.table, partition=self.partition, columns=columns, filter=filter
+            )
         return self.area.read_table(self.group, self.table, columns=columns, filter=filter)
 
     def dataset(self) -> ds.Dataset:
@@ -224,7 +240,13 @@ class StagedTable:
                 self.lake.fs.move(src, target)
             except OSError as exc:
                 raise translate_storage_error(exc, self.lake.full_uri(target)) from exc
-        record = {"table": f"{self.group}/{self.table}", "partition": self.partition, "owner": self.owner, "rejected_at": time.time(), **reason}
+        record = {
+            "table": f"{self.group}/{self.table}",
+            "partition": self.partition,
+            "owner": self.owner,
+            "rejected_at": time.time(),
+            **reason,
+        }
         with self.lake.fs.open_output_stream(f"{dest}/{REASON_FILE}") as out:
             out.write(json.dumps(record, indent=1, sort_keys=True, default=str).encode())
         return self.lake.full_uri(dest)
@@ -324,7 +346,11 @@ def sweep_orphans(
     (this host) or it is older than a day (another host). Rejected tables go once older than
     ``rejected_keep_days`` (default ``$DHS_REJECTED_KEEP_DAYS`` or 7).
     """
-    keep_days = rejected_keep_days if rejected_keep_days is not None else float(os.environ.get("DHS_REJECTED_KEEP_DAYS", DEFAULT_REJECTED_KEEP_DAYS))
+    keep_days = (
+        rejected_keep_days
+        if rejected_keep_days is not None
+        else float(os.environ.get("DHS_REJECTED_KEEP_DAYS", DEFAULT_REJECTED_KEEP_DAYS))
+    )
     report = SweepReport()
     here = host_tag()
     for info in _children(lake, f"{lake.root}/{STAGING_DIR}"):
@@ -361,7 +387,11 @@ def _children(lake: Lake, folder: str) -> list[pafs.FileInfo]:
 
 
 def _walk(lake: Lake, folder: str) -> list[pafs.FileInfo]:
-    return [i for i in lake.fs.get_file_info(pafs.FileSelector(folder, recursive=True, allow_not_found=True)) if i.type == pafs.FileType.File]
+    return [
+        i
+        for i in lake.fs.get_file_info(pafs.FileSelector(folder, recursive=True, allow_not_found=True))
+        if i.type == pafs.FileType.File
+    ]
 
 
 def rejected(lake: Lake) -> list[dict]:

@@ -3,7 +3,7 @@
 Layout: ``<lake>/<group>/<asset>/[<dim>=<key>/...]part-0.parquet`` (zstd). Every partition is one
 Parquet file. A write streams record batches into a hidden staging object under
 ``<lake>/_staging/`` (named ``w-<host>-<pid>-<start>-<token>``, so that an orphan left by a killed
-writer can be traced to its process; see :mod:`lakehouse.staging`) and then moves it onto
+writer can be traced to its process; see :mod:`lake_platform.staging`) and then moves it onto
 ``part-0.parquet`` in one step: a rename on a local disk, a server-side copy on S3 (an S3 object
 becomes visible whole or not at all). A reader therefore sees the previous version or the new one,
 never half a partition, and a write that fails or is killed leaves the previous version readable.
@@ -39,7 +39,7 @@ from darkhaloscope.errors import CredentialError, InputError, StorageError
 
 PART_FILE = "part-0.parquet"
 #: Folder (under the lake root) of everything not yet published: writers' temporary objects and
-#: each run's staged tables (:mod:`lakehouse.staging`).
+#: each run's staged tables (:mod:`lake_platform.staging`).
 STAGING_DIR = "_staging"
 #: Folder (under the lake root) of the scratch tables of resumable work in progress (chunks a
 #: search scored or a cutout service delivered so far); not a table, dropped once published.
@@ -110,9 +110,15 @@ def translate_storage_error(exc: BaseException, where: str) -> BaseException:
         return StorageError(f"cannot use {where}: {reason} ({exc})")
     text = str(exc)
     credential_codes = (
-        "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "TokenRefreshRequired",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "TokenRefreshRequired",
         # pyarrow 26 reports the AWS SDK's enum names
-        "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "EXPIRED_TOKEN", "INVALID_CLIENT_TOKEN_ID",
+        "INVALID_ACCESS_KEY_ID",
+        "SIGNATURE_DOES_NOT_MATCH",
+        "EXPIRED_TOKEN",
+        "INVALID_CLIENT_TOKEN_ID",
     )
     if any(m in text for m in credential_codes):
         return CredentialError(
@@ -125,8 +131,10 @@ def translate_storage_error(exc: BaseException, where: str) -> BaseException:
         return InputError(f"S3 bucket of {where} does not exist")
     if "curlCode: 7," in text or "curlCode: 6," in text:  # connection refused, host unknown (not a timeout)
         # after the SDK's own retries: the endpoint is down or wrong (DHS_S3_ENDPOINT), not a blip
-        return StorageError(f"cannot reach the S3 endpoint while accessing {where} (is DHS_S3_ENDPOINT right and the "
-                            f"server up?): {text}")
+        return StorageError(
+            f"cannot reach the S3 endpoint while accessing {where} (is DHS_S3_ENDPOINT right and the "
+            f"server up?): {text}"
+        )
     return exc
 
 
@@ -153,8 +161,12 @@ class Lake:
             bucket_prefix = self.uri[len("s3://") :]
             if not bucket_prefix:
                 raise InputError(f"lake URI {uri!r} names no bucket")
-            self._s3_options: dict = dict(region=s3_region, max_attempts=s3_max_attempts,
-                                          connect_timeout=s3_connect_timeout_s, request_timeout=s3_request_timeout_s)
+            self._s3_options: dict = dict(
+                region=s3_region,
+                max_attempts=s3_max_attempts,
+                connect_timeout=s3_connect_timeout_s,
+                request_timeout=s3_request_timeout_s,
+            )
             if s3_endpoint:
                 scheme, _, host = s3_endpoint.partition("://")
                 if not host:
@@ -275,7 +287,9 @@ class Lake:
                 # and falls back per page, which costs write time and yields larger files
                 # (BENCHMARKS.md, summary table, row *sweep ingestion*).
                 strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-                with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True, use_dictionary=strings) as writer:
+                with pq.ParquetWriter(
+                    sink, schema, compression="zstd", write_statistics=True, use_dictionary=strings
+                ) as writer:
                     for batch in batches:
                         if batch.schema != schema:
                             batch = batch.cast(schema)
@@ -290,7 +304,9 @@ class Lake:
         size = self.fs.get_file_info(final).size or 0
         return CommitInfo(uri=where, rows=rows, bytes=size, partition=dict(partition) if partition else None)
 
-    def write_bytes(self, group: str, asset: str, name: str, payload: bytes, partition: Mapping[str, str] | None = None) -> str:
+    def write_bytes(
+        self, group: str, asset: str, name: str, payload: bytes, partition: Mapping[str, str] | None = None
+    ) -> str:
         """Commit a binary artifact (PNG, HTML, JSON, checkpoint file) atomically; returns its URI."""
         validate_partition_key(name)
         folder = self.partition_path(group, asset, partition)
@@ -363,14 +379,20 @@ class Lake:
             wanted = [f"{self.partition_path(group, asset, p)}/{PART_FILE}" for p in partitions]
             missing = sorted(set(wanted) - set(files))
             if missing:
-                raise InputError(f"table {group}/{asset} lacks {len(missing)} requested partition(s), e.g. {self.full_uri(missing[0])}")
+                raise InputError(
+                    f"table {group}/{asset} lacks {len(missing)} requested partition(s), "
+                    f"e.g. {self.full_uri(missing[0])}"
+                )
             files = wanted
         if not files:
-            raise InputError(f"table {group}/{asset} has no committed data in the lake at {self.full_uri(self.table_path(group, asset))}")
+            where = self.full_uri(self.table_path(group, asset))
+            raise InputError(f"table {group}/{asset} has no committed data in the lake at {where}")
         base = self.table_path(group, asset)
         try:
             # partitions of one table may hold different column sets (e.g. scores per source): unify
-            file_schema = pa.unify_schemas([pq.read_schema(f, filesystem=self.fs) for f in files], promote_options="permissive")
+            file_schema = pa.unify_schemas(
+                [pq.read_schema(f, filesystem=self.fs) for f in files], promote_options="permissive"
+            )
             # partition columns already stored in the files (e.g. sweeps.sweep_file) are not added twice
             dims = [seg.split("=", 1)[0] for seg in files[0][len(base) + 1 :].split("/")[:-1]]
             part_schema = pa.schema([(d, pa.string()) for d in dims if d not in file_schema.names])
@@ -393,7 +415,9 @@ class Lake:
         try:
             yield path
         except FileNotFoundError as exc:
-            raise InputError(f"partition {dict(partition)} of {group}/{asset} is not in the lake ({self.full_uri(path)})") from exc
+            raise InputError(
+                f"partition {dict(partition)} of {group}/{asset} is not in the lake ({self.full_uri(path)})"
+            ) from exc
         except OSError as exc:
             raise translate_storage_error(exc, self.full_uri(path)) from exc
 
@@ -426,7 +450,9 @@ class Lake:
             yield from self.dataset(group, asset).to_batches(columns=columns, filter=filter, batch_size=batch_size)
             return
         with self._reading_partition(group, asset, partition) as path:
-            yield from ds.dataset(path, filesystem=self.fs, format="parquet").to_batches(columns=columns, filter=filter, batch_size=batch_size)
+            yield from ds.dataset(path, filesystem=self.fs, format="parquet").to_batches(
+                columns=columns, filter=filter, batch_size=batch_size
+            )
 
     def read_schema(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> pa.Schema:
         """Schema of a table (or one partition) from one Parquet footer (no data read)."""
@@ -525,19 +551,33 @@ class LakeTable:
     def schema(self, partition: Mapping[str, str] | None = None) -> pa.Schema:
         return self.lake.read_schema(self.group, self.name, partition)
 
-    def read(self, partition: Mapping[str, str] | None = None, columns: list[str] | None = None,
-             filter: ds.Expression | None = None) -> pa.Table:
+    def read(
+        self,
+        partition: Mapping[str, str] | None = None,
+        columns: list[str] | None = None,
+        filter: ds.Expression | None = None,
+    ) -> pa.Table:
         return self.lake.read_table(self.group, self.name, partition, columns, filter)
 
-    def batches(self, columns: list[str] | None = None, filter: ds.Expression | None = None, batch_size: int = 4096,
-                partition: Mapping[str, str] | None = None) -> Iterator[pa.RecordBatch]:
+    def batches(
+        self,
+        columns: list[str] | None = None,
+        filter: ds.Expression | None = None,
+        batch_size: int = 4096,
+        partition: Mapping[str, str] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
         return self.lake.iter_batches(self.group, self.name, columns, filter, batch_size, partition)
 
     def dataset(self, partitions: Iterable[Mapping[str, str]] | None = None) -> ds.Dataset:
         return self.lake.dataset(self.group, self.name, partitions)
 
-    def write(self, data: pa.Table | Iterable[pa.RecordBatch], schema: pa.Schema | None = None,
-              partition: Mapping[str, str] | None = None, row_group_size: int = 64_000) -> CommitInfo:
+    def write(
+        self,
+        data: pa.Table | Iterable[pa.RecordBatch],
+        schema: pa.Schema | None = None,
+        partition: Mapping[str, str] | None = None,
+        row_group_size: int = 64_000,
+    ) -> CommitInfo:
         return self.lake.write_table(self.group, self.name, data, schema, partition, row_group_size)
 
     def delete(self, partition: Mapping[str, str]) -> None:

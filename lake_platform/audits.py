@@ -4,7 +4,8 @@ An :class:`Audit` names a rule and says whether its failure blocks publication (
 or only warns (WARN). Each audit function takes plain inputs (a staged table or dataset, the
 values it is compared with) and returns an :class:`AuditOutcome`; nothing here knows about
 Dagster. The asset layer declares one asset check per audit and reports each outcome as that
-check's result. Table contracts (columns, keys, ranges) are in :mod:`lakehouse.contracts`; every table's own audits are declared in ``table_registry``.
+check's result. Table contracts (columns, keys, ranges) are in :mod:`lake_platform.contracts`; every
+table's own audits are declared in ``table_registry``.
 """
 
 from __future__ import annotations
@@ -79,8 +80,16 @@ def combine(outcomes: list[AuditOutcome], labels: list[str]) -> list[AuditOutcom
         first = pairs[0][1]
         failed = [(label, o) for label, o in pairs if not o.passed]
         description = "; ".join(f"{label}: {o.description}" for label, o in failed) if failed else first.description
-        out.append(AuditOutcome(name=name, passed=not failed, blocking=first.blocking, severity=first.severity,
-                                metadata={"by_partition": {label: o.metadata for label, o in pairs}}, description=description))
+        out.append(
+            AuditOutcome(
+                name=name,
+                passed=not failed,
+                blocking=first.blocking,
+                severity=first.severity,
+                metadata={"by_partition": {label: o.metadata for label, o in pairs}},
+                description=description,
+            )
+        )
     return out
 
 
@@ -89,16 +98,23 @@ def contract_audit(audit: Audit, data: pa.Table | ds.Dataset, contract: Contract
     problems = schema_problems(data.schema, contract)
     if not problems:
         problems = value_problems(data, contract)
-    return audit.outcome(not problems, {"problems": problems, "n_problems": len(problems)}, problems[0] if problems else "")
+    return audit.outcome(
+        not problems, {"problems": problems, "n_problems": len(problems)}, problems[0] if problems else ""
+    )
 
 
 def equal_counts_audit(audit: Audit, expected: int, got: int, what: str) -> AuditOutcome:
     """``got`` rows staged where ``expected`` were read (e.g. a sweep file's NAXIS2)."""
-    return audit.outcome(expected == got, {"expected_rows": int(expected), "staged_rows": int(got)},
-                         f"{what}: {got} rows staged, {expected} expected")
+    return audit.outcome(
+        expected == got,
+        {"expected_rows": int(expected), "staged_rows": int(got)},
+        f"{what}: {got} rows staged, {expected} expected",
+    )
 
 
-def inside_box_audit(audit: Audit, coords: pa.Table, ra_min: float, ra_max: float, dec_min: float, dec_max: float) -> AuditOutcome:
+def inside_box_audit(
+    audit: Audit, coords: pa.Table, ra_min: float, ra_max: float, dec_min: float, dec_max: float
+) -> AuditOutcome:
     """Every row's (ra, dec) [deg] lies in [ra_min, ra_max) x [dec_min, dec_max)."""
     ra = coords.column("ra").to_numpy(zero_copy_only=False)
     dec = coords.column("dec").to_numpy(zero_copy_only=False)
@@ -106,16 +122,23 @@ def inside_box_audit(audit: Audit, coords: pa.Table, ra_min: float, ra_max: floa
     n_out = int(outside.sum())
     examples = [[float(a), float(b)] for a, b in zip(ra[outside][:5], dec[outside][:5])]
     box = {"ra_min": ra_min, "ra_max": ra_max, "dec_min": dec_min, "dec_max": dec_max}
-    return audit.outcome(n_out == 0, {"rows_outside_box": n_out, "box": box, "examples": examples},
-                         f"{n_out} rows outside the sweep box {box}, e.g. (ra, dec) = {examples}")
+    return audit.outcome(
+        n_out == 0,
+        {"rows_outside_box": n_out, "box": box, "examples": examples},
+        f"{n_out} rows outside the sweep box {box}, e.g. (ra, dec) = {examples}",
+    )
 
 
-def threshold_audit(audit: Audit, value: float, bound: float, at_least: bool, what: str, extra: dict | None = None) -> AuditOutcome:
+def threshold_audit(
+    audit: Audit, value: float, bound: float, at_least: bool, what: str, extra: dict | None = None
+) -> AuditOutcome:
     """``value`` >= ``bound`` (``at_least``) or <= it; NaN fails."""
     ok = (value >= bound) if at_least else (value <= bound)
     ok = bool(ok) and not math.isnan(value)
     rel = ">=" if at_least else "<="
-    return audit.outcome(ok, {"value": value, "bound": bound, **(extra or {})}, f"{what} = {value:.4g}, required {rel} {bound}")
+    return audit.outcome(
+        ok, {"value": value, "bound": bound, **(extra or {})}, f"{what} = {value:.4g}, required {rel} {bound}"
+    )
 
 
 def count_audit(audit: Audit, n_bad: int, what: str, metadata: dict | None = None) -> AuditOutcome:
@@ -140,9 +163,17 @@ def scores_audit(audit: Audit, scores: pa.Table | ds.Dataset) -> AuditOutcome:
     bad_valid = valid & ~((score >= 0.0) & (score <= 1.0))
     bad_invalid = ~valid & (~np.isnan(score) | (reason == "") | (reason == None))  # noqa: E711
     n_bad = int(bad_valid.sum() + bad_invalid.sum())
-    return audit.outcome(n_bad == 0, {"n_rows": int(t.num_rows), "n_valid": int(valid.sum()), "n_bad_valid": int(bad_valid.sum()),
-                                      "n_bad_invalid": int(bad_invalid.sum())},
-                         f"{int(bad_valid.sum())} valid rows with a score outside [0, 1]; {int(bad_invalid.sum())} invalid rows with a score or without a reason")
+    return audit.outcome(
+        n_bad == 0,
+        {
+            "n_rows": int(t.num_rows),
+            "n_valid": int(valid.sum()),
+            "n_bad_valid": int(bad_valid.sum()),
+            "n_bad_invalid": int(bad_invalid.sum()),
+        },
+        f"{int(bad_valid.sum())} valid rows with a score outside [0, 1]; "
+        f"{int(bad_invalid.sum())} invalid rows with a score or without a reason",
+    )
 
 
 def nonempty_cells_audit(audit: Audit, selection: pa.Table) -> AuditOutcome:
@@ -152,6 +183,12 @@ def nonempty_cells_audit(audit: Audit, selection: pa.Table) -> AuditOutcome:
     one = selection.filter(pc.equal(selection.column("threshold_name"), first)) if first else selection
     n = one.column("n_valid").to_numpy()
     empty = int((n == 0).sum())
-    return audit.outcome(bool(n.size) and empty == 0,
-                         {"cells": int(n.size), "nonempty": int((n > 0).sum()), "sufficient": int(pc.sum(one.column("sufficient")).as_py() or 0)},
-                         f"{empty} of {n.size} (θ_E, z_l) cells have no valid injection")
+    return audit.outcome(
+        bool(n.size) and empty == 0,
+        {
+            "cells": int(n.size),
+            "nonempty": int((n > 0).sum()),
+            "sufficient": int(pc.sum(one.column("sufficient")).as_py() or 0),
+        },
+        f"{empty} of {n.size} (θ_E, z_l) cells have no valid injection",
+    )

@@ -146,9 +146,8 @@ def value_problems(dataset: ds.Dataset | pa.Table, contract: Contract, limit: in
             problems.append(f"{contract.table}: {n} rows with {r.column} outside [{r.lo}, {r.hi}], e.g. {sample}")
     for column, allowed in contract.allowed_values.items():
         vals = ", ".join(f"'{v}'" for v in allowed)
-        bad = con.execute(
-            f"SELECT DISTINCT {_q(column)} FROM t WHERE {_q(column)} IS NULL OR {_q(column)} NOT IN ({vals}) LIMIT {limit}"
-        ).fetchall()
+        outside = f"{_q(column)} IS NULL OR {_q(column)} NOT IN ({vals})"
+        bad = con.execute(f"SELECT DISTINCT {_q(column)} FROM t WHERE {outside} LIMIT {limit}").fetchall()
         if bad:
             problems.append(f"{contract.table}: column {column!r} has values {bad} outside {allowed}")
     con.close()

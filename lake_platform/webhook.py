@@ -17,9 +17,10 @@ import threading
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from .alerts import Alert, AlertDeliveryError, safe_url
 from darkhaloscope.errors import InputError
 from darkhaloscope.retry import TRANSIENT_HTTP_STATUSES, RetriesExhausted, RetryPolicy, call_with_retries, seconds_left
+
+from .alerts import Alert, AlertDeliveryError, safe_url
 
 #: Bytes of a webhook's answer that are read (the status decides; the body is only quoted in errors).
 _MAX_ANSWER = 4096
@@ -43,7 +44,9 @@ class HttpStatusError(AlertDeliveryError):
         self.status = answer.status
 
 
-def post_json(url: str, document: dict, deadline: float, connect_timeout_s: float, headers: dict | None = None) -> HttpAnswer:
+def post_json(
+    url: str, document: dict, deadline: float, connect_timeout_s: float, headers: dict | None = None
+) -> HttpAnswer:
     """POST ``document`` as JSON to ``url``; everything ends by ``deadline`` (a ``time.monotonic()`` value).
 
     Raises :class:`DeadlineExceeded` when time runs out (however slowly the server answers),
@@ -81,7 +84,9 @@ def post_json(url: str, document: dict, deadline: float, connect_timeout_s: floa
             timer.cancel()
     except (OSError, http.client.HTTPException) as exc:
         if aborted.is_set() or isinstance(exc, TimeoutError):
-            raise DeadlineExceeded(f"{safe_url(url)}: no complete answer before the deadline ({type(exc).__name__})") from exc
+            raise DeadlineExceeded(
+                f"{safe_url(url)}: no complete answer before the deadline ({type(exc).__name__})"
+            ) from exc
         raise ConnectionError(f"{safe_url(url)}: {type(exc).__name__}: {exc}") from exc
     finally:
         conn.close()
@@ -104,12 +109,23 @@ class WebhookSink:
     other 4xx answers fail at once. ``connect_timeout_s`` bounds opening a connection.
     """
 
-    def __init__(self, url: str, deadline_s: float = 10.0, connect_timeout_s: float = 3.0, max_attempts: int = 3,
-                 backoff_s: float = 0.5, name: str = "webhook"):
+    def __init__(
+        self,
+        url: str,
+        deadline_s: float = 10.0,
+        connect_timeout_s: float = 3.0,
+        max_attempts: int = 3,
+        backoff_s: float = 0.5,
+        name: str = "webhook",
+    ):
         if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
-            raise InputError(f"webhook URL (DHS_ALERT_WEBHOOK) must start with http:// or https://, got {safe_url(str(url))!r}")
+            raise InputError(
+                f"webhook URL (DHS_ALERT_WEBHOOK) must start with http:// or https://, got {safe_url(str(url))!r}"
+            )
         if not (deadline_s > 0 and connect_timeout_s > 0):
-            raise InputError(f"webhook deadline_s={deadline_s} and connect_timeout_s={connect_timeout_s} must be > 0 seconds")
+            raise InputError(
+                f"webhook deadline_s={deadline_s} and connect_timeout_s={connect_timeout_s} must be > 0 seconds"
+            )
         self.url = url
         self.deadline_s = float(deadline_s)
         self.connect_timeout_s = float(connect_timeout_s)
@@ -117,7 +133,8 @@ class WebhookSink:
         self.name = name
 
     def __repr__(self) -> str:  # the URL path may be a secret (Slack incoming webhooks)
-        return f"WebhookSink({safe_url(self.url)!r}, deadline_s={self.deadline_s}, max_attempts={self.policy.max_attempts})"
+        url = safe_url(self.url)
+        return f"WebhookSink({url!r}, deadline_s={self.deadline_s}, max_attempts={self.policy.max_attempts})"
 
     def send(self, alert: Alert, deadline: float) -> None:
         """POST ``alert``; raise AlertDeliveryError (naming the last fault) unless it was accepted by ``deadline``."""
@@ -131,5 +148,6 @@ class WebhookSink:
         try:
             call_with_retries(attempt, _transient, self.policy.until(deadline), (alert.dedup_key,))
         except RetriesExhausted as exc:
-            raise AlertDeliveryError(f"webhook {safe_url(self.url)} did not accept alert {alert.dedup_key}: {exc}") from exc
-
+            raise AlertDeliveryError(
+                f"webhook {safe_url(self.url)} did not accept alert {alert.dedup_key}: {exc}"
+            ) from exc

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import duckdb
 
 from darkhaloscope.errors import InputError
+
 from .lake import Lake
 
 _ALLOWED = {duckdb.StatementType.SELECT}
@@ -79,15 +80,19 @@ def _statement_name(statement) -> str:
     return statement.type.name
 
 
-def query(lake: Lake, sql: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_rows: int | None = DEFAULT_MAX_ROWS) -> QueryResult:
+def query(
+    lake: Lake, sql: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_rows: int | None = DEFAULT_MAX_ROWS
+) -> QueryResult:
     """Run a read-only query within ``timeout_s`` seconds, returning at most ``max_rows`` rows (None: all).
 
     Raises InputError for refused or failing SQL and :class:`QueryTimeout` when the query was
     interrupted at its timeout.
     """
     if not 0 < timeout_s < math.inf or (max_rows is not None and max_rows < 1):
-        raise InputError(f"timeout must be a finite number of seconds > 0 and max rows >= 1, got timeout={timeout_s}, "
-                         f"max rows={max_rows}")
+        raise InputError(
+            f"timeout must be a finite number of seconds > 0 and max rows >= 1, got timeout={timeout_s}, "
+            f"max rows={max_rows}"
+        )
     check_read_only(sql)
     con = connect(lake)
     expired = threading.Event()
@@ -111,7 +116,9 @@ def query(lake: Lake, sql: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_rows: 
         return QueryResult([d[0] for d in cur.description], rows[:max_rows] if truncated else rows, truncated)
     except duckdb.Error as exc:
         if expired.is_set():
-            raise QueryTimeout(f"query interrupted after {timeout_s:g} s (the timeout): narrow it, or allow more with --timeout") from exc
+            raise QueryTimeout(
+                f"query interrupted after {timeout_s:g} s (the timeout): narrow it, or allow more with --timeout"
+            ) from exc
         raise InputError(f"query failed: {exc}") from exc
     finally:
         timer.cancel()
