@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
+
+from darkhaloscope import sql
 
 
 @dataclass(frozen=True)
@@ -114,43 +115,44 @@ def _q(name: str) -> str:
 
 def value_problems(dataset: ds.Dataset | pa.Table, contract: Contract, limit: int = 5) -> list[str]:
     """Key-uniqueness, range and allowed-value violations, computed with DuckDB over Arrow."""
-    con = duckdb.connect(":memory:")
-    con.register("t", dataset)
-    problems = []
-    if contract.key:
-        keys = ", ".join(_q(k) for k in contract.key)
-        dup = con.execute(f"SELECT {keys}, count(*) AS n FROM t GROUP BY {keys} HAVING n > 1 LIMIT {limit}").fetchall()
-        if dup:
-            problems.append(f"{contract.table}: duplicate key ({', '.join(contract.key)}): {dup}")
-    wheres = []
-    for r in contract.ranges:
-        col = _q(r.column)
-        conds = []
-        if r.lo is not None:
-            conds.append(f"{col} {'<' if r.lo_inclusive else '<='} {r.lo}")
-        if r.hi is not None:
-            conds.append(f"{col} {'>' if r.hi_inclusive else '>='} {r.hi}")
-        conds.append(f"isnan({col})" if _is_float(dataset, r.column) else "false")
-        if not r.nullable:
-            conds.append(f"{col} IS NULL")
-        wheres.append(" OR ".join(conds))
-    # every range counted in one scan: a query per range costs more than the check on a small partition
-    counts = (
-        con.execute("SELECT " + ", ".join(f"count(*) FILTER (WHERE {w})" for w in wheres) + " FROM t").fetchone()
-        if wheres
-        else ()
-    )
-    for r, where, n in zip(contract.ranges, wheres, counts):
-        if n:
-            sample = con.execute(f"SELECT {_q(r.column)} FROM t WHERE {where} LIMIT {limit}").fetchall()
-            problems.append(f"{contract.table}: {n} rows with {r.column} outside [{r.lo}, {r.hi}], e.g. {sample}")
-    for column, allowed in contract.allowed_values.items():
-        vals = ", ".join(f"'{v}'" for v in allowed)
-        outside = f"{_q(column)} IS NULL OR {_q(column)} NOT IN ({vals})"
-        bad = con.execute(f"SELECT DISTINCT {_q(column)} FROM t WHERE {outside} LIMIT {limit}").fetchall()
-        if bad:
-            problems.append(f"{contract.table}: column {column!r} has values {bad} outside {allowed}")
-    con.close()
+    with sql.cursor() as con:
+        con.register("t", dataset)
+        problems = []
+        if contract.key:
+            keys = ", ".join(_q(k) for k in contract.key)
+            dup = con.execute(
+                f"SELECT {keys}, count(*) AS n FROM t GROUP BY {keys} HAVING n > 1 LIMIT {limit}"
+            ).fetchall()
+            if dup:
+                problems.append(f"{contract.table}: duplicate key ({', '.join(contract.key)}): {dup}")
+        wheres = []
+        for r in contract.ranges:
+            col = _q(r.column)
+            conds = []
+            if r.lo is not None:
+                conds.append(f"{col} {'<' if r.lo_inclusive else '<='} {r.lo}")
+            if r.hi is not None:
+                conds.append(f"{col} {'>' if r.hi_inclusive else '>='} {r.hi}")
+            conds.append(f"isnan({col})" if _is_float(dataset, r.column) else "false")
+            if not r.nullable:
+                conds.append(f"{col} IS NULL")
+            wheres.append(" OR ".join(conds))
+        # every range counted in one scan: a query per range costs more than the check on a small partition
+        counts = (
+            con.execute("SELECT " + ", ".join(f"count(*) FILTER (WHERE {w})" for w in wheres) + " FROM t").fetchone()
+            if wheres
+            else ()
+        )
+        for r, where, n in zip(contract.ranges, wheres, counts):
+            if n:
+                sample = con.execute(f"SELECT {_q(r.column)} FROM t WHERE {where} LIMIT {limit}").fetchall()
+                problems.append(f"{contract.table}: {n} rows with {r.column} outside [{r.lo}, {r.hi}], e.g. {sample}")
+        for column, allowed in contract.allowed_values.items():
+            vals = ", ".join(f"'{v}'" for v in allowed)
+            outside = f"{_q(column)} IS NULL OR {_q(column)} NOT IN ({vals})"
+            bad = con.execute(f"SELECT DISTINCT {_q(column)} FROM t WHERE {outside} LIMIT {limit}").fetchall()
+            if bad:
+                problems.append(f"{contract.table}: column {column!r} has values {bad} outside {allowed}")
     return problems
 
 

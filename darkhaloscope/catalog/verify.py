@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from .. import sky
+from .. import sky, sql
 from ..constants import AB_ZEROPOINT, SPLIT_NSIDE
 from ..errors import InputError
 from .cuts import NegativeSelectionConfig
@@ -67,9 +67,7 @@ def verify_cuts_with_duckdb(
     Returns {"n_rows": rows checked, "n_violating": rows failing any cut, and one count per cut}.
     Nulls count as violations.
     """
-    import duckdb
-
-    con = duckdb.connect()
+    con = sql.cursor()
     try:
         if isinstance(negatives, pa.Table):
             con.register("negatives_view", negatives)
