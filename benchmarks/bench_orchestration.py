@@ -25,7 +25,11 @@ number of rows per table. Prints one JSON line: per asset and pass the seconds, 
 overhead per partition, and the durations of the ``dagster`` passes' runs in order (their trend
 shows whether a run costs more as the lake and the instance hold more partitions).
 
+``--until ASSET`` stops both passes after that asset (e.g. ``cutouts``: the search, the longest
+and with the smallest share, left out).
+
     python -m benchmarks.bench_orchestration [--files 300] [--rows 1000] [--hidden 20] [--per-run 1 32]
+        [--until cutouts]
 """
 
 from __future__ import annotations
@@ -93,7 +97,7 @@ def row_counts(lake) -> dict:
 
 
 # ------------------------------------------------------------------------------------ direct pass
-def direct_pass(lake_root: str, env: dict) -> dict:
+def direct_pass(lake_root: str, env: dict, until: str) -> dict:
     """The five assets' work in this process, straight to the lake (module doc)."""
     from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_with_selection
     from darkhaloscope.catalog.sampling import N1_FRACTION
@@ -180,6 +184,8 @@ def direct_pass(lake_root: str, env: dict) -> dict:
         first = next(batches)
         lake.write_table("imaging", "cutouts", [first, *batches], schema=first.schema, partition={"sweep_file": name})
     seconds["cutouts"] = time.perf_counter() - t0
+    if until == "cutouts":
+        return {"seconds": seconds, "rows": row_counts(lake)}
 
     publish_finder(lake)
     t0 = time.perf_counter()
@@ -213,7 +219,7 @@ def direct_pass(lake_root: str, env: dict) -> dict:
 RUN_LINE = re.compile(r"^\[\d+/\d+\] (\S+)(?: \[[^\]]*\])? ok in ([0-9.]+)s")
 
 
-def dagster_pass(lake_root: str, home: str) -> dict:
+def dagster_pass(lake_root: str, home: str, until: str) -> dict:
     """The five assets through ``Materializer`` (the environment set by the caller)."""
     import dagster as dg
 
@@ -246,17 +252,18 @@ def dagster_pass(lake_root: str, home: str) -> dict:
     step("training_catalog", False)
     step("cutouts", True)
     lake = Lake(lake_root)
-    publish_finder(lake)
-    step("search_scores", True)
+    if until == "search_scores":
+        publish_finder(lake)
+        step("search_scores", True)
     return {"seconds": seconds, "run_seconds": runs, "rows": row_counts(lake)}
 
 
 # ---------------------------------------------------------------------------------------- driver
 def child(a) -> None:
     if a.stage == "direct":
-        out = direct_pass(a.lake, {**mock_env(a), **os.environ})
+        out = direct_pass(a.lake, {**mock_env(a), **os.environ}, a.until)
     else:
-        out = dagster_pass(a.lake, a.home)
+        out = dagster_pass(a.lake, a.home, a.until)
     print("RESULT " + json.dumps(out))
 
 
@@ -265,6 +272,7 @@ def run_child(a, stage: str, extra_env: dict, work: Path) -> dict:
     env = {**os.environ, **mock_env(a), "DHS_LAKE": lake, "DAGSTER_HOME": home, **extra_env}
     cmd = [sys.executable, "-m", "benchmarks.bench_orchestration", "--stage", stage, "--lake", lake, "--home", home]
     cmd += ["--work", a.work, "--files", str(a.files), "--rows", str(a.rows), "--hidden", str(a.hidden)]
+    cmd += ["--until", a.until]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
@@ -281,6 +289,7 @@ def main() -> None:
     p.add_argument(
         "--per-run", type=int, nargs="+", default=[1, 32], help="DHS_PARTITIONS_PER_RUN of each dagster pass"
     )
+    p.add_argument("--until", choices=["cutouts", "search_scores"], default="search_scores", help="last asset timed")
     p.add_argument("--work", default=str(REPO / "benchmarks" / "out" / "orchestration"), help="scratch folder")
     p.add_argument("--stage", choices=["direct", "dagster"], help=argparse.SUPPRESS)
     p.add_argument("--lake", help=argparse.SUPPRESS)
@@ -324,7 +333,7 @@ def main() -> None:
                 "overhead_ratio": round(res["seconds"][asset] / direct["seconds"][asset], 2),
                 "run_seconds": res["run_seconds"][asset],
             }
-            for asset in TIMED
+            for asset in TIMED[: TIMED.index(a.until) + 1]
         }
     print(json.dumps(out))
 
