@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_with_selection, recorded_selection
+from darkhaloscope.catalog.cuts import NegativeSelectionConfig, funnel_table, funnel_with_selection, recorded_selection
 from darkhaloscope.catalog.sampling import N1_FRACTION, NEGATIVES_PER_POSITIVE
 from darkhaloscope.catalog.spark import (
     negatives_dataframe,
@@ -118,13 +118,15 @@ def negatives(
         [s.label for s in neg for _ in range(2)],
     )
     table = pa.concat_tables([s.read(columns=["pool", "confuser_category"]) for s in neg])
+    run_funnel = {k: sum(funnel[n][k] for n in names) for k in funnel[names[0]]}
     md = {
         "pools": _counts(table, "pool"),
         "confuser_categories": _counts(table, "confuser_category"),
         "s3_retries": retries.count(),
-        "funnel": dg.MetadataValue.md(
-            markdown_table(pa.concat_tables([s.read() for s in fun]).drop_columns(["selection"]))
-        ),
+        # the run's files summed: Dagster copies the run's metadata onto every file's materialization,
+        # so one row per file and cut would grow the event log as the square of the run's files;
+        # each file's funnel is in selection_funnel
+        "funnel": dg.MetadataValue.md(markdown_table(funnel_table({"run": run_funnel}).drop_columns(["sweep_file"]))),
     }
     return Publish({NEGATIVES: neg, SELECTION_FUNNEL: fun}, audits={NEGATIVES: outcomes}, metadata={NEGATIVES: md})
 
