@@ -20,11 +20,11 @@ The overhead per partition of an asset is (its ``dagster`` wall time − its ``d
 ``--files``: what orchestrating it adds to the work, per sweep file. For ``negatives`` and
 ``cutouts`` both passes also time the work itself (the Spark job of ``negatives_on_spark``; the
 image source drawing the stamps inside ``cutout_batches``), and the net overhead per partition is
-((dagster − its work) − (direct − its work)) / ``--files``: the work's run-to-run spread (≈ 10 %
-of the mock sky's drawing on a 2-core machine) then drops out of the difference. The prerequisites the passes
-share (``sweep_files``, ``known_lenses``, ``positives``, ``training_catalog``, an untrained lens
-finder of the demo profile's architecture whose output bias keeps no stamp, as in
-bench_search.py) are made in each pass outside the timing. Both passes check they wrote the same
+((dagster − its work) − (direct − its work)) / ``--files``: the work's own run-to-run spread then
+drops out of the difference. The prerequisites the passes share (``sweep_files``,
+``known_lenses``, ``positives``, ``training_catalog``, an untrained lens finder of the demo
+profile's architecture whose output bias keeps no stamp, as in bench_search.py) are made in each
+pass outside the timing. Both passes check they wrote the same
 number of rows per table. Prints one JSON line: per asset and pass the seconds, the runs and the
 overhead per partition, and the durations of the ``dagster`` passes' runs in order (their trend
 shows whether a run costs more as the lake and the instance hold more partitions).
