@@ -67,31 +67,27 @@ def verify_cuts_with_duckdb(
     Returns {"n_rows": rows checked, "n_violating": rows failing any cut, and one count per cut}.
     Nulls count as violations.
     """
-    con = sql.cursor()
-    try:
+    src = "negatives_view"
+    if not isinstance(negatives, pa.Table):
+        src = "read_parquet(" + "'" + str(negatives).replace("'", "''") + "')"
+    types = ", ".join("'" + t.replace("'", "''") + "'" for t in sorted(config.types))
+    nobs = " OR ".join(f"coalesce(nobs_{b} < {int(config.min_nobs)}, true)" for b in config.nobs_bands)
+    conds = {
+        "dec_footprint": f"NOT coalesce(dec > {float(config.dec_min)!r} AND dec < {float(config.dec_max)!r}, false)",
+        "type": f"NOT coalesce(trim(type) IN ({types}), false)",
+        "maskbits": f"coalesce((maskbits & {int(config.maskbit_mask)}) <> 0, true)",
+        "nobs": nobs,
+        "zmag": f"NOT coalesce(flux_z > 0 AND {AB_ZEROPOINT!r} - 2.5 * log10(flux_z) < "
+        f"{float(config.zmag_max)!r}, false)",
+    }
+    sums = ", ".join(f"sum(CASE WHEN {c} THEN 1 ELSE 0 END) AS {k}" for k, c in conds.items())
+    anyc = " OR ".join(f"({c})" for c in conds.values())
+    with sql.cursor() as con:
         if isinstance(negatives, pa.Table):
-            con.register("negatives_view", negatives)
-            src = "negatives_view"
-        else:
-            src = "read_parquet(" + "'" + str(negatives).replace("'", "''") + "')"
-        types = ", ".join("'" + t.replace("'", "''") + "'" for t in sorted(config.types))
-        nobs = " OR ".join(f"coalesce(nobs_{b} < {int(config.min_nobs)}, true)" for b in config.nobs_bands)
-        conds = {
-            "dec_footprint": f"NOT coalesce(dec > {float(config.dec_min)!r} AND dec < {float(config.dec_max)!r}, "
-            "false)",
-            "type": f"NOT coalesce(trim(type) IN ({types}), false)",
-            "maskbits": f"coalesce((maskbits & {int(config.maskbit_mask)}) <> 0, true)",
-            "nobs": nobs,
-            "zmag": f"NOT coalesce(flux_z > 0 AND {AB_ZEROPOINT!r} - 2.5 * log10(flux_z) < "
-            f"{float(config.zmag_max)!r}, false)",
-        }
-        sums = ", ".join(f"sum(CASE WHEN {c} THEN 1 ELSE 0 END) AS {k}" for k, c in conds.items())
-        anyc = " OR ".join(f"({c})" for c in conds.values())
+            con.register(src, negatives)
         row = con.execute(
             f"SELECT count(*) AS n, sum(CASE WHEN {anyc} THEN 1 ELSE 0 END) AS bad, {sums} FROM {src}"
         ).fetchone()
-    finally:
-        con.close()
     out = {"n_rows": int(row[0]), "n_violating": int(row[1] or 0)}
     out.update({k: int(v or 0) for k, v in zip(conds, row[2:])})
     return out
