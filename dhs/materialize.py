@@ -210,7 +210,8 @@ class Materializer:
             if not todo:
                 self._say(f"{label}: up to date, skipped")
             for run in unit.runs(todo, self._partitions(unit)):
-                self._execute(unit, run, label + (f" [{run[0]}]" if len(run) == 1 and run[0] else ""), op_config)
+                shown = run[0] if len(run) == 1 else f"{run[0]}...{run[-1]}"
+                self._execute(unit, run, label + (f" [{shown}]" if shown else ""), op_config)
             if dg.AssetKey(list(INJECTION_PLAN.key)) in unit.keys:
                 injection_batch_change(self.instance, lake).apply(self.instance)
 
@@ -253,25 +254,25 @@ class Materializer:
         self._report(result, unit.keys[0], label, time.monotonic() - t0)
 
     def _report(self, result, main: dg.AssetKey, label: str, seconds: float) -> None:
-        """Progress lines: rows of the main table (per partition for a range), failed WARN checks."""
-        rows: dict[str | None, int] = {}
-        for ev in result.get_asset_materialization_events():
-            md = ev.materialization.metadata
-            if ev.materialization.asset_key != main:
-                continue
-            if "partition_rows" in md:
-                rows.update(md["partition_rows"].value)
-            elif "dagster/row_count" in md:
-                rows[ev.materialization.partition] = md["dagster/row_count"].value
+        """The run's progress line: rows of the main table (over a range of partitions, how many
+        and the least and most rows of one), failed WARN checks."""
+        md = next(
+            (
+                e.materialization.metadata
+                for e in result.get_asset_materialization_events()
+                if e.materialization.asset_key == main
+            ),
+            {},
+        )
+        rows = f" rows={md['dagster/row_count'].value}" if "dagster/row_count" in md else ""
+        if "n_partitions" in md:
+            rows += (
+                f" in {md['n_partitions'].value} partitions"
+                f" ({md['partition_rows_min'].value}–{md['partition_rows_max'].value} each)"
+            )
         warned = [e.check_name for e in result.get_asset_check_evaluations() if not e.passed]
         warn = f" (WARN checks failed: {', '.join(warned)})" if warned else ""
-        if len(rows) > 1:
-            for part, n in rows.items():
-                self._say(f"{label} [{part}] rows={n}")
-            self._say(f"{label} ok in {seconds:.1f}s{warn}")
-        else:
-            n = next(iter(rows.values()), None)
-            self._say(f"{label} ok in {seconds:.1f}s{f' rows={n}' if n is not None else ''}{warn}")
+        self._say(f"{label} ok in {seconds:.1f}s{rows}{warn}")
 
     def _deliver_alerts(self, run_id: str) -> None:
         """Turn the run's failed checks / failure into alerts (no daemon runs under the CLI)."""

@@ -6,7 +6,9 @@ Asset keys are ``[group, table]``; a table lives at ``<lake>/<group>/<table>/`` 
 * **Output** — the publish step of write–audit–publish. An asset hands over the tables it staged
   and audited (:class:`~lake_platform.staging.StagedTable`, one per partition it wrote); this
   moves them onto their published paths (:meth:`StagedTable.publish`) and records URI, row count
-  and schema. Anything else is refused: an unaudited table is never published.
+  (over a run of many partitions: their number and the least and most rows of one) and, where it
+  differs from the columns the definition declares, the published schema. Anything else is
+  refused: an unaudited table is never published.
 * **Input** — a ``pyarrow.Table`` (tables that fit in memory) or, for an input annotated
   ``pyarrow.dataset.Dataset``, a lazy dataset over the requested partitions (large tensor tables:
   cutouts, injection bank, scores), each with the hive partition column when the files lack it.
@@ -60,6 +62,15 @@ def column_schema(contract: Contract | None, schema: pa.Schema | None = None) ->
     return dg.MetadataValue.table_schema(dg.TableSchema(columns=[column(n) for n in names]))
 
 
+def _as_declared(schema: pa.Schema, contract: Contract | None) -> bool:
+    """The published ``schema`` has exactly the contract's columns, in its order, of its types."""
+    return (
+        contract is not None
+        and schema.names == [c.name for c in contract.columns]
+        and all(schema.field(c.name).type == c.type for c in contract.columns)
+    )
+
+
 def _contract(asset_key: dg.AssetKey) -> Contract | None:
     """The registry's contract of a lake asset (None for a table without one, or not in the registry)."""
     try:
@@ -84,6 +95,7 @@ class LakeIOManager(LakeResource, dg.ConfigurableIOManager):
         self._check_targets(context, staged)
         published = [s.publish() for s in staged]
         lake = self.lake()
+        contract = _contract(context.asset_key)
         schema = lake.read_schema(*table_location(context.asset_key), partition=staged[-1].partition)
         md = {
             "dagster/uri": dg.MetadataValue.path(
@@ -92,12 +104,21 @@ class LakeIOManager(LakeResource, dg.ConfigurableIOManager):
                 else lake.full_uri(lake.table_path(*table_location(context.asset_key)))
             ),
             "dagster/row_count": dg.MetadataValue.int(sum(p.rows for p in published)),
-            "dagster/column_schema": column_schema(_contract(context.asset_key), schema),
         }
+        # the definition shows the declared columns; repeating them on each partition's
+        # materialization would make the largest part of every event in the instance
+        if not _as_declared(schema, contract):
+            md["dagster/column_schema"] = column_schema(contract, schema)
         if len(published) == 1 and published[0].partition:
             md["dagster/partition_row_count"] = dg.MetadataValue.int(published[0].rows)
-        elif len(published) > 1:  # a single-run backfill: one output, many partitions
-            md["partition_rows"] = dg.MetadataValue.json({"/".join(p.partition.values()): p.rows for p in published})
+        elif len(published) > 1:
+            # a run over many partitions records one materialization per partition, each with this
+            # metadata: a figure per partition here would grow the event log as the square of the
+            # run's partitions (each file's rows are one query of the lake away)
+            rows = [p.rows for p in published]
+            md["n_partitions"] = dg.MetadataValue.int(len(rows))
+            md["partition_rows_min"] = dg.MetadataValue.int(min(rows))
+            md["partition_rows_max"] = dg.MetadataValue.int(max(rows))
         context.add_output_metadata(md)
 
     def _check_targets(self, context: dg.OutputContext, staged: list[StagedTable]) -> None:
