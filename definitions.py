@@ -29,9 +29,16 @@ STAGES = (
 
 def build_defs(resources: dict) -> dg.Definitions:
     """Every stage's assets, checks and sensors with ``resources`` (tests swap some of them); the
-    search's ``search_scores`` holds the pool of the ``compute`` resource's default search launch."""
+    search's ``search_scores`` holds the pool of the ``compute`` resource's default search launch.
+
+    A run's steps execute in its run worker's process: a run is one asset over its partitions
+    (one step) nearly always, and Dagster's default multiprocess executor would import the
+    definitions a second time, in a step process, for each run the daemon or the UI launches;
+    runs execute side by side as the run queue allows (``DHS_MAX_CONCURRENT_RUNS``)."""
     search_stage = search.search_defs(resources["compute"].search_launch)
-    return dg.Definitions.merge(*STAGES, search_stage, dg.Definitions(resources=resources))
+    return dg.Definitions.merge(
+        *STAGES, search_stage, dg.Definitions(resources=resources, executor=dg.in_process_executor)
+    )
 
 
 defs = build_defs(build_resources())

@@ -2,8 +2,8 @@
 
 UI path: `dagster dev` (webserver + daemon) is started first (not timed); the run is launched over
 GraphQL exactly as the UI's "Materialize" button does (queued run coordinator, the default run
-launcher's run worker process, the multiprocess executor's step process with the asset's checks
-inside), timed from the launch request until the run reports SUCCESS. CLI path: the wall time of
+launcher's run worker process, which executes the asset's step and its checks), timed from the
+launch request until the run reports SUCCESS. CLI path: the wall time of
 `dhs materialize ASSET` (a fresh process: imports, planning, the in-process run). Both materialize
 the same asset on the same lake and instance, alternately, ``--repeat`` times each.
 

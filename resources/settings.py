@@ -308,7 +308,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DHS_SPARK_LOG", None, "file of the Spark logs (default <DAGSTER_HOME>/logs/spark.log)", "spark"),
     Setting(
         "DHS_PARTITIONS_PER_RUN",
-        "32",
+        "128",
         "sweep files one run covers in the per-sweep-file assets (sweeps, search_targets, cutouts, "
         "search_scores, cutout_scores): their multi-run backfill policy, and dhs materialize's runs",
         "orchestration",

@@ -121,6 +121,14 @@ def test_per_sweep_file_assets_run_several_files_per_run():
     )
 
 
+def test_a_runs_steps_execute_in_its_run_worker():
+    """A run the daemon or the UI launches imports the definitions once, in its run worker: no step
+    process imports them again (BENCHMARKS.md, *Orchestration overhead per partition*)."""
+    from definitions import defs
+
+    assert defs.resolve_implicit_global_asset_job_def().executor_def is dg.in_process_executor
+
+
 def test_a_new_sweep_file_flows_to_the_candidates_by_automation():
     """The flow's assets carry their conditions and one automation sensor evaluates them; the
     training side carries none (retraining is a deliberate act)."""

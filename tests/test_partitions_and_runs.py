@@ -210,7 +210,7 @@ def test_units_run_ranges_of_consecutive_partitions():
 
 
 def test_materialize_runs_several_sweep_files_per_run_and_publishes_them_together(tmp_path):
-    """sweeps' multi-run backfill policy (DHS_PARTITIONS_PER_RUN, 32 by default): three files in one
+    """sweeps' multi-run backfill policy (DHS_PARTITIONS_PER_RUN, 128 by default): three files in one
     run, each partition audited and published; a bad file fails its run and none of the run's files
     is published."""
     C = "sweep-040m005-045p000.fits"
