@@ -210,7 +210,7 @@ class Materializer:
             if not todo:
                 self._say(f"{label}: up to date, skipped")
             for run in unit.runs(todo, self._partitions(unit)):
-                shown = run[0] if len(run) == 1 else f"{run[0]}...{run[-1]}"
+                shown = partition_span(run)
                 self._execute(unit, run, label + (f" [{shown}]" if shown else ""), op_config)
             if dg.AssetKey(list(INJECTION_PLAN.key)) in unit.keys:
                 injection_batch_change(self.instance, lake).apply(self.instance)
@@ -227,8 +227,7 @@ class Materializer:
                     "dagster/asset_partition_range_end": partition_keys[-1],
                 }
             )
-        shown = pk or (partition_keys[0] + "..." + partition_keys[-1] if len(partition_keys) > 1 else "-")
-        where = f"asset {unit.label} partition {shown}"
+        where = f"asset {unit.label} partition {partition_span(partition_keys) or '-'}"
         # the asset's own run config (op_config's entry), beside the console's
         ops = {"ops": {self._op_name(unit.keys[0]): op_config}} if op_config else {}
         try:
@@ -290,6 +289,13 @@ class Materializer:
             )
             self._say(f"ALERT {outcome.alert.summary()} -> {where}{errors}")
         report_alerts_table(self.instance, self.resources["lake"].lake(), len(outcomes))
+
+
+def partition_span(partition_keys: list[str | None]) -> str | None:
+    """A run's partitions as shown: the one key, ``first...last`` for a range, None unpartitioned."""
+    if len(partition_keys) > 1:
+        return f"{partition_keys[0]}...{partition_keys[-1]}"
+    return partition_keys[0]
 
 
 def _named(name: str, keys) -> list[dg.AssetKey]:
