@@ -22,12 +22,14 @@ from darkhaloscope.lensing.bank import (
     injection_config,
     plan_grid,
     plan_injection_grid,
+    plan_proposal,
     plan_summary,
     render_injection_batch,
     selection_conditioning,
     selection_hosts,
     with_conditioning,
 )
+from darkhaloscope.lensing.priors import PriorRegistry
 from darkhaloscope.lensing.hosts import HOST_ROW_COLUMNS, calibrate_sigma_relation, host_lens_properties
 from darkhaloscope.lensing.verify import lenstronomy_agreement, physics_problems
 from darkhaloscope.search.grades import published_graded_lens_ids
@@ -68,11 +70,12 @@ class InjectionPlanConfig(dg.Config):
     batch_size: int = 0
     realisation: int = 0
     min_hosts_per_cell: int = 0  # 0 = InjectionConfig's default
+    proposal: str = ""  # "" = DHS_SELECTION_PROPOSAL (the compute resource's selection_proposal)
 
 
 @lake_asset(
     INJECTION_PLAN,
-    code_version="4",
+    code_version="5",
     kinds={"parquet"},
     ins={"cutouts": dg.AssetIn(list(CUTOUTS.key))},
     deps=[dg.AssetKey(list(t.key)) for t in (CUTOUT_VALIDATION, VISUAL_GRADES, SWEEPS, PHOTO_Z, SPECTRA)],
@@ -108,6 +111,7 @@ def injection_plan(
         config.host_splits,
         config.realisation,
         config.min_hosts_per_cell,
+        config.proposal or compute.selection_proposal,
     )
     ids = hosts.column("object_id")
     wanted = pc.field("object_id").isin(ids)
@@ -135,7 +139,7 @@ def injection_plan(
 
 @lake_asset(
     INJECTION_BANK,
-    code_version="5",
+    code_version="6",
     kinds={"pytorch", "parquet"},
     pool="gpu",
     ins={
@@ -169,15 +173,15 @@ def injection_bank(
     mu = params.column("magnification").to_numpy(zero_copy_only=False)
     md = {"n_failed": int((~ok).sum()), "median_mu": float(np.nanmedian(mu)), "device": device}
     _, z_l_values = plan_grid(injection_plan)
-    return Publish(
-        {INJECTION_BANK: bank}, audits={INJECTION_BANK: bank_audits(bank, z_l_values)}, metadata={INJECTION_BANK: md}
-    )
+    audits = bank_audits(bank, z_l_values, plan_proposal(injection_plan))
+    return Publish({INJECTION_BANK: bank}, audits={INJECTION_BANK: audits}, metadata={INJECTION_BANK: md})
 
 
-def bank_audits(bank: pa.Table, z_l_values) -> list[au.AuditOutcome]:
-    """The injection bank's audits on one batch (``z_l_values``: the grid's z_l bin centres)."""
+def bank_audits(bank: pa.Table, z_l_values, priors: PriorRegistry) -> list[au.AuditOutcome]:
+    """The injection bank's audits on one batch (``z_l_values``: the grid's z_l bin centres;
+    ``priors``: the proposal the plan drew its injections from)."""
     agreement = lenstronomy_agreement(bank)
-    physics = physics_problems(bank, skip=HOST_DERIVED)
+    physics = physics_problems(bank, priors, skip=HOST_DERIVED)
     outside = hosts_outside_bins(bank, z_l_values)
     return [
         checks.INJECTION_MATCHES_LENSTRONOMY.outcome(

@@ -13,11 +13,15 @@ from .settings import SEARCH_LAUNCHES
 
 class ComputeResource(dg.ConfigurableResource):
     """``device`` is auto (CUDA when present), cpu or cuda; ``profile`` is demo or full;
-    ``search_launch`` is the default launch of ``search_scores`` (one of ``SEARCH_LAUNCHES``)."""
+    ``search_launch`` is the default launch of ``search_scores`` (one of ``SEARCH_LAUNCHES``);
+    ``selection_proposal`` names the injections' proposal (``lensing.priors.PROPOSALS``) and
+    ``selection_population`` is a user population's Parquet file ("" for none)."""
 
     device: str = "auto"
     profile: str = "demo"
     search_launch: str = "local"
+    selection_proposal: str = "broad"
+    selection_population: str = ""
 
     def torch_device(self) -> str:
         import torch

@@ -42,7 +42,11 @@ def build_resources() -> dict:
         ),
         "imaging": ImagingResource(cutout_source=setting("DHS_CUTOUT_SOURCE")),
         "compute": ComputeResource(
-            device=setting("DHS_DEVICE"), profile=profile, search_launch=setting("DHS_SEARCH_LAUNCH")
+            device=setting("DHS_DEVICE"),
+            profile=profile,
+            search_launch=setting("DHS_SEARCH_LAUNCH"),
+            selection_proposal=setting("DHS_SELECTION_PROPOSAL"),
+            selection_population=setting("DHS_SELECTION_POPULATION") or "",
         ),
         "pyspark": QuietPySparkResource(spark_config=spark_config()),
         "pipes_subprocess_client": PipesLaunchClient(**launch),

@@ -225,6 +225,22 @@ SETTINGS: tuple[Setting, ...] = (
         "compute",
         _one_of(*PROFILES),
     ),
+    Setting(
+        "DHS_SELECTION_PROPOSAL",
+        "broad",
+        "the proposal q(ψ) the selection-function injections are drawn from: broad (wider than every "
+        "population C is reweighted to) or training (the training stream's prior); recorded in every "
+        "selection table's metadata",
+        "compute",
+        _one_of("broad", "training"),
+    ),
+    Setting(
+        "DHS_SELECTION_POPULATION",
+        None,
+        "a Parquet table of a user's lens population (ψ samples, optional weight column) that "
+        "selection_populations adds beside its named populations, as population user:<file stem>",
+        "compute",
+    ),
     Setting("DHS_DEVICE", "auto", "auto, cpu or cuda for simulation, training and scoring", "compute", _device),
     Setting(
         "DHS_SEARCH_LAUNCH",

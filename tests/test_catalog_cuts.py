@@ -16,6 +16,7 @@ from darkhaloscope.catalog.cuts import (
     NEGATIVE_SCHEMA,
     KnownLensIndex,
     NegativeSelectionConfig,
+    describe_objects,
     funnel_from_table,
     funnel_table,
     merge_funnels,
@@ -144,6 +145,24 @@ def test_known_lens_exclusion_at_11_arcsec():
     assert kept(t, KnownLensIndex.from_table(lens)) == [1]
 
 
+def test_the_closure_reserve_leaves_the_negatives_by_a_stable_hash_of_the_object_id():
+    """The reserve (catalog.reserve) is the last step: a tenth of the galaxies that pass every cut,
+    the same ones whatever the row order, never a negative."""
+    from darkhaloscope.catalog.reserve import DEFAULT_RESERVE_FRACTION, closure_reserved
+
+    t = rows(2000)
+    neg, funnel = select_negatives(t, known_lenses_table([]))
+    reserved = closure_reserved(describe_objects(t, NegativeSelectionConfig())["object_id"].to_numpy())
+    assert funnel[t.column("sweep_file")[0].as_py()]["closure_reserve"] == int(reserved.sum())
+    assert abs(reserved.mean() - DEFAULT_RESERVE_FRACTION) < 0.025
+    assert neg.column("row_index").to_pylist() == np.flatnonzero(~reserved).tolist()
+    shuffled = t.take(pa.array(np.random.default_rng(1).permutation(t.num_rows)))
+    again, _ = select_negatives(shuffled, known_lenses_table([]))
+    assert sorted(again.column("object_id").to_pylist()) == sorted(neg.column("object_id").to_pylist())
+    none, f0 = select_negatives(t, known_lenses_table([]), NegativeSelectionConfig(closure_reserve_fraction=0.0))
+    assert none.num_rows == t.num_rows and f0[t.column("sweep_file")[0].as_py()]["closure_reserve"] == 0
+
+
 def test_funnel_counts_each_cut_in_order_per_sweep_file():
     t = rows(
         8,
@@ -164,6 +183,7 @@ def test_funnel_counts_each_cut_in_order_per_sweep_file():
         "nobs": 0,
         "zmag": 0,
         "known_lens": 0,
+        "closure_reserve": 0,
         "selected": 1,
     }
     assert funnel["b.fits"] == {
@@ -174,6 +194,7 @@ def test_funnel_counts_each_cut_in_order_per_sweep_file():
         "nobs": 1,
         "zmag": 1,
         "known_lens": 1,
+        "closure_reserve": 0,
         "selected": 1,
     }
     assert neg.column("row_index").to_pylist() == [0, 7]

@@ -9,6 +9,8 @@ The cuts, applied in this order and each counted by the rows it removes, per swe
 5. ``zmag``: z < 20 AB mag, i.e. flux_z > 10 nMgy. flux_z <= 0, NaN or null is rejected; it never
    slips through as a NaN magnitude (a test written as ``isnan(mag) | mag < lim`` would let it).
 6. ``known_lens``: farther than 11″ from every known lens (unit-sphere KD-tree, chord radius).
+7. ``closure_reserve``: not in the closure reserve (``catalog.reserve``: a stable-hash share of the
+   galaxies kept for the selection function's closure test, which the search still covers).
 
 A null in any column a cut reads fails that cut. Surviving rows get the derived columns of
 :data:`OBJECT_FIELDS` (magnitudes, colours, HEALPix split, strata) and their pool (N1 or N2).
@@ -32,9 +34,10 @@ from ..constants import SPLIT_NSIDE, flux_to_mag, mag_to_flux
 from ..errors import InputError
 from ..ids import object_id as make_object_id
 from .confusers import ConfuserConfig, classify_confusers
+from .reserve import DEFAULT_RESERVE_FRACTION, closure_reserved
 
 #: Cut names in the order they are applied (the funnel order).
-CUT_STEPS = ("dec_footprint", "type", "maskbits", "nobs", "zmag", "known_lens")
+CUT_STEPS = ("dec_footprint", "type", "maskbits", "nobs", "zmag", "known_lens", "closure_reserve")
 #: Cuts a positive is flagged on (all but the footprint and the known-lens exclusion).
 QUALITY_CUTS = ("type", "maskbits", "nobs", "zmag")
 
@@ -108,6 +111,7 @@ class NegativeSelectionConfig:
     zmag_max: float = 20.0
     excluded_maskbits: frozenset = frozenset({1, 5, 6, 7, 11, 12, 13})
     exclusion_radius_arcsec: float = 11.0
+    closure_reserve_fraction: float = DEFAULT_RESERVE_FRACTION
     split_fractions: tuple[tuple[str, float], ...] = sky.DEFAULT_SPLIT_FRACTIONS
     confusers: ConfuserConfig = field(default_factory=ConfuserConfig)
 
@@ -122,6 +126,8 @@ class NegativeSelectionConfig:
             raise InputError(f"excluded_maskbits must be ints in [0, 31], got {sorted(self.excluded_maskbits)!r}")
         if self.exclusion_radius_arcsec < 0:
             raise InputError(f"exclusion_radius_arcsec must be >= 0, got {self.exclusion_radius_arcsec}")
+        if not 0.0 <= self.closure_reserve_fraction < 1.0:
+            raise InputError(f"closure_reserve_fraction must be in [0, 1), got {self.closure_reserve_fraction}")
         if not np.isclose(sum(f for _, f in self.split_fractions), 1.0):
             raise InputError(f"split fractions must sum to 1, got {self.split_fractions!r}")
         if not self.types:
@@ -332,6 +338,16 @@ def _mag_array(mag: np.ndarray) -> pa.Array:
     return pa.array(mag.astype(np.float32), mask=~np.isfinite(mag))
 
 
+def _object_ids(table: pa.Table) -> np.ndarray:
+    """int64 object ids of sweep rows: the ``object_id`` column, else built from (RELEASE, BRICKID, OBJID)."""
+    if "object_id" in table.column_names:
+        oid = _int(table, "object_id", -1)
+        if (oid < 0).any():
+            raise InputError("column 'object_id' has null or negative values")
+        return oid
+    return make_object_id(_int(table, "release", -1), _int(table, "brickid", -1), _int(table, "objid", -1))
+
+
 def describe_objects(table: pa.Table, config: NegativeSelectionConfig) -> dict[str, pa.Array]:
     """The :data:`OBJECT_FIELDS` columns of ``table`` (sweep rows), as Arrow arrays by name.
 
@@ -344,12 +360,7 @@ def describe_objects(table: pa.Table, config: NegativeSelectionConfig) -> dict[s
     hp_name = f"healpix_{SPLIT_NSIDE}"
     ra = _float(table, "ra")
     dec = _float(table, "dec")
-    if "object_id" in table.column_names:
-        oid = _int(table, "object_id", -1)
-        if (oid < 0).any():
-            raise InputError("column 'object_id' has null or negative values")
-    else:
-        oid = make_object_id(_int(table, "release", -1), _int(table, "brickid", -1), _int(table, "objid", -1))
+    oid = _object_ids(table)
     types = _types(table)
     types_np = types.to_numpy(zero_copy_only=False).astype(object)
     mags = {
@@ -459,7 +470,7 @@ def preselection(
     masks = cut_masks(table, config)
     alive = np.ones(table.num_rows, dtype=bool)
     removed: dict[str, np.ndarray] = {}
-    for step in CUT_STEPS[:-1]:
+    for step in CUT_STEPS[: CUT_STEPS.index("known_lens")]:
         removed[step] = alive & ~masks[step]
         alive &= masks[step]
     return alive, removed
@@ -479,8 +490,12 @@ def selected_rows(
     near = index.within(ra, dec, config.exclusion_radius_arcsec)
     removed["known_lens"] = np.zeros(table.num_rows, dtype=bool)
     removed["known_lens"][idx[near]] = True
+    idx = idx[~near]
+    reserved = closure_reserved(_object_ids(table)[idx], config.closure_reserve_fraction)
+    removed["closure_reserve"] = np.zeros(table.num_rows, dtype=bool)
+    removed["closure_reserve"][idx[reserved]] = True
     funnel = _funnel_counts(_column(table, "sweep_file"), removed)
-    return idx[~near], funnel
+    return idx[~reserved], funnel
 
 
 def negatives_from_selected(selected: pa.Table, config: NegativeSelectionConfig) -> pa.Table:

@@ -23,7 +23,7 @@ from ..constants import BANDS, PIXEL_SCALE_ARCSEC, STAMP_SIZE, flux_to_mag
 from ..errors import InputError
 from ..seeding import torch_generator_for, unit_hash_array
 from .cosmology import DEFAULT_COSMOLOGY, sigma_v_from_theta_e
-from .priors import DEFAULT_PRIORS, PriorRegistry, draw_clumps, draw_system_parameters
+from .priors import DEFAULT_PRIORS, PriorRegistry, draw_clumps, draw_system_parameters, proposal
 from .render import RenderConfig, add_poisson_noise, arc_snr, render_lensed_sources
 from .sie import LensBatch, ellipticity_from_phi_q
 from .source import SourceBatch, band_fluxes
@@ -107,7 +107,8 @@ class InjectionConfig:
     render_chunk: systems per render call (memory bound; results do not depend on it);
     min_hosts_per_cell: a z_l bin with fewer hosts leaves its cells insufficient (empty);
     max_tries_per_injection: candidate (host, z_s) pairs tried per injection of a cell before the
-    cell is left insufficient (``plan_injection_grid``).
+    cell is left insufficient (``plan_injection_grid``); proposal_name: the name of ``priors`` in
+    ``priors.PROPOSALS`` (recorded with every selection table).
     """
 
     theta_e_grid: tuple[float, float, float] = (0.5, 3.0, 0.25)
@@ -124,6 +125,7 @@ class InjectionConfig:
     salt: str = "injection_bank/v2"
     min_hosts_per_cell: int = 3
     max_tries_per_injection: int = 400
+    proposal_name: str = "training"
 
     def theta_e_values(self) -> tuple[float, ...]:
         return _grid(*self.theta_e_grid)
@@ -146,11 +148,13 @@ def injection_config(
     host_splits=("test",),
     realisation: int = 0,
     min_hosts_per_cell: int = 0,
+    proposal_name: str = "broad",
 ) -> InjectionConfig:
     """The injection settings of a profile (``demo`` or ``full``); 0 / None keep the profile's
     size and :class:`InjectionConfig`'s grids. ``realisation`` n > 0 draws every source, lens and
     host assignment afresh (its own seed salt), so the selection function can be measured again on
-    independent injections into the same hosts; 0 is the default draw."""
+    independent injections into the same hosts; 0 is the default draw. ``proposal_name``: the
+    selection proposal q(ψ) the sources are drawn from (``priors.PROPOSALS``)."""
     if isinstance(realisation, bool) or not isinstance(realisation, (int, np.integer)) or realisation < 0:
         raise InputError(f"injection realisation must be an integer >= 0, got {realisation!r}")
     sizes = PROFILE_SIZES.get(profile, PROFILE_SIZES["demo"])
@@ -163,6 +167,8 @@ def injection_config(
         host_splits=tuple(host_splits),
         salt=base.salt if realisation == 0 else f"{base.salt}/realisation-{int(realisation)}",
         min_hosts_per_cell=min_hosts_per_cell or base.min_hosts_per_cell,
+        priors=proposal(proposal_name),
+        proposal_name=proposal_name,
     )
 
 
@@ -589,6 +595,7 @@ def selection_conditioning(cfg: InjectionConfig, host_types, relation: dict, hos
             "counts": host_counts,
         },
         "sigma_v_relation": relation,
+        "proposal": cfg.proposal_name,
         "priors": {k: [p.kind, p.lo, p.hi, p.mu, p.sigma] for k, p in sorted(cfg.priors.priors.items())},
         "seed_salt": cfg.salt,
     }
@@ -605,6 +612,17 @@ def table_conditioning(table: pa.Table) -> dict | None:
     """The conditioning recorded on a table's schema (None when it carries none)."""
     raw = (table.schema.metadata or {}).get(CONDITIONING_KEY)
     return json.loads(raw) if raw else None
+
+
+def plan_proposal(tasks: pa.Table) -> PriorRegistry:
+    """The proposal (priors) a plan drew its injections from, as its conditioning records it (the
+    training prior for a plan that records none)."""
+    from .priors import Prior
+
+    recorded = (table_conditioning(tasks) or {}).get("priors")
+    if not recorded:
+        return DEFAULT_PRIORS
+    return PriorRegistry(priors={k: Prior(*v) for k, v in recorded.items()})
 
 
 def plan_grid(tasks: pa.Table) -> tuple[list[float], list[float]]:

@@ -79,6 +79,25 @@ class Prior:
         # Round-off at the ends (e.g. ndtri near 0 or 1) must not leave the documented range.
         return np.clip(v, self.lo, self.hi)
 
+    def pdf(self, v) -> np.ndarray:
+        """Probability density at ``v`` (per unit of the parameter), 0 outside [lo, hi]; the
+        importance weights of a population against this prior divide by it."""
+        if not self.hi > self.lo:
+            raise InputError(f"prior on [{self.lo}, {self.hi}] is a point: it has no density")
+        v = np.asarray(v, dtype=np.float64)
+        inside = (v >= self.lo) & (v <= self.hi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if self.kind == "uniform":
+                d = np.full(v.shape, 1.0 / (self.hi - self.lo))
+            elif self.kind == "area":
+                d = 2.0 * v / (self.hi**2 - self.lo**2)
+            elif self.kind == "loguniform":
+                d = 1.0 / (v * math.log(self.hi / self.lo))
+            else:
+                z = ndtr((self.hi - self.mu) / self.sigma) - ndtr((self.lo - self.mu) / self.sigma)
+                d = np.exp(-0.5 * ((v - self.mu) / self.sigma) ** 2) / (self.sigma * math.sqrt(2 * math.pi) * z)
+        return np.where(inside, d, 0.0)
+
 
 def _default_priors() -> dict[str, Prior]:
     return {
@@ -148,6 +167,54 @@ class PriorRegistry:
 
 
 DEFAULT_PRIORS = PriorRegistry()
+
+
+def _broad_priors() -> dict[str, Prior]:
+    """The selection proposal q(ψ): wider than every population the selection function is
+    reweighted to (``evaluation.populations``), so that each has support under it.
+
+    - unlensed r 20–27.5: LensPop's sources reach beyond r = 27 (Collett 2015), and an arc of a
+      source fainter than the DR10 depth (r ≈ 23.9 for a point source) can still be detected when
+      it is magnified ~10×;
+    - half-light radius log-uniform 0.03–1.0″: from sources that render as point-like images
+      (Herle, O'Riordan & Vegetti 2024 find CNN selection steepest near R_S ≈ 0.18″, so the
+      proposal must reach well below it) to the largest high-z star formers;
+    - Sérsic n 0.5–4, axis ratio 0.2–1 (LensPop's source flattening floor, Collett 2015);
+    - source position area-uniform out to 1.2 θ_E: rings, arcs and doubles inside the cut (β < θ_E
+      for an SIS) and singly imaged sources beyond it, so that a population of sources uniform in the
+      source plane has constant weight;
+    - z_s 0.6–4; colours g−r, r−z ~ N(0.3, 0.35) in [−0.5, 1.5]; shear N(0, 0.05) within ±0.15.
+    Everything else as the training prior.
+    """
+    p = _default_priors()
+    p.update(
+        src_mag_r=Prior("uniform", 20.0, 27.5),
+        src_r_sersic_arcsec=Prior("loguniform", 0.03, 1.0),
+        src_n_sersic=Prior("uniform", 0.5, 4.0),
+        src_q=Prior("uniform", 0.2, 1.0),
+        src_beta_frac=Prior("area", 0.0, 1.2),
+        src_g_minus_r=Prior("truncnormal", -0.5, 1.5, mu=0.3, sigma=0.35),
+        src_r_minus_z=Prior("truncnormal", -0.5, 1.5, mu=0.3, sigma=0.35),
+        shear_g1=Prior("truncnormal", -0.15, 0.15, mu=0.0, sigma=0.05),
+        shear_g2=Prior("truncnormal", -0.15, 0.15, mu=0.0, sigma=0.05),
+        z_s=Prior("uniform", 0.6, 4.0),
+    )
+    return p
+
+
+#: Named proposals of the selection-function injections (``DHS_SELECTION_PROPOSAL``): ``broad``
+#: (the default: :func:`_broad_priors`) or ``training`` (the training stream's prior, which the
+#: selection function used before the proposal was widened).
+PROPOSALS = {"broad": PriorRegistry(priors=_broad_priors()), "training": DEFAULT_PRIORS}
+
+
+def proposal(name: str) -> PriorRegistry:
+    """The named selection proposal (:data:`PROPOSALS`); InputError listing the names otherwise."""
+    try:
+        return PROPOSALS[name]
+    except KeyError:
+        raise InputError(f"unknown selection proposal {name!r}; known: {sorted(PROPOSALS)}") from None
+
 
 #: Parameters drawn for every injection (both profiles); theta_e_arcsec and z_l only for training.
 SYSTEM_PARAMETERS = (
