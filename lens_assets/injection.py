@@ -29,8 +29,8 @@ from darkhaloscope.lensing.bank import (
     selection_hosts,
     with_conditioning,
 )
-from darkhaloscope.lensing.priors import PriorRegistry
 from darkhaloscope.lensing.hosts import HOST_ROW_COLUMNS, calibrate_sigma_relation, host_lens_properties
+from darkhaloscope.lensing.priors import PriorRegistry
 from darkhaloscope.lensing.verify import lenstronomy_agreement, physics_problems
 from darkhaloscope.search.grades import published_graded_lens_ids
 from lake_platform import audits as au
