@@ -149,6 +149,90 @@ def design_effect(hits, cluster, group=None, n_groups: int = 1) -> np.ndarray:
     return np.where(defined, deff, 1.0)
 
 
+def intraclass_correlation(hits, cluster, group=None, n_groups: int = 1) -> float:
+    """Intraclass correlation ρ of binary outcomes ``hits`` that share ``cluster`` (e.g. the host
+    galaxy of each injection), pooled over ``group`` (e.g. the selection function's cells, each
+    deviation taken from its own group's mean): the one-way ANOVA estimator
+    ρ = (MSB − MSW) / (MSB + (n₀ − 1) MSW) with n₀ the pooled adjusted mean cluster size (Fleiss
+    1981, *Statistical Methods for Rates and Proportions*, §13; Donner 1986, Int. Stat. Rev. 54, 67,
+    for binary data), clipped to [0, 1]; 0 where no cluster holds two trials. It is the
+    beta-binomial's ρ: a cell's variance of k/n is p(1 − p)/n · (1 + (m − 1) ρ) for clusters of m."""
+    h = np.asarray(hits, dtype=np.float64).ravel()
+    c = np.asarray(cluster).ravel()
+    g = np.zeros(h.size, np.int64) if group is None else np.asarray(group, dtype=np.int64).ravel()
+    if not (c.shape == h.shape == g.shape):
+        raise InputError(f"intraclass correlation: hits ({h.shape}), cluster ({c.shape}), group ({g.shape}) differ")
+    if h.size == 0:
+        return 0.0
+    _, ci = np.unique(c, return_inverse=True)
+    pair, pi = np.unique(g * (int(ci.max()) + 1) + ci, return_inverse=True)
+    pg = pair // (int(ci.max()) + 1)
+    n_c = np.bincount(pi, minlength=pair.size).astype(np.float64)
+    k_c = np.bincount(pi, weights=h, minlength=pair.size)
+    gid, gi = np.unique(pg, return_inverse=True)
+    n_g = np.bincount(gi, weights=n_c)
+    k_g = np.bincount(gi, weights=k_c)
+    h_g = np.bincount(gi).astype(np.float64)
+    df_b = float(np.sum(h_g - 1.0))
+    df_w = float(h.size - np.sum(h_g))
+    if df_b <= 0 or df_w <= 0:
+        return 0.0
+    p_g = k_g / n_g
+    ssb = float(np.sum(n_c * (k_c / n_c - p_g[gi]) ** 2))
+    ssw = float(np.sum(k_c - k_c**2 / n_c))
+    n0 = (h.size - float(np.sum(n_c**2 / n_g[gi]))) / df_b
+    msb, msw = ssb / df_b, ssw / df_w
+    denom = msb + (n0 - 1.0) * msw
+    if not denom > 0:
+        return 0.0
+    return float(np.clip((msb - msw) / denom, 0.0, 1.0))
+
+
+def clustered_effective_size(weights, cluster, group, n_groups: int, rho: float) -> tuple[np.ndarray, np.ndarray]:
+    """(Kish's n_eff = (Σw)²/Σw², the same with clusters of intraclass correlation ``rho``) per
+    group: (Σw)² / ((1 − ρ) Σ w_i² + ρ Σ_c W_c²), W_c the weight of cluster c in the group — the
+    variance of a weighted proportion Σ w d / Σ w whose trials in one cluster correlate by ρ (Kish
+    1965, *Survey Sampling*, §8.2, with the weights of Kish 1992, J. Off. Stat. 8, 183). Defined
+    whatever the outcomes (k = 0 and k = n included): ρ is a property of the design, measured on
+    every cell at once (:func:`intraclass_correlation`). 0 for an empty group."""
+    w = np.asarray(weights, dtype=np.float64).ravel()
+    c = np.asarray(cluster).ravel()
+    g = np.asarray(group, dtype=np.int64).ravel()
+    if not (w.shape == c.shape == g.shape):
+        raise InputError(f"effective size: weights ({w.shape}), cluster ({c.shape}), group ({g.shape}) differ")
+    if not 0.0 <= rho <= 1.0:
+        raise InputError(f"intraclass correlation must be in [0, 1], got {rho}")
+    _, ci = np.unique(c, return_inverse=True) if c.size else (None, np.zeros(0, np.int64))
+    m = int(ci.max()) + 1 if c.size else 1
+    pair, pi = np.unique(g * m + ci, return_inverse=True)
+    wc = np.bincount(pi, weights=w, minlength=pair.size)
+    sw = np.bincount(g, weights=w, minlength=n_groups)
+    sw2 = np.bincount(g, weights=w**2, minlength=n_groups)
+    sc2 = np.bincount(pair // m, weights=wc**2, minlength=n_groups)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        kish = np.where(sw2 > 0, sw**2 / sw2, 0.0)
+        clustered = np.where(sw2 > 0, sw**2 / ((1.0 - rho) * sw2 + rho * sc2), 0.0)
+    return kish, clustered
+
+
+def jeffreys_variance(p, n) -> np.ndarray:
+    """Variance of the Jeffreys posterior Beta(p n + ½, (1 − p) n + ½) of a proportion p on n trials."""
+    p = np.asarray(p, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    a, b = p * n + 0.5, (1.0 - p) * n + 0.5
+    return a * b / ((a + b) ** 2 * (a + b + 1.0))
+
+
+def inflated_trials(p, n, extra_variance) -> np.ndarray:
+    """Effective trials whose Jeffreys posterior variance is that of ``n`` trials plus
+    ``extra_variance`` (another source of uncertainty of the same proportion, e.g. its threshold's):
+    n / (1 + extra / var_Jeffreys(p, n)). Defined at p = 0 and 1, where the Jeffreys variance is not 0."""
+    n = np.asarray(n, dtype=np.float64)
+    v = jeffreys_variance(p, n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, n / (1.0 + np.asarray(extra_variance, dtype=np.float64) / v), 0.0)
+
+
 def bootstrap_interval(
     statistic: Callable[[np.ndarray], float],
     n: int,

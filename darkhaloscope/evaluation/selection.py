@@ -6,15 +6,19 @@ the completeness):
 * An injection that failed to render (``success`` false) or could not be scored (``valid`` false,
   score null or NaN) is **excluded from the denominator** and counted in ``n_failed``.
 * ``completeness = n_detected / n_valid`` with detection ``score > threshold``; null when
-  ``n_valid = 0``. Jeffreys 68 % and 95 % intervals come from :func:`darkhaloscope.stats.jeffreys_interval`.
-* Injections that share a host are not independent trials: a host that hides faint arcs hides
-  all of them. Each row's intervals are Jeffreys intervals on ``n_effective = n_valid / deff``
-  trials (``k n_effective / n_valid`` of them detected), deff the design effect of the rows'
-  hosts (:func:`darkhaloscope.stats.design_effect`, floored at 1, so n_effective <= n_valid;
-  Korn & Graubard 1998). A cell of the grid draws each host once, so there n_effective =
-  n_valid; a marginal pools the cells, and a host carries one injection in every cell that drew
-  it, so its intervals widen by what the hosts' shared outcomes cost. Without ``host_object_id`` every
-  injection counts as its own host.
+  ``n_valid = 0``. C is the proposal's (the population the injections were drawn from,
+  ``population = 'proposal'``); ``evaluation.populations`` reweights it to others.
+* Intervals are host-clustered and carry the threshold's own uncertainty. A host carries many
+  injections, in one cell and across cells (the plan draws a cell's hosts with replacement, weighted
+  by how well their σ_v fits the cell), and a host that hides faint arcs hides all of them. The
+  injections of one host correlate by the intraclass correlation ρ, measured per threshold on every
+  cell at once (:func:`darkhaloscope.stats.intraclass_correlation`, the beta-binomial's ρ), which
+  gives each row its clustered effective number of trials, defined at k = 0 and k = n too
+  (:func:`darkhaloscope.stats.clustered_effective_size`). The threshold is itself an estimate (its
+  bootstrap 68 % interval over the negatives, ``thresholds``): C is recomputed at
+  THRESHOLD_QUANTILES points of that distribution and its spread added
+  (:func:`darkhaloscope.stats.inflated_trials`). ``n_effective`` is the resulting number of trials,
+  and the intervals are Jeffreys intervals on it. A fixed score cut has no threshold uncertainty.
 * A cell with ``n_valid < min_count`` keeps its completeness but is flagged ``sufficient = False``.
 * Coarser bins are built by **adding counts**, never by averaging sub-bin completeness (an average
   gives a near-empty sub-bin the weight of a full one and can be off by a factor of several).
@@ -31,8 +35,8 @@ import pyarrow as pa
 
 from ..constants import depth_mag_from_psfdepth
 from ..errors import InputError
-from ..stats import design_effect, jeffreys_interval
-from .thresholds import require_columns, usable_thresholds, valid_scores
+from ..stats import clustered_effective_size, inflated_trials, intraclass_correlation, jeffreys_interval
+from .thresholds import require_columns, threshold_quantiles, usable_thresholds, valid_scores
 
 #: Columns :func:`marginal_completeness` may bin by.
 MARGINAL_COLUMNS = (
@@ -55,7 +59,7 @@ _COUNT_FIELDS = [
     ("n_failed", pa.int64()),  # render failures + unscorable; excluded from n_valid
     ("n_render_failed", pa.int64()),
     ("n_valid", pa.int64()),
-    ("n_effective", pa.float64()),  # n_valid / the design effect of the injections' hosts; the intervals' trials
+    ("n_effective", pa.float64()),  # host-clustered, threshold-inflated effective trials of the intervals
     ("n_detected", pa.int64()),
     ("completeness", pa.float64()),
     ("ci68_lo", pa.float64()),
@@ -70,6 +74,7 @@ _COUNT_FIELDS = [
 #: Long-table schema of :func:`selection_function`.
 SELECTION_SCHEMA = pa.schema(
     [
+        ("population", pa.string()),
         ("threshold_name", pa.string()),
         ("threshold", pa.float64()),
         ("theta_e_centre", pa.float64()),
@@ -206,10 +211,87 @@ def _injection_arrays(injection_scores: pa.Table) -> dict[str, np.ndarray]:
     return {"score": score, "usable": usable, "render_failed": ~success, "arc_snr": arc, "host": host}
 
 
+def cell_estimates(
+    cell: np.ndarray,
+    n_cells: int,
+    weights: np.ndarray,
+    detected: np.ndarray,
+    host: np.ndarray,
+    rho: float,
+    variants: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """Weighted completeness per cell and what its intervals rest on.
+
+    ``cell`` (N,) in [0, n_cells); ``weights`` (N,) >= 0 (1 for the proposal, importance weights
+    for a population, 0 for rows that do not count); ``detected`` (N,) bool; ``host`` (N,) cluster
+    ids; ``rho`` the intraclass correlation of the hosts; ``variants`` (K, N) bool, detection at
+    K points of the threshold's uncertainty (None: a fixed cut). Returns (n_cells,) arrays:
+    ``sum_w``, ``completeness`` (NaN where sum_w = 0), ``n_eff`` (Kish), ``n_eff_clustered``,
+    ``var_threshold`` (variance of C over the variants), ``n_effective`` (trials of the intervals),
+    ``ci68_lo/hi``, ``ci95_lo/hi``."""
+    w = np.asarray(weights, dtype=np.float64)
+    sw = np.bincount(cell, weights=w, minlength=n_cells)
+    sd = np.bincount(cell, weights=w * detected, minlength=n_cells)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = np.where(sw > 0, sd / sw, np.nan)
+    kish, clustered = clustered_effective_size(w, host, cell, n_cells, rho)
+    var_thr = np.zeros(n_cells)
+    if variants is not None and len(variants) > 1:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cv = np.stack([np.bincount(cell, weights=w * v, minlength=n_cells) for v in variants]) / sw
+        var_thr = np.where(sw > 0, np.nanvar(cv, axis=0), 0.0)
+    cf = np.nan_to_num(c)
+    n_eff = inflated_trials(cf, clustered, var_thr)
+    lo68, hi68 = jeffreys_interval(cf * n_eff, n_eff, 0.68)
+    lo95, hi95 = jeffreys_interval(cf * n_eff, n_eff, 0.95)
+    return {
+        "sum_w": sw,
+        "completeness": c,
+        "n_eff": kish,
+        "n_eff_clustered": clustered,
+        "var_threshold": var_thr,
+        "n_effective": n_eff,
+        "ci68_lo": lo68,
+        "ci68_hi": hi68,
+        "ci95_lo": lo95,
+        "ci95_hi": hi95,
+    }
+
+
+#: Points of the threshold's sampling distribution C is recomputed at.
+THRESHOLD_QUANTILES = 21
+
+
+def _grid_cells(injection_scores: pa.Table) -> np.ndarray:
+    """A cell id per injection from its (θ_E, z_l bin) (the grid it was planned on), or one cell
+    when the columns are absent: the groups the intraclass correlation is pooled over."""
+    names = [c for c in ("theta_e_arcsec", "z_l_bin") if c in injection_scores.column_names]
+    if not names:
+        return np.zeros(injection_scores.num_rows, np.int64)
+    keys = np.stack([np.round(_column_f64(injection_scores, c), 6) for c in names], axis=1)
+    return np.unique(keys, axis=0, return_inverse=True)[1].ravel()
+
+
+def detection_rho(arr: dict, grid_cell: np.ndarray, thr: float) -> float:
+    """The hosts' intraclass correlation of detection at score cut ``thr`` over the usable
+    injections, pooled over the grid's cells."""
+    usable = arr["usable"]
+    detected = np.where(usable, arr["score"], -np.inf) > thr
+    g = grid_cell[usable]
+    return intraclass_correlation(detected[usable], arr["host"][usable], g, int(g.max(initial=0)) + 1)
+
+
 def _count_cells(
-    cell: np.ndarray, n_cells: int, arr: dict[str, np.ndarray], thr: float, min_count: int
+    cell: np.ndarray,
+    n_cells: int,
+    arr: dict[str, np.ndarray],
+    thr: float,
+    variants: np.ndarray,
+    rho: float,
+    min_count: int,
 ) -> dict[str, list]:
-    """Counts per cell (``cell`` in [0, n_cells) for every row) at one threshold (score units)."""
+    """Counts per cell (``cell`` in [0, n_cells) for every row) at one threshold (score units),
+    intervals host-clustered (``rho``) and over the threshold's ``variants`` (score cuts)."""
     usable, score, arc = arr["usable"], arr["score"], arr["arc_snr"]
 
     def bc(w=None):
@@ -218,10 +300,10 @@ def _count_cells(
     n_inj = bc().astype(np.int64)
     n_valid = bc(usable.astype(np.float64)).astype(np.int64)
     n_render = bc(arr["render_failed"].astype(np.float64)).astype(np.int64)
-    detected = usable & (np.where(usable, score, -np.inf) > thr)
+    s = np.where(usable, score, -np.inf)
+    detected = usable & (s > thr)
     n_det = bc(detected.astype(np.float64)).astype(np.int64)
-    deff = design_effect(detected[usable], arr["host"][usable], cell[usable], n_cells)
-    n_effective = n_valid / np.maximum(deff, 1.0)
+    est = cell_estimates(cell, n_cells, usable.astype(np.float64), detected, arr["host"], rho, s[None, :] > variants[:, None])
     sum_score = bc(np.where(usable, score, 0.0))
     arc_ok = usable & np.isfinite(arc)
     n_arc = bc(arc_ok.astype(np.float64))
@@ -229,15 +311,19 @@ def _count_cells(
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_score = np.where(n_valid > 0, sum_score / np.maximum(n_valid, 1), np.nan)
         mean_arc = np.where(n_arc > 0, sum_arc / np.maximum(n_arc, 1), np.nan)
+    empty = n_valid == 0
     out = {
         "n_injected": n_inj.tolist(),
         "n_failed": (n_inj - n_valid).tolist(),
         "n_render_failed": n_render.tolist(),
         "n_valid": n_valid.tolist(),
-        "n_effective": n_effective.tolist(),
+        "n_effective": est["n_effective"].tolist(),
         "n_detected": n_det.tolist(),
+        "completeness": _nullable(est["completeness"]),
     }
-    out.update(proportion_columns(n_det, n_valid, min_count, n_effective))
+    for k in ("ci68_lo", "ci68_hi", "ci95_lo", "ci95_hi"):
+        out[k] = _nullable(np.where(empty, np.nan, est[k]))
+    out["sufficient"] = (n_valid >= int(min_count)).tolist()
     out["mean_score"] = _nullable(mean_score)
     out["mean_arc_snr"] = _nullable(mean_arc)
     return out
@@ -278,8 +364,12 @@ def selection_function(
     grid_z = np.tile(np.arange(nz), nt)
 
     cols: dict[str, list] = {f.name: [] for f in SELECTION_SCHEMA}
+    grid = _grid_cells(injection_scores)
+    quantiles = threshold_quantiles(thresholds, THRESHOLD_QUANTILES)
     for name, thr in usable_thresholds(thresholds):
-        counts = _count_cells(cell, nt * nz, arr, thr, min_count)
+        rho = detection_rho(arr, grid, thr)
+        counts = _count_cells(cell, nt * nz, arr, thr, quantiles[name], rho, min_count)
+        cols["population"] += ["proposal"] * (nt * nz)
         cols["threshold_name"] += [name] * (nt * nz)
         cols["threshold"] += [thr] * (nt * nz)
         cols["theta_e_centre"] += tc[grid_t].tolist()
@@ -338,9 +428,12 @@ def marginal_completeness(
     n_slots = nb + (1 if n_unbinned else 0)
 
     cols: dict[str, list] = {f.name: [] for f in MARGINAL_SCHEMA}
+    grid = _grid_cells(injection_scores)
+    quantiles = threshold_quantiles(thresholds, THRESHOLD_QUANTILES)
     for name, thr in usable_thresholds(thresholds):
-        per_bin = _count_cells(idx, n_slots, arr, thr, min_count)
-        overall = _count_cells(np.zeros(idx.size, dtype=np.int64), 1, arr, thr, min_count)
+        rho = detection_rho(arr, grid, thr)
+        per_bin = _count_cells(idx, n_slots, arr, thr, quantiles[name], rho, min_count)
+        overall = _count_cells(np.zeros(idx.size, dtype=np.int64), 1, arr, thr, quantiles[name], rho, min_count)
         n_rows = n_slots + 1
         cols["threshold_name"] += [name] * n_rows
         cols["threshold"] += [thr] * n_rows

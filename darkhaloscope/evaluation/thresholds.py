@@ -42,6 +42,9 @@ THRESHOLD_SCHEMA = pa.schema(
         ("threshold_ci68_hi", pa.float64()),
         ("resolvable", pa.bool_()),
         ("note", pa.string()),
+        # negatives among them that host a lens no catalog lists (the mock's hidden lenses; 0 by
+        # construction, catalog.reserve); null on a survey whose unknown lenses are unknown
+        ("n_hidden_in_negatives", pa.int64()),
     ]
 )
 
@@ -146,6 +149,7 @@ def thresholds_from_negatives(
     fixed_scores: Sequence[float] = (),
     n_boot: int = 200,
     seed_key: Sequence[object] = ("evaluation", "thresholds"),
+    n_hidden_in_negatives: int | None = None,
 ) -> pa.Table:
     """Thresholds at target false-positive rates measured on valid negatives.
 
@@ -159,6 +163,8 @@ def thresholds_from_negatives(
         achieved false-positive rate.
     n_boot : bootstrap resamples of the negatives for the 68 % interval of each threshold.
     seed_key : keys for :func:`darkhaloscope.seeding.rng_for`; each row adds its own name.
+    n_hidden_in_negatives : how many of the negatives host a lens no catalog lists (the mock's
+        hidden lenses), recorded on every row (None: unknown, as on a real survey).
 
     Returns
     -------
@@ -203,10 +209,33 @@ def thresholds_from_negatives(
                 hi,
                 resolvable,
                 note,
+                n_hidden_in_negatives,
             ),
         ):
             rows[key].append(v)
     return pa.Table.from_pydict(rows, schema=THRESHOLD_SCHEMA)
+
+
+def threshold_quantiles(thresholds: pa.Table, k: int = 21) -> dict[str, np.ndarray]:
+    """{name: (k,) score cuts} at the (j + ½)/k quantiles of each usable threshold's sampling
+    distribution, a two-piece normal with the bootstrap 68 % interval (``threshold_ci68_lo/hi``)
+    as ± 1σ on either side; a fixed cut (or a row without an interval) is its own single point."""
+    from scipy.special import ndtri
+
+    require_columns(thresholds, ("name", "threshold"), "thresholds")
+    z = ndtri((np.arange(k) + 0.5) / k)
+    d = thresholds.to_pydict()
+    lo = d.get("threshold_ci68_lo", [None] * thresholds.num_rows)
+    hi = d.get("threshold_ci68_hi", [None] * thresholds.num_rows)
+    out = {}
+    for name, thr, a, b in zip(d["name"], d["threshold"], lo, hi):
+        if thr is None:
+            continue
+        if a is None or b is None or not (b > a):
+            out[str(name)] = np.array([float(thr)])
+            continue
+        out[str(name)] = np.where(z < 0, thr + z * (thr - a), thr + z * (b - thr))
+    return out
 
 
 def usable_thresholds(thresholds: pa.Table) -> list[tuple[str, float]]:
@@ -224,3 +253,11 @@ def usable_thresholds(thresholds: pa.Table) -> list[tuple[str, float]]:
     if not out:
         raise InputError(f"thresholds: no row has a threshold (names {names})")
     return out
+
+
+def threshold_value(thresholds: pa.Table, name: str) -> float:
+    """The score cut of the usable threshold ``name``; InputError listing the usable names otherwise."""
+    usable = dict(usable_thresholds(thresholds))
+    if name not in usable:
+        raise InputError(f"no usable threshold named {name!r}; usable thresholds: {list(usable)}")
+    return usable[name]
