@@ -3,21 +3,24 @@ catalog lists. Their truth (HIDDEN_LENS_TRUTH_SCHEMA) is kept apart from everyth
 reads, so a survey-wide search can be scored on discoveries no part of the pipeline was tuned to.
 
 Hosts are early-type galaxies (DEV, SER: lens galaxies are massive ellipticals) that the survey
-search covers — the negative preselection of ``catalog.cuts`` (footprint, TYPE, NOBS, MASKBITS,
-z < 20) — farther than that selection's known-lens exclusion radius (11″) from every lenscat entry,
-HOST_SPACING_ARCSEC apart and HOST_EDGE_MARGIN_ARCSEC inside the footprint.
+search covers — the preselection of ``catalog.cuts`` (footprint, TYPE, NOBS, MASKBITS, z < 20) —
+farther than that selection's known-lens exclusion radius (11″) from every lenscat entry,
+HOST_SPACING_ARCSEC apart, HOST_EDGE_MARGIN_ARCSEC inside the footprint, and **in the closure
+reserve** (``catalog.reserve``): galaxies the pipeline never takes as a negative, so by construction
+no hidden lens is a training negative, a negative a threshold is measured on, or an injection host.
 
 Truth. The lenses come from the mock's own deflector population: each host's lens redshift and σ_v
-are its own (``mock_survey.redshifts``: its true redshift, its σ_v from the luminosity–σ relation with
-its scatter), the source redshift is drawn as for the known lenses, and θ_E = θ_SIS(σ_v, z_l, z_s).
-Among the eligible hosts whose θ_E lies in THETA_E_RANGE (the span of the injection grid), hosts are
-drawn with probability ∝ θ_E² (the lensing cross-section; Efraimidis–Spirakis keys). The SIE mass
-follows the host's light (its position angle, rounder), and the shear, source shape, position and
-colours are drawn as for the known lenses (``mock_lenses.lensing_draws``). The source brightness is then set so
-that the arc's S/N — ``lensing.render.arc_snr`` in r, the definition the injection engine reports,
-against the mock sky's inverse variance at the host — hits a target drawn log-uniformly over
-ARC_SNR_RANGE, stratified so that every part of the range gets its share. The truth records the
-S/N and flux of the arc as painted.
+are its own (``mock_survey.redshifts``: its true redshift, its σ_v from the luminosity–σ relation
+with its scatter), the source redshift is drawn as for the known lenses, and θ_E = θ_SIS(σ_v, z_l,
+z_s). Among the eligible hosts whose θ_E lies in THETA_E_RANGE (the span of the injection grid),
+hosts are drawn with probability ∝ θ_E² (the lensing cross-section; Efraimidis–Spirakis keys). The
+SIE mass follows the host's light (its position angle, rounder, axis ratio in LENS_Q_RANGE as the
+injections'), the shear is drawn as for the known lenses, and the source — unlensed magnitude, size,
+profile, shape, position and colours — is drawn from the physical population
+``darkhaloscope.evaluation.populations.MOCK_SOURCES`` (counts, a size–luminosity relation, sources
+uniform in the source plane within θ_E), which the closure reweights the selection function to: λ
+is known in the mock. The truth rows carry every ψ under the injection bank's column names, and
+the r-band S/N and the flux of the arc as painted.
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ import pyarrow.compute as pc
 import torch
 
 from darkhaloscope.catalog.cuts import REQUIRED_COLUMNS, KnownLensIndex, NegativeSelectionConfig, cut_masks
+from darkhaloscope.catalog.reserve import closure_reserved
 from darkhaloscope.errors import InputError
+from darkhaloscope.evaluation.populations import MOCK_SOURCES
+from darkhaloscope.lensing.bank import LENS_Q_RANGE
 from darkhaloscope.lensing.cosmology import theta_e_from_sigma_v
 from darkhaloscope.lensing.render import arc_snr
 from darkhaloscope.seeding import rng_for
@@ -36,13 +42,14 @@ from darkhaloscope.sky import chord_for_arcsec, unit_vectors
 
 from .lenses import (
     LENS_ID_FIELDS,
-    LENSING_FIELDS,
+    MASS_ROUNDNESS_DRAW,
     N_UNIFORMS,
+    SHEAR_RAYLEIGH_SIGMA,
     Z_SOURCE_GAP,
     Z_SOURCE_MAX,
     Z_SOURCE_MIN,
     lens_arc_stamps,
-    lensing_draws,
+    tractor_to_engine_ellipticity,
 )
 from .redshifts import galaxy_z_and_sigma
 from .sky import MOCK_SKY_COLUMNS, MockSky
@@ -53,37 +60,48 @@ HOST_TYPES = ("DEV", "SER")
 HOST_SPACING_ARCSEC, HOST_EDGE_MARGIN_ARCSEC = 60.0, 30.0
 #: Einstein radii (arcsec) of the hidden lenses: the injection grid's span.
 THETA_E_RANGE = (0.5, 3.0)
-#: Arc S/N targets (r band, matched filter) are log-uniform over this range: from arcs no finder
-#: can see to arcs every finder does.
-ARC_SNR_RANGE = (1.5, 200.0)
-#: Source r magnitude (AB) the S/N is first measured at; the target then scales the source flux.
-REFERENCE_SOURCE_MAG = 23.0
 #: Catalog columns the hidden lenses read.
 HOST_COLUMNS = tuple(
     dict.fromkeys((*REQUIRED_COLUMNS, *MOCK_SKY_COLUMNS, "object_id", "mw_transmission_r", "mw_transmission_z"))
 )
 
-#: Truth of the hidden lenses: truth/hidden_lens_truth.parquet.
+
+def _f(name: str, unit: str, description: str) -> pa.Field:
+    return pa.field(name, pa.float64(), metadata={"unit": unit, "description": description})
+
+
+#: Truth of the hidden lenses: truth/hidden_lens_truth.parquet. ψ under the injection bank's names.
 HIDDEN_LENS_TRUTH_SCHEMA = pa.schema(
     [
         *LENS_ID_FIELDS[:4],
         pa.field("lens_type", pa.string(), metadata={"description": "TYPE of the host row (DEV or SER)"}),
-        LENS_ID_FIELDS[5],
-        *LENSING_FIELDS,
-        pa.field(
-            "arc_snr",
-            pa.float64(),
-            metadata={"description": "r-band arc S/N as painted (lensing.render.arc_snr, sky invvar at the host)"},
-        ),
-        pa.field(
-            "arc_flux_g", pa.float64(), metadata={"unit": "nmgy", "description": "total g flux of the painted arc"}
-        ),
-        pa.field(
-            "arc_flux_r", pa.float64(), metadata={"unit": "nmgy", "description": "total r flux of the painted arc"}
-        ),
-        pa.field(
-            "arc_flux_z", pa.float64(), metadata={"unit": "nmgy", "description": "total z flux of the painted arc"}
-        ),
+        _f("z_l", "", "lens redshift (the host's true redshift)"),
+        _f("z_s", "", "source redshift, drawn in [max(1, z_l + 0.3), 3]"),
+        _f("sigma_v_kms", "km/s", "the host's velocity dispersion (luminosity–σ relation with scatter)"),
+        _f("theta_e_arcsec", "arcsec", "SIE Einstein radius θ_SIS(σ_v, z_l, z_s) (lenstronomy convention)"),
+        _f("lens_q", "", "SIE mass axis ratio (the light's, rounder)"),
+        _f("lens_phi_rad", "rad", "SIE mass position angle, engine frame (x East, y North)"),
+        _f("lens_e1", "", "SIE mass ellipticity e1 (lenstronomy, x East, y North)"),
+        _f("lens_e2", "", "SIE mass ellipticity e2 (lenstronomy, x East, y North)"),
+        _f("shear_g1", "", "external shear gamma1"),
+        _f("shear_g2", "", "external shear gamma2"),
+        _f("src_mag_r", "AB mag", "unlensed source r magnitude (drawn: MOCK_SOURCES)"),
+        _f("src_r_sersic_arcsec", "arcsec", "source Sérsic half-light radius"),
+        _f("src_n_sersic", "", "source Sérsic index"),
+        _f("src_q", "", "source axis ratio"),
+        _f("src_phi_rad", "rad", "source position angle, engine frame"),
+        _f("src_e1", "", "source ellipticity e1 (lenstronomy, x East, y North)"),
+        _f("src_e2", "", "source ellipticity e2 (lenstronomy, x East, y North)"),
+        _f("src_beta_frac", "", "source offset from the lens centre in units of θ_E"),
+        _f("src_beta_angle_rad", "rad", "angle of the source offset, engine frame"),
+        _f("src_x_arcsec", "arcsec", "source offset from the lens towards East (+RA)"),
+        _f("src_y_arcsec", "arcsec", "source offset from the lens towards North (+Dec)"),
+        _f("src_g_minus_r", "mag", "source g - r colour"),
+        _f("src_r_minus_z", "mag", "source r - z colour"),
+        _f("arc_snr", "", "r-band arc S/N as painted (lensing.render.arc_snr, sky invvar at the host)"),
+        _f("arc_flux_g", "nmgy", "total g flux of the painted arc"),
+        _f("arc_flux_r", "nmgy", "total r flux of the painted arc"),
+        _f("arc_flux_z", "nmgy", "total z flux of the painted arc"),
     ]
 )
 
@@ -113,6 +131,7 @@ def hidden_lens_hosts(catalog: pa.Table, known_lenses: pa.Table, boxes, n: int, 
     ok &= pc.is_in(pc.utf8_trim_whitespace(catalog.column("type")), value_set=pa.array(HOST_TYPES)).to_numpy(
         zero_copy_only=False
     )
+    ok &= closure_reserved(catalog.column("object_id").to_numpy(), config.closure_reserve_fraction)
     ra, dec = catalog.column("ra").to_numpy(), catalog.column("dec").to_numpy()
     ok &= ~KnownLensIndex.from_table(known_lenses).within(ra, dec, config.exclusion_radius_arcsec)
     margin = HOST_EDGE_MARGIN_ARCSEC / 3600.0
@@ -142,62 +161,63 @@ def hidden_lens_hosts(catalog: pa.Table, known_lenses: pa.Table, boxes, n: int, 
     if len(chosen) < n:
         raise InputError(
             f"only {len(chosen)} of the {n} hidden lenses fit the mock catalog ({len(candidates)} eligible hosts "
-            f"with theta_E in {THETA_E_RANGE})"
+            f"in the closure reserve with theta_E in {THETA_E_RANGE})"
         )
     return np.array(chosen, dtype=np.int64)
 
 
 def draw_hidden_lenses(hosts: pa.Table, seed: int) -> pa.Table:
-    """Lensing truth (LENS_ID_FIELDS, LENSING_FIELDS; source at REFERENCE_SOURCE_MAG) of lenses
-    around ``hosts`` (catalog rows, HOST_COLUMNS): redshift, σ_v and θ_E from the mock's deflector
-    population (:func:`deflector_draws`), the rest from ``rng_for("mock-hidden-lens", seed, object_id)``."""
-    e1, e2 = hosts.column("shape_e1").to_numpy(), hosts.column("shape_e2").to_numpy()
+    """The lensing truth (HIDDEN_LENS_TRUTH_SCHEMA but the painted arc's columns) of lenses around
+    ``hosts`` (catalog rows, HOST_COLUMNS): redshift, σ_v and θ_E from the mock's deflector population
+    (:func:`deflector_draws`), the mass's shape from the host's light and the shear from the row's
+    uniforms ``rng_for("mock-hidden-lens", seed, object_id)``, the source from MOCK_SOURCES with
+    ``rng_for("mock-hidden-source", seed, object_id)``."""
     lens = deflector_draws(hosts, seed)
-    rows = []
-    for i in range(hosts.num_rows):
-        u, zl = lens["u"][i], float(lens["z_lens"][i])
-        phi = 0.5 * float(np.arctan2(e2[i], e1[i]))
-        row = {"z_lens": zl, **lensing_draws(u, zl, float(lens["theta_e"][i]), float(np.hypot(e1[i], e2[i])), phi)}
-        row["z_source"] = float(lens["z_source"][i])
-        row["source_mag_r"] = REFERENCE_SOURCE_MAG
-        rows.append(row)
+    u = lens["u"]
+    e1, e2 = hosts.column("shape_e1").to_numpy(), hosts.column("shape_e2").to_numpy()
+    phi_light = 0.5 * np.arctan2(e2, e1)
+    e_mass = np.hypot(e1, e2) * (MASS_ROUNDNESS_DRAW[0] + MASS_ROUNDNESS_DRAW[1] * u[:, 11])
+    q = np.clip((1.0 - e_mass) / (1.0 + e_mass), *LENS_Q_RANGE)
+    e_mass = (1.0 - q) / (1.0 + q)
+    lens_e1, lens_e2 = tractor_to_engine_ellipticity(e_mass * np.cos(2 * phi_light), e_mass * np.sin(2 * phi_light))
+    g = SHEAR_RAYLEIGH_SIGMA * np.sqrt(-2 * np.log(np.maximum(u[:, 12], 1e-12)))
+    ids = hosts.column("object_id").to_numpy()
+    src = MOCK_SOURCES.draw(np.array([rng_for("mock-hidden-source", seed, int(o)).uniform(size=9) for o in ids]))
+    src_e = (1.0 - src["src_q"]) / (1.0 + src["src_q"])
+    beta = src["src_beta_frac"] * lens["theta_e"]
     cols = {
         "ra": hosts.column("ra"),
         "dec": hosts.column("dec"),
         "object_id": hosts.column("object_id"),
         "sweep_file": hosts.column("sweep_file"),
         "lens_type": pc.utf8_trim_whitespace(hosts.column("type")),
+        "z_l": lens["z_lens"],
+        "z_s": lens["z_source"],
+        "sigma_v_kms": lens["sigma_v"],
+        "theta_e_arcsec": lens["theta_e"],
+        "lens_q": q,
+        "lens_phi_rad": np.mod(0.5 * np.arctan2(lens_e2, lens_e1), np.pi),
+        "lens_e1": lens_e1,
+        "lens_e2": lens_e2,
+        "shear_g1": g * np.cos(2 * np.pi * u[:, 13]),
+        "shear_g2": g * np.sin(2 * np.pi * u[:, 13]),
+        **{k: src[k] for k in ("src_mag_r", "src_r_sersic_arcsec", "src_n_sersic", "src_q", "src_phi_rad")},
+        "src_e1": src_e * np.cos(2 * src["src_phi_rad"]),
+        "src_e2": src_e * np.sin(2 * src["src_phi_rad"]),
+        "src_beta_frac": src["src_beta_frac"],
+        "src_beta_angle_rad": src["src_beta_angle_rad"],
+        "src_x_arcsec": beta * np.cos(src["src_beta_angle_rad"]),
+        "src_y_arcsec": beta * np.sin(src["src_beta_angle_rad"]),
+        "src_g_minus_r": src["src_g_minus_r"],
+        "src_r_minus_z": src["src_r_minus_z"],
     }
-    for f in (LENS_ID_FIELDS[5], *LENSING_FIELDS):
-        cols[f.name] = pa.array([float(r[f.name]) for r in rows], pa.float64())
     return pa.table(cols)
-
-
-def target_arc_snr(n: int, seed: int) -> np.ndarray:
-    """``n`` arc S/N targets, log-uniform over ARC_SNR_RANGE and stratified (one per 1/n of the log range)."""
-    rng = rng_for("mock-hidden-snr", seed)
-    lo, hi = np.log(ARC_SNR_RANGE[0]), np.log(ARC_SNR_RANGE[1])
-    return np.exp(lo + (hi - lo) * (rng.permutation(n) + rng.uniform(size=n)) / max(n, 1))
-
-
-def flux_scale_for_snr(arc_r: np.ndarray, invvar_r: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """Factors k (N,) by which to scale each arc ``arc_r`` (N, S, S) [nmgy/pixel] so that its S/N
-    (``arc_snr`` against the uniform ``invvar_r`` (N,) [1/nmgy²]) is ``target`` (N,): the
-    matched-filter S/N is linear in the flux, so k = target / S/N(arc)."""
-    arcs = torch.as_tensor(np.asarray(arc_r), dtype=torch.float64)[:, None]
-    iv = torch.as_tensor(np.asarray(invvar_r), dtype=torch.float64)[:, None, None, None].expand_as(arcs).contiguous()
-    snr = arc_snr(arcs, iv)[:, 0].numpy()
-    if not np.all(snr > 0):
-        raise InputError(
-            f"hidden-lens arcs {np.flatnonzero(~(snr > 0)).tolist()} have no light where the sky has coverage"
-        )
-    return np.asarray(target, dtype=np.float64) / snr
 
 
 def hidden_lens_truth(catalog: pa.Table, known_lenses: pa.Table, boxes, n: int, seed: int) -> pa.Table:
     """The truth (HIDDEN_LENS_TRUTH_SCHEMA) of ``n`` hidden lenses in ``catalog`` (the survey's
-    sweep rows, HOST_COLUMNS), sorted by object_id; the arcs come from the painting path of the sky
-    (``mock_lenses.lens_arc_stamps``)."""
+    sweep rows, HOST_COLUMNS), sorted by object_id, with the S/N and flux of each arc as the sky's
+    painting path (``mock_lenses.lens_arc_stamps``) paints it."""
     if n == 0:
         return HIDDEN_LENS_TRUTH_SCHEMA.empty_table()
     hosts = catalog.take(pa.array(hidden_lens_hosts(catalog, known_lenses, boxes, n, seed)))
@@ -207,13 +227,7 @@ def hidden_lens_truth(catalog: pa.Table, known_lenses: pa.Table, boxes, n: int, 
     )
     if not (invvar > 0).all():
         raise InputError("a hidden-lens host lies where the mock sky has no coverage")
-    # An arc is its PSF-convolved morphology times the source flux (lensing.render), so the arcs at
-    # the chosen magnitudes are the reference arcs scaled, to float32 rounding.
-    reference = lens_arc_stamps(truth, catalog).astype(np.float64)
-    scale = flux_scale_for_snr(reference[:, 1], invvar[:, 1], target_arc_snr(n, seed))
-    mags = REFERENCE_SOURCE_MAG - 2.5 * np.log10(scale)
-    truth = truth.set_column(truth.schema.get_field_index("source_mag_r"), "source_mag_r", pa.array(mags))
-    arcs = torch.as_tensor(reference * scale[:, None, None, None])
+    arcs = torch.as_tensor(lens_arc_stamps(truth, catalog).astype(np.float64))
     iv = torch.as_tensor(invvar, dtype=torch.float64)[:, :, None, None].expand_as(arcs).contiguous()
     snr = arc_snr(arcs, iv).numpy()
     flux = arcs.sum(dim=(-2, -1)).numpy()

@@ -327,12 +327,16 @@ def lens_catalog_rows(truth: pa.Table, catalog: pa.Table) -> pa.Table:
 
 
 def lens_arc_stamps(truth: pa.Table, catalog: pa.Table) -> np.ndarray:
-    """PSF-convolved arcs (N, 3, S, S) [nmgy/pixel] of the truth rows (LENSING_FIELDS, object_id, ra,
-    dec), the lens at pixel ((S−1)/2, (S−1)/2), each convolved with its lens row's PSFSIZE."""
+    """PSF-convolved arcs (N, 3, S, S) [nmgy/pixel] of the truth rows (object_id, ra, dec and the
+    lensing truth: the known lenses' LENSING_FIELDS, or the injection engine's column names as the
+    hidden lenses' truth carries them), the lens at pixel ((S−1)/2, (S−1)/2), each convolved with its
+    lens row's PSFSIZE. The one path that paints a mock lens."""
     if truth.num_rows == 0:
         return np.zeros((0, 3, 0, 0), np.float32)
     rows = lens_catalog_rows(truth, catalog)
     psf = np.stack([rows.column(f"psfsize_{b}").to_numpy(zero_copy_only=False) for b in "grz"], axis=1)
+    if "src_mag_r" in truth.column_names:  # engine-named truth (the hidden lenses')
+        return paint_known_lens_arcs(truth, psf)
     engine = truth.select([f.name for f in LENSING_FIELDS])
     engine = engine.rename_columns([TRUTH_TO_ENGINE.get(c, c) for c in engine.column_names])
     return paint_known_lens_arcs(engine, psf)

@@ -156,7 +156,10 @@ def lens_truth_overrides(truths: list[pa.Table]) -> dict[int, tuple[float, float
     for t in truths:
         if t.num_rows == 0:
             continue
-        zl, zs = (np.asarray(t.column(c).to_numpy(), np.float64) for c in ("z_lens", "z_source"))
+        # the known lenses' truth names the redshifts z_lens, z_source; the hidden lenses' (ψ in the
+        # injection bank's names) z_l, z_s
+        names = ("z_lens", "z_source") if "z_lens" in t.column_names else ("z_l", "z_s")
+        zl, zs = (np.asarray(t.column(c).to_numpy(), np.float64) for c in names)
         te = np.asarray(t.column("theta_e_arcsec").to_numpy(), np.float64)
         sig = sigma_v_from_theta_e(te, zl, np.maximum(zs, zl + 1e-3))
         for oid, a, b in zip(t.column("object_id").to_pylist(), zl, sig):

@@ -522,6 +522,20 @@ def scores_contract(table: str) -> Contract:
             tasks["psf_fwhm_r"],
             Column("psfdepth_r", _F64, IVAR_NMGY, "point-source depth of the host in r"),
             col("src_mag_r", _F64),
+            *(
+                tasks[n]
+                for n in (
+                    "src_r_sersic_arcsec",
+                    "src_n_sersic",
+                    "src_beta_frac",
+                    "src_q",
+                    "src_g_minus_r",
+                    "src_r_minus_z",
+                    "lens_q",
+                    "shear_g1",
+                    "shear_g2",
+                )
+            ),
             col("lensed_mag_r", _F64),
             col("arc_snr", _F64),
             col("magnification", _F64),
@@ -559,6 +573,11 @@ THRESHOLDS = Contract(
             "threshold_ci68_hi": ("", "upper end of the threshold's 68 % bootstrap interval"),
             "resolvable": ("", "whether enough negatives resolve the target (≥ 1/target)"),
             "note": ("", "why a target is not resolvable, else empty"),
+            "n_hidden_in_negatives": (
+                "",
+                "negatives the threshold was measured on that host one of the mock's hidden lenses "
+                "(0 by construction: catalog.reserve); null on a real survey",
+            ),
         },
     ),
     key=("name",),

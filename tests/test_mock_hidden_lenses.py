@@ -18,7 +18,7 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.lensing.render import arc_snr
 from darkhaloscope.survey.known_lenses import load_known_lenses
 from darkhaloscope.survey.sweeps import read_sweep
-from mock_survey.hidden_lenses import HIDDEN_LENS_TRUTH_SCHEMA, HOST_COLUMNS, flux_scale_for_snr
+from mock_survey.hidden_lenses import HIDDEN_LENS_TRUTH_SCHEMA, HOST_COLUMNS
 from mock_survey.lenses import lens_catalog_rows, mock_sky_with_lenses
 from mock_survey.paths import HIDDEN_LENS_TRUTH_RELPATH, mock_survey_root
 from mock_survey.sky import mock_sky_noise_key
@@ -26,12 +26,12 @@ from mock_survey.survey import MockSurveyConfig, generate_mock_survey
 from resources.settings import setting, validate
 
 REPO = Path(__file__).resolve().parent.parent
-N_HIDDEN = 8
+N_HIDDEN = 5
 
 
 def config(seed: int) -> MockSurveyConfig:
     return MockSurveyConfig(
-        n_rows_per_file=3000, chunk_rows=1000, seed=seed, blocks=((30, -5),), n_hidden_lenses=N_HIDDEN
+        n_rows_per_file=9000, chunk_rows=3000, seed=seed, blocks=((30, -5),), n_hidden_lenses=N_HIDDEN
     )
 
 
@@ -77,7 +77,7 @@ def test_skies_of_two_seeds_differ(surveys):
     assert img_a.tobytes() == again.tobytes() and not np.array_equal(img_a, img_one)
 
 
-def test_hidden_lenses_are_unknown_catalog_galaxies_spanning_snr_and_theta_e(surveys):
+def test_hidden_lenses_are_reserved_catalog_galaxies_with_sources_of_the_mock_population(surveys):
     m, cat, hidden = surveys["a"]
     assert hidden.schema.equals(HIDDEN_LENS_TRUTH_SCHEMA) and hidden.num_rows == m.n_hidden_lenses == N_HIDDEN
     known = load_known_lenses()
@@ -86,16 +86,31 @@ def test_hidden_lenses_are_unknown_catalog_galaxies_spanning_snr_and_theta_e(sur
     assert not KnownLensIndex.from_table(known).within(ra, dec, 11.0).any()
     rows = lens_catalog_rows(hidden, cat)  # each hidden lens is a catalog galaxy, at its position
     assert set(rows.column("type").to_pylist()) <= {"DEV", "SER"}
-    snr, te = hidden.column("arc_snr").to_numpy(), hidden.column("theta_e_arcsec").to_numpy()
-    assert snr.min() < 3 and snr.max() > 60 and te.max() - te.min() > 0.5
+    # every host is in the closure reserve, so none is a negative: no threshold, training set or
+    # injection plan can hold one (catalog.reserve)
+    from darkhaloscope.catalog.cuts import select_negatives
+    from darkhaloscope.catalog.reserve import closure_reserved
+
+    assert closure_reserved(hidden.column("object_id").to_numpy()).all()
+    negatives, _ = select_negatives(cat, known)
+    assert not np.isin(hidden.column("object_id").to_numpy(), negatives.column("object_id").to_numpy()).any()
+    te = hidden.column("theta_e_arcsec").to_numpy()
     assert np.all((te >= 0.5) & (te <= 3.0)) and np.all(hidden.column("arc_flux_r").to_numpy() > 0)
-    # the lens is the host's own: its true redshift and sigma_v give z_lens and theta_E
+    # the sources are the mock population's (drawn, not scaled to a target S/N), inside its support
+    from darkhaloscope.evaluation.populations import MOCK_SOURCES
+
+    for name, (lo, hi) in MOCK_SOURCES.support.items():
+        v = hidden.column(name).to_numpy()
+        assert np.all((v >= lo) & (v <= hi)), name
+    beta = np.hypot(hidden.column("src_x_arcsec").to_numpy(), hidden.column("src_y_arcsec").to_numpy()) / te
+    np.testing.assert_allclose(beta, hidden.column("src_beta_frac").to_numpy(), rtol=1e-9)
+    # the lens is the host's own: its true redshift and sigma_v give z_l and theta_E
     from darkhaloscope.lensing.cosmology import theta_e_from_sigma_v
     from mock_survey.redshifts import galaxy_z_and_sigma
 
     host = galaxy_z_and_sigma(rows, 0)
-    np.testing.assert_allclose(hidden.column("z_lens").to_numpy(), host["z"])
-    zs = hidden.column("z_source").to_numpy()
+    np.testing.assert_allclose(hidden.column("z_l").to_numpy(), host["z"])
+    zs = hidden.column("z_s").to_numpy()
     np.testing.assert_allclose(te, theta_e_from_sigma_v(10 ** host["log_sigma"], host["z"], zs), rtol=1e-9)
 
 
@@ -110,20 +125,6 @@ def test_hidden_arcs_are_in_the_sky_with_their_truth_flux_and_snr(surveys):
     # the S/N of the painted arc, measured in its cutout the way the injection engine measures it
     measured = arc_snr(torch.as_tensor(arc), torch.as_tensor(with_arcs.invvar, dtype=torch.float64))[:, 1].numpy()
     np.testing.assert_allclose(measured, hidden.column("arc_snr").to_numpy(), rtol=0.02)
-
-
-def test_flux_scale_reaches_the_target_snr():
-    yy, xx = np.mgrid[:41, :41] - 20
-    ring = np.exp(-0.5 * ((np.hypot(xx, yy) - 6) / 1.2) ** 2) * (1 + 0.1 * np.cos(np.arctan2(yy, xx)))
-    arcs = np.stack([ring, ring * 0.3, ring])
-    invvar = np.array([400.0, 100.0, 1e-4])
-    target = np.array([30.0, 5.0, 1.5])
-    k = flux_scale_for_snr(arcs, invvar, target)
-    a = torch.as_tensor(arcs * k[:, None, None])[:, None]
-    snr = arc_snr(a, torch.as_tensor(invvar)[:, None, None, None].expand_as(a).contiguous())[:, 0].numpy()
-    np.testing.assert_allclose(snr, target, rtol=1e-12)
-    with pytest.raises(InputError, match=r"hidden-lens arcs \[1\]"):
-        flux_scale_for_snr(arcs * np.array([1.0, 0.0, 1.0])[:, None, None], invvar, target)
 
 
 def test_sky_refuses_a_catalog_of_another_seed(surveys):

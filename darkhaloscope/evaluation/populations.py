@@ -549,3 +549,196 @@ def population_from_samples(table: pa.Table, name: str, proposal: PriorRegistry)
         support=support,
         cell_weights=cell_weights,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# C(θ_E, z_l | λ)
+
+#: A row whose Kish effective number of injections N_eff = (Σw)² / Σw² is below this is flagged
+#: ``sufficient = False`` (at 10 a completeness near 0.5 has a 68 % interval of about ±0.15).
+N_EFF_FLOOR = 10.0
+#: A marginal row is sufficient only when its cells that are measured hold at least this share of
+#: the population's lenses in it (the rest are never filled in).
+MIN_MEASURED_SHARE = 0.95
+
+POPULATION_SCHEMA = pa.schema(
+    [
+        pa.field("population", pa.string(), nullable=False),
+        pa.field("threshold_name", pa.string(), nullable=False),
+        pa.field("threshold", pa.float64(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("theta_e_centre", pa.float64()),
+        pa.field("theta_e_lo", pa.float64()),
+        pa.field("theta_e_hi", pa.float64()),
+        pa.field("z_l_centre", pa.float64()),
+        pa.field("z_l_lo", pa.float64()),
+        pa.field("z_l_hi", pa.float64()),
+        pa.field("n_injections", pa.int64(), nullable=False),
+        pa.field("completeness", pa.float64()),
+        pa.field("ci68_lo", pa.float64()),
+        pa.field("ci68_hi", pa.float64()),
+        pa.field("ci95_lo", pa.float64()),
+        pa.field("ci95_hi", pa.float64()),
+        pa.field("n_eff", pa.float64(), nullable=False),
+        pa.field("n_eff_clustered", pa.float64(), nullable=False),
+        pa.field("sufficient", pa.bool_(), nullable=False),
+        pa.field("population_share", pa.float64()),
+        pa.field("measured_share", pa.float64()),
+    ]
+)
+
+
+def grid_edges(values) -> np.ndarray:
+    """Edges around grid centres: the midpoints, the outer ones half a step out (finite)."""
+    c = np.sort(np.asarray(values, dtype=np.float64))
+    step = float(np.min(np.diff(c))) if c.size > 1 else 0.5
+    return np.r_[c[0] - step / 2, 0.5 * (c[:-1] + c[1:]), c[-1] + step / 2]
+
+
+def _nearest(values: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    return np.argmin(np.abs(np.asarray(values, np.float64)[:, None] - centres[None, :]), axis=1)
+
+
+def injection_columns(injections: pa.Table, names) -> dict[str, np.ndarray]:
+    """{name: float64 array} of the columns ``names`` of the injection rows that have them."""
+    return {
+        c: np.asarray(injections.column(c).to_numpy(zero_copy_only=False), dtype=np.float64)
+        for c in names
+        if c in injections.column_names
+    }
+
+
+def _rows(est: dict, sel, kind, name, thr, pop, te, zl, n_inj, share, measured, min_n_eff) -> list[dict]:
+    out = []
+    for j in range(len(est["completeness"])):
+        c = est["completeness"][j]
+        ok = bool(np.isfinite(c) and est["n_eff"][j] >= min_n_eff and (measured is None or measured[j] >= MIN_MEASURED_SHARE))
+
+        def f(k):
+            v = est[k][j]
+            return float(v) if np.isfinite(v) else None
+
+        out.append(
+            {
+                "population": pop,
+                "threshold_name": name,
+                "threshold": thr,
+                "kind": kind,
+                **{k: (None if v[j] is None else float(v[j])) for k, v in zip(sel, (*te, *zl))},
+                "n_injections": int(n_inj[j]),
+                "completeness": f("completeness"),
+                "ci68_lo": f("ci68_lo"),
+                "ci68_hi": f("ci68_hi"),
+                "ci95_lo": f("ci95_lo"),
+                "ci95_hi": f("ci95_hi"),
+                "n_eff": float(est["n_eff"][j]),
+                "n_eff_clustered": float(est["n_eff_clustered"][j]),
+                "sufficient": ok,
+                "population_share": None if share is None else float(share[j]),
+                "measured_share": None if measured is None else float(measured[j]),
+            }
+        )
+    return out
+
+
+def selection_for_population(
+    population: Population,
+    threshold_name: str,
+    injections: pa.Table,
+    thresholds: pa.Table,
+    proposal: PriorRegistry,
+    theta_e_values,
+    z_l_values,
+    min_n_eff: float = N_EFF_FLOOR,
+    threshold_uncertainty: bool = True,
+) -> pa.Table:
+    """C(θ_E, z_l | population) at the usable threshold ``threshold_name`` (InputError listing the
+    usable ones otherwise): POPULATION_SCHEMA rows of every cell of the grid (``kind = 'cell'``)
+    and, for a population with deflectors, the marginals over z_l (``'theta_e'``), over θ_E
+    (``'z_l'``) and overall (``'all'``), weighting the cells by the population's lenses in them.
+
+    ``injections``: the scored injections (``kind = 'injection'`` rows of ``injection_scores``) with
+    the population's parameters, z_s, θ_E, ``z_l_bin``, ``score``, ``valid``, ``host_object_id``;
+    ``proposal``: the priors they were drawn from (the plan's conditioning). Each row carries N_eff
+    (Kish) and is flagged insufficient below ``min_n_eff``, never filled; intervals are Jeffreys on
+    the host-clustered effective size, widened by the threshold's uncertainty unless
+    ``threshold_uncertainty`` is False (the closure compares at the realised threshold)."""
+    from .selection import THRESHOLD_QUANTILES, _grid_cells, _injection_arrays, cell_estimates, detection_rho
+    from .thresholds import threshold_quantiles, threshold_value
+
+    thr = threshold_value(thresholds, threshold_name)
+    arr = _injection_arrays(injections)
+    te_c = np.sort(np.asarray(theta_e_values, np.float64))
+    zl_c = np.sort(np.asarray(z_l_values, np.float64))
+    te_e, zl_e = grid_edges(te_c), grid_edges(zl_c)
+    cols = injection_columns(injections, (*SOURCE_PARAMETERS, *CONDITIONING_COLUMNS, "z_l_bin"))
+    if "z_l_bin" not in cols or "theta_e_arcsec" not in cols:
+        raise InputError("injection scores lack theta_e_arcsec or z_l_bin: the grid cells of the injections")
+    ti, zi = _nearest(cols["theta_e_arcsec"], te_c), _nearest(cols["z_l_bin"], zl_c)
+    nt, nz = te_c.size, zl_c.size
+    cell = ti * nz + zi
+    usable = arr["usable"]
+    w = np.zeros(injections.num_rows)
+    sub = {k: v[usable] for k, v in cols.items()}
+    w[usable] = importance_weights(population, sub, proposal)
+    s = np.where(usable, arr["score"], -np.inf)
+    detected = s > thr
+    variants = None
+    if threshold_uncertainty:
+        q = threshold_quantiles(thresholds, THRESHOLD_QUANTILES)[threshold_name]
+        variants = s[None, :] > q[:, None]
+    rho = detection_rho(arr, _grid_cells(injections), thr)
+    est = cell_estimates(cell, nt * nz, w, detected, arr["host"], rho, variants)
+    n_inj = np.bincount(cell, weights=usable.astype(float), minlength=nt * nz).astype(np.int64)
+    gt, gz = np.repeat(np.arange(nt), nz), np.tile(np.arange(nz), nt)
+    weights = population.cell_weights(te_e, zl_e) if population.cell_weights is not None else None
+    share = None
+    if weights is not None:
+        weights = np.asarray(weights, np.float64).reshape(nt * nz)
+        share = weights / weights.sum() if weights.sum() > 0 else np.zeros_like(weights)
+    names = ("theta_e_centre", "theta_e_lo", "theta_e_hi", "z_l_centre", "z_l_lo", "z_l_hi")
+    rows = _rows(
+        est,
+        names,
+        "cell",
+        threshold_name,
+        thr,
+        population.name,
+        (te_c[gt], te_e[:-1][gt], te_e[1:][gt]),
+        (zl_c[gz], zl_e[:-1][gz], zl_e[1:][gz]),
+        n_inj,
+        share,
+        None,
+        min_n_eff,
+    )
+    if weights is not None:
+        ok_cell = np.array([r["sufficient"] for r in rows])
+        per_w = np.where(est["sum_w"] > 0, weights / np.where(est["sum_w"] > 0, est["sum_w"], 1.0), 0.0)
+        w2 = w * np.where(ok_cell, per_w, 0.0)[cell]  # insufficient cells are left out, never filled
+        none = np.full(1, None, dtype=object)
+        for kind, group, n_groups, te_sel, zl_sel in (
+            ("theta_e", ti, nt, (te_c, te_e[:-1], te_e[1:]), (np.full(nt, None),) * 3),
+            ("z_l", zi, nz, (np.full(nz, None),) * 3, (zl_c, zl_e[:-1], zl_e[1:])),
+            ("all", np.zeros_like(ti), 1, (none,) * 3, (none,) * 3),
+        ):
+            g_of_cell = {"theta_e": gt, "z_l": gz, "all": np.zeros(nt * nz, np.int64)}[kind]
+            total = np.bincount(g_of_cell, weights=weights, minlength=n_groups)
+            measured = np.bincount(g_of_cell, weights=np.where(ok_cell, weights, 0.0), minlength=n_groups)
+            g_est = cell_estimates(group, n_groups, w2, detected, arr["host"], rho, variants)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                m_share = np.where(total > 0, measured / total, 0.0)
+            rows += _rows(
+                g_est,
+                names,
+                kind,
+                threshold_name,
+                thr,
+                population.name,
+                te_sel,
+                zl_sel,
+                np.bincount(group, weights=(w2 > 0).astype(float), minlength=n_groups).astype(np.int64),
+                total / weights.sum() if weights.sum() > 0 else np.zeros(n_groups),
+                m_share,
+                min_n_eff,
+            )
+    return pa.Table.from_pylist(rows, schema=POPULATION_SCHEMA)
