@@ -23,8 +23,10 @@ Populations shipped (:func:`named_population`):
   i band; r taken for i, the sources being blue), LensPop's size–magnitude–redshift relation
   log10(r / kpc) = −(M + 18)/4 − 1.2 log10((1 + z)/1.6) with 0.35 dex scatter (``RofMz``: Mosleh et
   al. 2012, Huang et al. 2013), M from m with a flat-f_ν K-correction, LensPop's source flattening
-  q = 1 − Rayleigh(0.3) (q > 0.2), sources uniform in the source plane within θ_E (multiply imaged),
-  and exponential profiles (LensPop's n = 1, given a 0.25 spread the weights can resolve).
+  q = 1 − Rayleigh(0.3) (q > 0.2) and sources uniform in the source plane within θ_E (multiply
+  imaged). LensPop's sources are exponential (n = 1), a point the importance weights cannot weight
+  to: the Sérsic index is left as the proposal's (0.5–4), which the detection model's dependence on
+  n bounds (docs/research, the note on populations).
 - ``mock``: the source population the embedded mock survey hides its lenses with
   (:data:`MOCK_SOURCES`, which ``mock_survey.hidden_lenses`` draws from), so that the closure knows λ.
 - ``user:<name>``: a Parquet table of ψ samples, optionally weighted (a density given on points), read
@@ -131,12 +133,6 @@ def importance_weights(population: Population, columns: dict, proposal: PriorReg
 # one-dimensional densities
 
 
-def _uniform_logpdf(v, lo: float, hi: float) -> np.ndarray:
-    v = np.asarray(v, dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        return np.where((v >= lo) & (v <= hi), -math.log(hi - lo), -np.inf)
-
-
 def _area_logpdf(beta, hi: float) -> np.ndarray:
     """Sources uniform in the source plane within ``hi`` θ_E: p(β) = 2β / hi²."""
     b = np.asarray(beta, dtype=np.float64)
@@ -153,13 +149,6 @@ def _truncated_lognormal_logpdf(r, log10_median, sigma_dex, lo: float, hi: float
     with np.errstate(divide="ignore"):
         out = -0.5 * x**2 - np.log(sigma_dex * math.sqrt(2 * math.pi) * r * _LN10 * norm)
     return np.where((r >= lo) & (r <= hi), out, -np.inf)
-
-
-def _truncnormal_logpdf(v, mu: float, sigma: float, lo: float, hi: float) -> np.ndarray:
-    v = np.asarray(v, dtype=np.float64)
-    norm = ndtr((hi - mu) / sigma) - ndtr((lo - mu) / sigma)
-    out = -0.5 * ((v - mu) / sigma) ** 2 - math.log(sigma * math.sqrt(2 * math.pi) * norm)
-    return np.where((v >= lo) & (v <= hi), out, -np.inf)
 
 
 def _rayleigh_flattening_logpdf(q, scale: float, q_min: float) -> np.ndarray:
@@ -180,8 +169,6 @@ LENSPOP_MAG_RANGE = (20.0, 27.5)
 LENSPOP_COUNT_SLOPE = 0.3
 #: LensPop's size scatter (dex) and flattening (Rayleigh scale, floor).
 LENSPOP_SIZE_SCATTER_DEX, LENSPOP_Q_RAYLEIGH, LENSPOP_Q_MIN = 0.35, 0.3, 0.2
-#: Sérsic index of LensPop's sources (exponential) and the spread given to it here.
-LENSPOP_N, LENSPOP_N_SPREAD = 1.0, 0.25
 #: Source positions: uniform in the source plane within this many θ_E (multiply imaged by an SIS).
 LENSPOP_BETA_MAX = 1.0
 #: Redshifts over which p(z | m) is normalised.
@@ -240,7 +227,6 @@ def lenspop_log10_size_median(m, z_s, cosmology: str = DEFAULT_COSMOLOGY) -> np.
 
 def _lenspop_log_density(proposal: PriorRegistry) -> Callable[[dict], np.ndarray]:
     r_lo, r_hi = proposal["src_r_sersic_arcsec"].lo, proposal["src_r_sersic_arcsec"].hi
-    n_lo, n_hi = proposal["src_n_sersic"].lo, proposal["src_n_sersic"].hi
 
     def log_density(c: dict) -> np.ndarray:
         return (
@@ -252,7 +238,6 @@ def _lenspop_log_density(proposal: PriorRegistry) -> Callable[[dict], np.ndarray
                 r_lo,
                 r_hi,
             )
-            + _truncnormal_logpdf(c["src_n_sersic"], LENSPOP_N, LENSPOP_N_SPREAD, n_lo, n_hi)
             + _area_logpdf(c["src_beta_frac"], LENSPOP_BETA_MAX)
             + _rayleigh_flattening_logpdf(c["src_q"], LENSPOP_Q_RAYLEIGH, LENSPOP_Q_MIN)
         )
@@ -260,52 +245,44 @@ def _lenspop_log_density(proposal: PriorRegistry) -> Callable[[dict], np.ndarray
     return log_density
 
 
-#: Choi, Park & Vogeley 2007 early-type VDF (the one LensPop uses): φ* [h³ Mpc⁻³], σ* [km/s], α, β.
-CHOI2007_VDF = (8.0e-3, 161.0, 2.32, 2.67)
-#: LensPop's evolution of the VDF's normalisation: φ* (1 + z)^−2.5.
+#: LensPop's evolution of the VDF's normalisation: φ* (1 + z)^−2.5 (``PopulationFunctions.phi``).
 LENSPOP_VDF_EVOLUTION = -2.5
 
 
 def lenspop_lens_density(
-    theta_e_edges,
-    z_l_edges,
-    cosmology: str = DEFAULT_COSMOLOGY,
-    sigma_range=(70.0, 450.0),
-    n_z: int = 24,
-    n_sigma: int = 48,
-    n_zs: int = 24,
+    theta_e_edges, z_l_edges, cosmology: str = DEFAULT_COSMOLOGY, n_z: int = 16, n_sigma: int = 48, n_zs: int = 40
 ) -> np.ndarray:
-    """LensPop-like lenses per deg² in each (θ_E, z_l) cell (T, Z): deflectors of the VDF at comoving
-    density φ*(1 + z)^−2.5, each lensing the sources behind it (the LensPop-like counts over all
-    magnitudes and redshifts, 10^(0.3 (m − 27.5)) normalised to Hogg et al. 1997's 6.3 × 10⁵ deg⁻²
-    at R < 26) within β < θ_E: cross-section π θ_E², θ_E = θ_SIS(σ, z_l, z_s)."""
-    from scipy.special import gamma as gamma_fn
+    """LensPop-like lenses per deg² in each (θ_E, z_l) cell (T, Z): deflectors of Choi et al. 2007's
+    VDF (``forecast.CHOI2007``) at comoving density φ*(1 + z)^−2.5 (``forecast.deflector_grid``),
+    each lensing every source behind it within β < θ_E (cross-section π θ_E², θ_E = θ_SIS(σ, z_l,
+    z_s)): the LensPop-like counts over LENSPOP_MAG_RANGE, normalised to Hogg et al. 1997's
+    6.3 × 10⁵ deg⁻² at R < 26 (``forecast.HOGG1997``), at their redshifts p(z | m)."""
+    from .forecast import CHOI2007, HOGG1997, deflector_grid
 
     te = np.asarray(theta_e_edges, dtype=np.float64)
     ze = np.asarray(z_l_edges, dtype=np.float64)
-    c = get_cosmology(cosmology)
-    h = c.H0.to_value("km / (s Mpc)") / 100.0
-    phi_star, s_star, a, b = CHOI2007_VDF
-    out = np.zeros((te.size - 1, ze.size - 1))
-    s_e = np.exp(np.linspace(math.log(sigma_range[0]), math.log(sigma_range[1]), n_sigma + 1))
-    s, ds = 0.5 * (s_e[1:] + s_e[:-1]), np.diff(s_e)
-    phi = phi_star * h**3 * (s / s_star) ** a * np.exp(-((s / s_star) ** b)) * b / gamma_fn(a / b) / s  # Mpc⁻³ /(km/s)
-    # sources per arcsec² per unit z_s: counts normalised to Hogg et al. (6.3e5 deg⁻² at m < 26)
-    m = np.linspace(*LENSPOP_MAG_RANGE, 200)
-    n_m = 6.3e5 * LENSPOP_COUNT_SLOPE * _LN10 * 10 ** (LENSPOP_COUNT_SLOPE * (m - 26.0)) / 3600.0**2
-    zs_e = np.linspace(0.05, LENSPOP_Z_RANGE[1], n_zs + 1)
+    m = np.linspace(*LENSPOP_MAG_RANGE, 300)
+    n_m = HOGG1997.differential(m) / 3600.0**2  # sources per arcsec² per mag
+    zs_e = np.linspace(LENSPOP_Z_RANGE[0], LENSPOP_Z_RANGE[1], n_zs + 1)
     zs, dzs = 0.5 * (zs_e[1:] + zs_e[:-1]), np.diff(zs_e)
-    n_zs_per_arcsec2 = np.trapezoid(n_m[None, :] * _p_z_given_m(zs[:, None], m[None, :]), m, axis=1) * dzs
+    n_zs = np.trapezoid(n_m[None, :] * _p_z_given_m(zs[:, None], m[None, :]), m, axis=1) * dzs  # per arcsec²
+    out = np.zeros((te.size - 1, ze.size - 1))
     for j in range(ze.size - 1):
-        z_e = np.linspace(max(ze[j], 1e-3), ze[j + 1], n_z + 1)
-        zl, dzl = 0.5 * (z_e[1:] + z_e[:-1]), np.diff(z_e)
-        dv = c.differential_comoving_volume(zl).to_value("Mpc3 / deg2") * dzl * (1.0 + zl) ** LENSPOP_VDF_EVOLUTION
+        zl, s, n_defl = deflector_grid(
+            CHOI2007,
+            (max(ze[j], 1e-3), ze[j + 1]),
+            n_z=n_z,
+            n_sigma=n_sigma,
+            cosmology=cosmology,
+            evolution=LENSPOP_VDF_EVOLUTION,
+        )
+        n_defl = n_defl * (math.pi / 180.0) ** 2  # per deg²
         for k, z_s in enumerate(zs):
             behind = zl < z_s
             if not behind.any():
                 continue
-            theta = theta_e_from_sigma_v(s[None, :], zl[behind, None], z_s, cosmology)  # (Z', S)
-            n = dv[behind, None] * (phi * ds)[None, :] * math.pi * theta**2 * n_zs_per_arcsec2[k]
+            theta = theta_e_from_sigma_v(s[None, :], zl[behind, None], z_s, cosmology)  # arcsec
+            n = n_defl[behind] * math.pi * theta**2 * n_zs[k]
             cell = np.searchsorted(te, theta, side="right") - 1
             ok = (cell >= 0) & (cell < te.size - 1)
             out[:, j] += np.bincount(cell[ok], weights=n[ok], minlength=te.size - 1)
@@ -319,13 +296,14 @@ def lenspop_lens_density(
 @dataclass(frozen=True)
 class MockSources:
     """The source population of the mock survey's hidden lenses (``mock_survey.hidden_lenses``),
-    chosen to be physical in shape and detectable often enough for a closure test with a few hundred
-    lenses: unlensed r from counts dN/dm ∝ 10^(slope m) on ``mag_range`` (Hogg et al. 1997's slope);
+    physical in shape and detectable often enough for a closure test with a few hundred lenses:
+    unlensed r from counts dN/dm ∝ 10^(slope m) on ``mag_range`` (Hogg et al. 1997's slope);
     half-light radius log-normal about R(m) = size_at_ref · 10^(−0.4 size_slope (m − mag_ref)), a
-    size–luminosity relation R ∝ L^size_slope (star-forming galaxies: R_e ∝ L^0.27, Shibuya, Ouchi &
-    Harikane 2015, ApJS 219, 15, with their ≈ 0.2 dex scatter), truncated to ``size_range``; Sérsic
-    n, axis ratio and colours uniform on their ranges; position uniform in the source plane within
-    ``beta_max`` θ_E (arcs, rings and doubles)."""
+    size–luminosity relation R ∝ L^size_slope (star-forming galaxies: R_e ∝ L^0.27 with ≈ 0.2 dex
+    scatter, Shibuya, Ouchi & Harikane 2015, ApJS 219, 15), truncated to ``size_range``; position
+    uniform in the source plane within ``beta_max`` θ_E (arcs, rings and doubles). Its Sérsic index,
+    axis ratio, angle and colours are distributed as the proposal's (``proposal``), so the
+    importance weights carry only the three parameters that differ (:data:`MOCK_PARAMETERS`)."""
 
     mag_range: tuple[float, float] = (20.5, 25.0)
     count_slope: float = 0.3
@@ -334,20 +312,19 @@ class MockSources:
     size_slope: float = 0.27
     size_scatter_dex: float = 0.2
     size_range: tuple[float, float] = (0.05, 1.0)
-    n_range: tuple[float, float] = (0.5, 2.0)
-    q_range: tuple[float, float] = (0.4, 1.0)
     beta_max: float = 1.0
-    g_minus_r: tuple[float, float] = (0.05, 0.45)
-    r_minus_z: tuple[float, float] = (0.0, 0.4)
+    proposal: str = "broad"
 
     def log10_size_median(self, m) -> np.ndarray:
         return math.log10(self.size_at_ref) - 0.4 * self.size_slope * (np.asarray(m, np.float64) - self.mag_ref)
 
     def draw(self, u: np.ndarray) -> dict[str, np.ndarray]:
         """Sources from uniforms ``u`` (N, 9) in [0, 1), one column per quantity: src_mag_r,
-        src_r_sersic_arcsec, src_n_sersic, src_q, src_phi_rad, src_beta_frac, src_beta_angle_rad,
-        src_g_minus_r, src_r_minus_z."""
+        src_r_sersic_arcsec, src_beta_frac, src_beta_angle_rad, then src_n_sersic, src_q,
+        src_phi_rad, src_g_minus_r, src_r_minus_z by the proposal's priors."""
         from scipy.special import ndtri
+
+        from ..lensing.priors import proposal
 
         u = np.asarray(u, dtype=np.float64)
         if u.ndim != 2 or u.shape[1] < 9:
@@ -359,19 +336,17 @@ class MockSources:
         a = ndtr((math.log10(self.size_range[0]) - mu) / self.size_scatter_dex)
         b = ndtr((math.log10(self.size_range[1]) - mu) / self.size_scatter_dex)
         r = 10 ** (mu + self.size_scatter_dex * ndtri(a + (b - a) * u[:, 1]))
+        q = proposal(self.proposal)
         return {
             "src_mag_r": m,
             "src_r_sersic_arcsec": np.clip(r, *self.size_range),
-            "src_n_sersic": self.n_range[0] + (self.n_range[1] - self.n_range[0]) * u[:, 2],
-            "src_q": self.q_range[0] + (self.q_range[1] - self.q_range[0]) * u[:, 3],
-            "src_phi_rad": math.pi * u[:, 4],
-            "src_beta_frac": self.beta_max * np.sqrt(u[:, 5]),
-            "src_beta_angle_rad": 2 * math.pi * u[:, 6],
-            "src_g_minus_r": self.g_minus_r[0] + (self.g_minus_r[1] - self.g_minus_r[0]) * u[:, 7],
-            "src_r_minus_z": self.r_minus_z[0] + (self.r_minus_z[1] - self.r_minus_z[0]) * u[:, 8],
+            "src_beta_frac": self.beta_max * np.sqrt(u[:, 2]),
+            "src_beta_angle_rad": 2 * math.pi * u[:, 3],
+            **{name: q[name].transform(u[:, 4 + i]) for i, name in enumerate(MOCK_AS_PROPOSAL)},
         }
 
     def log_density(self, c: dict) -> np.ndarray:
+        """log p of the MOCK_PARAMETERS columns of ``c`` (per mag, per arcsec, per unit β/θ_E)."""
         lo, hi = self.mag_range
         m = np.asarray(c["src_mag_r"], dtype=np.float64)
         k = self.count_slope * _LN10
@@ -381,11 +356,7 @@ class MockSources:
             + _truncated_lognormal_logpdf(
                 c["src_r_sersic_arcsec"], self.log10_size_median(m), self.size_scatter_dex, *self.size_range
             )
-            + _uniform_logpdf(c["src_n_sersic"], *self.n_range)
-            + _uniform_logpdf(c["src_q"], *self.q_range)
             + _area_logpdf(c["src_beta_frac"], self.beta_max)
-            + _uniform_logpdf(c["src_g_minus_r"], *self.g_minus_r)
-            + _uniform_logpdf(c["src_r_minus_z"], *self.r_minus_z)
         )
 
     @property
@@ -393,14 +364,14 @@ class MockSources:
         return {
             "src_mag_r": self.mag_range,
             "src_r_sersic_arcsec": self.size_range,
-            "src_n_sersic": self.n_range,
-            "src_q": self.q_range,
             "src_beta_frac": (0.0, self.beta_max),
-            "src_g_minus_r": self.g_minus_r,
-            "src_r_minus_z": self.r_minus_z,
         }
 
 
+#: The parameters of the mock's sources that differ from the proposal (the importance weights').
+MOCK_PARAMETERS = ("src_mag_r", "src_r_sersic_arcsec", "src_beta_frac")
+#: The parameters the mock's sources draw as the proposal does.
+MOCK_AS_PROPOSAL = ("src_n_sersic", "src_q", "src_phi_rad", "src_g_minus_r", "src_r_minus_z")
 #: The mock survey's hidden-lens sources.
 MOCK_SOURCES = MockSources()
 
@@ -425,8 +396,9 @@ def named_population(name: str, proposal: PriorRegistry, cosmology: str = DEFAUL
             "lenspop",
             "LensPop-like (Collett 2015): Choi et al. 2007 VDF with (1+z)^-2.5 evolution; sources with "
             "counts slope 0.3 to r = 27.5, p(z|m) of the LSST Science Book, LensPop's size-magnitude-redshift "
-            "relation (0.35 dex) and flattening, uniform in the source plane within theta_E, n = 1 +- 0.25",
-            ("src_mag_r", "src_r_sersic_arcsec", "src_n_sersic", "src_beta_frac", "src_q"),
+            "relation (0.35 dex) and flattening, uniform in the source plane within theta_E; "
+            "Sersic n as the proposal's",
+            ("src_mag_r", "src_r_sersic_arcsec", "src_beta_frac", "src_q"),
             _lenspop_log_density(proposal),
             support={
                 "src_mag_r": LENSPOP_MAG_RANGE,
@@ -441,7 +413,7 @@ def named_population(name: str, proposal: PriorRegistry, cosmology: str = DEFAUL
             "mock",
             "the embedded mock survey's hidden-lens sources (darkhaloscope.evaluation.populations.MOCK_SOURCES); "
             "its deflectors are the mock catalog's galaxies (cells only)",
-            SOURCE_PARAMETERS,
+            MOCK_PARAMETERS,
             MOCK_SOURCES.log_density,
             support=MOCK_SOURCES.support,
         )
@@ -595,6 +567,19 @@ def grid_edges(values) -> np.ndarray:
     return np.r_[c[0] - step / 2, 0.5 * (c[:-1] + c[1:]), c[-1] + step / 2]
 
 
+def merged_grid(values, merge: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(centres, edges, coarse index of each fine value) of a grid whose ``merge`` consecutive cells
+    are one (the last group may be smaller): the coarse edges are the fine ones at group boundaries."""
+    if merge < 1:
+        raise InputError(f"cells merged must be >= 1, got {merge}")
+    fine = np.sort(np.asarray(values, dtype=np.float64))
+    edges = grid_edges(fine)
+    index = np.arange(fine.size) // merge
+    n = int(index.max()) + 1
+    centres = np.array([fine[index == i].mean() for i in range(n)])
+    return centres, np.r_[edges[::merge][:n], edges[-1]], index
+
+
 def _nearest(values: np.ndarray, centres: np.ndarray) -> np.ndarray:
     return np.argmin(np.abs(np.asarray(values, np.float64)[:, None] - centres[None, :]), axis=1)
 
@@ -612,7 +597,9 @@ def _rows(est: dict, sel, kind, name, thr, pop, te, zl, n_inj, share, measured, 
     out = []
     for j in range(len(est["completeness"])):
         c = est["completeness"][j]
-        ok = bool(np.isfinite(c) and est["n_eff"][j] >= min_n_eff and (measured is None or measured[j] >= MIN_MEASURED_SHARE))
+        ok = bool(
+            np.isfinite(c) and est["n_eff"][j] >= min_n_eff and (measured is None or measured[j] >= MIN_MEASURED_SHARE)
+        )
 
         def f(k):
             v = est[k][j]
@@ -651,6 +638,7 @@ def selection_for_population(
     z_l_values,
     min_n_eff: float = N_EFF_FLOOR,
     threshold_uncertainty: bool = True,
+    merge: int = 1,
 ) -> pa.Table:
     """C(θ_E, z_l | population) at the usable threshold ``threshold_name`` (InputError listing the
     usable ones otherwise): POPULATION_SCHEMA rows of every cell of the grid (``kind = 'cell'``)
@@ -662,19 +650,23 @@ def selection_for_population(
     ``proposal``: the priors they were drawn from (the plan's conditioning). Each row carries N_eff
     (Kish) and is flagged insufficient below ``min_n_eff``, never filled; intervals are Jeffreys on
     the host-clustered effective size, widened by the threshold's uncertainty unless
-    ``threshold_uncertainty`` is False (the closure compares at the realised threshold)."""
+    ``threshold_uncertainty`` is False (the closure compares at the realised threshold). ``merge``
+    cells of the injection grid along each axis make one cell of the population's grid (importance
+    weights spend injections: a population narrower than the proposal needs more per cell)."""
     from .selection import THRESHOLD_QUANTILES, _grid_cells, _injection_arrays, cell_estimates, detection_rho
     from .thresholds import threshold_quantiles, threshold_value
 
     thr = threshold_value(thresholds, threshold_name)
     arr = _injection_arrays(injections)
-    te_c = np.sort(np.asarray(theta_e_values, np.float64))
-    zl_c = np.sort(np.asarray(z_l_values, np.float64))
-    te_e, zl_e = grid_edges(te_c), grid_edges(zl_c)
+    te_fine = np.sort(np.asarray(theta_e_values, np.float64))
+    zl_fine = np.sort(np.asarray(z_l_values, np.float64))
+    te_c, te_e, te_index = merged_grid(te_fine, merge)
+    zl_c, zl_e, zl_index = merged_grid(zl_fine, merge)
     cols = injection_columns(injections, (*SOURCE_PARAMETERS, *CONDITIONING_COLUMNS, "z_l_bin"))
     if "z_l_bin" not in cols or "theta_e_arcsec" not in cols:
         raise InputError("injection scores lack theta_e_arcsec or z_l_bin: the grid cells of the injections")
-    ti, zi = _nearest(cols["theta_e_arcsec"], te_c), _nearest(cols["z_l_bin"], zl_c)
+    ti = te_index[_nearest(cols["theta_e_arcsec"], te_fine)]
+    zi = zl_index[_nearest(cols["z_l_bin"], zl_fine)]
     nt, nz = te_c.size, zl_c.size
     cell = ti * nz + zi
     usable = arr["usable"]

@@ -303,7 +303,9 @@ def _count_cells(
     s = np.where(usable, score, -np.inf)
     detected = usable & (s > thr)
     n_det = bc(detected.astype(np.float64)).astype(np.int64)
-    est = cell_estimates(cell, n_cells, usable.astype(np.float64), detected, arr["host"], rho, s[None, :] > variants[:, None])
+    est = cell_estimates(
+        cell, n_cells, usable.astype(np.float64), detected, arr["host"], rho, s[None, :] > variants[:, None]
+    )
     sum_score = bc(np.where(usable, score, 0.0))
     arc_ok = usable & np.isfinite(arc)
     n_arc = bc(arc_ok.astype(np.float64))
