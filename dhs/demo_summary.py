@@ -155,7 +155,7 @@ def print_closure(lake) -> None:
     cols, rows = run_query(lake, DEMO_CLOSURE_SQL)
     if rows:
         print(
-            "\nClosure: hidden lenses whose host the finder never saw, recovered vs predicted by the selection model:"
+            "\nClosure: hidden lenses recovered vs predicted per lens (detection model) and from C of their population:"
         )
         print(format_rows(cols, rows))
 
@@ -164,7 +164,7 @@ def print_forecast(lake) -> None:
     """Expected lenses the search finds per deg² and in the searched area (``lens_forecast``, overall)."""
     cols, rows = run_query(lake, DEMO_FORECAST_SQL)
     if rows:
-        print("\nForecast (selection model folded with deflector and source populations; mock: against its truth):")
+        print("\nForecast (LensPop-like lenses per cell x C reweighted to them):")
         print(format_rows(cols, rows))
 
 
@@ -213,14 +213,14 @@ SELECT theta_e_arcsec, z_l, completeness, ci68_lo, ci68_hi, sufficient, n_valid
 FROM selection_function WHERE threshold_name = '{name}' ORDER BY theta_e_arcsec, z_l
 """
 DEMO_CLOSURE_SQL = """
-SELECT bin AS theta_e, n_hidden, round(n_predicted, 1) AS n_predicted, round(n_predicted_sd, 1) AS sd, n_recovered,
-       round(pull, 2) AS pull
-FROM selection_closure ORDER BY bin = 'all', theta_e_lo
+SELECT threshold_name, method, n_hidden, round(n_predicted, 1) AS n_predicted, round(n_predicted_sd, 1) AS sd,
+       n_recovered, round(pull, 2) AS pull, round(power_15pct, 2) AS power_15pct
+FROM selection_closure WHERE bin = 'all' ORDER BY threshold_name, method
 """
 DEMO_FORECAST_SQL = """
-SELECT population, round(area_deg2, 1) AS area_deg2, round(n_per_deg2, 4) AS per_deg2, round(n_in_area, 1) AS in_area,
-       round(n_in_area_sd, 1) AS sd, n_truth, round(pull, 2) AS pull
-FROM lens_forecast WHERE bin = 'all' ORDER BY population
+SELECT threshold_name, population, round(area_deg2, 1) AS area_deg2, round(n_per_deg2, 4) AS per_deg2,
+       round(n_per_deg2_sd, 4) AS sd, round(n_in_area, 1) AS in_area, round(n_unmeasured_per_deg2, 4) AS unmeasured
+FROM lens_forecast WHERE bin = 'all' ORDER BY threshold_name
 """
 DEMO_RECALL_SQL = """
 SELECT threshold_name, tier, n, n_detected, round(recall, 3) AS recall, round(ci68_lo, 3) AS ci68_lo, round(ci68_hi, 3)

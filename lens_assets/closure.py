@@ -1,8 +1,10 @@
-"""The selection function against lenses it never saw: ``selection_closure`` (per hidden lens of
-the mock) and ``lens_forecast`` (the selection model folded with deflector and source populations).
+"""The selection function against lenses it never saw: ``selection_closure`` (the mock's hidden lenses
+recovered against the number predicted per lens and from the mock population's C) and
+``lens_forecast`` (the LensPop-like population's lenses times C reweighted to it).
 
-These are the only assets that read the mock's hidden-lens truth, and only to compare; no asset
-upstream of the evaluation report reads them (``tests/test_mock_hidden_lenses.py``).
+``selection_closure`` is the only asset that reads the mock's hidden-lens truth to compare with it;
+``thresholds`` asks :func:`hidden_hosts_among` for a count only, after its negatives are chosen, to
+publish and check that none of them hosts a hidden lens (``tests/test_mock_hidden_lenses.py``).
 """
 
 import dagster as dg
@@ -15,90 +17,125 @@ from darkhaloscope.constants import flux_to_mag
 from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation.closure import (
     CLOSURE_SCHEMA,
+    cell_of,
     closure_table,
-    model_at,
-    outside_prior_support,
-    threshold_names,
+    population_cells,
+    theta_e_edges,
+    usable_hidden,
 )
-from darkhaloscope.evaluation.forecast import (
-    FORECAST_SCHEMA,
-    fit_lens_magnitude,
-    forecast_assumptions,
-    forecast_density,
-    mock_forecast_table,
-    snr_offsets,
-    sphere_box_area_deg2,
-    vdf_forecast_table,
+from darkhaloscope.evaluation.detection import fit_detection_model
+from darkhaloscope.evaluation.forecast import FORECAST_SCHEMA, forecast_table, sphere_box_area_deg2
+from darkhaloscope.evaluation.populations import (
+    POPULATION_MERGE,
+    lenspop_lens_density,
+    merged_grid,
+    named_population,
+    population_from_samples,
+    selection_for_population,
 )
-from darkhaloscope.evaluation.scoring import injection_rows
-from darkhaloscope.lensing.bank import plan_grid, table_conditioning, with_conditioning
+from darkhaloscope.evaluation.scoring import held_out_negatives, injection_rows
+from darkhaloscope.evaluation.thresholds import usable_thresholds
+from darkhaloscope.lensing.bank import plan_grid, plan_proposal, table_conditioning, with_conditioning
+from darkhaloscope.search.candidates import choose_threshold
 from darkhaloscope.survey.sweeps import parse_sweep_filename
-from mock_survey.hidden_lenses import ARC_SNR_RANGE
-from resources import LakeResource, SurveyResource
+from resources import ComputeResource, LakeResource, SurveyResource
+from table_registry import audits as checks
 from table_registry.tables import (
+    CUTOUT_SCORES,
     INJECTION_PLAN,
     INJECTION_SCORES,
     LENS_FORECAST,
     SEARCH_SCORES,
     SELECTION_CLOSURE,
-    SELECTION_MODEL,
+    SELECTION_POPULATIONS,
     SWEEPS,
+    THRESHOLDS,
     TRAINING_SET,
 )
 
 from .shared.publish import Publish, lake_asset
 
 
-def _hidden_lenses(
-    lake: LakeResource, survey: SurveyResource, search_scores: ds.Dataset, training_set: ds.Dataset
-) -> tuple[pa.Table, np.ndarray, dict]:
-    """The mock's hidden lenses whose host the lens finder never saw in training (train or val rows
-    of ``training_set``) with their lens's dereddened z magnitude (``lens_mag_z``), each host's
-    search score (NaN where it was not validly scored) and counts for the metadata."""
+def _hidden_truth(survey: SurveyResource) -> pa.Table | None:
+    """The mock's hidden-lens truth (None on a real survey)."""
     import pyarrow.parquet as pq
 
-    truth = pq.read_table(survey.mock_manifest().hidden_truth_path)
-    seen = pc.is_in(truth.column("object_id"), training_set.to_table(columns=["object_id"]).column("object_id"))
-    hidden = truth.filter(pc.invert(seen))
+    return pq.read_table(survey.mock_manifest().hidden_truth_path) if survey.is_mock else None
+
+
+def hidden_hosts_among(survey: SurveyResource, object_ids) -> int | None:
+    """How many of ``object_ids`` host one of the mock's hidden lenses (None on a real survey): a
+    count, read after the caller chose its rows, so that it can be published and checked."""
+    truth = _hidden_truth(survey)
+    if truth is None:
+        return None
+    return int(pc.sum(pc.is_in(truth.column("object_id"), pa.array(object_ids))).as_py() or 0)
+
+
+def user_population(path: str, proposal):
+    """The user population of DHS_SELECTION_POPULATION: a Parquet table of ψ samples
+    (``populations.population_from_samples``), named after its file."""
+    import pathlib
+
+    import pyarrow.parquet as pq
+
+    p = pathlib.Path(path)
+    if not p.is_file():
+        raise InputError(f"DHS_SELECTION_POPULATION={path!r}: no such file")
+    try:
+        table = pq.read_table(p)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(f"DHS_SELECTION_POPULATION={path!r}: not a readable Parquet table ({exc})") from exc
+    return population_from_samples(table, p.stem, proposal)
+
+
+def _hidden_lenses(
+    lake: LakeResource, survey: SurveyResource, search_scores: ds.Dataset
+) -> tuple[pa.Table, np.ndarray]:
+    """The mock's hidden lenses with their host's dereddened z magnitude (``lens_mag_z``), r-band PSF
+    FWHM (``psf_fwhm_r``) and depth (``psfdepth_r``) from the sweeps, and each host's search score
+    (NaN where it was not validly scored)."""
+    hidden = _hidden_truth(survey)
     ids = hidden.column("object_id")
-    rows = (
-        lake.lake()
-        .table(*SWEEPS.key)
-        .dataset()
-        .to_table(columns=["object_id", "flux_z", "mw_transmission_z"], filter=pc.field("object_id").isin(ids))
-    )
+    cols = ["object_id", "flux_z", "mw_transmission_z", "psfsize_r", "psfdepth_r"]
+    rows = lake.lake().table(*SWEEPS.key).dataset().to_table(columns=cols, filter=pc.field("object_id").isin(ids))
     order = pc.index_in(ids, rows.column("object_id")).to_numpy(zero_copy_only=False)
-    flux = (
-        rows.column("flux_z").to_numpy(zero_copy_only=False)[order]
-        / rows.column("mw_transmission_z").to_numpy(zero_copy_only=False)[order]
-    )
-    hidden = hidden.append_column("lens_mag_z", pa.array(flux_to_mag(flux)))
+
+    def col(name):
+        return np.asarray(rows.column(name).to_numpy(zero_copy_only=False), np.float64)[order]
+
+    hidden = hidden.append_column("lens_mag_z", pa.array(flux_to_mag(col("flux_z") / col("mw_transmission_z"))))
+    hidden = hidden.append_column("psf_fwhm_r", pa.array(col("psfsize_r")))
+    hidden = hidden.append_column("psfdepth_r", pa.array(col("psfdepth_r")))
     scored = search_scores.to_table(columns=["object_id", "score", "valid"], filter=pc.field("object_id").isin(ids))
     scored = scored.filter(scored.column("valid"))
     at = pc.index_in(ids, scored.column("object_id"))  # null where the host has no valid score
-    host_score = np.asarray(scored.column("score").take(at).to_numpy(zero_copy_only=False), dtype=np.float64)
-    counts = {
-        "n_hidden_truth": truth.num_rows,
-        "n_hidden_seen_in_training": truth.num_rows - hidden.num_rows,
-        "n_hidden_not_scored": int(np.isnan(host_score).sum()),
+    return hidden, np.asarray(scored.column("score").take(at).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _leaks(hidden: pa.Table, negatives: pa.Table, injections: pa.Table, training_set: ds.Dataset) -> dict:
+    """Hidden lenses among the threshold negatives, the injection hosts and the training set (each 0
+    by construction: the closure reserve)."""
+    ids = hidden.column("object_id")
+    train = training_set.to_table(columns=["object_id"]).column("object_id")
+    return {
+        "in_threshold_negatives": int(pc.sum(pc.is_in(ids, negatives.column("object_id"))).as_py() or 0),
+        "injection_hosts": int(pc.sum(pc.is_in(ids, injections.column("host_object_id"))).as_py() or 0),
+        "in_training_set": int(pc.sum(pc.is_in(ids, train)).as_py() or 0),
     }
-    return hidden, host_score, counts
-
-
-def _recovered(host_score: np.ndarray, model: pa.Table) -> np.ndarray:
-    """Whether each hidden lens's host scored above the threshold of ``model`` (one threshold's rows)."""
-    return host_score > float(model.column("threshold")[0].as_py())  # NaN (not scored): not recovered
 
 
 @lake_asset(
     SELECTION_CLOSURE,
-    code_version="2",
+    code_version="3",
     kinds={"parquet"},
     ins={
-        "selection_model": dg.AssetIn(list(SELECTION_MODEL.key)),
+        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
+        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
+        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
         "search_scores": dg.AssetIn(list(SEARCH_SCORES.key)),
         "training_set": dg.AssetIn(list(TRAINING_SET.key)),
-        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
+        "cutout_scores": dg.AssetIn(list(CUTOUT_SCORES.key)),
     },
     deps=[dg.AssetKey(list(SWEEPS.key))],
 )
@@ -106,106 +143,133 @@ def selection_closure(
     context: dg.AssetExecutionContext,
     lake: LakeResource,
     survey: SurveyResource,
-    selection_model: pa.Table,
-    search_scores: ds.Dataset,
-    training_set: ds.Dataset,
-    injection_plan: pa.Table,
-) -> Publish:
-    """On the mock survey, the hidden lenses the search recovers (host scored above a threshold)
-    against the number the selection model predicts at their θ_E, arc S/N and lens magnitude, per
-    θ_E bin of the grid and overall, with the pull, at each threshold of ``selection_model``. Hidden
-    lenses whose host the lens finder saw in training (train or val rows of ``training_set``) are
-    left out and counted: the selection function is measured on hosts it never saw. The truth is
-    read here only, from the mock survey's files, never by a training or evaluation input. On a
-    real survey the table is empty."""
-    if not survey.is_mock:
-        md = {"skipped": "not the mock survey: no hidden-lens truth"}
-        return Publish({SELECTION_CLOSURE: CLOSURE_SCHEMA.empty_table()}, metadata={SELECTION_CLOSURE: md})
-    hidden, host_score, counts = _hidden_lenses(lake, survey, search_scores, training_set)
-    theta_e, _ = plan_grid(injection_plan)
-    conditioning = table_conditioning(injection_plan)
-    if conditioning is None:
-        raise InputError("the injection plan records no priors: materialize injection_plan again")
-    outside = outside_prior_support(hidden, conditioning["priors"])
-    in_support = ~np.any(np.stack(list(outside.values())), axis=0)
-    names = threshold_names(selection_model)
-    tables = []
-    for name in names:
-        model = model_at(selection_model, name)
-        tables.append(closure_table(model, hidden, _recovered(host_score, model), theta_e, in_support))
-    table = pa.concat_tables(tables)
-    md = {
-        "strictest_threshold": names[0],
-        **counts,
-        "n_outside_prior_support": int((~in_support).sum()),
-        "outside_prior_support_by_parameter": {k: int(v.sum()) for k, v in outside.items()},
-    }
-    for row in table.filter(pc.is_in(table.column("bin"), pa.array(["all", "in_prior_support"]))).to_pylist():
-        md[f"{row['threshold_name']} {row['bin']}"] = {
-            "pull": row["pull"],
-            "n_recovered": row["n_recovered"],
-            "n_predicted": round(row["n_predicted"], 2),
-            "n_predicted_sd": round(row["n_predicted_sd"], 2),
-        }
-    return Publish({SELECTION_CLOSURE: table}, metadata={SELECTION_CLOSURE: md})
-
-
-@lake_asset(
-    LENS_FORECAST,
-    code_version="1",
-    kinds={"parquet"},
-    ins={
-        "selection_model": dg.AssetIn(list(SELECTION_MODEL.key)),
-        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
-        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
-        "search_scores": dg.AssetIn(list(SEARCH_SCORES.key)),
-        "training_set": dg.AssetIn(list(TRAINING_SET.key)),
-    },
-    deps=[dg.AssetKey(list(SWEEPS.key))],
-)
-def lens_forecast(
-    context: dg.AssetExecutionContext,
-    lake: LakeResource,
-    survey: SurveyResource,
-    selection_model: pa.Table,
+    compute: ComputeResource,
+    thresholds: pa.Table,
     injection_scores: ds.Dataset,
     injection_plan: pa.Table,
     search_scores: ds.Dataset,
     training_set: ds.Dataset,
+    cutout_scores: ds.Dataset,
 ) -> Publish:
-    """Expected number of lenses the search finds per deg² and in the searched area (the sweep
-    blocks the search scored), per θ_E bin of the grid and overall: the selection model folded with
-    Choi et al. 2007's velocity dispersion function and Hogg et al. 1997's source counts
-    (``darkhaloscope.evaluation.forecast``; population ``vdf``, every assumption in the metadata).
-    On the mock survey also population ``mock``: the model folded with the mock's own populations
-    (its hidden lenses' deflectors, arc S/N log-uniform as the mock draws it) against the hidden
-    lenses the search recovered (``n_truth``, ``pull``)."""
-    name = threshold_names(selection_model)[0]  # the strictest: the search's candidates
-    model = model_at(selection_model, name)
+    """On the mock survey, at every usable threshold (fixed score cuts included): the hidden lenses
+    the search recovers (host scored above the threshold) against the number predicted per lens by the
+    detection model at each lens's ψ (``method = per_lens``) and from C reweighted to the mock's
+    source population at each lens's cell (``method = population``), per θ_E bin and overall, with
+    the pull and the power to see a 15 % bias (``evaluation.closure``). Lenses outside the model's
+    validity range or in an insufficient cell are left out of both, counted. A blocking check holds
+    that no hidden lens is a threshold negative, an injection host or in the training set. On a
+    real survey the table is empty."""
+    if not survey.is_mock:
+        md = {"skipped": "not the mock survey: no hidden-lens truth"}
+        return Publish({SELECTION_CLOSURE: CLOSURE_SCHEMA.empty_table()}, metadata={SELECTION_CLOSURE: md})
+    hidden, host_score = _hidden_lenses(lake, survey, search_scores)
+    injections = injection_rows(injection_scores, "injection")
+    negatives = held_out_negatives(
+        cutout_scores.to_table(columns=["object_id", "label", "split", "in_training_catalog"])
+    )
+    leaks = _leaks(hidden, negatives, injections, training_set)
+    proposal = plan_proposal(injection_plan)
     theta_e, z_l = plan_grid(injection_plan)
+    merge = POPULATION_MERGE.get(compute.profile, 1)
+    te_merged, _, _ = merged_grid(theta_e, merge)
+    zl_merged, _, _ = merged_grid(z_l, merge)
+    mock = named_population("mock", proposal)
+    tables, excluded = [], {}
+    for name, value in usable_thresholds(thresholds):
+        try:
+            model = fit_detection_model(injections, name, value, proposal, theta_e_edges(theta_e))
+        except InputError as exc:
+            excluded[name] = str(exc)
+            continue
+        c = selection_for_population(
+            mock, name, injections, thresholds, proposal, theta_e, z_l, merge=merge, threshold_uncertainty=False
+        )
+        cells = population_cells(c)
+        recovered = host_score > value  # NaN (not scored): not recovered
+        tables.append(closure_table(model, cells, hidden, recovered, te_merged, zl_merged))
+        te = hidden.column("theta_e_arcsec").to_numpy()
+        use = usable_hidden(hidden, model, cells, cell_of(te, hidden.column("z_l").to_numpy(), te_merged, zl_merged))
+        excluded[name] = {k: int(v.sum()) for k, v in use.items() if k != "usable"}
+    table = with_conditioning(pa.concat_tables(tables), table_conditioning(injection_plan) or {})
+    md = {
+        "n_hidden_truth": hidden.num_rows,
+        "n_hidden_not_scored": int(np.isnan(host_score).sum()),
+        "leaks": leaks,
+        "left_out": excluded,
+        "population": mock.description,
+    }
+    for row in table.filter(pc.equal(table.column("bin"), "all")).to_pylist():
+        md[f"{row['threshold_name']} {row['method']}"] = {
+            "n_recovered": row["n_recovered"],
+            "n_predicted": round(row["n_predicted"], 2),
+            "sd": round(row["n_predicted_sd"], 2),
+            "pull": None if row["pull"] is None else round(row["pull"], 2),
+            "power_15pct": None if row["power_15pct"] is None else round(row["power_15pct"], 2),
+        }
+    audit = checks.CLOSURE_NO_LEAK.outcome(
+        not any(leaks.values()), leaks, f"hidden lenses leaked into the pipeline's inputs: {leaks}"
+    )
+    return Publish({SELECTION_CLOSURE: table}, audits={SELECTION_CLOSURE: [audit]}, metadata={SELECTION_CLOSURE: md})
+
+
+@lake_asset(
+    LENS_FORECAST,
+    code_version="2",
+    kinds={"parquet"},
+    ins={
+        "selection_populations": dg.AssetIn(list(SELECTION_POPULATIONS.key)),
+        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
+        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
+    },
+    deps=[dg.AssetKey(list(SEARCH_SCORES.key))],
+)
+def lens_forecast(
+    context: dg.AssetExecutionContext,
+    lake: LakeResource,
+    compute: ComputeResource,
+    selection_populations: pa.Table,
+    thresholds: pa.Table,
+    injection_plan: pa.Table,
+) -> Publish:
+    """Expected lenses the search finds per deg² and in the searched area (the searched sweep files'
+    boxes), per θ_E bin and overall, at every usable threshold: the LensPop-like population's lenses
+    in each cell (``populations.lenspop_lens_density``: Choi et al. 2007's VDF with LensPop's
+    evolution, LensPop-like source counts, redshifts and sizes, every source within θ_E) times C
+    reweighted to that population; cells whose N_eff is below the floor are reported apart."""
+    theta_e, z_l = plan_grid(injection_plan)
+    merge = POPULATION_MERGE.get(compute.profile, 1)
+    _, te_edges, _ = merged_grid(theta_e, merge)
+    _, zl_edges, _ = merged_grid(z_l, merge)
+    cosmology = (table_conditioning(injection_plan) or {}).get("cosmology", "planck18")
+    density = lenspop_lens_density(te_edges, zl_edges, cosmology)
     sweeps = sorted({p["sweep_file"] for p in lake.lake().partitions(*SEARCH_SCORES.key)})
     area = sum(
         sphere_box_area_deg2(b.ra_min, b.ra_max, b.dec_min, b.dec_max) for b in map(parse_sweep_filename, sweeps)
     )
-    injections = injection_rows(injection_scores, "injection")
-    density = forecast_density(model, snr_offsets(injections, theta_e), fit_lens_magnitude(injections), theta_e, z_l)
-    tables = [vdf_forecast_table(density, area, name)]
+    pop = selection_populations.filter(
+        pc.and_(
+            pc.equal(selection_populations.column("population"), "lenspop"),
+            pc.equal(selection_populations.column("kind"), "cell"),
+        )
+    )
+    tables = []
+    for name, _ in usable_thresholds(thresholds):
+        cells = pop.filter(pc.equal(pop.column("threshold_name"), name))
+        if cells.num_rows:
+            tables.append(forecast_table(cells, density, te_edges, area, name, "lenspop"))
+    if not tables:
+        raise InputError("selection_populations holds no lenspop cells: materialize it again")
+    outside = float(lenspop_lens_density([0.0, te_edges[0], te_edges[-1], 30.0], [1e-3, 3.0], cosmology).sum())
+    outside_z = float(lenspop_lens_density(te_edges, [zl_edges[-1], 3.0], cosmology).sum())
     md = {
-        "threshold": name,
+        "search_threshold": choose_threshold(thresholds)[0],
         "searched_sweep_files": len(sweeps),
         "area_deg2": round(area, 3),
-        "area": "the searched sweep files' RA/Dec boxes, whole (an upper bound where the survey covers a block partly)",
-        "assumptions": forecast_assumptions(
-            (float(density["edges"][0]), float(density["edges"][-1])), (min(z_l), max(z_l))
-        ).to_dict(),
-        "n_outside_grid_per_deg2": round(float(density["outside_per_deg2"]), 4),
+        "population": named_population("lenspop", plan_proposal(injection_plan), cosmology).description,
+        "lenses_outside_grid_theta_e_per_deg2": round(outside, 3),
+        "lenses_beyond_grid_z_l_per_deg2": round(outside_z, 3),
     }
-    if survey.is_mock:
-        hidden, host_score, counts = _hidden_lenses(lake, survey, search_scores, training_set)
-        tables.append(mock_forecast_table(model, hidden, _recovered(host_score, model), theta_e, ARC_SNR_RANGE, area))
-        md["mock"] = {**counts, "arc_snr_range": list(ARC_SNR_RANGE)}
-    table = with_conditioning(pa.concat_tables(tables).cast(FORECAST_SCHEMA), md["assumptions"])
+    table = with_conditioning(pa.concat_tables(tables).cast(FORECAST_SCHEMA), {"forecast": md})
     for row in table.filter(pc.equal(table.column("bin"), "all")).to_pylist():
-        md[f"{row['population']}_per_deg2"] = round(row["n_per_deg2"], 4)
-        md[f"{row['population']}_in_area"] = round(row["n_in_area"], 2)
+        md[f"{row['threshold_name']} per_deg2"] = round(row["n_per_deg2"], 4)
     return Publish({LENS_FORECAST: table}, metadata={LENS_FORECAST: md})

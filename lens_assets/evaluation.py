@@ -25,7 +25,14 @@ from darkhaloscope.evaluation import (
     thresholds_from_negatives,
     usable_thresholds,
 )
-from darkhaloscope.evaluation.closure import calibration_table, fit_selection_models, model_at, threshold_names
+from darkhaloscope.evaluation.closure import theta_e_edges
+from darkhaloscope.evaluation.detection import cross_validated, fit_detection_model, model_table, reliability_table
+from darkhaloscope.evaluation.populations import (
+    NAMED_POPULATIONS,
+    POPULATION_MERGE,
+    named_population,
+    selection_for_population,
+)
 from darkhaloscope.evaluation.products import FIGURES, report_html, selection_products
 from darkhaloscope.evaluation.scoring import (
     CUTOUT_META,
@@ -36,13 +43,14 @@ from darkhaloscope.evaluation.scoring import (
     score_batches,
 )
 from darkhaloscope.imaging.cutout_table import load_stamps
-from darkhaloscope.lensing.bank import plan_grid, plan_summary, table_conditioning, with_conditioning
+from darkhaloscope.lensing.bank import plan_grid, plan_proposal, plan_summary, table_conditioning, with_conditioning
+from darkhaloscope.lensing.cosmology import DEFAULT_COSMOLOGY
 from darkhaloscope.search.candidates import choose_threshold
 from darkhaloscope.search.gallery import GALLERY_FILE
 from darkhaloscope.search.grades import published_graded_lens_ids
 from darkhaloscope.stamps import from_tensor_column
 from lake_platform import audits as au
-from resources import ComputeResource, LakeResource
+from resources import ComputeResource, LakeResource, SurveyResource
 from table_registry import audits as checks
 from table_registry.tables import (
     CANDIDATE_GALLERY,
@@ -56,19 +64,24 @@ from table_registry.tables import (
     LENS_FINDER,
     LENS_FORECAST,
     REAL_LENS_RECALL,
+    SELECTION_CALIBRATION,
     SELECTION_CLOSURE,
     SELECTION_FUNCTION,
     SELECTION_MARGINALS,
     SELECTION_MODEL,
+    SELECTION_POPULATIONS,
     THRESHOLDS,
     TRAINING_SET,
     VISUAL_GRADES,
     Table,
 )
 
-from .closure import lens_forecast, selection_closure
+from .closure import hidden_hosts_among, lens_forecast, selection_closure, user_population
 from .shared.partitions import per_file_backfill
 from .shared.publish import Publish, lake_asset, per_partition, staged_table
+
+#: Fixed score cuts the thresholds table carries beside the false-positive rates.
+FIXED_SCORES = (0.5, 0.9)
 
 
 def _key(table: Table) -> dg.AssetKey:
@@ -145,20 +158,34 @@ def _score_publication(table: Table, audit: au.Audit, staged: list, spec, device
 
 @lake_asset(
     THRESHOLDS,
-    code_version="3",
+    code_version="4",
     kinds={"parquet"},
     deps=[_key(VISUAL_GRADES)],
     ins={"cutout_scores": dg.AssetIn(list(CUTOUT_SCORES.key))},
 )
-def thresholds(context: dg.AssetExecutionContext, lake: LakeResource, cutout_scores: ds.Dataset) -> Publish:
+def thresholds(
+    context: dg.AssetExecutionContext, lake: LakeResource, survey: SurveyResource, cutout_scores: ds.Dataset
+) -> Publish:
     """Score thresholds from held-out negatives (less those visually graded as lenses) at target
-    false-positive rates (1e-2, 1e-3, 1e-4) and at Paper IV's top-0.01-percentile cut, each with
-    its number of valid negatives and a bootstrap 68% interval; targets the sample cannot resolve
-    are flagged, not invented."""
+    false-positive rates (1e-2, 1e-3, 1e-4), at Paper IV's top-0.01-percentile cut and at fixed
+    scores (0.5, 0.9), each with its number of valid negatives and a bootstrap 68% interval; targets
+    the sample cannot resolve are flagged, not invented. On the mock, ``n_hidden_in_negatives``
+    counts the negatives that host a hidden lens (0 by construction: the closure reserve keeps them
+    out of the negatives), and a blocking check holds it to 0."""
     lenses = published_graded_lens_ids(lake.lake().table(*VISUAL_GRADES.key))
-    table = thresholds_from_negatives(held_out_negatives(cutout_scores.to_table(), lenses), fixed_scores=(0.5,))
-    md = {"usable": [n for n, _ in usable_thresholds(table)], "negatives_graded_lenses_excluded": int(lenses.size)}
-    return Publish({THRESHOLDS: table}, metadata={THRESHOLDS: md})
+    negatives = held_out_negatives(cutout_scores.to_table(), lenses)
+    # counted once the negatives are chosen: the count never changes which negatives are used
+    n_hidden = hidden_hosts_among(survey, negatives.column("object_id"))
+    table = thresholds_from_negatives(negatives, fixed_scores=FIXED_SCORES, n_hidden_in_negatives=n_hidden)
+    md = {
+        "usable": [n for n, _ in usable_thresholds(table)],
+        "negatives_graded_lenses_excluded": int(lenses.size),
+        "n_hidden_in_negatives": n_hidden,
+    }
+    audit = checks.THRESHOLDS_NO_HIDDEN_LENS.outcome(
+        not n_hidden, {"n_hidden_in_negatives": n_hidden}, f"{n_hidden} threshold negatives host a hidden lens"
+    )
+    return Publish({THRESHOLDS: table}, audits={THRESHOLDS: [audit]}, metadata={THRESHOLDS: md})
 
 
 @lake_asset(
@@ -214,29 +241,107 @@ def selection_function(
 
 @lake_asset(
     SELECTION_MODEL,
-    code_version="2",
+    SELECTION_CALIBRATION,
+    code_version="3",
     kinds={"parquet"},
-    ins={"thresholds": dg.AssetIn(list(THRESHOLDS.key)), "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key))},
+    ins={
+        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
+        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
+        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
+    },
 )
 def selection_model(
-    context: dg.AssetExecutionContext, lake: LakeResource, thresholds: pa.Table, injection_scores: ds.Dataset
+    context: dg.AssetExecutionContext,
+    lake: LakeResource,
+    thresholds: pa.Table,
+    injection_scores: ds.Dataset,
+    injection_plan: pa.Table,
 ) -> Publish:
-    """P(detected | θ_E, arc S/N, lens z magnitude) at each usable threshold (the search's is the
-    strictest, as ``candidates``): a logistic fit over the valid injections and its refits on
-    host-bootstrap resamples (``darkhaloscope.evaluation.closure``); evaluate it at any parameters
-    with ``closure.detection_probability`` on ``closure.model_at(model, threshold_name)``. Its
-    calibration against the injections by arc S/N, per threshold, is in the metadata."""
-    search_threshold, _ = choose_threshold(thresholds)
+    """The detection model P_det(ψ) at each usable threshold (``evaluation.detection``: gradient-
+    boosted trees over the lens, source and observing parameters of the valid injections, monotone
+    in the source magnitude, PSF and depth): its parameters with their validity ranges and its Brier
+    scores cross-validated by host (``selection_model``), and its reliability curve on the held-out
+    injections (``selection_calibration``). Evaluate it at any ψ inside the ranges with
+    ``detection.fit_detection_model(...).probability(...)``: a fit is a pure function of the bank."""
     injections = injection_rows(injection_scores, "injection")
-    model, not_fitted = fit_selection_models(injections, usable_thresholds(thresholds))
-    names = threshold_names(model)
+    proposal = plan_proposal(injection_plan)
+    theta_e, _ = plan_grid(injection_plan)
+    models, calibrations, not_fitted = [], [], {}
+    for name, value in usable_thresholds(thresholds):
+        try:
+            model = fit_detection_model(injections, name, value, proposal, theta_e_edges(theta_e), n_bootstrap=0)
+        except InputError as exc:  # every injection detected, or none: no model at this threshold (named)
+            not_fitted[name] = str(exc)
+            continue
+        cv = cross_validated(injections, value)
+        models.append(model_table(model, cv))
+        calibrations.append(reliability_table(name, cv))
+    if not models:
+        raise InputError(f"no threshold has a detection model: {not_fitted}")
+    conditioning = table_conditioning(injection_plan) or {}
+    model_t = with_conditioning(pa.concat_tables(models), conditioning)
+    calib_t = with_conditioning(pa.concat_tables(calibrations), conditioning)
     md = {
-        "search_threshold": search_threshold,
-        "thresholds": names,
+        "search_threshold": choose_threshold(thresholds)[0],
         "not_fitted": not_fitted,
-        "calibration": {n: calibration_table(model_at(model, n), injections).to_pylist() for n in names},
+        "brier_cv": {r["threshold_name"]: round(r["brier_cv"], 4) for r in model_t.to_pylist()},
+        "brier_cv_logistic": {r["threshold_name"]: round(r["brier_cv_logistic"], 4) for r in model_t.to_pylist()},
+        "proposal": conditioning.get("proposal"),
     }
-    return Publish({SELECTION_MODEL: model}, metadata={SELECTION_MODEL: md})
+    return Publish({SELECTION_MODEL: model_t, SELECTION_CALIBRATION: calib_t}, metadata={SELECTION_MODEL: md})
+
+
+@lake_asset(
+    SELECTION_POPULATIONS,
+    code_version="1",
+    kinds={"parquet"},
+    ins={
+        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
+        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
+        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
+    },
+)
+def selection_populations(
+    context: dg.AssetExecutionContext,
+    lake: LakeResource,
+    compute: ComputeResource,
+    thresholds: pa.Table,
+    injection_scores: ds.Dataset,
+    injection_plan: pa.Table,
+) -> Publish:
+    """C(θ_E, z_l | λ) and its marginals at every usable threshold for the named populations
+    (``proposal``, ``lenspop`` after Collett 2015, ``mock``: the mock's hidden-lens sources) and, when
+    DHS_SELECTION_POPULATION names a Parquet table of ψ samples, the user's: importance weights
+    p(ψ | λ) / q(ψ) against the proposal the plan recorded, each cell with its N_eff and flagged
+    below the floor, never filled (``evaluation.populations.selection_for_population``)."""
+    injections = injection_rows(injection_scores, "injection")
+    proposal = plan_proposal(injection_plan)
+    theta_e, z_l = plan_grid(injection_plan)
+    conditioning = table_conditioning(injection_plan) or {}
+    populations = [
+        named_population(n, proposal, conditioning.get("cosmology", DEFAULT_COSMOLOGY)) for n in NAMED_POPULATIONS
+    ]
+    if compute.selection_population:
+        populations.append(user_population(compute.selection_population, proposal))
+    merge = POPULATION_MERGE.get(compute.profile, 1)
+    tables = [
+        selection_for_population(pop, name, injections, thresholds, proposal, theta_e, z_l, merge=merge)
+        for pop in populations
+        for name, _ in usable_thresholds(thresholds)
+    ]
+    table = with_conditioning(pa.concat_tables(tables), {**conditioning, "population_cells_merged": merge})
+    cells = table.filter(pc.equal(table.column("kind"), "cell"))
+    md = {
+        "populations": {p.name: p.description for p in populations},
+        "cells_merged": merge,
+        "sufficient_cells": {
+            p.name: int(
+                pc.sum(pc.and_(pc.equal(cells.column("population"), p.name), cells.column("sufficient"))).as_py() or 0
+            )
+            for p in populations
+        },
+    }
+    return Publish({SELECTION_POPULATIONS: table}, metadata={SELECTION_POPULATIONS: md})
 
 
 @lake_asset(
@@ -275,7 +380,7 @@ def real_lens_recall(
 
 @lake_asset(
     EVALUATION_REPORT,
-    code_version="6",
+    code_version="7",
     kinds={"html"},
     deps=[_key(VISUAL_GRADES)],
     ins={
@@ -291,6 +396,9 @@ def real_lens_recall(
         "lens_finder": dg.AssetIn(list(LENS_FINDER.key)),
         "selection_closure": dg.AssetIn(list(SELECTION_CLOSURE.key)),
         "lens_forecast": dg.AssetIn(list(LENS_FORECAST.key)),
+        "selection_populations": dg.AssetIn(list(SELECTION_POPULATIONS.key)),
+        "selection_model": dg.AssetIn(list(SELECTION_MODEL.key)),
+        "selection_calibration": dg.AssetIn(list(SELECTION_CALIBRATION.key)),
     },
 )
 def evaluation_report(
@@ -308,6 +416,9 @@ def evaluation_report(
     lens_finder: pa.Table,
     selection_closure: pa.Table,
     lens_forecast: pa.Table,
+    selection_populations: pa.Table,
+    selection_model: pa.Table,
+    selection_calibration: pa.Table,
 ) -> Publish:
     """One static HTML page beside its index row: ROC curves and their areas with bootstrap
     intervals, the selection function and its marginals, the recall table, the lens finder's
@@ -334,6 +445,9 @@ def evaluation_report(
         conditioning=table_conditioning(selection_function),
         closure=selection_closure,
         forecast=lens_forecast,
+        populations=selection_populations,
+        detection_model=selection_model,
+        detection_calibration=selection_calibration,
     ).encode("utf-8")
     staged = staged_table(context, EVALUATION_REPORT)
     staged.write_bytes("report.html", html)
@@ -360,6 +474,7 @@ evaluation_defs = dg.Definitions(
         thresholds,
         selection_function,
         selection_model,
+        selection_populations,
         selection_closure,
         lens_forecast,
         real_lens_recall,

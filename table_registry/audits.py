@@ -87,9 +87,24 @@ SELECTION_FUNCTION_COVERAGE = Audit(
     blocking=False,
 )
 SELECTION_MODEL_CONTRACT = Audit(
-    "selection_model_contract", "one central fit and its bootstrap refits per threshold, finite coefficients"
+    "selection_model_contract", "one row per (threshold, model parameter) with its validity range and Brier scores"
 )
-SELECTION_CLOSURE_CONTRACT = Audit("selection_closure_contract", "counts and pulls per θ_E bin and overall")
+SELECTION_CALIBRATION_CONTRACT = Audit(
+    "selection_calibration_contract", "reliability bins of the detection model per threshold, fractions in [0, 1]"
+)
+SELECTION_POPULATIONS_CONTRACT = Audit(
+    "selection_populations_contract", "C per (population, threshold, cell or marginal) in [0, 1] with its N_eff"
+)
+THRESHOLDS_NO_HIDDEN_LENS = Audit(
+    "thresholds_no_hidden_lens", "no negative a threshold is measured on hosts a hidden lens of the mock"
+)
+SELECTION_CLOSURE_CONTRACT = Audit(
+    "selection_closure_contract", "counts, pulls and power per threshold, method and θ_E bin"
+)
+CLOSURE_NO_LEAK = Audit(
+    "closure_no_leak",
+    "no hidden lens of the mock is a threshold negative, an injection host or in the training set",
+)
 LENS_FORECAST_CONTRACT = Audit(
     "lens_forecast_contract", "expected detected lenses per deg² and in the searched area, per θ_E bin and overall"
 )

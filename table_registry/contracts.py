@@ -15,8 +15,10 @@ import pyarrow as pa
 from darkhaloscope.catalog.crossmatch import POSITIVE_SCHEMA
 from darkhaloscope.catalog.cuts import FUNNEL_SCHEMA, NEGATIVE_SCHEMA, SELECTION_COLUMN
 from darkhaloscope.catalog.sampling import CATALOG_SCHEMA, STRATA_SCHEMA
-from darkhaloscope.evaluation.closure import CLOSURE_SCHEMA, FEATURES, SELECTION_MODEL_SCHEMA
+from darkhaloscope.evaluation.closure import CLOSURE_SCHEMA
+from darkhaloscope.evaluation.detection import CALIBRATION_SCHEMA, SELECTION_MODEL_SCHEMA
 from darkhaloscope.evaluation.forecast import FORECAST_SCHEMA
+from darkhaloscope.evaluation.populations import POPULATION_SCHEMA
 from darkhaloscope.evaluation.recall import CONFUSER_SCHEMA, RECALL_SCHEMA
 from darkhaloscope.evaluation.selection import MARGINAL_SCHEMA, SELECTION_SCHEMA
 from darkhaloscope.evaluation.thresholds import THRESHOLD_SCHEMA
@@ -593,7 +595,11 @@ _COUNTS = {
     "n_failed": ("", "injections not rendered or not scorable; excluded from n_valid"),
     "n_render_failed": ("", "injections whose render failed"),
     "n_valid": ("", "injections rendered and scored"),
-    "n_effective": ("", "independent injections n_valid is worth: n_valid over its hosts' design effect (Kish)"),
+    "n_effective": (
+        "",
+        "independent trials n_valid is worth: host-clustered (the hosts' intraclass correlation), less what the "
+        "threshold's own uncertainty costs",
+    ),
     "n_detected": ("", "valid injections scoring above the threshold"),
     "completeness": ("", "n_detected / n_valid: the fraction of lenses found"),
     "ci68_lo": ("", "lower end of completeness's 68 % Jeffreys interval on n_effective trials"),
@@ -612,6 +618,7 @@ SELECTION_FUNCTION = Contract(
             SELECTION_SCHEMA,
             {
                 **_COUNTS,
+                "population": ("", "population C is for: the proposal the injections were drawn from"),
                 "theta_e_centre": (ARCSEC, "θ_E at the cell's centre"),
                 "theta_e_lo": (ARCSEC, "lower θ_E edge of the cell"),
                 "theta_e_hi": (ARCSEC, "upper θ_E edge of the cell"),
@@ -849,18 +856,80 @@ SELECTION_MODEL = Contract(
     table="selection_model",
     columns=from_schema(
         SELECTION_MODEL_SCHEMA,
-        _described(
-            SELECTION_MODEL_SCHEMA,
-            {
-                "intercept": ("", "intercept of the logistic model of P(detected)"),
-                **{f"coef_{f}": ("", f"coefficient of the feature {f} (evaluation/closure.py)") for f in FEATURES},
-                "n_injections": ("", "valid injections the model was fitted on"),
-                "n_hosts": ("", "distinct hosts of those injections"),
-            },
-        ),
+        {
+            "threshold_name": ("", "threshold the model detects at (score > threshold)"),
+            "threshold": ("", "the score cut"),
+            "parameter": ("", "model input (evaluation/detection.py FEATURES)"),
+            "columns": ("", "injection-bank columns the input is made of"),
+            "unit": ("", "unit of the input"),
+            "valid_lo": ("", "lower end of the input's validity range (the proposal's, else the bank's), in its unit"),
+            "valid_hi": ("", "upper end of the input's validity range, in its unit"),
+            "monotone": ("", "+1: P_det constrained to rise with the input, -1 to fall, 0 free"),
+            "model": ("", "the library model (refitted identically by every reader; no model file is stored)"),
+            "n_injections": ("", "valid injections the model was fitted on"),
+            "n_hosts": ("", "distinct hosts of those injections"),
+            "n_detected": ("", "of them detected"),
+            "n_replicas": ("", "fits: the central one and its host-bootstrap refits"),
+            "brier_cv": ("", "Brier score of the model's out-of-fold probabilities (4 host-grouped folds)"),
+            "brier_cv_logistic": ("", "the same for a logistic regression on the same inputs"),
+            "brier_base": ("", "the same for the base rate p(1 - p)"),
+        },
     ),
-    key=("threshold_name", "replica"),
-    ranges=(Range("replica", 0, None), Range("n_injections", 1, None)),
+    key=("threshold_name", "parameter"),
+    ranges=(Range("n_injections", 1, None), Range("brier_cv", 0.0, 1.0), Range("brier_base", 0.0, 0.25)),
+)
+SELECTION_CALIBRATION = Contract(
+    table="selection_calibration",
+    columns=from_schema(
+        CALIBRATION_SCHEMA,
+        {
+            "threshold_name": ("", "threshold of the detection model"),
+            "p_lo": ("", "lower edge of the bin of predicted P_det"),
+            "p_hi": ("", "upper edge of the bin of predicted P_det"),
+            "n": ("", "held-out injections in the bin (out-of-fold, host-grouped)"),
+            "mean_predicted": ("", "mean predicted P_det in the bin"),
+            "observed": ("", "fraction of them detected"),
+            "observed_ci68_lo": ("", "lower end of its 68 % Jeffreys interval"),
+            "observed_ci68_hi": ("", "upper end of its 68 % Jeffreys interval"),
+        },
+    ),
+    key=("threshold_name", "p_lo"),
+    ranges=tuple(Range(c, 0.0, 1.0, nullable=True) for c in ("mean_predicted", "observed")),
+)
+SELECTION_POPULATIONS = Contract(
+    table="selection_populations",
+    columns=from_schema(
+        POPULATION_SCHEMA,
+        {
+            "population": ("", "lens population C is reweighted to: proposal, lenspop, mock or user:<name>"),
+            "threshold_name": ("", "threshold (score > threshold)"),
+            "threshold": ("", "the score cut"),
+            "kind": ("", "cell, or a marginal over the population's lenses: theta_e, z_l or all"),
+            "theta_e_centre": (ARCSEC, "θ_E at the cell's centre (null for marginals over θ_E)"),
+            "theta_e_lo": (ARCSEC, "lower θ_E edge"),
+            "theta_e_hi": (ARCSEC, "upper θ_E edge"),
+            "z_l_centre": ("", "z_l at the cell's centre (null for marginals over z_l)"),
+            "z_l_lo": ("", "lower z_l edge"),
+            "z_l_hi": ("", "upper z_l edge"),
+            "n_injections": ("", "valid injections in the row"),
+            "completeness": ("", "C = Σ w d / Σ w, w = p(ψ | population) / q(ψ)"),
+            "ci68_lo": ("", "lower end of the 68 % interval (host-clustered, the threshold's uncertainty included)"),
+            "ci68_hi": ("", "upper end of the 68 % interval"),
+            "ci95_lo": ("", "lower end of the 95 % interval"),
+            "ci95_hi": ("", "upper end of the 95 % interval"),
+            "n_eff": ("", "Kish effective number of injections (Σw)² / Σw²"),
+            "n_eff_clustered": ("", "the same with the hosts' intraclass correlation"),
+            "sufficient": ("", "n_eff >= the floor (10) and, for a marginal, >= 95 % of its lenses in measured cells"),
+            "population_share": ("", "share of the population's lenses in the row (null without a deflector model)"),
+            "measured_share": ("", "share of the row's lenses in sufficient cells (marginals)"),
+        },
+    ),
+    key=("population", "threshold_name", "kind", "theta_e_centre", "z_l_centre"),
+    ranges=tuple(
+        Range(c, 0.0, 1.0, nullable=True)
+        for c in ("completeness", "ci68_lo", "ci68_hi", "ci95_lo", "ci95_hi", "population_share", "measured_share")
+    ),
+    allowed_values={"kind": ("cell", "theta_e", "z_l", "all")},
 )
 SELECTION_CLOSURE = Contract(
     table="selection_closure",
@@ -869,15 +938,18 @@ SELECTION_CLOSURE = Contract(
         _described(
             CLOSURE_SCHEMA,
             {
-                "n_hidden": ("", "hidden lenses of the mock in the bin whose host the finder never saw"),
-                "n_predicted": ("", "hidden lenses the selection model predicts the search finds (Σ P(detected))"),
-                "n_predicted_sd": ("", "sd of n_predicted: the model's bootstrap and the binomial draw"),
+                "method": ("", "per_lens: Σ P_det at each lens's ψ; population: Σ C(cell | mock population)"),
+                "n_hidden": ("", "hidden lenses of the mock in the bin that both methods can predict"),
+                "n_predicted": ("", "hidden lenses the method predicts the search finds"),
+                "n_predicted_sd": ("", "sd of n_predicted: the model's (or C's) uncertainty and the binomial draw"),
                 "n_recovered": ("", "hidden lenses the search scored above the threshold"),
+                "power_15pct": ("", "the pull a 15 % bias of C would give: 0.15 n_predicted / n_predicted_sd"),
             },
         ),
     ),
-    key=("threshold_name", "bin"),
+    key=("threshold_name", "method", "bin"),
     ranges=(Range("n_hidden", 0, None), Range("n_recovered", 0, None), Range("n_predicted_sd", 0.0, None)),
+    allowed_values={"method": ("per_lens", "population")},
 )
 LENS_FORECAST = Contract(
     table="lens_forecast",
@@ -888,10 +960,11 @@ LENS_FORECAST = Contract(
             {
                 "area_deg2": ("deg2", "searched area: the searched sweep files' RA/Dec boxes"),
                 "n_per_deg2": ("1/deg2", "expected lenses the search finds per square degree"),
-                "n_per_deg2_sd": ("1/deg2", "sd of n_per_deg2 from the selection model's bootstrap"),
+                "n_per_deg2_sd": ("1/deg2", "sd of n_per_deg2 from C's intervals"),
                 "n_in_area": ("", "expected lenses the search finds in the searched area"),
-                "n_in_area_sd": ("", "sd of n_in_area from the selection model's bootstrap"),
-                "n_lensed_per_deg2": ("1/deg2", "lenses of the population before detection (P_det = 1)"),
+                "n_in_area_sd": ("", "sd of n_in_area"),
+                "n_lensed_per_deg2": ("1/deg2", "lenses of the population in the bin before detection"),
+                "n_unmeasured_per_deg2": ("1/deg2", "of them in cells whose N_eff is below the floor"),
             },
         ),
     ),
@@ -902,8 +975,7 @@ LENS_FORECAST = Contract(
         Range("n_per_deg2_sd", 0.0, None),
         Range("n_in_area", 0.0, None),
         Range("n_in_area_sd", 0.0, None),
-        Range("n_lensed_per_deg2", 0.0, None, nullable=True),
-        Range("n_truth", 0, None, nullable=True),
+        Range("n_lensed_per_deg2", 0.0, None),
+        Range("n_unmeasured_per_deg2", 0.0, None),
     ),
-    allowed_values={"population": ("vdf", "mock")},
 )

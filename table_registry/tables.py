@@ -221,7 +221,7 @@ THRESHOLDS = Table(
     "score thresholds at target false-positive rates from held-out negatives",
     c.THRESHOLDS,
     None,
-    (au.THRESHOLDS_CONTRACT,),
+    (au.THRESHOLDS_CONTRACT, au.THRESHOLDS_NO_HIDDEN_LENS),
 )
 SELECTION_FUNCTION = Table(
     "evaluation",
@@ -242,25 +242,43 @@ SELECTION_MARGINALS = Table(
 SELECTION_MODEL = Table(
     "evaluation",
     "selection_model",
-    "P(detected | θ_E, arc S/N, lens z mag) at the search's threshold: a logistic fit over the injections, "
-    "with host-bootstrap refits",
+    "the detection model P_det(ψ) per threshold (gradient-boosted trees on the scored bank): its parameters, their "
+    "validity ranges and its cross-validated Brier scores",
     c.SELECTION_MODEL,
     None,
     (au.SELECTION_MODEL_CONTRACT,),
 )
+SELECTION_CALIBRATION = Table(
+    "evaluation",
+    "selection_calibration",
+    "the detection model's reliability curve per threshold, on injections held out by host",
+    c.SELECTION_CALIBRATION,
+    None,
+    (au.SELECTION_CALIBRATION_CONTRACT,),
+)
+SELECTION_POPULATIONS = Table(
+    "evaluation",
+    "selection_populations",
+    "C(θ_E, z_l) and its marginals reweighted to named lens populations (proposal, LensPop-like, the mock's, a "
+    "user's), with N_eff per cell",
+    c.SELECTION_POPULATIONS,
+    None,
+    (au.SELECTION_POPULATIONS_CONTRACT,),
+)
 SELECTION_CLOSURE = Table(
     "evaluation",
     "selection_closure",
-    "hidden lenses the search recovers against the number the selection model predicts, per θ_E bin (mock)",
+    "hidden lenses the search recovers against the number predicted per lens (detection model) and from the "
+    "population's C, per threshold and θ_E bin, with the power to see a 15 % bias (mock)",
     c.SELECTION_CLOSURE,
     None,
-    (au.SELECTION_CLOSURE_CONTRACT,),
+    (au.SELECTION_CLOSURE_CONTRACT, au.CLOSURE_NO_LEAK),
 )
 LENS_FORECAST = Table(
     "evaluation",
     "lens_forecast",
-    "expected lenses the search finds per deg² and in the searched area: the selection model folded with a "
-    "velocity dispersion function and source counts (and, on the mock, with its hidden lenses, against their truth)",
+    "expected lenses the search finds per deg² and in the searched area: the LensPop-like population's lenses per "
+    "cell times C reweighted to it",
     c.LENS_FORECAST,
     None,
     (au.LENS_FORECAST_CONTRACT,),
@@ -372,6 +390,8 @@ TABLES: tuple[Table, ...] = (
     SELECTION_FUNCTION,
     SELECTION_MARGINALS,
     SELECTION_MODEL,
+    SELECTION_CALIBRATION,
+    SELECTION_POPULATIONS,
     SELECTION_CLOSURE,
     LENS_FORECAST,
     REAL_LENS_RECALL,

@@ -139,8 +139,9 @@ def test_hidden_truth_is_read_by_no_asset():
     names = re.compile(r"hidden_lens_truth|hidden_truth|HIDDEN_LENS_TRUTH|lens_truth_paths|hidden_lens_recovery")
     # resources/imaging.py paints the sky the cutouts are cut from; lens_assets/demo_summary.py scores the
     # demo's candidates against the truth after every asset has run (no asset reads it); lens_assets/closure.py
-    # holds the two assets that compare with it (selection_closure, lens_forecast), whose only reader is the
-    # evaluation report (below)
+    # holds the asset that compares with it (selection_closure), whose only reader is the evaluation report
+    # (below), and the count ``thresholds`` publishes and checks (hidden hosts among its negatives, taken after
+    # the negatives are chosen, 0 by construction)
     allowed = {"resources/imaging.py", "lens_assets/demo_summary.py", "lens_assets/closure.py"}
     readers = []
     for folder in ("lens_assets", "io_managers", "resources"):

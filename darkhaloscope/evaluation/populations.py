@@ -529,6 +529,10 @@ def population_from_samples(table: pa.Table, name: str, proposal: PriorRegistry)
 #: A row whose Kish effective number of injections N_eff = (Σw)² / Σw² is below this is flagged
 #: ``sufficient = False`` (at 10 a completeness near 0.5 has a 68 % interval of about ±0.15).
 N_EFF_FLOOR = 10.0
+#: Cells of the injection grid merged along each axis into one cell of a population's grid, by
+#: profile: the demo's bank holds too few injections per cell for the importance weights of a
+#: population narrower than the proposal (docs/results.md).
+POPULATION_MERGE = {"demo": 2, "full": 1}
 #: A marginal row is sufficient only when its cells that are measured hold at least this share of
 #: the population's lenses in it (the rest are never filled in).
 MIN_MEASURED_SHARE = 0.95

@@ -101,13 +101,18 @@ def report_html(
     conditioning: Mapping | None = None,
     closure: pa.Table | None = None,
     forecast: pa.Table | None = None,
+    populations: pa.Table | None = None,
+    detection_model: pa.Table | None = None,
+    detection_calibration: pa.Table | None = None,
 ) -> str:
     """The evaluation report page. ``figure(name)`` returns a stored figure; ``cutout_stamps(ids)``
     the cutouts' images (N, 3, 101, 101); ``injection_stamps(ids)`` {injection id: image};
     ``gallery_uri`` where the search's candidate gallery is published; ``conditioning`` what the
     selection function is conditioned on (``lensing.bank.selection_conditioning``); ``closure`` the
     ``selection_closure`` table (hidden lenses found against predicted); ``forecast`` the
-    ``lens_forecast`` table, its assumptions in its schema (``lensing.bank.table_conditioning``)."""
+    ``lens_forecast`` table, its assumptions in its schema (``lensing.bank.table_conditioning``);
+    ``populations``, ``detection_model``, ``detection_calibration`` the ``selection_populations``,
+    ``selection_model`` and ``selection_calibration`` tables."""
     usable = usable_thresholds(thresholds)
     curves = {
         "injections vs paired controls": roc_inputs(injections, controls),
@@ -156,4 +161,7 @@ def report_html(
         closure=closure,
         forecast=forecast,
         forecast_assumptions=table_conditioning(forecast) if forecast is not None else None,
+        populations=populations,
+        detection_model=detection_model,
+        detection_calibration=detection_calibration,
     )

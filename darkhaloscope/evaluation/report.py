@@ -400,6 +400,9 @@ def build_report(
     closure: pa.Table | None = None,
     forecast: pa.Table | None = None,
     forecast_assumptions: Mapping | None = None,
+    populations: pa.Table | None = None,
+    detection_model: pa.Table | None = None,
+    detection_calibration: pa.Table | None = None,
     max_table_rows: int = 200,
 ) -> str:
     """One static, self-contained HTML page of the evaluation.
@@ -428,11 +431,15 @@ def build_report(
     gallery_uri : where the survey search's candidate gallery is published (a link; no section without it).
     conditioning : what the selection function is conditioned on (priors, cosmology, host selection,
         σ_v relation, grid, injections per cell), shown beside it.
-    closure : tables of :func:`closure.closure_table`, one per threshold: the mock's hidden lenses
-        the search found against the number the selection model predicts.
-    forecast : table of :func:`forecast.vdf_forecast_table` (and :func:`forecast.mock_forecast_table`
-        on the mock): expected detected lenses per deg² and in the searched area;
-        ``forecast_assumptions`` what it assumes (:func:`forecast.forecast_assumptions`).
+    closure : the ``selection_closure`` table (:func:`closure.closure_table` per threshold): the mock's
+        hidden lenses the search found against the number predicted per lens and from the mock
+        population's C.
+    forecast : table of :func:`forecast.forecast_table`: expected detected lenses per deg² and in the
+        searched area; ``forecast_assumptions`` what it assumes (its schema's metadata).
+    populations : the ``selection_populations`` table (C reweighted to named populations); its
+        marginal rows (``kind = 'all'``) are shown.
+    detection_model, detection_calibration : the ``selection_model`` and ``selection_calibration``
+        tables (the detection model's parameters and ranges, its reliability curve).
 
     Returns the HTML text (UTF-8); identical inputs give an identical page.
     """
@@ -444,13 +451,15 @@ def build_report(
     parts += _score_sections(ids, roc, aurocs, thresholds, recall, max_table_rows)
     parts += _conditioning_section(conditioning)
     parts += _selection_sections(ids, selection, selection_heatmaps, marginals, max_table_rows)
+    parts += _population_sections(ids, populations, detection_model, detection_calibration, max_table_rows)
     parts.append("<h2>Closure: the selection function against the hidden lenses the search found</h2>")
     if closure is not None and closure.num_rows:
         parts.append(
-            '<p class="note">Per θ_E bin and overall: hidden lenses of the mock sky whose host the finder never saw, '
-            "the number the selection model P(detected | θ_E, arc S/N, lens z mag) predicts, its standard deviation "
-            "(model and sampling), the number the search recovered, and the pull, at each threshold (the strictest "
-            "selects the candidates; a looser one recovers more lenses and so tests the model with more).</p>"
+            '<p class="note">Per threshold, method and θ_E bin: hidden lenses of the mock sky (all in the closure '
+            "reserve, so none is a threshold negative or an injection host), the number predicted per lens by the "
+            "detection model at each lens's parameters (<code>per_lens</code>) and from C reweighted to the mock's "
+            "source population at each lens's cell (<code>population</code>), its standard deviation, the number "
+            "the search recovered, the pull, and <code>power_15pct</code>, the pull a 15 % bias of C would give.</p>"
         )
         parts.append(table_html(closure, max_rows=max_table_rows, el_id=ids("table", "closure")))
     else:
@@ -481,17 +490,47 @@ def build_report(
     )
 
 
+def _population_sections(ids, populations, model, calibration, max_table_rows: int) -> list[str]:
+    """C reweighted to populations (overall rows), and the detection model with its reliability."""
+    import pyarrow.compute as pc
+
+    parts = ["<h2>C for a population: the selection function reweighted</h2>"]
+    if populations is None or not populations.num_rows:
+        parts.append(_MISSING)
+    else:
+        parts.append(
+            '<p class="note">C(θ_E, z_l | λ) = Σ w d / Σ w with w = p(ψ | λ) / q(ψ), the injections reweighted from '
+            "the proposal q they were drawn from to a population λ: <code>proposal</code> itself, "
+            "<code>lenspop</code> (after Collett 2015) and <code>mock</code> (the mock's hidden-lens sources); each "
+            "cell carries N_eff = (Σw)²/Σw² and is flagged below 10. Overall C per population and threshold (the "
+            "cells weighted by the population's lenses; the full table is <code>selection_populations</code>):</p>"
+        )
+        overall = populations.filter(pc.equal(populations.column("kind"), "all"))
+        parts.append(table_html(overall, max_rows=max_table_rows, el_id=ids("table", "populations")))
+    parts.append("<h2>The detection model P_det(ψ)</h2>")
+    if model is None or not model.num_rows:
+        return [*parts, _MISSING]
+    parts.append(
+        '<p class="note">Gradient-boosted trees per threshold over the lens, source and observing parameters, with '
+        "their validity ranges (inputs outside are refused) and Brier scores of out-of-fold probabilities (4 folds "
+        "by host) against a logistic regression and the base rate; then its reliability on those held-out "
+        "injections.</p>"
+    )
+    parts.append(table_html(model, max_rows=max_table_rows, el_id=ids("table", "detection-model")))
+    if calibration is not None and calibration.num_rows:
+        parts.append(table_html(calibration, max_rows=max_table_rows, el_id=ids("table", "detection-calibration")))
+    return parts
+
+
 def _forecast_section(ids, forecast, assumptions, max_table_rows: int) -> list[str]:
     parts = ["<h2>Forecast: lenses the search finds per square degree</h2>"]
     if forecast is None or not forecast.num_rows:
         return [*parts, _MISSING]
     parts.append(
-        '<p class="note">The selection model P(detected | θ_E, arc S/N, lens z mag) folded with a deflector '
-        "population (a velocity dispersion function) and a source population (galaxy counts): expected detected "
-        "lenses per deg² and in the searched area, per θ_E bin and overall (population <code>vdf</code>; sd over "
-        "the model's bootstrap refits only, not over the populations' own uncertainties). On the mock, population "
-        "<code>mock</code> folds the model with the mock's own hidden-lens populations and compares with the hidden "
-        "lenses the search found (<code>n_truth</code>).</p>"
+        "<p class=\"note\">The LensPop-like population (after Collett 2015: Choi et al. 2007's VDF with LensPop's "
+        "evolution, LensPop-like source counts, redshifts and sizes, every source within θ_E) per cell, times C "
+        "reweighted to it: expected detected lenses per deg² and in the searched area, per θ_E bin and overall; "
+        "lenses in cells whose N_eff is below the floor are counted apart (<code>n_unmeasured_per_deg2</code>).</p>"
     )
     if assumptions:
         items = "".join(

@@ -88,11 +88,19 @@ def score_batches(
     from .comparison import MEMBER_SCORE_PREFIX
 
     batch_size = SCORE_BATCH.get(device, 16)
+    seen: dict[int, tuple] = {}  # a control is its bare host: each host's stamp is scored once
     for batch in stamps.to_batches(columns=meta + [image_column], batch_size=256):
         if batch.num_rows == 0:
             continue
         images = from_tensor_column(batch.column(image_column), name=image_column)
-        scores, valid, reason, members = score_with_members(model, spec, images, device=device, batch_size=batch_size)
+        if kind == "control" and "host_object_id" in batch.column_names:
+            scores, valid, reason, members = _score_hosts_once(
+                seen, batch.column("host_object_id").to_numpy(), images, model, spec, device, batch_size
+            )
+        else:
+            scores, valid, reason, members = score_with_members(
+                model, spec, images, device=device, batch_size=batch_size
+            )
         if kind == "injection":
             failed = ~batch.column("success").to_numpy(zero_copy_only=False).astype(bool)
             valid = valid & ~failed
@@ -105,6 +113,31 @@ def score_batches(
         cols["valid"] = pa.array(valid)
         cols["invalid_reason"] = pa.array(np.asarray(reason, dtype=object).astype(str))
         yield pa.RecordBatch.from_pydict(cols)
+
+
+def _score_hosts_once(seen: dict, hosts: np.ndarray, images: np.ndarray, model, spec, device: str, batch_size: int):
+    """Scores of control rows whose stamps are their hosts' (rows of one host hold the same pixels):
+    the hosts not in ``seen`` are scored, once, and every row takes its host's result. Returns what
+    ``score_with_members`` returns, row by row."""
+    from ..training.inference import score_with_members
+
+    new, pending = [], set()
+    for i, h in enumerate(hosts.tolist()):
+        if h not in seen and h not in pending:
+            new.append(i)
+            pending.add(h)
+    if new:
+        sc, va, re, mem = score_with_members(model, spec, images[new], device=device, batch_size=batch_size)
+        for j, i in enumerate(new):
+            seen[int(hosts[i])] = (sc[j], va[j], np.asarray(re, dtype=object)[j], {k: v[j] for k, v in mem.items()})
+    rows = [seen[int(h)] for h in hosts]
+    names = list(rows[0][3])
+    return (
+        np.array([r[0] for r in rows]),
+        np.array([r[1] for r in rows], dtype=bool),
+        np.array([r[2] for r in rows], dtype=object),
+        {k: np.array([r[3][k] for r in rows]) for k in names},
+    )
 
 
 def held_out_negatives(cutout_scores: pa.Table, graded_lenses=()) -> pa.Table:

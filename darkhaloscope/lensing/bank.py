@@ -136,7 +136,7 @@ class InjectionConfig:
 
 #: Injections per (θ_E, z_l) cell and tasks per batch, by profile: ``demo`` is sized for the demo on
 #: 2 CPU cores, ``full`` for survey-scale selection functions on a GPU.
-PROFILE_SIZES = {"demo": {"per_cell": 12, "batch_size": 600}, "full": {"per_cell": 500, "batch_size": 4096}}
+PROFILE_SIZES = {"demo": {"per_cell": 40, "batch_size": 1000}, "full": {"per_cell": 500, "batch_size": 4096}}
 
 
 def injection_config(
