@@ -74,8 +74,8 @@ FEATURES = (
 PARAMETERS = tuple(dict.fromkeys(c for f in FEATURES for c in f.columns))
 #: Hyperparameters of every fit (fixed: a fit is a pure function of its rows).
 HGB_PARAMS = dict(
-    max_iter=200,
-    learning_rate=0.05,
+    max_iter=100,
+    learning_rate=0.1,
     max_leaf_nodes=15,
     min_samples_leaf=20,
     l2_regularization=1.0,
