@@ -692,7 +692,7 @@ def selection_for_population(
     share = None
     if weights is not None:
         weights = np.asarray(weights, np.float64).reshape(nt * nz)
-        share = weights / weights.sum() if weights.sum() > 0 else np.zeros_like(weights)
+        share = np.clip(weights / weights.sum(), 0.0, 1.0) if weights.sum() > 0 else np.zeros_like(weights)
     names = ("theta_e_centre", "theta_e_lo", "theta_e_hi", "z_l_centre", "z_l_lo", "z_l_hi")
     rows = _rows(
         est,
@@ -723,7 +723,7 @@ def selection_for_population(
             measured = np.bincount(g_of_cell, weights=np.where(ok_cell, weights, 0.0), minlength=n_groups)
             g_est = cell_estimates(group, n_groups, w2, detected, arr["host"], rho, variants)
             with np.errstate(invalid="ignore", divide="ignore"):
-                m_share = np.where(total > 0, measured / total, 0.0)
+                m_share = np.clip(np.where(total > 0, measured / total, 0.0), 0.0, 1.0)
             rows += _rows(
                 g_est,
                 names,
@@ -734,7 +734,7 @@ def selection_for_population(
                 te_sel,
                 zl_sel,
                 np.bincount(group, weights=(w2 > 0).astype(float), minlength=n_groups).astype(np.int64),
-                total / weights.sum() if weights.sum() > 0 else np.zeros(n_groups),
+                np.clip(total / weights.sum(), 0.0, 1.0) if weights.sum() > 0 else np.zeros(n_groups),
                 m_share,
                 min_n_eff,
             )
