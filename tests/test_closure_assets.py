@@ -30,6 +30,7 @@ BATCH = "batch-00000"
 THETA_E, Z_L = [0.75, 1.25, 1.75, 2.25], [0.2, 0.4]
 
 
+@pytest.mark.slow
 def test_closure_assets_on_a_small_mock(tmp_path):
     survey = SurveyResource(
         mock_dir=str(tmp_path / "mock"), mock_sweep_files=1, mock_rows_per_file=9000, mock_hidden_lenses=4
