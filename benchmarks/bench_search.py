@@ -135,7 +135,7 @@ def on_spark(spark, lake: Lake, tgt: pa.Table, ckpt: str, device: str, keep: flo
     tasks (each loading the finder and opening the bricks from the settings), then the partition's
     tables written from the in-flight chunks."""
     finder = lake.table(*T.LENS_FINDER.key)
-    shutil.copytree(ckpt, lake.partition_path(*T.LENS_FINDER.key, CHECKPOINT_PARTITION))
+    shutil.copytree(ckpt, lake.files_path(*T.LENS_FINDER.key, CHECKPOINT_PARTITION))
     settings = ImageSourceSettings(survey=SurveyLocation(root=str(OUT)))
     t0 = time.perf_counter()
     run = search_on_spark(

@@ -64,8 +64,9 @@ class PartitionedTable(Protocol):
         """Remove a partition (and every partition below it)."""
 
     def local_folder(self, partition: Partition) -> AbstractContextManager[str]:
-        """A local path holding the files of ``partition`` for the duration of the context
-        (the folder itself on a local store, a temporary copy otherwise)."""
+        """A local path holding the table's files other than Parquet under ``partition`` (e.g. a
+        checkpoint's) for the duration of the context (the folder itself on a local store, a
+        temporary copy otherwise)."""
 
 
 class TableStore(Protocol):

@@ -10,8 +10,11 @@ never half a partition, and a write that fails or is killed leaves the previous 
 Top-level folders whose names start with ``_`` (staging, rejected data, in-flight fetches) are
 not tables: :meth:`Lake.tables` and every reader skip them.
 
-Binary artifacts (PNG figures, the HTML report, checkpoints) use the same commit rule through
-``write_bytes``.
+A table's other files (PNG figures, the HTML report and gallery, checkpoints) live beside its
+folder, in ``<lake>/<group>/<asset>.files/[<dim>=<key>/...]`` (:meth:`Lake.files_path`), so a
+table's folder holds only Parquet and opens as one dataset in any Parquet reader
+(``pyarrow.dataset``, ``pandas.read_parquet``, DuckDB, Spark); they use the same commit rule
+through ``write_bytes``.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from darkhaloscope import s3_retries
 from darkhaloscope.errors import CredentialError, InputError, StorageError
 
 PART_FILE = "part-0.parquet"
+#: Suffix of the folder beside a table's that holds its files other than Parquet (not a table name:
+#: a table's name is snake_case).
+FILES_SUFFIX = ".files"
 #: Folder (under the lake root) of everything not yet published: writers' temporary objects and
 #: each run's staged tables (:mod:`lake_platform.staging`).
 STAGING_DIR = "_staging"
@@ -67,6 +73,13 @@ def validate_partition_key(value: str) -> str:
 def host_tag() -> str:
     """This host's name as used in staging names: letters, digits and dots only (no '-')."""
     return re.sub(r"[^A-Za-z0-9.]", ".", socket.gethostname())[:64] or "host"
+
+
+def _relative_name(name: str) -> str:
+    """``name`` if each of its ``/``-separated segments is a safe path segment; InputError otherwise."""
+    for segment in str(name).split("/"):
+        validate_partition_key(segment)
+    return name
 
 
 def _validate_name(kind: str, value: str) -> str:
@@ -217,6 +230,14 @@ class Lake:
             path += f"/{_validate_name('partition dimension', dim)}={validate_partition_key(key)}"
         return path
 
+    def files_path(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> str:
+        """Filesystem path of the folder of a table's (or a partition's) files other than Parquet:
+        ``<group>/<asset>.files/[<dim>=<key>/...]``, beside the table's folder."""
+        path = f"{self.table_path(group, asset)}{FILES_SUFFIX}"
+        for dim, key in (partition or {}).items():
+            path += f"/{_validate_name('partition dimension', dim)}={validate_partition_key(key)}"
+        return path
+
     def full_uri(self, path: str) -> str:
         """URI of a filesystem path, with the scheme a user can paste (s3://... or an absolute path)."""
         return f"s3://{path}" if self.is_s3 else path
@@ -307,10 +328,11 @@ class Lake:
     def write_bytes(
         self, group: str, asset: str, name: str, payload: bytes, partition: Mapping[str, str] | None = None
     ) -> str:
-        """Commit a binary artifact (PNG, HTML, JSON, checkpoint file) atomically; returns its URI."""
-        validate_partition_key(name)
-        folder = self.partition_path(group, asset, partition)
-        final = f"{folder}/{name}"
+        """Commit a file of a table other than Parquet (PNG, HTML, JSON, checkpoint file) atomically
+        into its files folder (:meth:`files_path`); ``name`` may hold ``/``-separated folders
+        (``stamps/12.png``). Returns its URI."""
+        final = f"{self.files_path(group, asset, partition)}/{_relative_name(name)}"
+        folder = final.rsplit("/", 1)[0]
         where = self.full_uri(final)
         staging = self._staging_path(folder, "")
         try:
@@ -324,8 +346,8 @@ class Lake:
         return where
 
     def read_bytes(self, group: str, asset: str, name: str, partition: Mapping[str, str] | None = None) -> bytes:
-        """Read a binary artifact written by ``write_bytes``."""
-        path = f"{self.partition_path(group, asset, partition)}/{validate_partition_key(name)}"
+        """Read a file written by ``write_bytes``."""
+        path = f"{self.files_path(group, asset, partition)}/{_relative_name(name)}"
         try:
             with self.fs.open_input_stream(path) as f:
                 return f.read()
@@ -333,11 +355,13 @@ class Lake:
             raise translate_storage_error(exc, self.full_uri(path)) from exc
 
     def delete_partition(self, group: str, asset: str, partition: Mapping[str, str]) -> None:
-        """Remove one partition folder (used to drop partitions that no longer exist upstream)."""
-        try:
-            self.fs.delete_dir(self.partition_path(group, asset, partition))
-        except FileNotFoundError:
-            pass
+        """Remove one partition folder and its files folder (used to drop partitions that no longer
+        exist upstream)."""
+        for folder in (self.partition_path(group, asset, partition), self.files_path(group, asset, partition)):
+            try:
+                self.fs.delete_dir(folder)
+            except FileNotFoundError:
+                pass
 
     # ---------------------------------------------------------------- reads
     def _part_files(self, group: str, asset: str) -> list[str]:
@@ -513,9 +537,10 @@ class Lake:
 
     @contextmanager
     def local_folder(self, group: str, asset: str, partition: Mapping[str, str]) -> Iterator[str]:
-        """A local path holding a partition's files: the folder itself on a local lake, a temporary
+        """A local path holding the files (:meth:`files_path`) of ``partition`` (e.g. the lens
+        finder's ``{"artifact": "checkpoint"}``): the folder itself on a local lake, a temporary
         copy of it (removed afterwards) on S3."""
-        path = self.partition_path(group, asset, partition)
+        path = self.files_path(group, asset, partition)
         if not self.is_s3:
             yield path
             return

@@ -8,6 +8,7 @@ published lens finder, which is published only after its blocking gates passed.
 """
 
 import itertools
+import posixpath
 
 import dagster as dg
 import pyarrow as pa
@@ -183,7 +184,8 @@ def selection_function(
     n_failed (excluded from the denominator and counted), n_detected, completeness with Jeffreys
     68%/95% intervals on the injections' effective number (n_effective: a host's injections share
     their outcome), cells below the minimum count flagged; marginal completeness; heatmaps and
-    marginal curves stored as PNG beside the table (``artifact=figures``)."""
+    marginal curves stored as PNG in the table's files folder, beside it
+    (``selection_function.files/artifact=figures/``)."""
     theta_e, z_l = plan_grid(injection_plan)
     insufficient = [(c["theta_e_arcsec"], c["z_l"]) for c in plan_summary(injection_plan).get("insufficient_cells", [])]
     sel, marg, figures = selection_products(
@@ -309,9 +311,9 @@ def evaluation_report(
     selection_closure: pa.Table,
     lens_forecast: pa.Table,
 ) -> Publish:
-    """One static HTML page beside its index row: ROC curves and their areas with bootstrap
-    intervals, the selection function and its marginals, the recall table, the lens finder's
-    gates, mosaics of example cutouts and a link to the search's candidate gallery."""
+    """One static HTML page (in the files folder beside its index row): ROC curves and their areas
+    with bootstrap intervals, the selection function and its marginals, the recall table, the lens
+    finder's gates, mosaics of example cutouts and a link to the search's candidate gallery."""
     store = lake.lake()
     cut = cutout_scores.to_table()
     real_test = cut.filter(pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test")))
@@ -330,14 +332,17 @@ def evaluation_report(
         injection_stamps=lambda ids: _injection_images(injection_bank, ids),
         lens_finder_row=lens_finder.to_pylist()[0],
         lake_uri=store.uri,
-        gallery_uri=store.full_uri(f"{store.table_path(*CANDIDATE_GALLERY.key)}/{GALLERY_FILE}"),
+        # relative to the report's folder, so a copied lake keeps the link
+        gallery_uri=posixpath.relpath(
+            f"{store.files_path(*CANDIDATE_GALLERY.key)}/{GALLERY_FILE}", store.files_path(*EVALUATION_REPORT.key)
+        ),
         conditioning=table_conditioning(selection_function),
         closure=selection_closure,
         forecast=lens_forecast,
     ).encode("utf-8")
     staged = staged_table(context, EVALUATION_REPORT)
     staged.write_bytes("report.html", html)
-    uri = store.full_uri(f"{staged.published_folder}/report.html")
+    uri = store.full_uri(f"{staged.published_files_folder}/report.html")
     staged.write(pa.table({"uri": [uri], "bytes": [len(html)], "figures": [html.count(b"<img")]}))
     md = {"figures": html.count(b"<img"), "report": dg.MetadataValue.url(f"file://{uri}") if not store.is_s3 else uri}
     return Publish({EVALUATION_REPORT: staged}, metadata={EVALUATION_REPORT: md})

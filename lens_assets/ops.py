@@ -312,7 +312,7 @@ alerts = dg.AssetSpec(
     kinds={"parquet"},
     owners=OWNERS,
     description=f"{ALERTS.description}; written by alert delivery (alert_sensor, dhs), rebuilt from "
-    "ops/alert_log/alerts.jsonl.",
+    "ops/alerts.files/alerts.jsonl.",
     metadata={"dagster/column_schema": column_schema(ALERTS.contract)},
 )
 

@@ -241,7 +241,7 @@ def lens_finder(
         files = published_files(run_dir)
     for name, data in files:
         staged.write_bytes(name, data, subfolder=CHECKPOINT_PARTITION)
-    uri = store.full_uri(f"{staged.published_folder}/{'/'.join(f'{k}={v}' for k, v in CHECKPOINT_PARTITION.items())}")
+    uri = store.full_uri(store.files_path(*LENS_FINDER.key, CHECKPOINT_PARTITION))
     staged.write(
         pa.table(
             {

@@ -747,6 +747,7 @@ SEARCH_SCORES = Contract(
         col("dec", _F64),
         col("type", _STR, required=False),
         *(col(f"mag_{b}", _F32, required=False) for b in _BANDS),
+        col("shape_r", _F32, required=False),
         col("healpix_128", _I64, required=False),
         col("split", _STR),
         *from_schema(pa.schema(list(SCORE_FIELDS)), {k: v for k, v in _SEARCH_SCORE.items()}),

@@ -113,7 +113,7 @@ def test_full_profile_trains_both_members_stacks_them_and_scores(tmp_path, monke
         assert run_assets([cutout_scores.key], resources, instance, partition_key=SWEEP).success
         table = lake.read_table("evaluation", "cutout_scores")
         assert table.num_rows == cutouts.count_rows() and pc.all(table.column("valid")).as_py()
-        published = read_spec(lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}), "best")
+        published = read_spec(lake.files_path("training", "lens_finder", {"artifact": "checkpoint"}), "best")
         assert published.architecture == choice["published"]
         assert (MEMBER_SCORE_PREFIX + MEMBERS[0] in table.column_names) == (choice["published"] == "stacked_ensemble")
     else:

@@ -88,11 +88,11 @@ def _read(lake: Lake, relative: str) -> bytes:
 def _published_model(lake: Lake) -> dict[str, object]:
     """The published checkpoint's files and registry row; the spec without the epochs' wall-clock
     seconds (the only field that is not a function of the inputs)."""
-    files = {k: v for k, v in published_files(lake).items() if k.startswith("training/lens_finder/")}
-    spec = json.loads(_read(lake, "training/lens_finder/artifact=checkpoint/best.json"))
+    files = {k: v for k, v in published_files(lake).items() if k.startswith("training/lens_finder")}
+    spec = json.loads(_read(lake, "training/lens_finder.files/artifact=checkpoint/best.json"))
     for row in spec["training_state"]["history"]:
         row.pop("seconds")
-    files["training/lens_finder/artifact=checkpoint/best.json"] = spec
+    files["training/lens_finder.files/artifact=checkpoint/best.json"] = spec
     return {"files": files, "row": lake.read_table(*LENS_FINDER.key).to_pylist()}
 
 

@@ -425,7 +425,8 @@ def build_report(
     mosaics : maps a caption ('true positives', 'missed injections', 'highest-scoring negatives')
         to the PNG of :func:`plots.mosaic_png`.
     provenance : key/value pairs printed at the top (model, code version, data versions).
-    gallery_uri : where the survey search's candidate gallery is published (a link; no section without it).
+    gallery_uri : where the survey search's candidate gallery is published, best relative to the
+        report's folder (a link; no section without it).
     conditioning : what the selection function is conditioned on (priors, cosmology, host selection,
         σ_v relation, grid, injections per cell), shown beside it.
     closure : tables of :func:`closure.closure_table`, one per threshold: the mock's hidden lenses
@@ -465,7 +466,8 @@ def build_report(
     parts += _mosaic_sections(ids, mosaics)
 
     if gallery_uri:
-        href = gallery_uri if "://" in gallery_uri else "file://" + gallery_uri
+        # a path relative to the report stays relative (a copied lake keeps the link)
+        href = "file://" + gallery_uri if gallery_uri.startswith("/") else gallery_uri
         parts.append("<h2>Survey-wide search</h2>")
         parts.append(
             '<p>The candidates of the search, with stamps and grading: <a id="link-gallery" '
