@@ -75,8 +75,9 @@ def cmd_backfill(args) -> int:
 
 def _lake():
     from lake_platform.lake import Lake
+    from table_registry.tables import contract_of
 
-    return Lake.from_env()
+    return Lake.from_env(contracts=contract_of)
 
 
 def _defs():

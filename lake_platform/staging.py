@@ -185,15 +185,21 @@ class StagedTable:
         return self.area.read_table(self.group, self.table, columns=columns, filter=filter)
 
     def dataset(self) -> ds.Dataset:
-        """A pyarrow dataset over the staged Parquet file (bounded-memory audits of large tables)."""
+        """A pyarrow dataset over the staged Parquet file, with the columns its writer gave
+        (bounded-memory audits of large tables)."""
         path = f"{self.staged_folder}/{PART_FILE}"
+        if not self.partition:
+            try:
+                return ds.dataset(path, filesystem=self.area.fs, format="parquet")
+            except FileNotFoundError as exc:
+                raise InputError(f"{self.label} has nothing staged at {self.area.full_uri(path)}") from exc
         try:
-            return ds.dataset(path, filesystem=self.area.fs, format="parquet")
-        except FileNotFoundError as exc:
+            return self.area.partition_dataset(self.group, self.table, self.partition)
+        except InputError as exc:
             raise InputError(f"{self.label} has nothing staged at {self.area.full_uri(path)}") from exc
 
     def schema(self) -> pa.Schema:
-        return pq.read_schema(f"{self.staged_folder}/{PART_FILE}", filesystem=self.area.fs)
+        return self.dataset().schema
 
     def num_rows(self) -> int:
         return pq.ParquetFile(f"{self.staged_folder}/{PART_FILE}", filesystem=self.area.fs).metadata.num_rows

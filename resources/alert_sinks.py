@@ -19,6 +19,7 @@ from lake_platform.alert_log import JsonlAlertLog
 from lake_platform.alerts import DEFAULT_MAX_BACKLOG, DEFAULT_REST_S, Alert, AlertDeliveryError, AlertSinks
 from lake_platform.lake import Lake
 from lake_platform.webhook import WebhookSink
+from table_registry.tables import contract_of
 
 
 def _slack_transient(exc: BaseException) -> bool:
@@ -123,7 +124,9 @@ class AlertSinksResource(dg.ConfigurableResource):
     def lake(self) -> Lake:
         """The lake holding the alert log."""
         uri = self.lake_uri or os.environ.get("DHS_LAKE", "./lakehouse")
-        return Lake(uri, s3_endpoint=self.s3_endpoint or os.environ.get("DHS_S3_ENDPOINT") or None)
+        return Lake(
+            uri, s3_endpoint=self.s3_endpoint or os.environ.get("DHS_S3_ENDPOINT") or None, contracts=contract_of
+        )
 
     def build_sinks(self) -> AlertSinks:
         """The alert log and the configured senders, for :func:`lake_platform.alerts.deliver`."""

@@ -16,6 +16,7 @@ import dagster as dg
 from darkhaloscope.errors import PERMANENT_ERRORS
 from lake_platform.lake import Lake
 from lake_platform.staging import Stage, StageOwner, owner_process_alive, sweep_orphans
+from table_registry.tables import contract_of
 
 #: Run states in which a run still owns its staging area.
 LIVE_RUN_STATUSES = (
@@ -52,7 +53,11 @@ class LakeResource(dg.ConfigurableResource):
 
     def lake(self) -> Lake:
         lake = Lake(
-            self.uri, s3_endpoint=self.s3_endpoint, s3_region=self.s3_region, s3_max_attempts=self.s3_max_attempts
+            self.uri,
+            s3_endpoint=self.s3_endpoint,
+            s3_region=self.s3_region,
+            s3_max_attempts=self.s3_max_attempts,
+            contracts=contract_of,
         )
         log = os.environ.get("DHS_LAKE_READ_LOG")
         if log:

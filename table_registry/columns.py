@@ -222,7 +222,7 @@ _SHARED: dict[str, tuple[str, str]] = {
     "uri": ("", "location of the published file (a local path or s3:// URI)"),
     "bytes": ("byte", "size of the published file"),
     "image": (NMGY_PIX, "g, r, z stamp [band, y, x], 101×101 pixels of 0.262″, target at pixel (50, 50), North up"),
-    "invvar": ("1/(nanomaggy/pixel)^2", "inverse variance of image, per pixel and band (0: no data)"),
+    "invvar": ("pixel^2/nanomaggy^2", "inverse variance of image, per pixel and band (0: no data)"),
     "dx_pix": (PIX, "sub-pixel offset of the target from the stamp's centre pixel along x"),
     "dy_pix": (PIX, "sub-pixel offset of the target from the stamp's centre pixel along y"),
     "host_object_id": ("", "object_id of the host galaxy the arc is painted on"),

@@ -337,7 +337,7 @@ TRAINING_SET = Contract(
             Column(
                 "invvar",
                 _STAMP,
-                "1/(nanomaggy/pixel)^2",
+                "pixel^2/nanomaggy^2",
                 "inverse variance of an injection host's stamp (null for rows that host no injection)",
             ),
         ),
@@ -401,9 +401,7 @@ _INJECTION_TASK = (
     col("host_z_source", _STR),
     col("sigma_v_source", _STR),
     col("lens_mag_z", _F64),
-    Column(
-        "host_log_sigma_mu", _F64, "log10 km/s", "mean of the host's log-normal σ_v: its VDISP, else the relation's"
-    ),
+    Column("host_log_sigma_mu", _F64, "dex(km/s)", "mean of the host's log-normal σ_v: its VDISP, else the relation's"),
     Column(
         "host_log_sigma_sd", _F64, "dex", "sd of the host's log-normal σ_v (VDISP_ERR, else the relation's scatter)"
     ),

@@ -393,3 +393,13 @@ def by_key(group: str, name: str) -> Table:
         if t.key == (group, name):
             return t
     raise KeyError(f"no table {group}/{name} in the registry")
+
+
+def contract_of(group: str, name: str) -> Contract | None:
+    """The contract of table ``group/name`` (None for a table the registry does not hold, such as
+    a scratch table of work in flight): what :class:`~lake_platform.lake.Lake` writes into every
+    Parquet file's field metadata (``Lake(contracts=contract_of)``)."""
+    for t in TABLES:
+        if t.key == (group, name):
+            return t.contract
+    return None

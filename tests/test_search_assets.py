@@ -209,7 +209,17 @@ def test_candidates_of_two_models_are_refused_and_nothing_is_published(tmp_path)
     )
     lake.write_table(
         *SCORES,
-        pa.Table.from_pylist([{**row, "object_id": 2, "ra": 151.0, "model_version": "b" * 64}]),
+        pa.Table.from_pylist(
+            [
+                {
+                    **row,
+                    "object_id": 2,
+                    "ra": 151.0,
+                    "sweep_file": "sweep-155p000-160p005.fits",
+                    "model_version": "b" * 64,
+                }
+            ]
+        ),
         partition={"sweep_file": "sweep-155p000-160p005.fits"},
     )
     instance = _instance([SWEEP, "sweep-155p000-160p005.fits"])

@@ -24,13 +24,13 @@ def main() -> None:
     from darkhaloscope.catalog.spark_conf import spark_session
     from darkhaloscope.catalog.spark_env import ensure_java, jvm_output_to, logging_conf
     from lake_platform.lake import Lake
-    from table_registry.tables import KNOWN_LENSES, NEGATIVES, SWEEPS
+    from table_registry.tables import KNOWN_LENSES, NEGATIVES, SWEEPS, contract_of
 
     from .session import open_step_pipes
 
     with open_step_pipes() as pipes:
         x = pipes.extras
-        lake = Lake(x["lake_uri"], s3_endpoint=x.get("s3_endpoint"))
+        lake = Lake(x["lake_uri"], s3_endpoint=x.get("s3_endpoint"), contracts=contract_of)
         ensure_java()
         log = x.get("spark_log") or os.path.join(tempfile.gettempdir(), "dhs-spark.log")
         with jvm_output_to(log):

@@ -25,13 +25,13 @@ def main() -> None:
     from darkhaloscope.search.streaming import SearchSettings
     from lake_platform.lake import Lake
     from mock_survey.sources import source_opener_from_dict
-    from table_registry.tables import LENS_FINDER, SEARCH_TARGETS
+    from table_registry.tables import LENS_FINDER, SEARCH_TARGETS, contract_of
 
     from .session import open_step_pipes
 
     with open_step_pipes() as pipes:
         x = pipes.extras
-        lake = Lake(x["lake_uri"], s3_endpoint=x.get("s3_endpoint"))
+        lake = Lake(x["lake_uri"], s3_endpoint=x.get("s3_endpoint"), contracts=contract_of)
         targets = {
             name: lake.read_table(*SEARCH_TARGETS.key, partition={SEARCH_TARGETS.partitioned_by: name})
             for name in x["sweep_files"]

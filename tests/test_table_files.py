@@ -1,0 +1,91 @@
+"""The lake's Parquet files as other tools read them: units and descriptions in every field's
+metadata and in astropy's table header (``Table.read`` gets ``Column.unit``), a table folder that
+``pandas.read_parquet`` and ``pyarrow.dataset`` open as they are (the partition column once, its
+files beside the folder), and ``dhs export`` to FITS, ECSV, VOTable and Parquet through astropy's
+writers, round-tripped with units and descriptions."""
+
+from __future__ import annotations
+
+import warnings
+
+import astropy.units as u
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+from astropy.table import Table
+
+from darkhaloscope.errors import InputError
+from lake_platform.contracts import ASTROPY_HEADER_KEY
+from lake_platform.lake import Lake
+from table_registry.tables import SWEEPS, TABLES, contract_of
+from tests.test_catalog_cuts import rows
+
+SWEEP_A, SWEEP_B = "sweep-150p000-155p005.fits", "sweep-155p000-160p005.fits"
+
+
+def _lake(tmp_path) -> Lake:
+    lake = Lake(str(tmp_path / "lake"), contracts=contract_of)
+    for name in (SWEEP_A, SWEEP_B):
+        lake.write_table(*SWEEPS.key, rows(4, sweep_file=[name] * 4), partition={"sweep_file": name})
+    return lake
+
+
+def test_every_declared_unit_is_one_astropy_reads():
+    units = {c.unit for t in TABLES if t.contract is not None for c in t.contract.columns}
+    for unit in sorted(units):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # an unrecognised unit warns before it becomes UnrecognizedUnit
+            assert not isinstance(u.Unit(unit, parse_strict="raise"), u.UnrecognizedUnit), unit
+
+
+def test_parquet_files_carry_units_and_descriptions_that_astropy_reads(tmp_path):
+    lake = _lake(tmp_path)
+    path = lake.part_uris(*SWEEPS.key)[0].removeprefix("file://")
+    schema = pa.parquet.read_schema(path)
+    flux = schema.field("flux_r").metadata
+    assert flux[b"unit"] == b"nanomaggy" and flux[b"description"] == b"model flux in r"
+    assert ASTROPY_HEADER_KEY in schema.metadata
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # string lengths are recorded, units all recognised
+        table = Table.read(path)
+    assert table["flux_r"].unit == u.nanomaggy and table["ra"].unit == u.deg
+    assert table["shape_r"].unit == u.arcsec and table["psfdepth_r"].unit == u.nanomaggy**-2
+    assert table["ra"].description == "right ascension (ICRS, J2000)"
+    assert table["nobs_r"].unit is None and table["objid"].description.startswith("object number")
+    assert "sweep_file" not in table.colnames  # a partition column lives in the folder names
+
+
+def test_a_table_folder_opens_in_pandas_and_pyarrow_with_the_partition_column_once(tmp_path):
+    lake = _lake(tmp_path)
+    folder = lake.table_path(*SWEEPS.key)
+    lake.write_bytes(*SWEEPS.key, "summary.png", b"\x89PNG", partition={"sweep_file": SWEEP_A})
+    frame = pd.read_parquet(folder)
+    assert len(frame) == 8 and sorted(frame["sweep_file"].astype(str).unique()) == [SWEEP_A, SWEEP_B]
+    assert list(frame.columns).count("sweep_file") == 1
+    dataset = ds.dataset(folder, partitioning="hive")
+    assert dataset.schema.field("sweep_file").type == pa.string() and dataset.count_rows() == 8
+    # the lake's own readers give the writer's rows back: the column in its place, as written
+    written = rows(4, sweep_file=[SWEEP_A] * 4)
+    part = lake.read_table(*SWEEPS.key, partition={"sweep_file": SWEEP_A})
+    assert part.column_names == written.column_names
+    assert part.column("sweep_file").to_pylist() == [SWEEP_A] * 4
+    assert lake.read_table(*SWEEPS.key).column_names == written.column_names
+    assert lake.read_table(*SWEEPS.key, columns=["sweep_file"]).num_rows == 8
+
+
+def test_a_row_in_the_wrong_partition_is_refused_and_nothing_is_written(tmp_path):
+    lake = _lake(tmp_path)
+    before = lake.read_table(*SWEEPS.key, partition={"sweep_file": SWEEP_B})
+    with pytest.raises(InputError, match=f"sweep_file='{SWEEP_A}', but the partition is sweep_file='{SWEEP_B}'"):
+        lake.write_table(*SWEEPS.key, rows(2, sweep_file=[SWEEP_B, SWEEP_A]), partition={"sweep_file": SWEEP_B})
+    assert lake.read_table(*SWEEPS.key, partition={"sweep_file": SWEEP_B}).equals(before)
+
+
+def test_units_survive_a_table_without_a_contract(tmp_path):
+    lake = Lake(str(tmp_path / "lake"), contracts=contract_of)
+    field = pa.field("theta", pa.float64(), metadata={"unit": "arcsec", "description": "an angle"})
+    lake.write_table("scratch", "angles", pa.table({"theta": np.arange(3.0)}, schema=pa.schema([field])))
+    table = Table.read(lake.part_uris("scratch", "angles")[0].removeprefix("file://"))
+    assert table["theta"].unit == u.arcsec and table["theta"].description == "an angle"
