@@ -1,5 +1,5 @@
-"""The ``dhs`` command: materialize assets, query the lake, list tables, cut a cutout, land visual grades, run the
-demo."""
+"""The ``dhs`` command: materialize assets, query the lake, list and export tables, cut a cutout, land visual
+grades, run the demo."""
 
 from __future__ import annotations
 
@@ -144,6 +144,26 @@ def cmd_tables(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from darkhaloscope.errors import StorageError
+    from lake_platform.export import export_table
+
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+    out = args.out or f"{args.table.rsplit('/', 1)[-1]}.{args.format}"
+    try:
+        done = export_table(_lake(), args.table, args.format, out, columns)
+    except (InputError, CredentialError, StorageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the output file (its message names the path)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for note in done["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {done['path']}: {done['rows']:,} rows, {done['columns']} columns ({done['format']})")
+    return 0
+
+
 def _cutout_max_size() -> int:
     """The largest ``dhs cutout --size``: DHS_CUTOUT_MAX_SIZE, else the library's default."""
     from darkhaloscope.imaging.cutout_io import MAX_CUTOUT_SIZE
@@ -253,6 +273,7 @@ READS: dict[str, tuple[str, ...]] = {
     "demo": _ALL_GROUPS,
     "query": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
     "tables": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
+    "export": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
     "cutout": ("survey", "mock survey", "DHS_PROFILE", "DHS_DEVICE"),
     "grade": ("storage", "alerts", "console"),
     "backfill": ("DHS_DAGSTER_URL", "DHS_PARTITIONS_PER_RUN", "DHS_SURVEY", "DHS_LAKE"),
@@ -362,6 +383,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--format", choices=["table", "csv", "json"], default="table")
     t.set_defaults(func=cmd_tables)
+    e = command(
+        "export",
+        "write a table as FITS, ECSV, VOTable or Parquet with its units and descriptions (astropy's writers)",
+        "Write a published table (every partition) to one file in a format astronomers exchange, with astropy's "
+        "writers: fits (units in TUNITn, descriptions in TCOMMn), ecsv, votable or parquet (units and "
+        "descriptions in the format's own header). Stamps become multidimensional columns. Bad arguments exit 2; "
+        "the file appears only once complete.",
+    )
+    e.add_argument("table", help="table name as in dhs tables (sweeps) or group/name (survey/sweeps)")
+    e.add_argument("--format", choices=["fits", "ecsv", "votable", "parquet"], default="fits")
+    e.add_argument("--out", help="output file (default: TABLE.FORMAT in the current folder)")
+    e.add_argument("--columns", help="comma-separated columns to export (default: all)")
+    e.set_defaults(func=cmd_export)
     c = command(
         "cutout",
         "one g,r,z cutout as FITS cube (band, y, x) or PNG",

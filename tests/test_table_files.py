@@ -89,3 +89,69 @@ def test_units_survive_a_table_without_a_contract(tmp_path):
     lake.write_table("scratch", "angles", pa.table({"theta": np.arange(3.0)}, schema=pa.schema([field])))
     table = Table.read(lake.part_uris("scratch", "angles")[0].removeprefix("file://"))
     assert table["theta"].unit == u.arcsec and table["theta"].description == "an angle"
+
+
+@pytest.mark.parametrize("fmt", ["fits", "ecsv", "votable", "parquet"])
+def test_export_round_trips_through_astropy_with_units_and_descriptions(tmp_path, fmt):
+    from darkhaloscope.stamps import to_tensor_array
+    from lake_platform.export import export_table, read_export
+
+    lake = _lake(tmp_path)
+    stamps = np.arange(2 * 3 * 5 * 5, dtype=np.float32).reshape(2, 3, 5, 5)
+    lake.write_table(
+        "imaging",
+        "cutouts",
+        pa.table(
+            {
+                "object_id": pa.array([1, 2], pa.int64()),
+                "image": to_tensor_array(stamps),
+                "brickname": pa.array(["0001p000", None]),
+            }
+        ),
+        partition={"sweep_file": SWEEP_A},
+    )
+    out = tmp_path / f"sweeps.{fmt}"
+    done = export_table(lake, "sweeps", fmt, str(out))
+    assert done["rows"] == 8 and out.is_file() and not list(tmp_path.glob(".dhs-export-*"))
+    table = read_export(str(out), fmt)
+    assert len(table) == 8 and sorted(set(table["sweep_file"])) == [SWEEP_A, SWEEP_B]
+    assert table["flux_r"].unit == u.nanomaggy and table["ra"].unit == u.deg
+    assert table["ra"].description == "right ascension (ICRS, J2000)"
+    assert table["sweep_file"].description  # the partition column keeps its contract's description
+    assert np.allclose(table["ra"], lake.read_table(*SWEEPS.key).column("ra").to_numpy())
+    if fmt != "parquet":  # astropy's Parquet writer has no masked strings
+        stamps_out = tmp_path / f"cutouts.{fmt}"
+        export_table(lake, "imaging/cutouts", fmt, str(stamps_out))
+        cut = read_export(str(stamps_out), fmt)
+        assert np.array_equal(np.asarray(cut["image"]), stamps) and cut["image"].unit == u.nanomaggy / u.pix
+        if fmt == "votable":  # a VOTable char field has no null: an empty string
+            assert list(np.ma.filled(cut["brickname"], "")) == ["0001p000", ""]
+        else:
+            assert list(np.ma.getmaskarray(cut["brickname"])) == [False, True]
+
+
+def test_export_names_a_missing_table_or_column(tmp_path):
+    from lake_platform.export import export_table
+
+    lake = _lake(tmp_path)
+    with pytest.raises(InputError, match="no published table named 'nope'"):
+        export_table(lake, "nope", "fits", str(tmp_path / "x.fits"))
+    with pytest.raises(InputError, match=r"no column\(s\) \['flux_q'\]"):
+        export_table(lake, "sweeps", "fits", str(tmp_path / "x.fits"), columns=["ra", "flux_q"])
+    with pytest.raises(InputError, match="export format 'csv'"):
+        export_table(lake, "sweeps", "csv", str(tmp_path / "x.csv"))
+    assert not list(tmp_path.glob("x.*"))
+
+
+def test_dhs_export_writes_the_file_and_refuses_bad_arguments(tmp_path, monkeypatch, capsys):
+    from dhs.main import main
+    from lake_platform.export import read_export
+
+    lake = _lake(tmp_path)
+    monkeypatch.setenv("DHS_LAKE", lake.uri)
+    out = tmp_path / "sweeps.ecsv"
+    assert main(["export", "sweeps", "--format", "ecsv", "--out", str(out), "--columns", "ra,dec,flux_r"]) == 0
+    assert f"wrote {out}: 8 rows, 3 columns (ecsv)" in capsys.readouterr().out
+    assert read_export(str(out), "ecsv").colnames == ["ra", "dec", "flux_r"]
+    assert main(["export", "no_such_table", "--format", "fits", "--out", str(tmp_path / "x.fits")]) == 2
+    assert "no published table named 'no_such_table'" in capsys.readouterr().err
