@@ -77,7 +77,7 @@ test: setup chromium iproute2 packaged-jdk lint
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# the instance settings (instance/dagster.yaml: no telemetry, no first-visit dialog, retries, the
+# the instance settings (dhs/dagster.yaml: no telemetry, no first-visit dialog, retries, the
 # run queue and pools, with DHS_MAX_CONCURRENT_RUNS and DHS_POOL_LIMITS applied) are refreshed each time
 ui: setup
 	DAGSTER_HOME=$(CURDIR)/.dagster_home $(BIN)/dhs instance

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from darkhaloscope.errors import CredentialError, InputError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from . import __version__
 
 
 def _instance():
@@ -325,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"mock survey); each command's --help names those it reads, and {SETTINGS_PAGE} lists them all. "
         f"Documentation: {DOCS_INDEX} (make docs builds it to docs/_build/html/index.html).",
     )
+    p.add_argument("--version", action="version", version=f"dhs {__version__} (Dark Halo Scope)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
@@ -434,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = command(
         "instance",
         "write the instance's settings and pool limits from the environment",
-        "Write $DAGSTER_HOME/dagster.yaml from instance/dagster.yaml with the run queue's limit "
+        "Write $DAGSTER_HOME/dagster.yaml from dhs/dagster.yaml with the run queue's limit "
         "(DHS_MAX_CONCURRENT_RUNS), and set every pool's limit in the instance (DHS_POOL_LIMITS, else the "
         "default). make ui runs it before the UI starts.",
     )

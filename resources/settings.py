@@ -318,14 +318,14 @@ SETTINGS: tuple[Setting, ...] = (
         "DHS_MAX_CONCURRENT_RUNS",
         None,
         "runs in progress at once under the daemon (the instance's concurrency.runs.max_concurrent_runs; "
-        "default instance/dagster.yaml's)",
+        "default dhs/dagster.yaml's)",
         "orchestration",
         _whole(1),
     ),
     Setting(
         "DHS_POOL_LIMITS",
         None,
-        "steps at once per pool, e.g. gpu=1,spark=4 (pools gpu and spark; default instance/dagster.yaml's "
+        "steps at once per pool, e.g. gpu=1,spark=4 (pools gpu and spark; default dhs/dagster.yaml's "
         "default_limit for each)",
         "orchestration",
         _pool_limits,
