@@ -164,6 +164,28 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_fetch_list(args) -> int:
+    from darkhaloscope.survey.inputs import box_paths
+
+    try:
+        paths = box_paths(args.ra_min, args.ra_max, args.dec_min, args.dec_max, coadds=not args.no_coadds)
+        if args.missing:
+            from resources.config import build_resources
+
+            survey = build_resources()["survey"]
+            if survey.is_mock:
+                raise InputError("--missing needs DHS_SURVEY set to a DR10 mirror (it is the mock survey)")
+            fs, root = survey.filesystem()
+            infos = fs.get_file_info([f"{root}/{p}" for p in paths])
+            paths = [p for p, i in zip(paths, infos) if i.type.name != "File"]
+    except (InputError, CredentialError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    base = args.base.rstrip("/") + "/" if args.base else ""
+    print("\n".join(base + p for p in paths))
+    return 0
+
+
 def _cutout_max_size() -> int:
     """The largest ``dhs cutout --size``: DHS_CUTOUT_MAX_SIZE, else the library's default."""
     from darkhaloscope.imaging.cutout_io import MAX_CUTOUT_SIZE
@@ -274,6 +296,7 @@ READS: dict[str, tuple[str, ...]] = {
     "query": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
     "tables": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
     "export": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
+    "fetch-list": ("DHS_SURVEY", "DHS_S3_ENDPOINT"),
     "cutout": ("survey", "mock survey", "DHS_PROFILE", "DHS_DEVICE"),
     "grade": ("storage", "alerts", "console"),
     "backfill": ("DHS_DAGSTER_URL", "DHS_PARTITIONS_PER_RUN", "DHS_SURVEY", "DHS_LAKE"),
@@ -397,6 +420,23 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", help="output file (default: TABLE.FORMAT in the current folder)")
     e.add_argument("--columns", help="comma-separated columns to export (default: all)")
     e.set_defaults(func=cmd_export)
+    f = command(
+        "fetch-list",
+        "the DR10 files a run over a sky box reads (sweeps, photo-z sweeps, spectra, coadds), one path a line",
+        "Print every file of a DR10 mirror that a run over the sky box RA_MIN..RA_MAX, DEC_MIN..DEC_MAX (degrees) "
+        "reads, relative to the mirror's root (or as URLs with --base): the sweep files of the 5-degree blocks it "
+        "overlaps and their photo-z sweeps, the SDSS spectra files, survey-bricks.fits.gz and the coadds "
+        "(image and invvar per band, maskbits) of every brick it overlaps. --missing prints only those the "
+        "mirror DHS_SURVEY lacks. Feed it to a downloader: dhs fetch-list ... --base URL | wget -x -nH -i -",
+    )
+    f.add_argument("ra_min", type=float)
+    f.add_argument("ra_max", type=float)
+    f.add_argument("dec_min", type=float)
+    f.add_argument("dec_max", type=float)
+    f.add_argument("--base", help="prefix each path (the release's URL or s3:// prefix)")
+    f.add_argument("--no-coadds", action="store_true", help="leave out the coadd bricks")
+    f.add_argument("--missing", action="store_true", help="only the files the mirror DHS_SURVEY lacks")
+    f.set_defaults(func=cmd_fetch_list)
     c = command(
         "cutout",
         "one g,r,z cutout as FITS cube (band, y, x) or PNG",

@@ -8,6 +8,7 @@ published lens finder, which is published only after its blocking gates passed.
 """
 
 import itertools
+import json
 import posixpath
 
 import dagster as dg
@@ -69,7 +70,7 @@ from table_registry.tables import (
 
 from .closure import lens_forecast, selection_closure
 from .shared.partitions import per_file_backfill
-from .shared.publish import Publish, lake_asset, per_partition, staged_table
+from .shared.publish import GATE_COLUMNS, Publish, figures_markdown, lake_asset, per_partition, rows_table, staged_table
 
 
 def _key(table: Table) -> dg.AssetKey:
@@ -344,7 +345,12 @@ def evaluation_report(
     staged.write_bytes("report.html", html)
     uri = store.full_uri(f"{staged.published_files_folder}/report.html")
     staged.write(pa.table({"uri": [uri], "bytes": [len(html)], "figures": [html.count(b"<img")]}))
-    md = {"figures": html.count(b"<img"), "report": dg.MetadataValue.url(f"file://{uri}") if not store.is_s3 else uri}
+    md = {
+        "figures": html.count(b"<img"),
+        "report": dg.MetadataValue.url(f"file://{uri}") if not store.is_s3 else uri,
+        "report_figures": figures_markdown(html.decode("utf-8")),
+        "gates": rows_table(json.loads(lens_finder.column("metrics")[0].as_py()).get("gates", []), GATE_COLUMNS),
+    }
     return Publish({EVALUATION_REPORT: staged}, metadata={EVALUATION_REPORT: md})
 
 

@@ -46,6 +46,7 @@ from table_registry.tables import (
 )
 
 from .shared.partitions import injection_batch_change
+from .shared.progress import report_progress
 from .shared.publish import Publish, lake_asset
 
 _GRID = InjectionConfig()
@@ -163,7 +164,13 @@ def injection_bank(
     if not found.all():
         raise InputError(f"hosts {host_ids[~found][:5].tolist()} of batch {key} are not in the cutouts table")
     device = compute.torch_device()
-    injected, _, params = render_injection_batch(tasks, images, invvar, device=device)
+    injected, _, params = render_injection_batch(
+        tasks,
+        images,
+        invvar,
+        device=device,
+        progress=lambda done, total: report_progress(context.log, f"injection_bank {key}: {done}/{total} rendered"),
+    )
     bank = bank_table(tasks, params, injected, images)
     ok = params.column("success").to_numpy(zero_copy_only=False)
     mu = params.column("magnification").to_numpy(zero_copy_only=False)

@@ -60,6 +60,7 @@ from table_registry.tables import (
 
 from .shared.automation import NEW_PARTITION, UPSTREAM_UPDATED
 from .shared.partitions import per_file_backfill
+from .shared.progress import report_progress
 from .shared.publish import Publish, lake_asset, per_partition, staged_table
 from .survey import sweeps
 
@@ -147,7 +148,14 @@ def search_scores(
     finder, inflight_area = store.table(*LENS_FINDER.key), store.inflight()
     targets = {n: search_targets.filter(pc.equal(search_targets.column("sweep_file"), n)) for n in names}
     if launch == "local":
-        runs = search_with_published_finder(finder, inflight_area, targets, source, compute.torch_device(), settings)
+
+        def progress(name: str, index: int, n_chunks: int, resumed: bool) -> None:
+            done = "already in flight" if resumed else "scored"
+            report_progress(context.log, f"search {name}: chunk {index + 1}/{n_chunks} {done}")
+
+        runs = search_with_published_finder(
+            finder, inflight_area, targets, source, compute.torch_device(), settings, progress=progress
+        )
     elif launch == "spark":
         retries.include_tasks(pyspark.spark_session)
         runs = search_on_spark(pyspark.spark_session, finder, inflight_area, targets, source, compute.device, settings)

@@ -39,7 +39,7 @@ from resources import ComputeResource, LakeResource, SurveyResource
 from resources.imaging import ImagingResource
 from table_registry.tables import CUTOUT_VALIDATION, CUTOUTS, LENS_FINDER, SEARCH_TARGETS, TRAINING_SET, VISUAL_GRADES
 
-from .shared.publish import Publish, lake_asset, staged_table
+from .shared.publish import GATE_COLUMNS, Publish, lake_asset, rows_table, staged_table
 
 
 class TrainingSetConfig(dg.Config):
@@ -253,7 +253,9 @@ def lens_finder(
         )
     )
     outcomes = [LENS_FINDER.audit(g["name"]).outcome(bool(g["passed"]), g, _gate_problem(g)) for g in md["gates"]]
-    return Publish({LENS_FINDER: staged}, audits={LENS_FINDER: outcomes}, metadata={LENS_FINDER: result.metadata or {}})
+    # the gates as a table in the UI (their details stay in the checks and in the registry row)
+    shown = {**(result.metadata or {}), "gates": rows_table(md["gates"], GATE_COLUMNS)}
+    return Publish({LENS_FINDER: staged}, audits={LENS_FINDER: outcomes}, metadata={LENS_FINDER: shown})
 
 
 def _gate_problem(gate: dict) -> str:

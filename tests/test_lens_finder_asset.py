@@ -12,6 +12,7 @@ import pytest
 
 from darkhaloscope.stamps import to_tensor_array
 from darkhaloscope.training.data import synthetic_arrays
+from darkhaloscope.training.gates import GATES
 from darkhaloscope.training.loop import TrainConfig
 from darkhaloscope.training.profiles import TrainingProfile, training_profile
 from io_managers import LakeIOManager
@@ -82,6 +83,11 @@ def test_publishes_only_after_the_blocking_gates_pass(tmp_path, tiny_profile):
     _write_training_set(lake)
     ok = _materialize(lake, 0.99)
     assert ok.success
+    shown = ok.asset_materializations_for_node("training__lens_finder")[0].metadata
+    # the UI shows the gates as a table and the training curve as an image
+    gates = shown["gates"]
+    assert isinstance(gates, dg.TableMetadataValue) and [r.data["name"] for r in gates.records] == list(GATES)
+    assert shown["training_curves"].value.startswith("![training curves](data:image/png;base64,")
     ckpt = Path(lake.files_path("training", "lens_finder", {"artifact": "checkpoint"}))
     published = _snapshot(ckpt)
     assert "best.json" in published and "gates.json" in published

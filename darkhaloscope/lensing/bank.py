@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -709,8 +710,10 @@ def render_injection_batch(
     host_invvar: np.ndarray,
     device="cpu",
     config: InjectionConfig = InjectionConfig(),
+    progress: Callable[[int, int], None] | None = None,
 ):
-    """Inject the arcs of ``tasks`` (row i) into ``host_images[i]``.
+    """Inject the arcs of ``tasks`` (row i) into ``host_images[i]``; ``progress(done, total)``
+    follows each chunk of ``config.render_chunk`` rendered injections.
 
     host_images, host_invvar: (N, 3, S, S) float32 [nmgy/pixel], [1/nmgy^2]. Returns
     (injected, arc, params): injected = host + arc and arc (N, 3, S, S) float32 [nmgy/pixel]; params
@@ -754,6 +757,8 @@ def render_injection_batch(
         mu[sel] = res.magnification.double().cpu().numpy()
         lensed_flux[sel] = res.lensed_flux.double().cpu().numpy()
         n_ref[sel] = res.n_refined.cpu().numpy()
+        if progress is not None:
+            progress(start + len(sel), len(rows))
     injected = (img.astype(np.float32) + arc).astype(np.float32)
     injected[~ok] = img[~ok]
     mags = flux_to_mag(lensed_flux)

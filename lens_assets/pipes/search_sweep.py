@@ -19,6 +19,8 @@ Extras: ``lake_uri``, ``s3_endpoint``, ``sweep_files`` (the run's partitions), `
 
 from __future__ import annotations
 
+import sys
+
 
 def main() -> None:
     from darkhaloscope.search.launch import search_with_published_finder
@@ -38,7 +40,9 @@ def main() -> None:
         }
 
         def progress(name: str, index: int, n_chunks: int, resumed: bool) -> None:
-            pipes.log.info(f"{name}: chunk {index + 1}/{n_chunks} {'already in flight' if resumed else 'scored'}")
+            line = f"search {name}: chunk {index + 1}/{n_chunks} {'already in flight' if resumed else 'scored'}"
+            pipes.log.info(line)
+            print(line, file=sys.stderr, flush=True)  # the console too (dhs keeps Dagster's at WARNING)
 
         runs = search_with_published_finder(
             lake.table(*LENS_FINDER.key),

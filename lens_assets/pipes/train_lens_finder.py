@@ -102,11 +102,13 @@ def run(params: dict, log=None, progress=None, scratch: str | None = None) -> di
 
     def on_progress(ev: dict) -> None:
         if ev["event"] == "epoch":
-            say(
-                f"epoch {ev['epoch']}: loss {ev['train_loss']:.4f}, val AUROC {ev['val_auroc']:.4f} (best "
-                f"{ev['best_val_auroc']:.4f} "
-                f"@ {ev['best_epoch']}), {ev['seconds']:.0f} s"
+            line = (
+                f"lens_finder epoch {ev['epoch']}: loss {ev['train_loss']:.4f}, val AUROC {ev['val_auroc']:.4f} "
+                f"(best {ev['best_val_auroc']:.4f} @ {ev['best_epoch']}), {ev['seconds']:.0f} s"
             )
+            say(line)
+            if log is not None:  # and the console: dhs keeps Dagster's at WARNING; this step's stderr is the terminal's
+                print(line, file=sys.stderr, flush=True)
         if progress is not None:
             progress(ev)
 
