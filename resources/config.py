@@ -39,6 +39,7 @@ def build_resources() -> dict:
             mock_rows_per_file=_optional_int("DHS_MOCK_ROWS_PER_FILE"),
             mock_hidden_lenses=_optional_int("DHS_MOCK_HIDDEN_LENSES"),
             s3_endpoint=s3_endpoint,
+            s3_anonymous=setting("DHS_SURVEY_S3_ANONYMOUS") == "true",
         ),
         "imaging": ImagingResource(cutout_source=setting("DHS_CUTOUT_SOURCE")),
         "compute": ComputeResource(

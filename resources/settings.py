@@ -179,6 +179,14 @@ SETTINGS: tuple[Setting, ...] = (
         "DHS_SURVEY", "mock", "mock (the embedded survey) or the root of a DR10 mirror, a folder or s3://", "survey"
     ),
     Setting(
+        "DHS_SURVEY_S3_ANONYMOUS",
+        "false",
+        "true: read an s3:// DHS_SURVEY in a public bucket with unsigned requests (no credentials); the lake "
+        "keeps the credential chain",
+        "survey",
+        _one_of("false", "true"),
+    ),
+    Setting(
         "DHS_CUTOUT_SOURCE",
         "auto",
         "auto (coadd bricks of the survey, or the mock sky) or the base URL of a cutout service",

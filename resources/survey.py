@@ -20,7 +20,8 @@ class SurveyResource(dg.ConfigurableResource):
     """``survey``: ``mock`` (the embedded mock survey) or the root of a DR10 mirror, a folder or
     ``s3://bucket/prefix`` (``s3_endpoint`` overrides its S3 endpoint); for the mock survey,
     ``profile`` and ``mock_seed`` pick the realisation, ``mock_sweep_files``, ``mock_rows_per_file``
-    and ``mock_hidden_lenses`` its sizes (None: the profile's), and ``mock_dir`` caches its files."""
+    and ``mock_hidden_lenses`` its sizes (None: the profile's), and ``mock_dir`` caches its files;
+    ``s3_anonymous``: read a mirror in a public bucket without credentials (unsigned requests)."""
 
     survey: str = "mock"
     profile: str = "demo"
@@ -30,6 +31,7 @@ class SurveyResource(dg.ConfigurableResource):
     mock_rows_per_file: int | None = None
     mock_hidden_lenses: int | None = None
     s3_endpoint: str | None = None
+    s3_anonymous: bool = False
 
     @property
     def is_mock(self) -> bool:
@@ -55,7 +57,7 @@ class SurveyResource(dg.ConfigurableResource):
         if self.is_mock:
             return self.mock().location()
         root = self.survey if "://" in self.survey else os.path.abspath(self.survey)
-        return SurveyLocation(root=root, s3_endpoint=self.s3_endpoint)
+        return SurveyLocation(root=root, s3_endpoint=self.s3_endpoint, s3_anonymous=self.s3_anonymous)
 
     def origin(self) -> dict:
         """What the lake's catalogs come from: the mock survey's realisation or the mirror's root."""
