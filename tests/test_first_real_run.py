@@ -15,7 +15,7 @@ import pytest
 from darkhaloscope.errors import CredentialError, InputError
 from darkhaloscope.survey.inputs import INPUT_KINDS, brick_paths, sweep_bricks
 from tests.conftest import require_real_file
-from tests.support.s3_server import fresh_bucket, s3_server  # noqa: F401 (the fixture)
+from tests.support.s3_server import fresh_bucket
 
 REPO = Path(__file__).resolve().parent.parent
 SWEEP = "sweep-320m005-330p000.fits"
