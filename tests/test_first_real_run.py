@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from darkhaloscope.errors import CredentialError, InputError
-from darkhaloscope.survey.inputs import INPUT_KINDS, brick_paths, sweep_bricks
+from darkhaloscope.survey.inputs import INPUT_PATTERNS, brick_paths, sweep_bricks
 from tests.conftest import require_real_file
 from tests.support.s3_server import fresh_bucket
 
@@ -46,8 +46,8 @@ def _dhs(env: dict, *args: str) -> subprocess.CompletedProcess:
 
 def test_the_tutorial_table_names_every_kind_of_file_a_run_reads():
     page = TUTORIAL.read_text()
-    for kind in INPUT_KINDS:
-        assert f"`{kind.pattern}`" in page, kind.pattern
+    for pattern in INPUT_PATTERNS:
+        assert f"`{pattern}`" in page, pattern
     assert "dhs fetch-list" in page and "23 steps" not in page
 
 

@@ -66,6 +66,12 @@ def test_a_table_folder_opens_in_pandas_and_pyarrow_with_the_partition_column_on
     assert list(frame.columns).count("sweep_file") == 1
     dataset = ds.dataset(folder, partitioning="hive")
     assert dataset.schema.field("sweep_file").type == pa.string() and dataset.count_rows() == 8
+    import duckdb
+
+    counted = duckdb.sql(
+        f"select count(*), count(distinct sweep_file) from read_parquet('{folder}/**/*.parquet', hive_partitioning=true)"
+    ).fetchall()
+    assert counted == [(8, 2)]
     # the lake's own readers give the writer's rows back: the column in its place, as written
     written = rows(4, sweep_file=[SWEEP_A] * 4)
     part = lake.read_table(*SWEEPS.key, partition={"sweep_file": SWEEP_A})

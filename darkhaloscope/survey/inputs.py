@@ -20,7 +20,6 @@ sweep file's objects lie in (the coadds a run over it cuts from).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,26 +39,15 @@ BRICKS_FILE = "survey-bricks.fits.gz"
 SWEEP_BLOCK_DEG = 5
 
 
-@dataclass(frozen=True)
-class InputKind:
-    """One kind of input file: its path pattern, what reads it and a typical size."""
-
-    name: str
-    pattern: str
-    read_by: str
-    size: str
-
-
-#: The kinds of files a region's run reads (the tutorial's table is this one).
-INPUT_KINDS = (
-    InputKind("sweep", f"{DR10_SWEEP_DIR}/sweep-<brickmin>-<brickmax>.fits", "sweeps", "≈ 0.5 kB a row"),
-    InputKind("photo-z", f"{DR10_PHOTO_Z_DIR}/sweep-<brickmin>-<brickmax>-pz.fits", "photo_z", "≈ 40 B a row"),
-    InputKind("spectra", DR10_SPECOBJ_SURVEY, "spectra (the hosts' σ_v relation)", "a few GB"),
-    InputKind("spectra", DR10_SPECOBJ_SDSS, "spectra (Z, VDISP of each row)", "a few GB"),
-    InputKind("coadd", "south/coadd/<AAA>/<brick>/legacysurvey-<brick>-image-<g,r,z>.fits.fz", "cutouts, search", ""),
-    InputKind("coadd", "south/coadd/<AAA>/<brick>/legacysurvey-<brick>-invvar-<g,r,z>.fits.fz", "cutouts, search", ""),
-    InputKind("coadd", "south/coadd/<AAA>/<brick>/legacysurvey-<brick>-maskbits.fits.fz", "cutouts", ""),
-    InputKind("bricks", BRICKS_FILE, "brick centres (optional)", "small"),
+#: The path pattern of each kind of file a run reads, in the order above (the tutorial's table
+#: lists these; ``tests/test_first_real_run.py`` checks it).
+INPUT_PATTERNS = (
+    f"{DR10_SWEEP_DIR}/sweep-<brickmin>-<brickmax>.fits",
+    f"{DR10_PHOTO_Z_DIR}/sweep-<brickmin>-<brickmax>-pz.fits",
+    *SPECTRA_PATHS,
+    *(f"south/coadd/<AAA>/<brick>/legacysurvey-<brick>-{kind}-<g,r,z>.fits.fz" for kind in ("image", "invvar")),
+    "south/coadd/<AAA>/<brick>/legacysurvey-<brick>-maskbits.fits.fz",
+    BRICKS_FILE,
 )
 
 
