@@ -69,7 +69,8 @@ def test_a_table_folder_opens_in_pandas_and_pyarrow_with_the_partition_column_on
     import duckdb
 
     counted = duckdb.sql(
-        f"select count(*), count(distinct sweep_file) from read_parquet('{folder}/**/*.parquet', hive_partitioning=true)"
+        "select count(*), count(distinct sweep_file) "
+        f"from read_parquet('{folder}/**/*.parquet', hive_partitioning=true)"
     ).fetchall()
     assert counted == [(8, 2)]
     # the lake's own readers give the writer's rows back: the column in its place, as written
