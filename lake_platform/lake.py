@@ -492,9 +492,11 @@ class Lake:
             for schema in schemas:
                 places.update(partition_columns(schema))
             dims = [seg.split("=", 1)[0] for seg in files[0][len(base) + 1 :].split("/")[:-1]]
-            # files written before partition columns left them still hold the column: not added twice
-            added = [d for d in dims if d not in file_schema.names and (every_dimension or d in places)]
-            fields = list(file_schema)
+            # a column some files moved into the folder names comes from the names for every file
+            # (one written before still holds it: the same value); a dimension no writer's rows
+            # held is a column of the whole table's dataset only
+            added = [d for d in dims if d in places or (every_dimension and d not in file_schema.names)]
+            fields = [f for f in file_schema if f.name not in added]
             for d in sorted(added, key=lambda d: places.get(d, len(fields) + 1)):
                 fields.insert(min(places.get(d, len(fields)), len(fields)), pa.field(d, pa.string()))
             part_schema = pa.schema([(d, pa.string()) for d in added])

@@ -82,6 +82,19 @@ def test_a_table_folder_opens_in_pandas_and_pyarrow_with_the_partition_column_on
     assert lake.read_table(*SWEEPS.key, columns=["sweep_file"]).num_rows == 8
 
 
+def test_a_lake_written_before_partition_columns_moved_reads_whole(tmp_path):
+    lake = _lake(tmp_path)
+    old = rows(4, sweep_file=["sweep-160p000-165p005.fits"] * 4)
+    folder = lake.partition_path(*SWEEPS.key, {"sweep_file": "sweep-160p000-165p005.fits"})
+    import os
+
+    os.makedirs(folder)
+    pa.parquet.write_table(old, f"{folder}/part-0.parquet")  # the column inside, as lakes held it
+    table = lake.read_table(*SWEEPS.key)
+    assert table.num_rows == 12 and table.column("sweep_file").null_count == 0
+    assert sorted(set(table.column("sweep_file").to_pylist())) == [SWEEP_A, SWEEP_B, "sweep-160p000-165p005.fits"]
+
+
 def test_a_row_in_the_wrong_partition_is_refused_and_nothing_is_written(tmp_path):
     lake = _lake(tmp_path)
     before = lake.read_table(*SWEEPS.key, partition={"sweep_file": SWEEP_B})
