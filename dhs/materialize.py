@@ -220,7 +220,9 @@ class Materializer:
     def _check_mirror(self, units: list[Unit], lake) -> None:
         """Before any work: every file of a DR10 mirror that the planned assets read is there, or
         MaterializeError naming each missing one (``lens_assets.survey.missing_mirror_inputs``)."""
-        survey, imaging = self.resources["survey"], self.resources["imaging"]
+        survey, imaging = self.resources.get("survey"), self.resources.get("imaging")
+        if survey is None:  # definitions without the survey stage read no mirror
+            return
         assets = [k.to_user_string() for u in units for k in u.keys]
         try:
             missing = missing_mirror_inputs(survey, imaging, lake, assets)

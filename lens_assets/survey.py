@@ -176,35 +176,35 @@ def _counts(tbl: pa.Table, col: str) -> dict:
     return {str(d["values"]): int(d["counts"]) for d in tbl.column(col).value_counts().to_pylist()}
 
 
-#: What each asset reads from a DR10 mirror besides the sweep files (``darkhaloscope.survey.inputs``):
-#: ``photo_z`` the photo-z companions, ``injection_plan`` the spectra its hosts' σ_v relation is
-#: calibrated on, ``cutouts`` and ``search_scores`` the coadds of the bricks the sweeps' objects lie
-#: in (when the imaging source is the mirror's own bricks).
+#: What each asset needs of a DR10 mirror besides the sweep files (``darkhaloscope.survey.inputs``):
+#: ``injection_plan`` the photo-z companions (its hosts' redshifts; ``photo_z`` itself publishes
+#: null redshifts without them) and the spectra its hosts' σ_v relation is calibrated on;
+#: ``cutouts`` and ``search_scores`` the coadds of the bricks the sweeps' objects lie in (when the
+#: imaging source is the mirror's own bricks).
 MIRROR_INPUTS = {
-    "survey/photo_z": "photo-z",
-    "injection/injection_plan": "spectra",
-    "imaging/cutouts": "coadds",
-    "search/search_scores": "coadds",
+    "injection/injection_plan": ("photo-z", "spectra"),
+    "imaging/cutouts": ("coadds",),
+    "search/search_scores": ("coadds",),
 }
 
 
 def missing_mirror_inputs(survey: SurveyResource, imaging, lake, assets) -> list[str]:
     """The files of the DR10 mirror that the assets ``assets`` (keys as ``group/name``) will read
-    and the mirror lacks, as full paths, in the order of ``darkhaloscope.survey.inputs``; empty for
+    (``imaging``: the ImagingResource, None without one) and the mirror lacks, as full paths, in the order of ``darkhaloscope.survey.inputs``; empty for
     the mock survey. The bricks of a sweep file come from its published ``sweeps`` partition, else
     from the file's BRICKNAME column."""
     if survey.is_mock:
         return []
-    needs = {MIRROR_INPUTS[a] for a in assets if a in MIRROR_INPUTS}
-    if needs == {"coadds"} and imaging.cutout_source != "auto":
-        return []
+    needs = {kind for a in assets for kind in MIRROR_INPUTS.get(a, ())}
+    if imaging is None or imaging.cutout_source != "auto":  # a cutout service, not the mirror's bricks
+        needs.discard("coadds")
     names = survey.sweep_files()
     paths: list[str] = []
     if "photo-z" in needs:
         paths += [p for n in names for p in companion_paths(n)]
     if "spectra" in needs:
         paths += list(SPECTRA_PATHS)
-    if "coadds" in needs and imaging.cutout_source == "auto":
+    if "coadds" in needs:
         bricks = sorted({b for n in names for b in _sweep_bricks(survey, lake, n)})
         paths += [p for b in bricks for p in brick_paths(b)]
     fs, root = survey.filesystem()
