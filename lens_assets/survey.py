@@ -190,9 +190,9 @@ MIRROR_INPUTS = {
 
 def missing_mirror_inputs(survey: SurveyResource, imaging, lake, assets) -> list[str]:
     """The files of the DR10 mirror that the assets ``assets`` (keys as ``group/name``) will read
-    (``imaging``: the ImagingResource, None without one) and the mirror lacks, as full paths, in the order of ``darkhaloscope.survey.inputs``; empty for
-    the mock survey. The bricks of a sweep file come from its published ``sweeps`` partition, else
-    from the file's BRICKNAME column."""
+    (``imaging``: the ImagingResource, None without one) and the mirror lacks, as full paths, in
+    the order of ``darkhaloscope.survey.inputs``; empty for the mock survey. The bricks of a sweep
+    file come from its published ``sweeps`` partition, else from the file's BRICKNAME column."""
     if survey.is_mock:
         return []
     needs = {kind for a in assets for kind in MIRROR_INPUTS.get(a, ())}
