@@ -81,14 +81,15 @@ def host_tag() -> str:
     return re.sub(r"[^A-Za-z0-9.]", ".", socket.gethostname())[:64] or "host"
 
 
-def partition_columns(schema: pa.Schema) -> dict[str, int]:
-    """{partition column: its place among the writer's columns} of a file's schema: the partition
-    columns its writer's rows held, which live in the folder names only (:data:`PARTITION_COLUMNS_KEY`)."""
+def partition_columns(schema: pa.Schema) -> dict[str, dict]:
+    """{partition column: {"index": its place among the writer's columns, "nullable": its field's
+    nullability}} of a file's schema: the partition columns its writer's rows held, which live in
+    the folder names only (:data:`PARTITION_COLUMNS_KEY`)."""
     return json.loads((schema.metadata or {}).get(PARTITION_COLUMNS_KEY, b"{}"))
 
 
 def _without_partition_columns(
-    batch: pa.RecordBatch, partition: Mapping[str, str], moved: Mapping[str, int], where: str
+    batch: pa.RecordBatch, partition: Mapping[str, str], moved: Mapping[str, dict], where: str
 ) -> pa.RecordBatch:
     """``batch`` without its partition columns, each checked to hold its partition's key."""
     for name in moved:
@@ -345,7 +346,7 @@ class Lake:
         # a partition column lives in the folder names only (the hive layout every Parquet reader
         # expects): a copy in the file would give readers the column twice, in two types
         moved = {
-            d: schema.get_field_index(d)
+            d: {"index": schema.get_field_index(d), "nullable": schema.field(d).nullable}
             for d in (partition or {})
             if d in schema.names and pa.types.is_string(schema.field(d).type)
         }
@@ -488,7 +489,7 @@ class Lake:
             schemas = [pq.read_schema(f, filesystem=self.fs) for f in files]
             # partitions of one table may hold different column sets (e.g. scores per source): unify
             file_schema = pa.unify_schemas(schemas, promote_options="permissive")
-            places: dict[str, int] = {}
+            places: dict[str, dict] = {}
             for schema in schemas:
                 places.update(partition_columns(schema))
             dims = [seg.split("=", 1)[0] for seg in files[0][len(base) + 1 :].split("/")[:-1]]
@@ -497,8 +498,10 @@ class Lake:
             # held is a column of the whole table's dataset only
             added = [d for d in dims if d in places or (every_dimension and d not in file_schema.names)]
             fields = [f for f in file_schema if f.name not in added]
-            for d in sorted(added, key=lambda d: places.get(d, len(fields) + 1)):
-                fields.insert(min(places.get(d, len(fields)), len(fields)), pa.field(d, pa.string()))
+            last = {"index": len(fields) + len(added), "nullable": True}
+            for d in sorted(added, key=lambda d: places.get(d, last)["index"]):
+                place = places.get(d, last)
+                fields.insert(min(place["index"], len(fields)), pa.field(d, pa.string(), nullable=place["nullable"]))
             part_schema = pa.schema([(d, pa.string()) for d in added])
             return ds.dataset(
                 files,
