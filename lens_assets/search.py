@@ -376,9 +376,8 @@ def candidate_gallery(
         "stamps": shown,
         "n_new": candidates.num_rows - known,
         "n_known": known,
-        "stamps_cut_at_gallery_time": int(
-            candidates.num_rows - pc.sum(pc.is_in(candidates.column("object_id"), _kept_ids(search_stamps))).as_py()
-        ),
+        "stamps_cut_at_gallery_time": candidates.num_rows
+        - int(pc.sum(pc.is_in(candidates.column("object_id"), _kept_ids(search_stamps))).as_py() or 0),
         "gallery": dg.MetadataValue.url(f"file://{uri}") if not store.is_s3 else uri,
     }
     return Publish({CANDIDATE_GALLERY: staged}, audits={CANDIDATE_GALLERY: outcomes}, metadata={CANDIDATE_GALLERY: md})
