@@ -29,10 +29,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+import table_registry as T
 from darkhaloscope.catalog.cuts import KnownLensIndex, NegativeSelectionConfig, cut_masks, select_negatives
 from darkhaloscope.catalog.sweep_tasks import build_negative_partition, sweep_file_names
 from lake_platform.lake import PART_FILE, Lake
-from table_registry import tables as T
 from tests.spark_fixtures import known_lenses_table, synthetic_sweeps
 
 OUT = Path(__file__).resolve().parent / "out"

@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+import table_registry as T
 from benchmarks.bench_cutouts import OUT, ensure_bricks, targets
 from darkhaloscope.evaluation.scoring import CHECKPOINT_PARTITION, score_batches
 from darkhaloscope.imaging.coadd import BrickImageSource
@@ -63,7 +64,6 @@ from darkhaloscope.training.inference import SCORE_BATCH
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.profiles import training_profile
 from lake_platform.lake import Lake
-from table_registry import tables as T
 
 
 def target_table(ra: np.ndarray, dec: np.ndarray) -> pa.Table:

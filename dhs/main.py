@@ -192,7 +192,7 @@ def cmd_demo(args) -> int:
 
 def cmd_grade(args) -> int:
     from darkhaloscope.search.grades import UNGRADED, check_against_candidates, parse_grades_csv
-    from table_registry.tables import VISUAL_GRADES
+    from table_registry import VISUAL_GRADES
 
     from .materialize import failure_message, quiet_console
 

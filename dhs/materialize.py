@@ -35,7 +35,7 @@ from io_managers.parquet import partition_for_key, table_location
 from lake_platform.lake import host_tag
 from lens_assets.ops import HOST_TAG, reap_dead_runs
 from lens_assets.shared.partitions import injection_batch_change, sweep_file_change
-from table_registry.tables import INJECTION_PLAN
+from table_registry import INJECTION_PLAN
 
 
 def quiet_console() -> dict:

@@ -24,7 +24,7 @@ import pyarrow.dataset as ds
 from lake_platform.contracts import Contract
 from lake_platform.staging import StagedTable
 from resources.lake import LakeResource
-from table_registry.tables import by_key
+from table_registry import by_key
 
 
 def partition_for_key(partitions_def: dg.PartitionsDefinition | None, key) -> dict[str, str] | None:

@@ -43,8 +43,7 @@ from darkhaloscope.search.grades import published_graded_lens_ids
 from darkhaloscope.stamps import from_tensor_column
 from lake_platform import audits as au
 from resources import ComputeResource, LakeResource
-from table_registry import audits as checks
-from table_registry.tables import (
+from table_registry import (
     CANDIDATE_GALLERY,
     CUTOUT_SCORES,
     CUTOUTS,
@@ -65,6 +64,7 @@ from table_registry.tables import (
     VISUAL_GRADES,
     Table,
 )
+from table_registry import evaluation as checks
 
 from .closure import lens_forecast, selection_closure
 from .shared.partitions import per_file_backfill

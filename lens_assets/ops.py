@@ -45,7 +45,7 @@ from lake_platform.lake import host_tag
 from lake_platform.staging import process_alive
 from resources import LakeResource
 from resources.alert_sinks import AlertSinksResource
-from table_registry.tables import ALERTS
+from table_registry import ALERTS
 
 from .shared.publish import OWNERS
 

@@ -42,8 +42,7 @@ from resources import ComputeResource, LakeResource, SurveyResource
 from resources.compute import QuietPySparkResource, reported
 from resources.imaging import ImagingResource
 from resources.settings import search_pool
-from table_registry import audits as checks
-from table_registry.tables import (
+from table_registry import (
     CANDIDATE_GALLERY,
     CANDIDATES,
     INJECTION_SCORES,
@@ -57,6 +56,7 @@ from table_registry.tables import (
     THRESHOLDS,
     VISUAL_GRADES,
 )
+from table_registry import search as checks
 
 from .shared.automation import NEW_PARTITION, UPSTREAM_UPDATED
 from .shared.partitions import per_file_backfill

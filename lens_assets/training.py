@@ -37,7 +37,7 @@ from darkhaloscope.training.training_set import (
 )
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.imaging import ImagingResource
-from table_registry.tables import CUTOUT_VALIDATION, CUTOUTS, LENS_FINDER, SEARCH_TARGETS, TRAINING_SET, VISUAL_GRADES
+from table_registry import CUTOUT_VALIDATION, CUTOUTS, LENS_FINDER, SEARCH_TARGETS, TRAINING_SET, VISUAL_GRADES
 
 from .shared.publish import Publish, lake_asset, staged_table
 

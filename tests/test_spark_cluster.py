@@ -31,7 +31,7 @@ from resources import ComputeResource, LakeResource, SurveyResource
 from resources.compute import CatalogLaunchResource, QuietPySparkResource
 from resources.config import spark_config
 from resources.imaging import ImagingResource
-from table_registry.tables import NEGATIVES, SELECTION_FUNNEL
+from table_registry import NEGATIVES, SELECTION_FUNNEL
 from tests.support.cutout_server import CutoutServer
 from tests.support.s3_server import fresh_bucket
 from tests.support.wap import events, published_files, run_assets

@@ -24,7 +24,7 @@ def main() -> None:
     from darkhaloscope.catalog.spark_conf import spark_session
     from darkhaloscope.catalog.spark_env import ensure_java, jvm_output_to, logging_conf
     from lake_platform.lake import Lake
-    from table_registry.tables import KNOWN_LENSES, NEGATIVES, SWEEPS
+    from table_registry import KNOWN_LENSES, NEGATIVES, SWEEPS
 
     from .session import open_step_pipes
 

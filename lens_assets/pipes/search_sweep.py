@@ -25,7 +25,7 @@ def main() -> None:
     from darkhaloscope.search.streaming import SearchSettings
     from lake_platform.lake import Lake
     from mock_survey.sources import source_opener_from_dict
-    from table_registry.tables import LENS_FINDER, SEARCH_TARGETS
+    from table_registry import LENS_FINDER, SEARCH_TARGETS
 
     from .session import open_step_pipes
 
