@@ -166,8 +166,9 @@ def main() -> None:
 
     from darkhaloscope.catalog.spark import negatives_on_spark
     from darkhaloscope.catalog.spark_conf import spark_session
+    from resources.settings import spark_env
 
-    spark = spark_session(args.master, app_name="bench-negatives")
+    spark = spark_session(args.master, app_name="bench-negatives", env=spark_env())
 
     def spark_run(k: int) -> float:
         t0 = time.perf_counter()

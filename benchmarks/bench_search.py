@@ -184,8 +184,9 @@ def main() -> None:
         score_chunk(tgt.slice(0, 16), search_source, model, spec, args.device, SearchSettings())  # warm-up
         if args.spark:
             from darkhaloscope.catalog.spark_conf import spark_session
+            from resources.settings import spark_env
 
-            spark = spark_session(f"local[{cores}]", app_name="bench-search")
+            spark = spark_session(f"local[{cores}]", app_name="bench-search", env=spark_env())
         t_base = t_stream = t_spark = np.inf
         for i in range(args.repeat):  # the forms take turns; the least time counts
             t, base = materialized(Lake(f"{work}/base{i}"), tgt, source, model, spec, args.device)

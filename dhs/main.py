@@ -74,9 +74,9 @@ def cmd_backfill(args) -> int:
 
 
 def _lake():
-    from lake_platform.lake import Lake
+    from resources.storage import open_lake
 
-    return Lake.from_env()
+    return open_lake()
 
 
 def _defs():
@@ -144,15 +144,13 @@ def cmd_tables(args) -> int:
 
 
 def _cutout_max_size() -> int:
-    """The largest ``dhs cutout --size``: DHS_CUTOUT_MAX_SIZE, else the library's default."""
+    """The largest ``dhs cutout --size``: DHS_CUTOUT_MAX_SIZE (checked by ``validate``), else the
+    library's default."""
     from darkhaloscope.imaging.cutout_io import MAX_CUTOUT_SIZE
+    from resources.settings import setting
 
-    raw = os.environ.get("DHS_CUTOUT_MAX_SIZE", "")
-    if not raw:
-        return MAX_CUTOUT_SIZE
-    if not raw.isdigit() or int(raw) < 1:
-        raise InputError(f"DHS_CUTOUT_MAX_SIZE={raw!r} is not a positive whole number of pixels")
-    return int(raw)
+    raw = setting("DHS_CUTOUT_MAX_SIZE")
+    return int(raw) if raw else MAX_CUTOUT_SIZE
 
 
 def cmd_cutout(args) -> int:

@@ -200,11 +200,6 @@ class Lake:
         if self.is_s3:
             self.fs = self._s3_filesystem()
 
-    @classmethod
-    def from_env(cls) -> "Lake":
-        """The lake named by DHS_LAKE (default ./lakehouse) and DHS_S3_ENDPOINT."""
-        return cls(os.environ.get("DHS_LAKE", "./lakehouse"), s3_endpoint=os.environ.get("DHS_S3_ENDPOINT") or None)
-
     # ---------------------------------------------------------------- paths
     def table_path(self, group: str, asset: str) -> str:
         """Filesystem path (no scheme) of a table's folder."""

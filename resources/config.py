@@ -19,7 +19,11 @@ def build_resources() -> dict:
     validate()
     s3_endpoint = setting("DHS_S3_ENDPOINT")
     profile = setting("DHS_PROFILE")
-    lake = LakeResource(uri=setting("DHS_LAKE"), s3_endpoint=s3_endpoint)
+    lake = LakeResource(
+        uri=setting("DHS_LAKE"),
+        s3_endpoint=s3_endpoint,
+        rejected_keep_days=float(setting("DHS_REJECTED_KEEP_DAYS")),
+    )
     launch = {
         "launch_prefix": setting("DHS_LAUNCH_PREFIX") or "",
         "bucket": setting("DHS_PIPES_BUCKET") or "",

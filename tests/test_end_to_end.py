@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from darkhaloscope.errors import InputError
-from tests.conftest import require_chromium
+from tests.conftest import REPO, require_chromium
 from tests.support.chromium import SENTINEL, image_load_results
 from tests.test_table_columns import check_every_published_column_is_declared
 
@@ -24,10 +24,15 @@ def test_demo_runs_end_to_end(tmp_path):
         DAGSTER_HOME=str(tmp_path / "dagster_home"),
         DHS_MOCK_DIR=str(tmp_path / "mock"),
         DHS_PROFILE="demo",
-        DHS_LAKE_READ_LOG=str(reads),
+        # the repository root, for the read-recording wrapper of dhs (tests/support/read_recording.py)
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     )
     run = subprocess.run(
-        [sys.executable, "-m", "dhs.main", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "tests.support.read_recording", str(reads), "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "Selection function C(theta_E, z_l)" in run.stdout and "Evaluation report:" in run.stdout
