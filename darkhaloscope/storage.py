@@ -63,9 +63,14 @@ class PartitionedTable(Protocol):
     def delete(self, partition: Partition) -> None:
         """Remove a partition (and every partition below it)."""
 
-    def local_folder(self, partition: Partition) -> AbstractContextManager[str]:
-        """A local path holding the files of ``partition`` for the duration of the context
-        (the folder itself on a local store, a temporary copy otherwise)."""
+    def local_folder(self, partition: Partition, subfolder: str | None = None) -> AbstractContextManager[str]:
+        """A local path holding the files of ``partition`` (or of ``subfolder``, a relative folder
+        below it) for the duration of the context (the folder itself on a local store, a temporary
+        copy otherwise)."""
+
+    def files(self) -> list[str]:
+        """URIs of the table's committed Parquet files (an absolute path or ``s3://...``), for a
+        reader outside the store (a trainer on another host)."""
 
 
 class TableStore(Protocol):

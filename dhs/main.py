@@ -312,6 +312,13 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
 
+    _lake_commands(command)
+    _workflow_commands(command)
+    return p
+
+
+def _lake_commands(command) -> None:
+    """``materialize``, ``query``, ``tables`` and ``cutout`` (``command`` adds one sub-command)."""
     m = command(
         "materialize",
         "materialize assets (all partitions; stale or missing upstream assets first)",
@@ -371,6 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
     c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
     c.set_defaults(func=cmd_cutout)
+
+
+def _workflow_commands(command) -> None:
+    """``grade``, ``backfill``, ``instance`` and ``demo`` (``command`` adds one sub-command)."""
     g = command(
         "grade",
         "land a grades CSV (the gallery's export: object_id, grade A, B, C, not_a_lens or ungraded, ra, dec, "
@@ -410,7 +421,6 @@ def build_parser() -> argparse.ArgumentParser:
         "and the paths of the evaluation report and the candidate gallery.",
     )
     d.set_defaults(func=cmd_demo)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

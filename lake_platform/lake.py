@@ -507,10 +507,14 @@ class Lake:
         return LakeTable(self, _validate_name("group", group), _validate_name("asset", name))
 
     @contextmanager
-    def local_folder(self, group: str, asset: str, partition: Mapping[str, str]) -> Iterator[str]:
-        """A local path holding a partition's files: the folder itself on a local lake, a temporary
-        copy of it (removed afterwards) on S3."""
+    def local_folder(
+        self, group: str, asset: str, partition: Mapping[str, str], subfolder: str | None = None
+    ) -> Iterator[str]:
+        """A local path holding a partition's files (or those of ``subfolder``, a relative folder
+        below it): the folder itself on a local lake, a temporary copy of it (removed afterwards) on S3."""
         path = self.partition_path(group, asset, partition)
+        if subfolder:
+            path = f"{path}/{subfolder.strip('/')}"
         if not self.is_s3:
             yield path
             return
@@ -578,5 +582,8 @@ class LakeTable:
     def delete(self, partition: Mapping[str, str]) -> None:
         self.lake.delete_partition(self.group, self.name, partition)
 
-    def local_folder(self, partition: Mapping[str, str]):
-        return self.lake.local_folder(self.group, self.name, partition)
+    def local_folder(self, partition: Mapping[str, str], subfolder: str | None = None):
+        return self.lake.local_folder(self.group, self.name, partition, subfolder)
+
+    def files(self) -> list[str]:
+        return [self.lake.full_uri(p) for p in self.lake._part_files(self.group, self.name)]

@@ -129,6 +129,14 @@ class StagedTable:
     def published_folder(self) -> str:
         return self.lake.partition_path(self.group, self.table, self.partition)
 
+    def published_uri(self, name: str | None = None, subfolder: Mapping[str, str] | None = None) -> str:
+        """Where the artifact ``name`` staged with :meth:`write_bytes` (or, without ``name``, the
+        folder of the table, partition or ``subfolder``) is once published: a URI a user can paste
+        (an absolute path, or ``s3://...``)."""
+        part = {**(self.partition or {}), **(subfolder or {})}
+        folder = self.lake.partition_path(self.group, self.table, part or None)
+        return self.lake.full_uri(f"{folder}/{name}" if name else folder)
+
     @property
     def label(self) -> str:
         """``group/table`` plus the partition, for messages."""

@@ -68,7 +68,7 @@ from table_registry import evaluation as checks
 
 from .closure import lens_forecast, selection_closure
 from .shared.partitions import per_file_backfill
-from .shared.publish import Publish, lake_asset, per_partition, staged_table
+from .shared.publish import Publish, file_link, lake_asset, per_partition, staged_table
 
 
 def _key(table: Table) -> dg.AssetKey:
@@ -330,16 +330,16 @@ def evaluation_report(
         injection_stamps=lambda ids: _injection_images(injection_bank, ids),
         lens_finder_row=lens_finder.to_pylist()[0],
         lake_uri=store.uri,
-        gallery_uri=store.full_uri(f"{store.table_path(*CANDIDATE_GALLERY.key)}/{GALLERY_FILE}"),
+        gallery_uri=f"{store.table(*CANDIDATE_GALLERY.key).location()}/{GALLERY_FILE}",
         conditioning=table_conditioning(selection_function),
         closure=selection_closure,
         forecast=lens_forecast,
     ).encode("utf-8")
     staged = staged_table(context, EVALUATION_REPORT)
     staged.write_bytes("report.html", html)
-    uri = store.full_uri(f"{staged.published_folder}/report.html")
+    uri = staged.published_uri("report.html")
     staged.write(pa.table({"uri": [uri], "bytes": [len(html)], "figures": [html.count(b"<img")]}))
-    md = {"figures": html.count(b"<img"), "report": dg.MetadataValue.url(f"file://{uri}") if not store.is_s3 else uri}
+    md = {"figures": html.count(b"<img"), "report": file_link(uri)}
     return Publish({EVALUATION_REPORT: staged}, metadata={EVALUATION_REPORT: md})
 
 

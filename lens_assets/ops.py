@@ -331,7 +331,7 @@ def report_alerts_table(instance: dg.DagsterInstance, lake, n_new: int) -> None:
     """Record a runless materialization of ``ops/alerts`` after delivery added ``n_new`` rows."""
     if n_new <= 0:
         return
-    uri = lake.full_uri(lake.table_path(*ALERTS_KEY.path))
+    uri = lake.table(*ALERTS_KEY.path).location()
     instance.report_runless_asset_event(
         dg.AssetMaterialization(
             asset_key=ALERTS_KEY,

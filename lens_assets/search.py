@@ -60,7 +60,7 @@ from table_registry import search as checks
 
 from .shared.automation import NEW_PARTITION, UPSTREAM_UPDATED
 from .shared.partitions import per_file_backfill
-from .shared.publish import Publish, lake_asset, per_partition, staged_table
+from .shared.publish import Publish, file_link, lake_asset, per_partition, staged_table
 from .survey import sweeps
 
 _DEFAULT_SEARCH = SearchSettings()
@@ -351,13 +351,12 @@ def candidate_gallery(
     """One static HTML page (offline, stamps embedded) of the top candidates' g, r, z colour
     stamps with score, known/new, a Legacy Surveys viewer link and a grading control whose CSV
     export ``dhs grade`` lands in ``visual_grades``."""
-    store = lake.lake()
     top = top_candidates(candidates, config.top_n)
     stamps = gallery_stamps(top, search_stamps, lambda: imaging.source(survey), _DEFAULT_SEARCH.size)
     html = gallery_html(top, stamps).encode("utf-8")
     staged = staged_table(context, CANDIDATE_GALLERY)
     staged.write_bytes(GALLERY_FILE, html)
-    uri = store.full_uri(f"{staged.published_folder}/{GALLERY_FILE}")
+    uri = staged.published_uri(GALLERY_FILE)
     shown = html.count(b'class="stamp"')
     staged.write(pa.table({"uri": [uri], "bytes": [len(html)], "stamps": [shown]}))
     outcomes = [
@@ -365,7 +364,7 @@ def candidate_gallery(
             shown == top.num_rows, {"shown": shown}, f"the page shows {shown} stamps for {top.num_rows} candidates"
         )
     ]
-    md = {"stamps": shown, "gallery": dg.MetadataValue.url(f"file://{uri}") if not store.is_s3 else uri}
+    md = {"stamps": shown, "gallery": file_link(uri)}
     return Publish({CANDIDATE_GALLERY: staged}, audits={CANDIDATE_GALLERY: outcomes}, metadata={CANDIDATE_GALLERY: md})
 
 

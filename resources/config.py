@@ -10,8 +10,6 @@ from .survey import SurveyResource
 def build_resources() -> dict:
     """Resource instances from the DHS_* environment variables (``resources/settings.py``), each
     validated first: a bad value raises InputError naming the variable."""
-    from io_managers import LakeIOManager
-
     from .alert_sinks import AlertSinksResource
     from .compute import CatalogLaunchResource, QuietPySparkResource
     from .launch import PipesLaunchClient
@@ -33,7 +31,6 @@ def build_resources() -> dict:
     }
     return {
         "lake": lake,
-        "io_manager": LakeIOManager(**lake.model_dump()),
         "survey": SurveyResource(
             survey=setting("DHS_SURVEY"),
             profile=profile,

@@ -34,8 +34,8 @@ import dagster as dg
 from dagster_aws.pipes import PipesS3ContextInjector, PipesS3MessageReader
 
 from darkhaloscope.errors import InputError
-from lens_assets.pipes.session import MESSAGE_INTERVAL_S, S3_ENDPOINT_ARG, s3_client
 
+from .pipes_transport import MESSAGE_INTERVAL_S, S3_ENDPOINT_ARG, s3_client
 from .settings import default
 
 #: Key prefix of the context objects in the bucket (removed after each run).

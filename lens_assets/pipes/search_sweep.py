@@ -22,9 +22,11 @@ from __future__ import annotations
 
 
 def main() -> None:
+    from darkhaloscope.imaging.source_settings import source_opener_from_dict
     from darkhaloscope.search.launch import search_with_published_finder
     from darkhaloscope.search.streaming import SearchSettings
-    from mock_survey.sources import source_opener_from_dict
+    from mock_survey.sources import KIND as MOCK_SKY
+    from mock_survey.sources import MockSkySettings
     from resources.storage import open_lake
     from table_registry import LENS_FINDER, SEARCH_TARGETS
 
@@ -45,7 +47,7 @@ def main() -> None:
             lake.table(*LENS_FINDER.key),
             lake.inflight(),
             targets,
-            source_opener_from_dict(x["source"]),
+            source_opener_from_dict(x["source"], {MOCK_SKY: MockSkySettings.from_dict}),
             x["device"],
             SearchSettings(**x["settings"]),
             progress=progress,
