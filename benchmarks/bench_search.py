@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+import table_registry as T
 from benchmarks.bench_cutouts import OUT, ensure_bricks, targets
 from darkhaloscope.evaluation.scoring import CHECKPOINT_PARTITION, score_batches
 from darkhaloscope.imaging.coadd import BrickImageSource
@@ -63,7 +64,6 @@ from darkhaloscope.training.inference import SCORE_BATCH
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.profiles import training_profile
 from lake_platform.lake import Lake
-from table_registry import tables as T
 
 
 def target_table(ra: np.ndarray, dec: np.ndarray) -> pa.Table:
@@ -184,8 +184,9 @@ def main() -> None:
         score_chunk(tgt.slice(0, 16), search_source, model, spec, args.device, SearchSettings())  # warm-up
         if args.spark:
             from darkhaloscope.catalog.spark_conf import spark_session
+            from resources.settings import spark_env
 
-            spark = spark_session(f"local[{cores}]", app_name="bench-search")
+            spark = spark_session(f"local[{cores}]", app_name="bench-search", env=spark_env())
         t_base = t_stream = t_spark = np.inf
         for i in range(args.repeat):  # the forms take turns; the least time counts
             t, base = materialized(Lake(f"{work}/base{i}"), tgt, source, model, spec, args.device)

@@ -74,10 +74,9 @@ def cmd_backfill(args) -> int:
 
 
 def _lake():
-    from lake_platform.lake import Lake
-    from table_registry.tables import contract_of
+    from resources.storage import open_lake
 
-    return Lake.from_env(contracts=contract_of)
+    return open_lake()
 
 
 def _defs():
@@ -187,15 +186,13 @@ def cmd_fetch_list(args) -> int:
 
 
 def _cutout_max_size() -> int:
-    """The largest ``dhs cutout --size``: DHS_CUTOUT_MAX_SIZE, else the library's default."""
+    """The largest ``dhs cutout --size``: DHS_CUTOUT_MAX_SIZE (checked by ``validate``), else the
+    library's default."""
     from darkhaloscope.imaging.cutout_io import MAX_CUTOUT_SIZE
+    from resources.settings import setting
 
-    raw = os.environ.get("DHS_CUTOUT_MAX_SIZE", "")
-    if not raw:
-        return MAX_CUTOUT_SIZE
-    if not raw.isdigit() or int(raw) < 1:
-        raise InputError(f"DHS_CUTOUT_MAX_SIZE={raw!r} is not a positive whole number of pixels")
-    return int(raw)
+    raw = setting("DHS_CUTOUT_MAX_SIZE")
+    return int(raw) if raw else MAX_CUTOUT_SIZE
 
 
 def cmd_cutout(args) -> int:
@@ -235,7 +232,7 @@ def cmd_demo(args) -> int:
 
 def cmd_grade(args) -> int:
     from darkhaloscope.search.grades import UNGRADED, check_against_candidates, parse_grades_csv
-    from table_registry.tables import VISUAL_GRADES
+    from table_registry import VISUAL_GRADES
 
     from .materialize import failure_message, quiet_console
 
@@ -360,6 +357,14 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
 
+    _lake_commands(command)
+    _file_commands(command)
+    _workflow_commands(command)
+    return p
+
+
+def _lake_commands(command) -> None:
+    """``materialize``, ``query``, ``tables`` and ``cutout`` (``command`` adds one sub-command)."""
     m = command(
         "materialize",
         "materialize assets (all partitions; stale or missing upstream assets first)",
@@ -407,6 +412,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--format", choices=["table", "csv", "json"], default="table")
     t.set_defaults(func=cmd_tables)
+    c = command(
+        "cutout",
+        "one g,r,z cutout as FITS cube (band, y, x) or PNG",
+        "One g,r,z cutout from the configured imaging source (the survey's coadd bricks, the mock sky or a "
+        "cutout service): a FITS cube (band, y, x) with a TAN WCS and an INVVAR HDU, or an asinh colour PNG. "
+        "Bad arguments exit 2 before anything is read; a position without data exits 1 and writes nothing.",
+    )
+    c.add_argument("ra", type=float, help="degrees, [0, 360)")
+    c.add_argument("dec", type=float, help="degrees, [-90, 90]")
+    c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
+    c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
+    c.set_defaults(func=cmd_cutout)
+
+
+def _file_commands(command) -> None:
+    """``export`` and ``fetch-list`` (``command`` adds one sub-command)."""
     e = command(
         "export",
         "write a table as FITS, ECSV, VOTable or Parquet with its units and descriptions (astropy's writers)",
@@ -437,18 +458,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--no-coadds", action="store_true", help="leave out the coadd bricks")
     f.add_argument("--missing", action="store_true", help="only the files the mirror DHS_SURVEY lacks")
     f.set_defaults(func=cmd_fetch_list)
-    c = command(
-        "cutout",
-        "one g,r,z cutout as FITS cube (band, y, x) or PNG",
-        "One g,r,z cutout from the configured imaging source (the survey's coadd bricks, the mock sky or a "
-        "cutout service): a FITS cube (band, y, x) with a TAN WCS and an INVVAR HDU, or an asinh colour PNG. "
-        "Bad arguments exit 2 before anything is read; a position without data exits 1 and writes nothing.",
-    )
-    c.add_argument("ra", type=float, help="degrees, [0, 360)")
-    c.add_argument("dec", type=float, help="degrees, [-90, 90]")
-    c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
-    c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
-    c.set_defaults(func=cmd_cutout)
+
+
+def _workflow_commands(command) -> None:
+    """``grade``, ``backfill``, ``instance`` and ``demo`` (``command`` adds one sub-command)."""
     g = command(
         "grade",
         "land a grades CSV (the gallery's export: object_id, grade A, B, C, not_a_lens or ungraded, ra, dec, "
@@ -488,7 +501,6 @@ def build_parser() -> argparse.ArgumentParser:
         "and the paths of the evaluation report and the candidate gallery.",
     )
     d.set_defaults(func=cmd_demo)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -36,13 +35,14 @@ from lake_platform.lake import host_tag
 from lens_assets.ops import HOST_TAG, reap_dead_runs
 from lens_assets.shared.partitions import injection_batch_change, sweep_file_change
 from lens_assets.survey import missing_mirror_inputs
-from table_registry.tables import INJECTION_PLAN
+from resources.settings import setting
+from table_registry import INJECTION_PLAN
 
 
 def quiet_console() -> dict:
     """Run config that keeps Dagster's console logger at DHS_LOG_LEVEL (default WARNING): the
     terminal shows progress and errors, the event log in the instance keeps everything."""
-    return {"loggers": {"console": {"config": {"log_level": os.environ.get("DHS_LOG_LEVEL", "WARNING")}}}}
+    return {"loggers": {"console": {"config": {"log_level": setting("DHS_LOG_LEVEL")}}}}
 
 
 class MaterializeError(RuntimeError):

@@ -21,7 +21,7 @@ STATIC = os.path.join(ROOT, "docs", "_static")
 def figures() -> dict[str, tuple[tuple[str, str], dict, str]]:
     """{file in docs/_static: ((group, table), its files' sub-folder, the figure's name)}."""
     from darkhaloscope.evaluation.products import FIGURES, heatmap_file
-    from table_registry.tables import SELECTION_FUNCTION
+    from table_registry import SELECTION_FUNCTION
 
     return {"selection_function_seed0.png": (SELECTION_FUNCTION.key, FIGURES, heatmap_file("fpr=1e-2"))}
 
@@ -29,7 +29,7 @@ def figures() -> dict[str, tuple[tuple[str, str], dict, str]]:
 def lake_origin(lake) -> dict:
     """The survey the lake's catalogs come from (``sweep_files``' recorded origin)."""
     from darkhaloscope.survey.manifest import survey_origin
-    from table_registry.tables import SWEEP_FILES
+    from table_registry import SWEEP_FILES
 
     origin = survey_origin(lake.read_schema(*SWEEP_FILES.key))
     if origin is None:

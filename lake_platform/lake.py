@@ -257,15 +257,6 @@ class Lake:
         if self.is_s3:
             self.fs = self._s3_filesystem()
 
-    @classmethod
-    def from_env(cls, contracts: Callable[[str, str], Contract | None] | None = None) -> "Lake":
-        """The lake named by DHS_LAKE (default ./lakehouse) and DHS_S3_ENDPOINT."""
-        return cls(
-            os.environ.get("DHS_LAKE", "./lakehouse"),
-            s3_endpoint=os.environ.get("DHS_S3_ENDPOINT") or None,
-            contracts=contracts,
-        )
-
     # ---------------------------------------------------------------- paths
     def table_path(self, group: str, asset: str) -> str:
         """Filesystem path (no scheme) of a table's folder."""
@@ -619,11 +610,15 @@ class Lake:
         return LakeTable(self, _validate_name("group", group), _validate_name("asset", name))
 
     @contextmanager
-    def local_folder(self, group: str, asset: str, partition: Mapping[str, str]) -> Iterator[str]:
+    def local_folder(
+        self, group: str, asset: str, partition: Mapping[str, str], subfolder: str | None = None
+    ) -> Iterator[str]:
         """A local path holding the files (:meth:`files_path`) of ``partition`` (e.g. the lens
-        finder's ``{"artifact": "checkpoint"}``): the folder itself on a local lake, a temporary
-        copy of it (removed afterwards) on S3."""
+        finder's ``{"artifact": "checkpoint"}``), or those of ``subfolder``, a relative folder below
+        it: the folder itself on a local lake, a temporary copy of it (removed afterwards) on S3."""
         path = self.files_path(group, asset, partition)
+        if subfolder:
+            path = f"{path}/{_relative_name(subfolder.strip('/'))}"
         if not self.is_s3:
             yield path
             return
@@ -649,6 +644,9 @@ class LakeTable:
 
     def location(self, partition: Mapping[str, str] | None = None) -> str:
         return self.lake.full_uri(self.lake.partition_path(self.group, self.name, partition))
+
+    def files_location(self, partition: Mapping[str, str] | None = None) -> str:
+        return self.lake.full_uri(self.lake.files_path(self.group, self.name, partition))
 
     def partitions(self) -> list[dict[str, str]]:
         return self.lake.partitions(self.group, self.name)
@@ -691,5 +689,8 @@ class LakeTable:
     def delete(self, partition: Mapping[str, str]) -> None:
         self.lake.delete_partition(self.group, self.name, partition)
 
-    def local_folder(self, partition: Mapping[str, str]):
-        return self.lake.local_folder(self.group, self.name, partition)
+    def local_folder(self, partition: Mapping[str, str], subfolder: str | None = None):
+        return self.lake.local_folder(self.group, self.name, partition, subfolder)
+
+    def files(self) -> list[str]:
+        return [self.lake.full_uri(p) for p in self.lake._part_files(self.group, self.name)]

@@ -139,6 +139,14 @@ class StagedTable:
     def published_folder(self) -> str:
         return self.lake.partition_path(self.group, self.table, self.partition)
 
+    def published_uri(self, name: str | None = None, subfolder: Mapping[str, str] | None = None) -> str:
+        """Where the file ``name`` staged with :meth:`write_bytes` (or, without ``name``, the files
+        folder of the table, partition or ``subfolder``: ``Lake.files_path``) is once published: a
+        URI a user can paste (an absolute path, or ``s3://...``)."""
+        part = {**(self.partition or {}), **(subfolder or {})}
+        folder = self.lake.files_path(self.group, self.table, part or None)
+        return self.lake.full_uri(f"{folder}/{name}" if name else folder)
+
     @property
     def staged_files_folder(self) -> str:
         """Where the table's other files are staged (beside the staged table: ``Lake.files_path``)."""
@@ -375,7 +383,7 @@ def sweep_orphans(
     lake: Lake,
     before: float,
     run_alive: Callable[[StageOwner], bool] = owner_process_alive,
-    rejected_keep_days: float | None = None,
+    rejected_keep_days: float = DEFAULT_REJECTED_KEEP_DAYS,
 ) -> SweepReport:
     """Remove staging left by dead runs and writers, and rejected tables past their retention.
 
@@ -383,13 +391,9 @@ def sweep_orphans(
     start). A run's staging area goes when ``run_alive(owner)`` is false (a folder without a
     readable owner record counts as dead); a writer's temporary object when its process is gone
     (this host) or it is older than a day (another host). Rejected tables go once older than
-    ``rejected_keep_days`` (default ``$DHS_REJECTED_KEEP_DAYS`` or 7).
+    ``rejected_keep_days`` (the lake resource passes ``DHS_REJECTED_KEEP_DAYS``).
     """
-    keep_days = (
-        rejected_keep_days
-        if rejected_keep_days is not None
-        else float(os.environ.get("DHS_REJECTED_KEEP_DAYS", DEFAULT_REJECTED_KEEP_DAYS))
-    )
+    keep_days = rejected_keep_days
     report = SweepReport()
     here = host_tag()
     for info in _children(lake, f"{lake.root}/{STAGING_DIR}"):

@@ -35,7 +35,7 @@ from darkhaloscope.lensing.bank import plan_grid, table_conditioning, with_condi
 from darkhaloscope.survey.sweeps import parse_sweep_filename
 from mock_survey.hidden_lenses import ARC_SNR_RANGE
 from resources import LakeResource, SurveyResource
-from table_registry.tables import (
+from table_registry import (
     INJECTION_PLAN,
     INJECTION_SCORES,
     LENS_FORECAST,

@@ -45,8 +45,7 @@ from darkhaloscope.search.grades import published_graded_lens_ids
 from darkhaloscope.stamps import from_tensor_column
 from lake_platform import audits as au
 from resources import ComputeResource, LakeResource
-from table_registry import audits as checks
-from table_registry.tables import (
+from table_registry import (
     CANDIDATE_GALLERY,
     CUTOUT_SCORES,
     CUTOUTS,
@@ -67,10 +66,20 @@ from table_registry.tables import (
     VISUAL_GRADES,
     Table,
 )
+from table_registry import evaluation as checks
 
 from .closure import lens_forecast, selection_closure
 from .shared.partitions import per_file_backfill
-from .shared.publish import GATE_COLUMNS, Publish, figures_markdown, lake_asset, per_partition, rows_table, staged_table
+from .shared.publish import (
+    GATE_COLUMNS,
+    Publish,
+    figures_markdown,
+    file_link,
+    lake_asset,
+    per_partition,
+    rows_table,
+    staged_table,
+)
 
 
 def _key(table: Table) -> dg.AssetKey:
@@ -335,7 +344,8 @@ def evaluation_report(
         lake_uri=store.uri,
         # relative to the report's folder, so a copied lake keeps the link
         gallery_uri=posixpath.relpath(
-            f"{store.files_path(*CANDIDATE_GALLERY.key)}/{GALLERY_FILE}", store.files_path(*EVALUATION_REPORT.key)
+            f"{store.table(*CANDIDATE_GALLERY.key).files_location()}/{GALLERY_FILE}",
+            store.table(*EVALUATION_REPORT.key).files_location(),
         ),
         conditioning=table_conditioning(selection_function),
         closure=selection_closure,
@@ -343,11 +353,11 @@ def evaluation_report(
     ).encode("utf-8")
     staged = staged_table(context, EVALUATION_REPORT)
     staged.write_bytes("report.html", html)
-    uri = store.full_uri(f"{staged.published_files_folder}/report.html")
+    uri = staged.published_uri("report.html")
     staged.write(pa.table({"uri": [uri], "bytes": [len(html)], "figures": [html.count(b"<img")]}))
     md = {
         "figures": html.count(b"<img"),
-        "report": dg.MetadataValue.url(f"file://{uri}") if not store.is_s3 else uri,
+        "report": file_link(uri),
         "report_figures": figures_markdown(html.decode("utf-8")),
         "gates": rows_table(json.loads(lens_finder.column("metrics")[0].as_py()).get("gates", []), GATE_COLUMNS),
     }

@@ -33,8 +33,7 @@ from darkhaloscope.lensing.verify import lenstronomy_agreement, physics_problems
 from darkhaloscope.search.grades import published_graded_lens_ids
 from lake_platform import audits as au
 from resources import ComputeResource, LakeResource
-from table_registry import audits as checks
-from table_registry.tables import (
+from table_registry import (
     CUTOUT_VALIDATION,
     CUTOUTS,
     INJECTION_BANK,
@@ -44,6 +43,7 @@ from table_registry.tables import (
     SWEEPS,
     VISUAL_GRADES,
 )
+from table_registry import injection as checks
 
 from .shared.partitions import injection_batch_change
 from .shared.progress import report_progress

@@ -42,8 +42,7 @@ from resources import ComputeResource, LakeResource, SurveyResource
 from resources.compute import QuietPySparkResource, reported
 from resources.imaging import ImagingResource
 from resources.settings import search_pool
-from table_registry import audits as checks
-from table_registry.tables import (
+from table_registry import (
     CANDIDATE_GALLERY,
     CANDIDATES,
     INJECTION_SCORES,
@@ -57,11 +56,12 @@ from table_registry.tables import (
     THRESHOLDS,
     VISUAL_GRADES,
 )
+from table_registry import search as checks
 
 from .shared.automation import NEW_PARTITION, UPSTREAM_UPDATED
 from .shared.partitions import per_file_backfill
 from .shared.progress import report_progress
-from .shared.publish import Publish, lake_asset, per_partition, staged_table
+from .shared.publish import Publish, file_link, lake_asset, per_partition, staged_table
 from .survey import sweeps
 
 _DEFAULT_SEARCH = SearchSettings()
@@ -354,14 +354,13 @@ def candidate_gallery(
     with rank and score (cut again where the search kept none), with filters (status, score, size,
     grade), a Legacy Surveys viewer link for real-survey stamps and a grading control whose choices
     the browser keeps until their CSV export, which ``dhs grade`` lands in ``visual_grades``."""
-    store = lake.lake()
     stamps = gallery_stamps(candidates, search_stamps, lambda: imaging.source(survey), _DEFAULT_SEARCH.size)
     files = gallery_files(candidates, stamps, viewer=not survey.is_mock)
     staged = staged_table(context, CANDIDATE_GALLERY)
     for name, payload in files.items():
         staged.write_bytes(name, payload)
     page = files[GALLERY_FILE]
-    uri = store.full_uri(f"{staged.published_files_folder}/{GALLERY_FILE}")
+    uri = staged.published_uri(GALLERY_FILE)
     shown = page.count(b'class="stamp"')
     staged.write(pa.table({"uri": [uri], "bytes": [len(page)], "stamps": [shown]}))
     outcomes = [
@@ -378,7 +377,7 @@ def candidate_gallery(
         "n_known": known,
         "stamps_cut_at_gallery_time": candidates.num_rows
         - int(pc.sum(pc.is_in(candidates.column("object_id"), _kept_ids(search_stamps))).as_py() or 0),
-        "gallery": dg.MetadataValue.url(f"file://{uri}") if not store.is_s3 else uri,
+        "gallery": file_link(uri),
     }
     return Publish({CANDIDATE_GALLERY: staged}, audits={CANDIDATE_GALLERY: outcomes}, metadata={CANDIDATE_GALLERY: md})
 

@@ -34,8 +34,8 @@ from darkhaloscope.survey.sweeps import (
 from lake_platform import audits as au
 from resources import LakeResource, SurveyResource
 from resources.survey import SWEEP_DIR
-from table_registry import audits as checks
-from table_registry.tables import KNOWN_LENSES, PHOTO_Z, SPECTRA, SWEEP_FILES, SWEEPS
+from table_registry import KNOWN_LENSES, PHOTO_Z, SPECTRA, SWEEP_FILES, SWEEPS
+from table_registry import survey as checks
 
 from .shared.automation import NEW_PARTITION, survey_flow_sensor
 from .shared.partitions import per_file_backfill, sweep_file_change

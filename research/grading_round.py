@@ -22,13 +22,13 @@ import argparse
 import csv
 import json
 
+import table_registry as T
 from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation.discovery import hidden_lens_recovery
 from darkhaloscope.search.grades import GRADE_COLUMNS
 from dhs.demo_summary import hidden_lens_truth
 from lake_platform.lake import Lake
 from resources.config import build_resources
-from table_registry import tables as T
 
 
 def oracle_grades(lake: Lake, top: int | None) -> list[dict]:

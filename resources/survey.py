@@ -12,8 +12,9 @@ from darkhaloscope.constants import DR10_SWEEP_DIR as SWEEP_DIR
 from darkhaloscope.errors import InputError
 from darkhaloscope.survey.location import SurveyLocation
 from lake_platform.lake import translate_storage_error, validate_partition_key
-from mock_survey.paths import DEFAULT_MOCK_DIR
 from mock_survey.survey import MockSurvey, MockSurveyManifest
+
+from .settings import default
 
 
 class SurveyResource(dg.ConfigurableResource):
@@ -23,10 +24,10 @@ class SurveyResource(dg.ConfigurableResource):
     and ``mock_hidden_lenses`` its sizes (None: the profile's), and ``mock_dir`` caches its files;
     ``s3_anonymous``: read a mirror in a public bucket without credentials (unsigned requests)."""
 
-    survey: str = "mock"
-    profile: str = "demo"
-    mock_dir: str = DEFAULT_MOCK_DIR
-    mock_seed: int = 0
+    survey: str = default("DHS_SURVEY")
+    profile: str = default("DHS_PROFILE")
+    mock_dir: str = default("DHS_MOCK_DIR")
+    mock_seed: int = int(default("DHS_MOCK_SEED"))
     mock_sweep_files: int | None = None
     mock_rows_per_file: int | None = None
     mock_hidden_lenses: int | None = None

@@ -11,7 +11,7 @@ import pytest
 from darkhaloscope.evaluation.products import FIGURES, heatmap_file
 from darkhaloscope.survey.manifest import sweep_manifest
 from lake_platform.lake import Lake
-from table_registry.tables import SELECTION_FUNCTION, SWEEP_FILES
+from table_registry import SELECTION_FUNCTION, SWEEP_FILES
 
 REPO = Path(__file__).resolve().parent.parent
 

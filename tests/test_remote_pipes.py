@@ -37,7 +37,7 @@ from resources.config import spark_config
 from resources.imaging import ImagingResource
 from resources.launch import PipesLaunchClient, shown
 from resources.settings import validate
-from table_registry.tables import LENS_FINDER, NEGATIVES, SELECTION_FUNNEL
+from table_registry import LENS_FINDER, NEGATIVES, SELECTION_FUNNEL
 from tests.support.cutout_server import CutoutServer
 from tests.support.netns import far_side_prefix
 from tests.support.s3_server import TEST_ENV, fresh_bucket

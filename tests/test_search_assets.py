@@ -16,7 +16,7 @@ from lake_platform.lake import Lake
 from lens_assets.shared.partitions import injection_batches, sweep_partitions
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.imaging import ImagingResource
-from table_registry.tables import (
+from table_registry import (
     CANDIDATE_GALLERY,
     CANDIDATES,
     SEARCH_SCORES,

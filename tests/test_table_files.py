@@ -19,7 +19,7 @@ from astropy.table import Table
 from darkhaloscope.errors import InputError
 from lake_platform.contracts import ASTROPY_HEADER_KEY
 from lake_platform.lake import Lake
-from table_registry.tables import SWEEPS, TABLES, contract_of
+from table_registry import SWEEPS, TABLES, contract_of
 from tests.test_catalog_cuts import rows
 
 SWEEP_A, SWEEP_B = "sweep-150p000-155p005.fits", "sweep-155p000-160p005.fits"

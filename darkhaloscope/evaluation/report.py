@@ -445,42 +445,52 @@ def build_report(
     parts += _score_sections(ids, roc, aurocs, thresholds, recall, max_table_rows)
     parts += _conditioning_section(conditioning)
     parts += _selection_sections(ids, selection, selection_heatmaps, marginals, max_table_rows)
-    parts.append("<h2>Closure: the selection function against the hidden lenses the search found</h2>")
-    if closure is not None and closure.num_rows:
-        parts.append(
-            '<p class="note">Per θ_E bin and overall: hidden lenses of the mock sky whose host the finder never saw, '
-            "the number the selection model P(detected | θ_E, arc S/N, lens z mag) predicts, its standard deviation "
-            "(model and sampling), the number the search recovered, and the pull, at each threshold (the strictest "
-            "selects the candidates; a looser one recovers more lenses and so tests the model with more).</p>"
-        )
-        parts.append(table_html(closure, max_rows=max_table_rows, el_id=ids("table", "closure")))
-    else:
-        parts.append('<p class="note">No hidden-lens truth (not the mock survey): no closure test.</p>')
+    parts += _closure_section(ids, closure, max_table_rows)
     parts += _forecast_section(ids, forecast, forecast_assumptions, max_table_rows)
-    parts.append("<h2>False-positive rate by pool and confuser category</h2>")
-    parts.append(
-        table_html(fpr_by_confuser, max_rows=max_table_rows, el_id=ids("table", "fpr-by-confuser"))
-        if fpr_by_confuser is not None
-        else _MISSING
-    )
+    parts += _fpr_section(ids, fpr_by_confuser, max_table_rows)
     parts += _mosaic_sections(ids, mosaics)
-
-    if gallery_uri:
-        # a path relative to the report stays relative (a copied lake keeps the link)
-        href = "file://" + gallery_uri if gallery_uri.startswith("/") else gallery_uri
-        parts.append("<h2>Survey-wide search</h2>")
-        parts.append(
-            '<p>The candidates of the search, with stamps and grading: <a id="link-gallery" '
-            f'href="{html.escape(href)}">'
-            f"candidate gallery</a> (materialize <code>candidate_gallery</code> when the link is missing).</p>"
-        )
-
+    parts += _gallery_section(gallery_uri)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
         + "\n".join(parts)
         + "\n</body></html>\n"
     )
+
+
+def _fpr_section(ids, fpr_by_confuser: pa.Table | None, max_table_rows: int) -> list[str]:
+    return [
+        "<h2>False-positive rate by pool and confuser category</h2>",
+        table_html(fpr_by_confuser, max_rows=max_table_rows, el_id=ids("table", "fpr-by-confuser"))
+        if fpr_by_confuser is not None
+        else _MISSING,
+    ]
+
+
+def _closure_section(ids, closure: pa.Table | None, max_table_rows: int) -> list[str]:
+    parts = ["<h2>Closure: the selection function against the hidden lenses the search found</h2>"]
+    if closure is None or not closure.num_rows:
+        return parts + ['<p class="note">No hidden-lens truth (not the mock survey): no closure test.</p>']
+    parts.append(
+        '<p class="note">Per θ_E bin and overall: hidden lenses of the mock sky whose host the finder never saw, '
+        "the number the selection model P(detected | θ_E, arc S/N, lens z mag) predicts, its standard deviation "
+        "(model and sampling), the number the search recovered, and the pull, at each threshold (the strictest "
+        "selects the candidates; a looser one recovers more lenses and so tests the model with more).</p>"
+    )
+    return parts + [table_html(closure, max_rows=max_table_rows, el_id=ids("table", "closure"))]
+
+
+def _gallery_section(gallery_uri: str | None) -> list[str]:
+    if not gallery_uri:
+        return []
+    # a path relative to the report stays relative (a copied lake keeps the link)
+    href = "file://" + gallery_uri if gallery_uri.startswith("/") else gallery_uri
+    return [
+        "<h2>Survey-wide search</h2>",
+        '<p>The candidates of the search, with stamps and grading: <a id="link-gallery" '
+        f'href="{html.escape(href)}">'
+        f"candidate gallery</a> (materialize <code>candidate_gallery</code> when the link is missing).</p>",
+    ]
 
 
 def _forecast_section(ids, forecast, assumptions, max_table_rows: int) -> list[str]:

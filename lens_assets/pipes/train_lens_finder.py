@@ -38,15 +38,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a path: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from darkhaloscope.errors import InputError  # noqa: E402
-from darkhaloscope.training.data import load_training_set  # noqa: E402
-from darkhaloscope.training.loop import TrainConfig  # noqa: E402
-from darkhaloscope.training.preprocess import PreprocessSpec  # noqa: E402
-from darkhaloscope.training.run_mirror import RunMirror  # noqa: E402
-from darkhaloscope.training.runs import dataset_version, train_lens_finder  # noqa: E402
+from darkhaloscope.errors import InputError
+from darkhaloscope.training.data import load_training_set
+from darkhaloscope.training.loop import TrainConfig
+from darkhaloscope.training.preprocess import PreprocessSpec
+from darkhaloscope.training.run_mirror import RunMirror
+from darkhaloscope.training.runs import dataset_version, train_lens_finder
 
 EXIT_TIME_LIMIT = 3
 
@@ -70,9 +67,9 @@ def _filesystem(uri: str, s3_endpoint: str | None):
     for a local path."""
     if not uri.startswith("s3://"):
         return None
-    from lake_platform.lake import Lake
+    from resources.storage import open_lake
 
-    return Lake(uri, s3_endpoint=s3_endpoint).fs
+    return open_lake(uri, s3_endpoint).fs
 
 
 def run(params: dict, log=None, progress=None, scratch: str | None = None) -> dict:

@@ -312,3 +312,9 @@ def fail_fast_on_bad_input() -> Iterator[None]:
         yield
     except PERMANENT_ERRORS as exc:
         raise dg.Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
+
+
+def file_link(uri: str):
+    """Metadata linking to a published file: a ``file://`` URL for a local path (a click opens it in
+    the UI), the URI itself (``s3://...``) otherwise."""
+    return dg.MetadataValue.url(f"file://{uri}") if "://" not in uri else uri
