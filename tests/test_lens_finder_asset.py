@@ -107,7 +107,7 @@ def test_publishes_only_after_the_blocking_gates_pass(tmp_path, tiny_profile):
         **_snapshot(Path(lake.table_path("training", "lens_finder"))),
         **_snapshot(Path(lake.files_path("training", "lens_finder"))),
     } == table  # checkpoint and registry, byte for byte
-    runs = list((Path(lake.inflight().table_path("training", "lens_finder_runs")) / "runs").iterdir())
+    runs = list((Path(lake.inflight().files_path("training", "lens_finder_runs")) / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "complete.json").is_file() and (runs[0] / "gates.json").is_file()
     checks = {e.check_name: e.passed for e in bad.get_asset_check_evaluations()}
     assert checks["core_lr_auc"] is False
