@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 TORCH_CUDA ?= cu130
 TORCH_INDEX := https://download.pytorch.org/whl/$(TORCH_CUDA)
 
-.PHONY: setup setup-gpu rest-of-setup demo test test-fast lint docs ui bench chromium iproute2 packaged-jdk clean
+.PHONY: setup setup-gpu rest-of-setup demo readme-demo test test-fast lint docs ui bench chromium iproute2 packaged-jdk clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,14 @@ setup-gpu:
 
 demo: setup
 	$(BIN)/dhs demo
+
+# the README's expected demo output, from a demo run of the current code (seed 0, in a fresh lake):
+# tests/test_end_to_end.py compares the demo's headline with it
+readme-demo: setup
+	rm -rf build/readme-demo && mkdir -p build/readme-demo
+	cd build/readme-demo && DHS_LAKE=lakehouse DAGSTER_HOME=$$PWD/dagster_home DHS_MOCK_DIR=$(CURDIR)/.dhs_mock DHS_MOCK_SEED=0 \
+	  $(CURDIR)/$(BIN)/dhs demo > demo.log
+	$(BIN)/python docs/readme_demo.py build/readme-demo/demo.log
 
 # headless Chromium opens the evaluation report in the tests; in CI (CI=true) its absence is an
 # error, as the browser tests fail there rather than skip
@@ -77,7 +85,7 @@ test: setup chromium iproute2 packaged-jdk lint
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# the instance settings (instance/dagster.yaml: no telemetry, no first-visit dialog, retries, the
+# the instance settings (dhs/dagster.yaml: no telemetry, no first-visit dialog, retries, the
 # run queue and pools, with DHS_MAX_CONCURRENT_RUNS and DHS_POOL_LIMITS applied) are refreshed each time
 ui: setup
 	DAGSTER_HOME=$(CURDIR)/.dagster_home $(BIN)/dhs instance

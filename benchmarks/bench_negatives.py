@@ -29,10 +29,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+import table_registry as T
 from darkhaloscope.catalog.cuts import KnownLensIndex, NegativeSelectionConfig, cut_masks, select_negatives
 from darkhaloscope.catalog.sweep_tasks import build_negative_partition, sweep_file_names
 from lake_platform.lake import PART_FILE, Lake
-from table_registry import tables as T
 from tests.spark_fixtures import known_lenses_table, synthetic_sweeps
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -166,8 +166,9 @@ def main() -> None:
 
     from darkhaloscope.catalog.spark import negatives_on_spark
     from darkhaloscope.catalog.spark_conf import spark_session
+    from resources.settings import spark_env
 
-    spark = spark_session(args.master, app_name="bench-negatives")
+    spark = spark_session(args.master, app_name="bench-negatives", env=spark_env())
 
     def spark_run(k: int) -> float:
         t0 = time.perf_counter()

@@ -133,7 +133,7 @@ def publish_finder(lake) -> None:
     from benchmarks.bench_search import lens_finder
     from darkhaloscope.evaluation.scoring import CHECKPOINT_PARTITION
 
-    lens_finder(lake.partition_path("training", "lens_finder", CHECKPOINT_PARTITION), "cpu")
+    lens_finder(lake.files_path("training", "lens_finder", CHECKPOINT_PARTITION), "cpu")
 
 
 def row_counts(lake) -> dict:

@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+import table_registry as T
 from benchmarks.bench_cutouts import OUT, ensure_bricks, targets
 from darkhaloscope.evaluation.scoring import CHECKPOINT_PARTITION, score_batches
 from darkhaloscope.imaging.coadd import BrickImageSource
@@ -63,7 +64,6 @@ from darkhaloscope.training.inference import SCORE_BATCH
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.profiles import training_profile
 from lake_platform.lake import Lake
-from table_registry import tables as T
 
 
 def target_table(ra: np.ndarray, dec: np.ndarray) -> pa.Table:
@@ -135,7 +135,7 @@ def on_spark(spark, lake: Lake, tgt: pa.Table, ckpt: str, device: str, keep: flo
     tasks (each loading the finder and opening the bricks from the settings), then the partition's
     tables written from the in-flight chunks."""
     finder = lake.table(*T.LENS_FINDER.key)
-    shutil.copytree(ckpt, lake.partition_path(*T.LENS_FINDER.key, CHECKPOINT_PARTITION))
+    shutil.copytree(ckpt, lake.files_path(*T.LENS_FINDER.key, CHECKPOINT_PARTITION))
     settings = ImageSourceSettings(survey=SurveyLocation(root=str(OUT)))
     t0 = time.perf_counter()
     run = search_on_spark(
@@ -184,8 +184,9 @@ def main() -> None:
         score_chunk(tgt.slice(0, 16), search_source, model, spec, args.device, SearchSettings())  # warm-up
         if args.spark:
             from darkhaloscope.catalog.spark_conf import spark_session
+            from resources.settings import spark_env
 
-            spark = spark_session(f"local[{cores}]", app_name="bench-search")
+            spark = spark_session(f"local[{cores}]", app_name="bench-search", env=spark_env())
         t_base = t_stream = t_spark = np.inf
         for i in range(args.repeat):  # the forms take turns; the least time counts
             t, base = materialized(Lake(f"{work}/base{i}"), tgt, source, model, spec, args.device)

@@ -25,6 +25,10 @@ class PartitionedTable(Protocol):
     def location(self, partition: Partition | None = None) -> str:
         """URI of the table's (or a partition's) folder, for messages and links."""
 
+    def files_location(self, partition: Partition | None = None) -> str:
+        """URI of the folder of the table's (or a partition's) files other than Parquet, beside its
+        folder: where a writer outside the store (a trainer on another host) puts them."""
+
     def partitions(self) -> list[dict[str, str]]:
         """The committed partitions (``[{}]`` for an unpartitioned table with data)."""
 
@@ -63,9 +67,14 @@ class PartitionedTable(Protocol):
     def delete(self, partition: Partition) -> None:
         """Remove a partition (and every partition below it)."""
 
-    def local_folder(self, partition: Partition) -> AbstractContextManager[str]:
-        """A local path holding the files of ``partition`` for the duration of the context
-        (the folder itself on a local store, a temporary copy otherwise)."""
+    def local_folder(self, partition: Partition, subfolder: str | None = None) -> AbstractContextManager[str]:
+        """A local path holding the table's files other than Parquet under ``partition`` (e.g. a
+        checkpoint's), or those of ``subfolder``, a relative folder below it, for the duration of
+        the context (the folder itself on a local store, a temporary copy otherwise)."""
+
+    def files(self) -> list[str]:
+        """URIs of the table's committed Parquet files (an absolute path or ``s3://...``), for a
+        reader outside the store (a trainer on another host)."""
 
 
 class TableStore(Protocol):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+import table_registry as T
 from darkhaloscope.errors import InputError
 from lake_platform.query import format_rows, run_query
-from table_registry import tables as T
 
 
 def print_demo_summary(lake, seconds: float) -> None:

@@ -1,4 +1,4 @@
-"""The Dagster instance's settings: ``instance/dagster.yaml`` (no telemetry, no first-visit dialog,
+"""The Dagster instance's settings: ``dhs/dagster.yaml`` (no telemetry, no first-visit dialog,
 run retries, the run queue and the pools' default limit) with the concurrency the environment asks
 for, so a deployment sizes its concurrency by configuration, never by editing code:
 
@@ -24,11 +24,11 @@ import yaml
 
 from resources.settings import POOLS, pool_limits, setting
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "instance" / "dagster.yaml"
+TEMPLATE = Path(__file__).resolve().parent / "dagster.yaml"
 
 
 def instance_settings(environ: Mapping[str, str] | None = None) -> dict:
-    """``instance/dagster.yaml`` with ``DHS_MAX_CONCURRENT_RUNS`` applied."""
+    """``dhs/dagster.yaml`` with ``DHS_MAX_CONCURRENT_RUNS`` applied."""
     settings = yaml.safe_load(TEMPLATE.read_text())
     runs = setting("DHS_MAX_CONCURRENT_RUNS", environ)
     if runs is not None:

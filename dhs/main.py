@@ -1,5 +1,5 @@
-"""The ``dhs`` command: materialize assets, query the lake, list tables, cut a cutout, land visual grades, run the
-demo."""
+"""The ``dhs`` command: materialize assets, query the lake, list and export tables, cut a cutout, land visual
+grades, run the demo."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from darkhaloscope.errors import CredentialError, InputError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from . import __version__
 
 
 def _instance():
@@ -74,9 +74,9 @@ def cmd_backfill(args) -> int:
 
 
 def _lake():
-    from lake_platform.lake import Lake
+    from resources.storage import open_lake
 
-    return Lake.from_env()
+    return open_lake()
 
 
 def _defs():
@@ -143,16 +143,56 @@ def cmd_tables(args) -> int:
     return 0
 
 
-def _cutout_max_size() -> int:
-    """The largest ``dhs cutout --size``: DHS_CUTOUT_MAX_SIZE, else the library's default."""
-    from darkhaloscope.imaging.cutout_io import MAX_CUTOUT_SIZE
+def cmd_export(args) -> int:
+    from darkhaloscope.errors import StorageError
+    from lake_platform.export import export_table
 
-    raw = os.environ.get("DHS_CUTOUT_MAX_SIZE", "")
-    if not raw:
-        return MAX_CUTOUT_SIZE
-    if not raw.isdigit() or int(raw) < 1:
-        raise InputError(f"DHS_CUTOUT_MAX_SIZE={raw!r} is not a positive whole number of pixels")
-    return int(raw)
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+    out = args.out or f"{args.table.rsplit('/', 1)[-1]}.{args.format}"
+    try:
+        done = export_table(_lake(), args.table, args.format, out, columns)
+    except (InputError, CredentialError, StorageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the output file (its message names the path)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for note in done["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {done['path']}: {done['rows']:,} rows, {done['columns']} columns ({done['format']})")
+    return 0
+
+
+def cmd_fetch_list(args) -> int:
+    from darkhaloscope.survey.inputs import box_paths
+
+    try:
+        paths = box_paths(args.ra_min, args.ra_max, args.dec_min, args.dec_max, coadds=not args.no_coadds)
+        if args.missing:
+            from resources.config import build_resources
+
+            survey = build_resources()["survey"]
+            if survey.is_mock:
+                raise InputError("--missing needs DHS_SURVEY set to a DR10 mirror (it is the mock survey)")
+            fs, root = survey.filesystem()
+            infos = fs.get_file_info([f"{root}/{p}" for p in paths])
+            paths = [p for p, i in zip(paths, infos) if i.type.name != "File"]
+    except (InputError, CredentialError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    base = args.base.rstrip("/") + "/" if args.base else ""
+    print("\n".join(base + p for p in paths))
+    return 0
+
+
+def _cutout_max_size() -> int:
+    """The largest ``dhs cutout --size``: DHS_CUTOUT_MAX_SIZE (checked by ``validate``), else the
+    library's default."""
+    from darkhaloscope.imaging.cutout_io import MAX_CUTOUT_SIZE
+    from resources.settings import setting
+
+    raw = setting("DHS_CUTOUT_MAX_SIZE")
+    return int(raw) if raw else MAX_CUTOUT_SIZE
 
 
 def cmd_cutout(args) -> int:
@@ -192,7 +232,7 @@ def cmd_demo(args) -> int:
 
 def cmd_grade(args) -> int:
     from darkhaloscope.search.grades import UNGRADED, check_against_candidates, parse_grades_csv
-    from table_registry.tables import VISUAL_GRADES
+    from table_registry import VISUAL_GRADES
 
     from .materialize import failure_message, quiet_console
 
@@ -252,6 +292,8 @@ READS: dict[str, tuple[str, ...]] = {
     "demo": _ALL_GROUPS,
     "query": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
     "tables": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
+    "export": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
+    "fetch-list": ("DHS_SURVEY", "DHS_S3_ENDPOINT"),
     "cutout": ("survey", "mock survey", "DHS_PROFILE", "DHS_DEVICE"),
     "grade": ("storage", "alerts", "console"),
     "backfill": ("DHS_DAGSTER_URL", "DHS_PARTITIONS_PER_RUN", "DHS_SURVEY", "DHS_LAKE"),
@@ -305,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"mock survey); each command's --help names those it reads, and {SETTINGS_PAGE} lists them all. "
         f"Documentation: {DOCS_INDEX} (make docs builds it to docs/_build/html/index.html).",
     )
+    p.add_argument("--version", action="version", version=f"dhs {__version__} (Dark Halo Scope)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
@@ -316,6 +359,15 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
 
+    _lake_commands(command)
+    _file_commands(command)
+    _workflow_commands(command)
+    _selection_commands(command)
+    return p
+
+
+def _lake_commands(command) -> None:
+    """``materialize``, ``query``, ``tables`` and ``cutout`` (``command`` adds one sub-command)."""
     m = command(
         "materialize",
         "materialize assets (all partitions; stale or missing upstream assets first)",
@@ -375,45 +427,44 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
     c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
     c.set_defaults(func=cmd_cutout)
-    g = command(
-        "grade",
-        "land a grades CSV (the gallery's export: object_id, grade A, B, C, not_a_lens or ungraded, ra, dec, "
-        "score, model_version, known) as the next round of visual_grades",
-        "Land a grades CSV exported from the candidate gallery as the next round of visual_grades. Every row "
-        "must be a published candidate of the same model at the same position, each id once; otherwise "
-        "error: <file>:<line>: … and exit 2, nothing landed. Earlier rounds are never changed. Then "
-        "`dhs materialize evaluation_report candidate_gallery` retrains with the grades and searches again.",
+
+
+def _file_commands(command) -> None:
+    """``export`` and ``fetch-list`` (``command`` adds one sub-command)."""
+    e = command(
+        "export",
+        "write a table as FITS, ECSV, VOTable or Parquet with its units and descriptions (astropy's writers)",
+        "Write a published table (every partition) to one file in a format astronomers exchange, with astropy's "
+        "writers: fits (units in TUNITn, descriptions in TCOMMn), ecsv, votable or parquet (units and "
+        "descriptions in the format's own header). Stamps become multidimensional columns. Bad arguments exit 2; "
+        "the file appears only once complete.",
     )
-    g.add_argument("file", help="CSV exported from the candidate gallery")
-    g.set_defaults(func=cmd_grade)
-    b = command(
-        "backfill",
-        "submit a backfill of every partition of the named assets to the Dagster webserver; the daemon runs it",
-        "Submit a backfill of every partition of the named assets (and of the tables published with them) to "
-        "the running Dagster webserver (DHS_DAGSTER_URL), as the UI's Materialize all does; its daemon plans "
-        "and runs it through the run queue and the pools, so closing the terminal stops nothing. --wait "
-        "follows it and exits 1 unless it succeeded.",
+    e.add_argument("table", help="table name as in dhs tables (sweeps) or group/name (survey/sweeps)")
+    e.add_argument("--format", choices=["fits", "ecsv", "votable", "parquet"], default="fits")
+    e.add_argument("--out", help="output file (default: TABLE.FORMAT in the current folder)")
+    e.add_argument("--columns", help="comma-separated columns to export (default: all)")
+    e.set_defaults(func=cmd_export)
+    f = command(
+        "fetch-list",
+        "the DR10 files a run over a sky box reads (sweeps, photo-z sweeps, spectra, coadds), one path a line",
+        "Print every file of a DR10 mirror that a run over the sky box RA_MIN..RA_MAX, DEC_MIN..DEC_MAX (degrees) "
+        "reads, relative to the mirror's root (or as URLs with --base): the sweep files of the 5-degree blocks it "
+        "overlaps and their photo-z sweeps, the SDSS spectra files, survey-bricks.fits.gz and the coadds "
+        "(image and invvar per band, maskbits) of every brick it overlaps. --missing prints only those the "
+        "mirror DHS_SURVEY lacks. Feed it to a downloader: dhs fetch-list ... --base URL | wget -x -nH -i -",
     )
-    b.add_argument("assets", nargs="+", help="asset names, keys or Dagster selections, as for materialize")
-    b.add_argument("--wait", action="store_true", help="follow the backfill until it ends (exit 1 unless it succeeded)")
-    b.add_argument("--timeout", type=float, default=86400.0, metavar="S", help="stop following after S seconds")
-    b.set_defaults(func=cmd_backfill)
-    i = command(
-        "instance",
-        "write the instance's settings and pool limits from the environment",
-        "Write $DAGSTER_HOME/dagster.yaml from instance/dagster.yaml with the run queue's limit "
-        "(DHS_MAX_CONCURRENT_RUNS), and set every pool's limit in the instance (DHS_POOL_LIMITS, else the "
-        "default). make ui runs it before the UI starts.",
-    )
-    i.set_defaults(func=cmd_instance)
-    d = command(
-        "demo",
-        "run the whole graph on the embedded mock survey and print the headline numbers",
-        "Materialize the whole graph (through evaluation_report and candidate_gallery) and print the lens "
-        "finder's headline numbers, the selection function, the real-lens recall, the top search candidates "
-        "and the paths of the evaluation report and the candidate gallery.",
-    )
-    d.set_defaults(func=cmd_demo)
+    f.add_argument("ra_min", type=float)
+    f.add_argument("ra_max", type=float)
+    f.add_argument("dec_min", type=float)
+    f.add_argument("dec_max", type=float)
+    f.add_argument("--base", help="prefix each path (the release's URL or s3:// prefix)")
+    f.add_argument("--no-coadds", action="store_true", help="leave out the coadd bricks")
+    f.add_argument("--missing", action="store_true", help="only the files the mirror DHS_SURVEY lacks")
+    f.set_defaults(func=cmd_fetch_list)
+
+
+def _selection_commands(command) -> None:
+    """``closure`` and ``selection`` (``command`` adds one sub-command)."""
     cl = command(
         "closure",
         "materialize a fresh closure-sized mock survey end to end and print its closure tables",
@@ -442,7 +493,49 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--merge", type=int, default=None, help="grid cells merged per axis (default the profile's)")
     se.add_argument("--format", choices=["table", "csv"], default="table")
     se.set_defaults(func=lambda args: _selection_cmds().cmd_selection(args))
-    return p
+
+
+def _workflow_commands(command) -> None:
+    """``grade``, ``backfill``, ``instance`` and ``demo`` (``command`` adds one sub-command)."""
+    g = command(
+        "grade",
+        "land a grades CSV (the gallery's export: object_id, grade A, B, C, not_a_lens or ungraded, ra, dec, "
+        "score, model_version, known) as the next round of visual_grades",
+        "Land a grades CSV exported from the candidate gallery as the next round of visual_grades. Every row "
+        "must be a published candidate of the same model at the same position, each id once; otherwise "
+        "error: <file>:<line>: … and exit 2, nothing landed. Earlier rounds are never changed. Then "
+        "`dhs materialize evaluation_report candidate_gallery` retrains with the grades and searches again.",
+    )
+    g.add_argument("file", help="CSV exported from the candidate gallery")
+    g.set_defaults(func=cmd_grade)
+    b = command(
+        "backfill",
+        "submit a backfill of every partition of the named assets to the Dagster webserver; the daemon runs it",
+        "Submit a backfill of every partition of the named assets (and of the tables published with them) to "
+        "the running Dagster webserver (DHS_DAGSTER_URL), as the UI's Materialize all does; its daemon plans "
+        "and runs it through the run queue and the pools, so closing the terminal stops nothing. --wait "
+        "follows it and exits 1 unless it succeeded.",
+    )
+    b.add_argument("assets", nargs="+", help="asset names, keys or Dagster selections, as for materialize")
+    b.add_argument("--wait", action="store_true", help="follow the backfill until it ends (exit 1 unless it succeeded)")
+    b.add_argument("--timeout", type=float, default=86400.0, metavar="S", help="stop following after S seconds")
+    b.set_defaults(func=cmd_backfill)
+    i = command(
+        "instance",
+        "write the instance's settings and pool limits from the environment",
+        "Write $DAGSTER_HOME/dagster.yaml from dhs/dagster.yaml with the run queue's limit "
+        "(DHS_MAX_CONCURRENT_RUNS), and set every pool's limit in the instance (DHS_POOL_LIMITS, else the "
+        "default). make ui runs it before the UI starts.",
+    )
+    i.set_defaults(func=cmd_instance)
+    d = command(
+        "demo",
+        "run the whole graph on the embedded mock survey and print the headline numbers",
+        "Materialize the whole graph (through evaluation_report and candidate_gallery) and print the lens "
+        "finder's headline numbers, the selection function, the real-lens recall, the top search candidates "
+        "and the paths of the evaluation report and the candidate gallery.",
+    )
+    d.set_defaults(func=cmd_demo)
 
 
 def _selection_cmds():

@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -35,13 +34,15 @@ from io_managers.parquet import partition_for_key, table_location
 from lake_platform.lake import host_tag
 from lens_assets.ops import HOST_TAG, reap_dead_runs
 from lens_assets.shared.partitions import injection_batch_change, sweep_file_change
-from table_registry.tables import INJECTION_PLAN
+from lens_assets.survey import missing_mirror_inputs
+from resources.settings import setting
+from table_registry import INJECTION_PLAN
 
 
 def quiet_console() -> dict:
     """Run config that keeps Dagster's console logger at DHS_LOG_LEVEL (default WARNING): the
     terminal shows progress and errors, the event log in the instance keeps everything."""
-    return {"loggers": {"console": {"config": {"log_level": os.environ.get("DHS_LOG_LEVEL", "WARNING")}}}}
+    return {"loggers": {"console": {"config": {"log_level": setting("DHS_LOG_LEVEL")}}}}
 
 
 class MaterializeError(RuntimeError):
@@ -198,6 +199,7 @@ class Materializer:
         ops = self.op_config(config or {}, targets)
         units = self.plan(targets, upstream)
         lake = self.resources["lake"].lake()
+        self._check_mirror(units, lake)
         for i, unit in enumerate(units, start=1):
             label = f"[{i}/{len(units)}] {unit.label}"
             try:
@@ -214,6 +216,24 @@ class Materializer:
                 self._execute(unit, run, label + (f" [{shown}]" if shown else ""), op_config)
             if dg.AssetKey(list(INJECTION_PLAN.key)) in unit.keys:
                 injection_batch_change(self.instance, lake).apply(self.instance)
+
+    def _check_mirror(self, units: list[Unit], lake) -> None:
+        """Before any work: every file of a DR10 mirror that the planned assets read is there, or
+        MaterializeError naming each missing one (``lens_assets.survey.missing_mirror_inputs``)."""
+        survey, imaging = self.resources.get("survey"), self.resources.get("imaging")
+        if survey is None:  # definitions without the survey stage read no mirror
+            return
+        assets = [k.to_user_string() for u in units for k in u.keys]
+        try:
+            missing = missing_mirror_inputs(survey, imaging, lake, assets)
+        except PERMANENT_ERRORS as exc:
+            raise MaterializeError(f"could not check the survey's files: {type(exc).__name__}: {exc}") from exc
+        if missing:
+            listing = "\n".join(f"  missing: {p}" for p in missing)
+            raise MaterializeError(
+                f"the survey {survey.root()} lacks {len(missing)} file(s) that this run reads (nothing was run; "
+                f"docs/tutorials/first-real-run.md lists them, dhs fetch-list prints a sky box's):\n{listing}"
+            )
 
     def _execute(self, unit: Unit, partition_keys: list[str | None], label: str, op_config: dict | None = None) -> None:
         t0 = time.monotonic()

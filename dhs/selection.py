@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 from darkhaloscope.errors import InputError
+from resources.settings import setting
+from resources.storage import open_lake
 
 #: The closure-sized mock (docs/how-to/selection-closure.md): two 5°×5° sweep files of 125,000 rows
 #: (about 13,000 searched galaxies) and 200 hidden lenses, all in the closure reserve.
@@ -38,7 +40,7 @@ def cmd_closure(args, defs_factory, instance_factory) -> int:
 
     from .materialize import MaterializeError, Materializer
 
-    seed = os.environ.get("DHS_MOCK_SEED") or "0"
+    seed = setting("DHS_MOCK_SEED")
     root = Path(args.dir or f"closure/seed-{seed}").resolve()
     if root.exists() and any(root.iterdir()) and not args.replace:
         print(
@@ -60,9 +62,7 @@ def cmd_closure(args, defs_factory, instance_factory) -> int:
     except MaterializeError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
-    from lake_platform.lake import Lake
-
-    lake = Lake.from_env()
+    lake = open_lake()
     print(
         f"\nClosure on the mock of seed {seed} ({', '.join(f'{k}={v}' for k, v in CLOSURE_MOCK.items())}), "
         f"{time.monotonic() - t0:.0f} s, lake {lake.uri}"
@@ -90,14 +90,13 @@ def cmd_selection(args) -> int:
     )
     from darkhaloscope.evaluation.scoring import injection_rows
     from darkhaloscope.lensing.bank import plan_grid, plan_proposal
-    from lake_platform.lake import Lake
     from lake_platform.query import format_rows
     from lens_assets.closure import user_population
     from resources.settings import setting
-    from table_registry.tables import INJECTION_PLAN, INJECTION_SCORES, THRESHOLDS
+    from table_registry import INJECTION_PLAN, INJECTION_SCORES, THRESHOLDS
 
     try:
-        lake = Lake.from_env()
+        lake = open_lake()
         for t in (INJECTION_PLAN, INJECTION_SCORES, THRESHOLDS):
             if not lake.exists(*t.key):
                 raise InputError(f"{lake.uri} has no published {t.key[1]}: materialize selection_function first")

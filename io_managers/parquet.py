@@ -24,7 +24,7 @@ import pyarrow.dataset as ds
 from lake_platform.contracts import Contract
 from lake_platform.staging import StagedTable
 from resources.lake import LakeResource
-from table_registry.tables import by_key
+from table_registry import by_key
 
 
 def partition_for_key(partitions_def: dg.PartitionsDefinition | None, key) -> dict[str, str] | None:
@@ -99,9 +99,7 @@ class LakeIOManager(LakeResource, dg.ConfigurableIOManager):
         schema = lake.read_schema(*table_location(context.asset_key), partition=staged[-1].partition)
         md = {
             "dagster/uri": dg.MetadataValue.path(
-                published[0].uri
-                if len(published) == 1
-                else lake.full_uri(lake.table_path(*table_location(context.asset_key)))
+                published[0].uri if len(published) == 1 else lake.table(*table_location(context.asset_key)).location()
             ),
             "dagster/row_count": dg.MetadataValue.int(sum(p.rows for p in published)),
         }

@@ -1,12 +1,13 @@
 """The alert log in the lake: de-duplication, history and backlog of alerts.
 
-``<lake>/ops/alert_log/alerts.jsonl`` holds one JSON object per alert: its fields, the sinks it
-reached (``delivered_to``), the latest error of each sink it still owes (``delivery_errors``), the
-delivery rounds tried (``attempts``), ``last_attempt_at`` and ``status``: ``done``, ``pending``
-(a sink is still owed: the next delivery sends it again) or ``given_up`` (pushed out of the
-bounded backlog). The Parquet table ``ops/alerts`` is rebuilt from that file on every write, so it
-is always a complete, queryable copy (``dhs query "select * from alerts"``). Both are committed
-atomically through :class:`~lake_platform.lake.Lake` (read-modify-write).
+``<lake>/ops/alerts.files/alerts.jsonl`` (the file of the ``alerts`` table, beside it) holds one
+JSON object per alert: its fields, the sinks it reached (``delivered_to``), the latest error of
+each sink it still owes (``delivery_errors``), the delivery rounds tried (``attempts``),
+``last_attempt_at`` and ``status``: ``done``, ``pending`` (a sink is still owed: the next delivery
+sends it again) or ``given_up`` (pushed out of the bounded backlog). The Parquet table
+``ops/alerts`` is rebuilt from that file on every write, so it is always a complete, queryable
+copy (``dhs query "select * from alerts"``). Both are committed atomically through
+:class:`~lake_platform.lake.Lake` (read-modify-write).
 """
 
 from __future__ import annotations
@@ -72,12 +73,12 @@ class JsonlAlertLog:
 
     Concurrency: the lock (:meth:`locked`) is held only to read, merge and write the log, never
     while an alert is being sent. Within one process a thread lock serialises writers; for a
-    local lake an ``flock`` on ``<lake>/ops/alert_log/.lock`` serialises processes too (the daemon
+    local lake an ``flock`` on ``<lake>/ops/alerts.files/.lock`` serialises processes too (the daemon
     and ``dhs materialize``). On S3 two processes writing in the same instant can lose one write
     (S3 through pyarrow has no compare-and-swap); the entries lost are sent again by a later round.
     """
 
-    GROUP, LOG_ASSET, FILE, TABLE = "ops", "alert_log", "alerts.jsonl", "alerts"
+    GROUP, LOG_ASSET, FILE, TABLE = "ops", "alerts", "alerts.jsonl", "alerts"
 
     def __init__(self, lake: Lake):
         self.lake = lake
@@ -91,7 +92,7 @@ class JsonlAlertLog:
 
     @property
     def _path(self) -> str:
-        return f"{self.lake.partition_path(self.GROUP, self.LOG_ASSET)}/{self.FILE}"
+        return f"{self.lake.files_path(self.GROUP, self.LOG_ASSET)}/{self.FILE}"
 
     def entries(self) -> list[dict]:
         """Every recorded entry, oldest first (empty when the log does not exist yet)."""
@@ -127,7 +128,7 @@ class JsonlAlertLog:
                 return
             import fcntl
 
-            folder = self.lake.partition_path(self.GROUP, self.LOG_ASSET)
+            folder = self.lake.files_path(self.GROUP, self.LOG_ASSET)
             try:
                 os.makedirs(folder, exist_ok=True)
                 fh = open(os.path.join(folder, ".lock"), "a+")

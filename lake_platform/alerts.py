@@ -35,7 +35,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 from urllib.parse import urlsplit
 
 from darkhaloscope.errors import InputError
@@ -47,14 +47,16 @@ ALERT_KINDS = ("check_failed", "run_failed")
 SEVERITIES = ("ERROR", "WARN")
 REDACTED = "***REDACTED***"
 
-# Environment variables whose *values* are secrets wherever they show up in text.
+# The SDKs' environment variables whose *values* are secrets wherever they show up in text; the
+# project's own credential settings (DHS_SLACK_TOKEN) come from the settings module, which
+# registers them with add_secret_source.
 SECRET_ENV_VARS = (
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
     "AWS_ACCESS_KEY_ID",
-    "DHS_SLACK_TOKEN",
     "SLACK_BOT_TOKEN",
 )
+_SECRET_SOURCES: list[Callable[[], Iterable[str]]] = []
 # Values shorter than this are not treated as secrets: redacting every "x" or "ab" in every
 # message would destroy the text and such values are not real credentials anyway.
 _MIN_SECRET_LEN = 6
@@ -72,8 +74,16 @@ _SECRET_KEY_RE = re.compile(r"(?i)(secret|password|passwd|session_token|access_k
 
 
 # --------------------------------------------------------------------------- redaction
+def add_secret_source(source: Callable[[], Iterable[str]]) -> None:
+    """Redact the values ``source()`` gives, as it gives them at each redaction, from now on (the
+    settings module registers the values of the settings that hold credentials)."""
+    if source not in _SECRET_SOURCES:
+        _SECRET_SOURCES.append(source)
+
+
 def _secret_values() -> list[str]:
     vals = {os.environ.get(name, "") for name in SECRET_ENV_VARS}
+    vals.update(v for source in _SECRET_SOURCES for v in source())
     # Longest first so that a secret containing another secret is removed whole.
     return sorted((v for v in vals if len(v) >= _MIN_SECRET_LEN), key=len, reverse=True)
 
@@ -92,9 +102,10 @@ def redact(obj: Any) -> Any:
     """Return a copy of ``obj`` (str, dict, list, tuple, scalars) with secrets replaced by ``***REDACTED***``.
 
     Removes the current values of AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_ACCESS_KEY_ID,
-    DHS_SLACK_TOKEN and SLACK_BOT_TOKEN, AWS access key ids (AKIA/ASIA + 16), a 40-character
-    secret after ``aws_secret_access_key``, Slack tokens, and the values of dict keys that name a
-    secret (``secret``, ``password``, ``access_key``, ...). Keys are redacted as text too.
+    SLACK_BOT_TOKEN and the registered secrets (:func:`add_secret_source`: DHS_SLACK_TOKEN), AWS
+    access key ids (AKIA/ASIA + 16), a 40-character secret after ``aws_secret_access_key``, Slack
+    tokens, and the values of dict keys that name a secret (``secret``, ``password``,
+    ``access_key``, ...). Keys are redacted as text too.
     """
     return _redact(obj, _secret_values())
 

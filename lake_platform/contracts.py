@@ -158,3 +158,52 @@ def value_problems(dataset: ds.Dataset | pa.Table, contract: Contract, limit: in
 
 def _is_float(dataset, column: str) -> bool:
     return pa.types.is_floating(dataset.schema.field(column).type)
+
+
+#: Schema metadata key of astropy's table header (the YAML astropy's Parquet reader takes each
+#: column's unit and description from: ``astropy.io.misc.parquet``; astropy writes it the same way).
+ASTROPY_HEADER_KEY = b"table_meta_yaml"
+#: Field metadata keys of a column's unit and description (read by any Arrow reader).
+UNIT_KEY, DESCRIPTION_KEY = b"unit", b"description"
+_ECSV_TYPES = {
+    **{f"int{n}": f"int{n}" for n in (8, 16, 32, 64)},
+    **{f"uint{n}": f"uint{n}" for n in (8, 16, 32, 64)},
+    "halffloat": "float16",
+    "float": "float32",
+    "double": "float64",
+    "bool": "bool",
+    "string": "string",
+    "large_string": "string",
+}
+
+
+def described_schema(schema: pa.Schema, contract: Contract | None) -> pa.Schema:
+    """``schema`` with each column's unit and description in its field metadata (``unit``,
+    ``description``: from ``contract`` where it declares the column, else what the field already
+    carries) and, in the schema metadata, astropy's table header (:data:`ASTROPY_HEADER_KEY`) with
+    the same units and descriptions for every column, so that ``astropy.table.Table.read`` of the
+    Parquet file gets ``Column.unit`` and ``Column.description``. Types, names and order are
+    unchanged."""
+    import yaml
+
+    declared = {c.name: c for c in contract.columns} if contract is not None else {}
+    fields, header = [], []
+    for f in schema:
+        meta = dict(f.metadata or {})
+        column = declared.get(f.name)
+        if column is not None:
+            meta[UNIT_KEY] = column.unit.encode()
+            meta[DESCRIPTION_KEY] = column.description.encode()
+        fields.append(f.with_metadata(meta) if meta else f)
+        entry = {"name": f.name}
+        datatype = _ECSV_TYPES.get(str(f.type))
+        if datatype is not None:
+            entry["datatype"] = datatype
+        unit, description = meta.get(UNIT_KEY, b"").decode(), meta.get(DESCRIPTION_KEY, b"").decode()
+        if unit:
+            entry["unit"] = unit
+        if description:
+            entry["description"] = description
+        header.append(entry)
+    text = yaml.safe_dump({"datatype": header}, allow_unicode=True, sort_keys=False, width=1000)
+    return pa.schema(fields, metadata={**(schema.metadata or {}), ASTROPY_HEADER_KEY: text.encode()})

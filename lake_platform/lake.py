@@ -10,8 +10,11 @@ never half a partition, and a write that fails or is killed leaves the previous 
 Top-level folders whose names start with ``_`` (staging, rejected data, in-flight fetches) are
 not tables: :meth:`Lake.tables` and every reader skip them.
 
-Binary artifacts (PNG figures, the HTML report, checkpoints) use the same commit rule through
-``write_bytes``.
+A table's other files (PNG figures, the HTML report and gallery, checkpoints) live beside its
+folder, in ``<lake>/<group>/<asset>.files/[<dim>=<key>/...]`` (:meth:`Lake.files_path`), so a
+table's folder holds only Parquet and opens as one dataset in any Parquet reader
+(``pyarrow.dataset``, ``pandas.read_parquet``, DuckDB, Spark); they use the same commit rule
+through ``write_bytes``.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -37,7 +41,15 @@ import pyarrow.parquet as pq
 from darkhaloscope import s3_retries
 from darkhaloscope.errors import CredentialError, InputError, StorageError
 
+from .contracts import Contract, described_schema
+
 PART_FILE = "part-0.parquet"
+#: Schema metadata key of a file's partition columns that its writer's rows held (JSON {name:
+#: place}): they live in the folder names only, and a reader puts them back in their place.
+PARTITION_COLUMNS_KEY = b"dhs.partition_columns"
+#: Suffix of the folder beside a table's that holds its files other than Parquet (not a table name:
+#: a table's name is snake_case).
+FILES_SUFFIX = ".files"
 #: Folder (under the lake root) of everything not yet published: writers' temporary objects and
 #: each run's staged tables (:mod:`lake_platform.staging`).
 STAGING_DIR = "_staging"
@@ -67,6 +79,44 @@ def validate_partition_key(value: str) -> str:
 def host_tag() -> str:
     """This host's name as used in staging names: letters, digits and dots only (no '-')."""
     return re.sub(r"[^A-Za-z0-9.]", ".", socket.gethostname())[:64] or "host"
+
+
+def partition_columns(schema: pa.Schema) -> dict[str, dict]:
+    """{partition column: {"index": its place among the writer's columns, "nullable": its field's
+    nullability}} of a file's schema: the partition columns its writer's rows held, which live in
+    the folder names only (:data:`PARTITION_COLUMNS_KEY`)."""
+    return json.loads((schema.metadata or {}).get(PARTITION_COLUMNS_KEY, b"{}"))
+
+
+def _without_partition_columns(
+    batch: pa.RecordBatch, partition: Mapping[str, str], moved: Mapping[str, dict], where: str
+) -> pa.RecordBatch:
+    """``batch`` without its partition columns, each checked to hold its partition's key."""
+    for name in moved:
+        column = batch.column(name)
+        wrong = pc.invert(pc.fill_null(pc.equal(column, partition[name]), False))
+        if pc.any(wrong).as_py():
+            value = column.filter(wrong)[0].as_py()
+            raise InputError(f"{where}: a row has {name}={value!r}, but the partition is {name}={partition[name]!r}")
+    return batch.drop_columns(list(moved))
+
+
+def _string_lengths(table: pa.Table) -> dict[bytes, bytes]:
+    """astropy's ``table::len::<column>`` schema metadata (the longest value, in characters, of each
+    string column), which its Parquet reader sizes a string column by (it warns and scans without)."""
+    out = {}
+    for name, column in zip(table.column_names, table.columns):
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            longest = pc.max(pc.utf8_length(column)).as_py() if len(column) else 0
+            out[f"table::len::{name}".encode()] = str(max(int(longest or 0), 1)).encode()
+    return out
+
+
+def _relative_name(name: str) -> str:
+    """``name`` if each of its ``/``-separated segments is a safe path segment; InputError otherwise."""
+    for segment in str(name).split("/"):
+        validate_partition_key(segment)
+    return name
 
 
 def _validate_name(kind: str, value: str) -> str:
@@ -144,6 +194,11 @@ class Lake:
     ``s3_endpoint`` overrides the S3 endpoint (``http://127.0.0.1:9000`` for a local server;
     pyarrow ignores AWS_ENDPOINT_URL, so it must be passed explicitly). Credentials come from the
     environment or AWS profiles through the AWS SDK's default chain; they are never logged.
+
+    ``contracts(group, table)`` gives a table's contract (or None): every Parquet file written
+    carries its columns' units and descriptions in its field metadata and astropy's table header
+    (:func:`~lake_platform.contracts.described_schema`), so astropy, pandas, DuckDB or TOPCAT users
+    read them from the file itself.
     """
 
     def __init__(
@@ -154,9 +209,11 @@ class Lake:
         s3_max_attempts: int = 5,
         s3_connect_timeout_s: float = 5.0,
         s3_request_timeout_s: float = 30.0,
+        contracts: Callable[[str, str], Contract | None] | None = None,
     ):
         self.uri = uri.rstrip("/") if uri != "/" else uri
         self.s3_endpoint = s3_endpoint
+        self.contracts = contracts
         if self.uri.startswith("s3://"):
             bucket_prefix = self.uri[len("s3://") :]
             if not bucket_prefix:
@@ -200,11 +257,6 @@ class Lake:
         if self.is_s3:
             self.fs = self._s3_filesystem()
 
-    @classmethod
-    def from_env(cls) -> "Lake":
-        """The lake named by DHS_LAKE (default ./lakehouse) and DHS_S3_ENDPOINT."""
-        return cls(os.environ.get("DHS_LAKE", "./lakehouse"), s3_endpoint=os.environ.get("DHS_S3_ENDPOINT") or None)
-
     # ---------------------------------------------------------------- paths
     def table_path(self, group: str, asset: str) -> str:
         """Filesystem path (no scheme) of a table's folder."""
@@ -213,6 +265,14 @@ class Lake:
     def partition_path(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> str:
         """Filesystem path of a partition's folder: hive style ``dim=key`` segments in the order given."""
         path = self.table_path(group, asset)
+        for dim, key in (partition or {}).items():
+            path += f"/{_validate_name('partition dimension', dim)}={validate_partition_key(key)}"
+        return path
+
+    def files_path(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> str:
+        """Filesystem path of the folder of a table's (or a partition's) files other than Parquet:
+        ``<group>/<asset>.files/[<dim>=<key>/...]``, beside the table's folder."""
+        path = f"{self.table_path(group, asset)}{FILES_SUFFIX}"
         for dim, key in (partition or {}).items():
             path += f"/{_validate_name('partition dimension', dim)}={validate_partition_key(key)}"
         return path
@@ -274,6 +334,19 @@ class Lake:
             raise ValueError("schema is required when data is an iterable of record batches")
         else:
             batches = data
+        # a partition column lives in the folder names only (the hive layout every Parquet reader
+        # expects): a copy in the file would give readers the column twice, in two types
+        moved = {
+            d: {"index": schema.get_field_index(d), "nullable": schema.field(d).nullable}
+            for d in (partition or {})
+            if d in schema.names and pa.types.is_string(schema.field(d).type)
+        }
+        stored = pa.schema([f for f in schema if f.name not in moved], metadata=schema.metadata)
+        file_schema = described_schema(stored, self.contracts(group, asset) if self.contracts else None)
+        extra = {PARTITION_COLUMNS_KEY: json.dumps(moved).encode()} if moved else {}
+        if isinstance(data, pa.Table):
+            extra.update(_string_lengths(data.drop_columns(list(moved))))
+        file_schema = file_schema.with_metadata({**file_schema.metadata, **extra})
         staging = self._staging_path(folder, ".parquet")
         try:
             self.fs.create_dir(folder, recursive=True)
@@ -288,11 +361,14 @@ class Lake:
                 # (BENCHMARKS.md, summary table, row *sweep ingestion*).
                 strings = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
                 with pq.ParquetWriter(
-                    sink, schema, compression="zstd", write_statistics=True, use_dictionary=strings
+                    sink, file_schema, compression="zstd", write_statistics=True, use_dictionary=strings
                 ) as writer:
                     for batch in batches:
                         if batch.schema != schema:
                             batch = batch.cast(schema)
+                        if moved:
+                            batch = _without_partition_columns(batch, partition, moved, where)
+                        batch = batch.replace_schema_metadata(file_schema.metadata)
                         rows += batch.num_rows
                         writer.write_batch(batch, row_group_size=row_group_size)
         except BaseException as exc:
@@ -307,10 +383,11 @@ class Lake:
     def write_bytes(
         self, group: str, asset: str, name: str, payload: bytes, partition: Mapping[str, str] | None = None
     ) -> str:
-        """Commit a binary artifact (PNG, HTML, JSON, checkpoint file) atomically; returns its URI."""
-        validate_partition_key(name)
-        folder = self.partition_path(group, asset, partition)
-        final = f"{folder}/{name}"
+        """Commit a file of a table other than Parquet (PNG, HTML, JSON, checkpoint file) atomically
+        into its files folder (:meth:`files_path`); ``name`` may hold ``/``-separated folders
+        (``stamps/12.png``). Returns its URI."""
+        final = f"{self.files_path(group, asset, partition)}/{_relative_name(name)}"
+        folder = final.rsplit("/", 1)[0]
         where = self.full_uri(final)
         staging = self._staging_path(folder, "")
         try:
@@ -324,8 +401,8 @@ class Lake:
         return where
 
     def read_bytes(self, group: str, asset: str, name: str, partition: Mapping[str, str] | None = None) -> bytes:
-        """Read a binary artifact written by ``write_bytes``."""
-        path = f"{self.partition_path(group, asset, partition)}/{validate_partition_key(name)}"
+        """Read a file written by ``write_bytes``."""
+        path = f"{self.files_path(group, asset, partition)}/{_relative_name(name)}"
         try:
             with self.fs.open_input_stream(path) as f:
                 return f.read()
@@ -333,11 +410,13 @@ class Lake:
             raise translate_storage_error(exc, self.full_uri(path)) from exc
 
     def delete_partition(self, group: str, asset: str, partition: Mapping[str, str]) -> None:
-        """Remove one partition folder (used to drop partitions that no longer exist upstream)."""
-        try:
-            self.fs.delete_dir(self.partition_path(group, asset, partition))
-        except FileNotFoundError:
-            pass
+        """Remove one partition folder and its files folder (used to drop partitions that no longer
+        exist upstream)."""
+        for folder in (self.partition_path(group, asset, partition), self.files_path(group, asset, partition)):
+            try:
+                self.fs.delete_dir(folder)
+            except FileNotFoundError:
+                pass
 
     # ---------------------------------------------------------------- reads
     def _part_files(self, group: str, asset: str) -> list[str]:
@@ -373,7 +452,8 @@ class Lake:
 
     def dataset(self, group: str, asset: str, partitions: Iterable[Mapping[str, str]] | None = None) -> ds.Dataset:
         """A pyarrow dataset over every committed partition (or the ``partitions`` given, each of
-        which must exist), with hive partition columns."""
+        which must exist), with hive partition columns (strings; where the writer's rows held the
+        column, at its place among their columns)."""
         files = self._part_files(group, asset)
         if partitions is not None:
             wanted = [f"{self.partition_path(group, asset, p)}/{PART_FILE}" for p in partitions]
@@ -387,25 +467,45 @@ class Lake:
         if not files:
             where = self.full_uri(self.table_path(group, asset))
             raise InputError(f"table {group}/{asset} has no committed data in the lake at {where}")
-        base = self.table_path(group, asset)
+        return self._open_dataset(self.table_path(group, asset), files, every_dimension=True)
+
+    def partition_dataset(self, group: str, asset: str, partition: Mapping[str, str]) -> ds.Dataset:
+        """A pyarrow dataset over one committed partition, holding the columns its writer gave
+        (a partition column the writer's rows held comes back as a column; one they did not, not)."""
+        with self._reading_partition(group, asset, partition) as path:
+            return self._open_dataset(self.table_path(group, asset), [path], every_dimension=False)
+
+    def _open_dataset(self, base: str, files: list[str], every_dimension: bool) -> ds.Dataset:
         try:
+            schemas = [pq.read_schema(f, filesystem=self.fs) for f in files]
             # partitions of one table may hold different column sets (e.g. scores per source): unify
-            file_schema = pa.unify_schemas(
-                [pq.read_schema(f, filesystem=self.fs) for f in files], promote_options="permissive"
-            )
-            # partition columns already stored in the files (e.g. sweeps.sweep_file) are not added twice
+            file_schema = pa.unify_schemas(schemas, promote_options="permissive")
+            places: dict[str, dict] = {}
+            for schema in schemas:
+                places.update(partition_columns(schema))
             dims = [seg.split("=", 1)[0] for seg in files[0][len(base) + 1 :].split("/")[:-1]]
-            part_schema = pa.schema([(d, pa.string()) for d in dims if d not in file_schema.names])
+            # a column some files moved into the folder names comes from the names for every file
+            # (one written before still holds it: the same value); a dimension no writer's rows
+            # held is a column of the whole table's dataset only
+            added = [d for d in dims if d in places or (every_dimension and d not in file_schema.names)]
+            fields = [f for f in file_schema if f.name not in added]
+            last = {"index": len(fields) + len(added), "nullable": True}
+            for d in sorted(added, key=lambda d: places.get(d, last)["index"]):
+                place = places.get(d, last)
+                fields.insert(min(place["index"], len(fields)), pa.field(d, pa.string(), nullable=place["nullable"]))
+            part_schema = pa.schema([(d, pa.string()) for d in added])
             return ds.dataset(
                 files,
-                schema=pa.unify_schemas([file_schema, part_schema]) if len(part_schema) else file_schema,
+                schema=pa.schema(fields, metadata=file_schema.metadata),
                 filesystem=self.fs,
                 format="parquet",
-                partitioning=ds.partitioning(part_schema, flavor="hive") if len(part_schema) else None,
+                partitioning=ds.partitioning(part_schema, flavor="hive") if added else None,
                 partition_base_dir=base,
             )
+        except FileNotFoundError:
+            raise
         except OSError as exc:
-            raise translate_storage_error(exc, self.full_uri(self.table_path(group, asset))) from exc
+            raise translate_storage_error(exc, self.full_uri(base)) from exc
 
     @contextmanager
     def _reading_partition(self, group: str, asset: str, partition: Mapping[str, str]) -> Iterator[str]:
@@ -429,11 +529,11 @@ class Lake:
         columns: list[str] | None = None,
         filter: ds.Expression | None = None,
     ) -> pa.Table:
-        """Read a whole table, or one partition (without its partition columns)."""
+        """Read a whole table, or one partition (the columns its writer gave, :meth:`partition_dataset`)."""
         if partition is None:
             return self.dataset(group, asset).to_table(columns=columns, filter=filter)
-        with self._reading_partition(group, asset, partition) as path:
-            return pq.read_table(path, filesystem=self.fs, columns=columns, filters=filter)
+        with self._reading_partition(group, asset, partition):
+            return self.partition_dataset(group, asset, partition).to_table(columns=columns, filter=filter)
 
     def iter_batches(
         self,
@@ -444,25 +544,23 @@ class Lake:
         batch_size: int = 4096,
         partition: Mapping[str, str] | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Stream a table's (or one partition's) record batches with bounded memory; a partition
-        is read without its partition columns."""
+        """Stream a table's (or one partition's: the columns its writer gave) record batches with
+        bounded memory."""
         if partition is None:
             yield from self.dataset(group, asset).to_batches(columns=columns, filter=filter, batch_size=batch_size)
             return
-        with self._reading_partition(group, asset, partition) as path:
-            yield from ds.dataset(path, filesystem=self.fs, format="parquet").to_batches(
-                columns=columns, filter=filter, batch_size=batch_size
-            )
+        with self._reading_partition(group, asset, partition):
+            data = self.partition_dataset(group, asset, partition)
+            yield from data.to_batches(columns=columns, filter=filter, batch_size=batch_size)
 
     def read_schema(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> pa.Schema:
-        """Schema of a table (or one partition) from one Parquet footer (no data read)."""
+        """Schema of a table (or one partition) from Parquet footers (no data read)."""
         if partition is not None:
-            with self._reading_partition(group, asset, partition) as path:
-                return pq.read_schema(path, filesystem=self.fs)
+            return self.partition_dataset(group, asset, partition).schema
         files = self._part_files(group, asset)
         if not files:
             raise InputError(f"table {group}/{asset} has no committed data")
-        return pq.read_schema(files[0], filesystem=self.fs)
+        return self._open_dataset(self.table_path(group, asset), files[:1], every_dimension=False).schema
 
     def count_rows(self, group: str, asset: str) -> int:
         """Row count from Parquet footers."""
@@ -512,10 +610,15 @@ class Lake:
         return LakeTable(self, _validate_name("group", group), _validate_name("asset", name))
 
     @contextmanager
-    def local_folder(self, group: str, asset: str, partition: Mapping[str, str]) -> Iterator[str]:
-        """A local path holding a partition's files: the folder itself on a local lake, a temporary
-        copy of it (removed afterwards) on S3."""
-        path = self.partition_path(group, asset, partition)
+    def local_folder(
+        self, group: str, asset: str, partition: Mapping[str, str], subfolder: str | None = None
+    ) -> Iterator[str]:
+        """A local path holding the files (:meth:`files_path`) of ``partition`` (e.g. the lens
+        finder's ``{"artifact": "checkpoint"}``), or those of ``subfolder``, a relative folder below
+        it: the folder itself on a local lake, a temporary copy of it (removed afterwards) on S3."""
+        path = self.files_path(group, asset, partition)
+        if subfolder:
+            path = f"{path}/{_relative_name(subfolder.strip('/'))}"
         if not self.is_s3:
             yield path
             return
@@ -541,6 +644,9 @@ class LakeTable:
 
     def location(self, partition: Mapping[str, str] | None = None) -> str:
         return self.lake.full_uri(self.lake.partition_path(self.group, self.name, partition))
+
+    def files_location(self, partition: Mapping[str, str] | None = None) -> str:
+        return self.lake.full_uri(self.lake.files_path(self.group, self.name, partition))
 
     def partitions(self) -> list[dict[str, str]]:
         return self.lake.partitions(self.group, self.name)
@@ -583,5 +689,8 @@ class LakeTable:
     def delete(self, partition: Mapping[str, str]) -> None:
         self.lake.delete_partition(self.group, self.name, partition)
 
-    def local_folder(self, partition: Mapping[str, str]):
-        return self.lake.local_folder(self.group, self.name, partition)
+    def local_folder(self, partition: Mapping[str, str], subfolder: str | None = None):
+        return self.lake.local_folder(self.group, self.name, partition, subfolder)
+
+    def files(self) -> list[str]:
+        return [self.lake.full_uri(p) for p in self.lake._part_files(self.group, self.name)]

@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 from darkhaloscope.errors import InputError
 
 from .lake import (
+    FILES_SUFFIX,
     PART_FILE,
     STAGING_DIR,
     WRITER_PREFIX,
@@ -102,6 +103,15 @@ def owner_process_alive(owner: StageOwner) -> bool:
     return owner.host != socket.gethostname() or process_alive(owner.pid)
 
 
+def _files_under(lake: Lake, folder: str) -> list[str]:
+    """Every file below ``folder`` of ``lake`` (none when it does not exist)."""
+    try:
+        infos = lake.fs.get_file_info(pafs.FileSelector(folder, recursive=True, allow_not_found=True))
+    except OSError as exc:
+        raise translate_storage_error(exc, lake.full_uri(folder)) from exc
+    return [i.path for i in infos if i.type == pafs.FileType.File]
+
+
 def _part_key(path: str) -> tuple[int, str]:
     # part-0.parquet is published last: its arrival means every artifact beside it has arrived
     return (1 if path.endswith("/" + PART_FILE) else 0, path)
@@ -129,6 +139,28 @@ class StagedTable:
     def published_folder(self) -> str:
         return self.lake.partition_path(self.group, self.table, self.partition)
 
+    def published_uri(self, name: str | None = None, subfolder: Mapping[str, str] | None = None) -> str:
+        """Where the file ``name`` staged with :meth:`write_bytes` (or, without ``name``, the files
+        folder of the table, partition or ``subfolder``: ``Lake.files_path``) is once published: a
+        URI a user can paste (an absolute path, or ``s3://...``)."""
+        part = {**(self.partition or {}), **(subfolder or {})}
+        folder = self.lake.files_path(self.group, self.table, part or None)
+        return self.lake.full_uri(f"{folder}/{name}" if name else folder)
+
+    @property
+    def staged_files_folder(self) -> str:
+        """Where the table's other files are staged (beside the staged table: ``Lake.files_path``)."""
+        return self.area.files_path(self.group, self.table, self.partition)
+
+    @property
+    def published_files_folder(self) -> str:
+        """Where the table's other files are published (beside its folder: ``Lake.files_path``)."""
+        return self.lake.files_path(self.group, self.table, self.partition)
+
+    def _folders(self) -> tuple[tuple[str, str], tuple[str, str]]:
+        """((staged, published) table folder, (staged, published) files folder)."""
+        return (self.staged_folder, self.published_folder), (self.staged_files_folder, self.published_files_folder)
+
     @property
     def label(self) -> str:
         """``group/table`` plus the partition, for messages."""
@@ -145,8 +177,9 @@ class StagedTable:
         )
 
     def write_bytes(self, name: str, payload: bytes, subfolder: Mapping[str, str] | None = None) -> str:
-        """Stage an artifact beside the table (a figure, a report, a JSON summary); ``subfolder``
-        is a ``{dim: key}`` folder below the table's (e.g. ``{"artifact": "figures"}``)."""
+        """Stage a file of the table other than Parquet (a figure, a report, a JSON summary) in its
+        files folder, beside the table's (``Lake.files_path``); ``subfolder`` is a ``{dim: key}``
+        folder below it (e.g. ``{"artifact": "figures"}``), ``name`` may hold ``/`` (``stamps/1.png``)."""
         part = {**(self.partition or {}), **(subfolder or {})}
         return self.area.write_bytes(self.group, self.table, name, payload, partition=part or None)
 
@@ -160,15 +193,21 @@ class StagedTable:
         return self.area.read_table(self.group, self.table, columns=columns, filter=filter)
 
     def dataset(self) -> ds.Dataset:
-        """A pyarrow dataset over the staged Parquet file (bounded-memory audits of large tables)."""
+        """A pyarrow dataset over the staged Parquet file, with the columns its writer gave
+        (bounded-memory audits of large tables)."""
         path = f"{self.staged_folder}/{PART_FILE}"
+        if not self.partition:
+            try:
+                return ds.dataset(path, filesystem=self.area.fs, format="parquet")
+            except FileNotFoundError as exc:
+                raise InputError(f"{self.label} has nothing staged at {self.area.full_uri(path)}") from exc
         try:
-            return ds.dataset(path, filesystem=self.area.fs, format="parquet")
-        except FileNotFoundError as exc:
+            return self.area.partition_dataset(self.group, self.table, self.partition)
+        except InputError as exc:
             raise InputError(f"{self.label} has nothing staged at {self.area.full_uri(path)}") from exc
 
     def schema(self) -> pa.Schema:
-        return pq.read_schema(f"{self.staged_folder}/{PART_FILE}", filesystem=self.area.fs)
+        return self.dataset().schema
 
     def num_rows(self) -> int:
         return pq.ParquetFile(f"{self.staged_folder}/{PART_FILE}", filesystem=self.area.fs).metadata.num_rows
@@ -178,22 +217,28 @@ class StagedTable:
         return self.area.read_bytes(self.group, self.table, name, partition=part or None)
 
     def staged_files(self) -> list[str]:
-        """Every staged file of this table (or partition), ``part-0.parquet`` last."""
-        base = self.staged_folder
-        try:
-            infos = self.area.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-        except OSError as exc:
-            raise translate_storage_error(exc, self.area.full_uri(base)) from exc
-        # a partitioned table's folder holds only this partition; an unpartitioned one holds every
-        # file of the table (its artifacts in sub-folders included)
-        return sorted((i.path for i in infos if i.type == pafs.FileType.File), key=_part_key)
+        """Every staged file of this table (or partition), its other files included, ``part-0.parquet`` last."""
+        return sorted((f for folder, _ in self._folders() for f in _files_under(self.area, folder)), key=_part_key)
+
+    def _relative(self, path: str) -> str:
+        """A staged file's path relative to its folder, files of the files folder marked as such."""
+        (data, _), (files, _) = self._folders()
+        if path.startswith(files + "/"):
+            return FILES_SUFFIX + path[len(files) :]
+        return path[len(data) :]
+
+    def _destination(self, path: str, root: tuple[str, str]) -> str:
+        """Where the staged file ``path`` goes under ``root`` (its table folder, its files folder)."""
+        (data, _), (files, _) = self._folders()
+        if path.startswith(files + "/"):
+            return root[1] + path[len(files) :]
+        return root[0] + path[len(data) :]
 
     def content_hash(self) -> str:
         """sha256 (16 hex digits) of the staged files' relative paths and bytes: the data version."""
         h = hashlib.sha256()
-        base = self.staged_folder
         for path in self.staged_files():
-            h.update(path[len(base) :].encode() + b"\0")
+            h.update(self._relative(path).encode() + b"\0")
             with self.area.fs.open_input_stream(path) as f:
                 while chunk := f.read(1 << 22):
                     h.update(chunk)
@@ -207,34 +252,36 @@ class StagedTable:
         files = self.staged_files()
         if not any(f.endswith("/" + PART_FILE) for f in files):
             raise InputError(f"{self.label}: nothing staged at {self.area.full_uri(self.staged_folder)} to publish")
-        base, dest = self.staged_folder, self.published_folder
+        dest = (self.published_folder, self.published_files_folder)
         size = 0
         for src in files:
-            target = dest + src[len(base) :]
+            target = self._destination(src, dest)
             try:
                 self.lake.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
                 size += self.area.fs.get_file_info(src).size or 0
                 self.lake.fs.move(src, target)
             except OSError as exc:
                 raise translate_storage_error(exc, self.lake.full_uri(target)) from exc
-        published = {dest + src[len(base) :] for src in files}
-        try:
-            infos = self.lake.fs.get_file_info(pafs.FileSelector(dest, recursive=True, allow_not_found=True))
-            for stale in sorted(i.path for i in infos if i.type == pafs.FileType.File and i.path not in published):
-                self.lake.fs.delete_file(stale)
-        except OSError as exc:
-            raise translate_storage_error(exc, self.lake.full_uri(dest)) from exc
-        part = f"{dest}/{PART_FILE}"
+        published = {self._destination(src, dest) for src in files}
+        for folder in dest:
+            for stale in _files_under(self.lake, folder):
+                if stale not in published:
+                    try:
+                        self.lake.fs.delete_file(stale)
+                    except OSError as exc:
+                        raise translate_storage_error(exc, self.lake.full_uri(stale)) from exc
+        part = f"{dest[0]}/{PART_FILE}"
         rows = pq.ParquetFile(part, filesystem=self.lake.fs).metadata.num_rows
         return CommitInfo(uri=self.lake.full_uri(part), rows=rows, bytes=size, partition=self.partition)
 
     def reject(self, reason: Mapping) -> str:
         """Move the staged files to ``_rejected/<owner>/...`` with ``reason.json``; returns the
         URI of that folder. The published version is not touched."""
-        base = self.staged_folder
-        dest = self.lake.subtree(f"{REJECTED_DIR}/{self.owner}").partition_path(self.group, self.table, self.partition)
+        rejected = self.lake.subtree(f"{REJECTED_DIR}/{self.owner}")
+        dest = rejected.partition_path(self.group, self.table, self.partition)
+        roots = (dest, rejected.files_path(self.group, self.table, self.partition))
         for src in self.staged_files():
-            target = dest + src[len(base) :]
+            target = self._destination(src, roots)
             try:
                 self.lake.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
                 self.lake.fs.move(src, target)
@@ -336,7 +383,7 @@ def sweep_orphans(
     lake: Lake,
     before: float,
     run_alive: Callable[[StageOwner], bool] = owner_process_alive,
-    rejected_keep_days: float | None = None,
+    rejected_keep_days: float = DEFAULT_REJECTED_KEEP_DAYS,
 ) -> SweepReport:
     """Remove staging left by dead runs and writers, and rejected tables past their retention.
 
@@ -344,13 +391,9 @@ def sweep_orphans(
     start). A run's staging area goes when ``run_alive(owner)`` is false (a folder without a
     readable owner record counts as dead); a writer's temporary object when its process is gone
     (this host) or it is older than a day (another host). Rejected tables go once older than
-    ``rejected_keep_days`` (default ``$DHS_REJECTED_KEEP_DAYS`` or 7).
+    ``rejected_keep_days`` (the lake resource passes ``DHS_REJECTED_KEEP_DAYS``).
     """
-    keep_days = (
-        rejected_keep_days
-        if rejected_keep_days is not None
-        else float(os.environ.get("DHS_REJECTED_KEEP_DAYS", DEFAULT_REJECTED_KEEP_DAYS))
-    )
+    keep_days = rejected_keep_days
     report = SweepReport()
     here = host_tag()
     for info in _children(lake, f"{lake.root}/{STAGING_DIR}"):

@@ -34,8 +34,8 @@ from lake_platform import audits as au
 from lake_platform.lake import STAGING_DIR
 from resources import ComputeResource, LakeResource
 from resources.compute import CatalogLaunchResource, QuietPySparkResource
-from table_registry import audits as checks
-from table_registry.tables import NEGATIVES, POSITIVES, SELECTION_FUNNEL, SWEEPS, TRAINING_CATALOG, TRAINING_STRATA
+from table_registry import NEGATIVES, POSITIVES, SELECTION_FUNNEL, SWEEPS, TRAINING_CATALOG, TRAINING_STRATA
+from table_registry import catalog as checks
 
 from .shared.automation import NEW_PARTITION
 from .shared.publish import Publish, lake_asset, markdown_table, staged_table

@@ -39,8 +39,7 @@ from darkhaloscope.lensing.bank import plan_grid, plan_proposal, table_condition
 from darkhaloscope.search.candidates import choose_threshold
 from darkhaloscope.survey.sweeps import parse_sweep_filename
 from resources import ComputeResource, LakeResource, SurveyResource
-from table_registry import audits as checks
-from table_registry.tables import (
+from table_registry import (
     CUTOUT_SCORES,
     INJECTION_PLAN,
     INJECTION_SCORES,
@@ -52,6 +51,7 @@ from table_registry.tables import (
     THRESHOLDS,
     TRAINING_SET,
 )
+from table_registry import closure as checks
 
 from .shared.publish import Publish, lake_asset
 

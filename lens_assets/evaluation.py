@@ -1,6 +1,6 @@
 """Evaluation stage: scores (per sweep file and per injection batch, like their inputs), thresholds
-from held-out negatives, the selection function C(θ_E, z_l) on the injection plan's grid,
-real-lens recall, and the static HTML evaluation report.
+from held-out negatives, real-lens recall, and the static HTML evaluation report (the selection
+function, detection model and populations are the selection stage's, ``lens_assets/selection.py``).
 
 The score tables are large: they stream from the lens finder into their staged partitions and
 are read downstream as lazy datasets. Scoring reads only the
@@ -8,6 +8,8 @@ published lens finder, which is published only after its blocking gates passed.
 """
 
 import itertools
+import json
+import posixpath
 
 import dagster as dg
 import pyarrow as pa
@@ -25,15 +27,7 @@ from darkhaloscope.evaluation import (
     thresholds_from_negatives,
     usable_thresholds,
 )
-from darkhaloscope.evaluation.closure import theta_e_edges
-from darkhaloscope.evaluation.detection import cross_validated, fit_detection_model, model_table, reliability_table
-from darkhaloscope.evaluation.populations import (
-    NAMED_POPULATIONS,
-    POPULATION_MERGE,
-    named_population,
-    selection_for_population,
-)
-from darkhaloscope.evaluation.products import FIGURES, report_html, selection_products
+from darkhaloscope.evaluation.products import FIGURES, report_html
 from darkhaloscope.evaluation.scoring import (
     CUTOUT_META,
     INJECTION_META,
@@ -43,23 +37,19 @@ from darkhaloscope.evaluation.scoring import (
     score_batches,
 )
 from darkhaloscope.imaging.cutout_table import load_stamps
-from darkhaloscope.lensing.bank import plan_grid, plan_proposal, plan_summary, table_conditioning, with_conditioning
-from darkhaloscope.lensing.cosmology import DEFAULT_COSMOLOGY
-from darkhaloscope.search.candidates import choose_threshold
+from darkhaloscope.lensing.bank import table_conditioning
 from darkhaloscope.search.gallery import GALLERY_FILE
 from darkhaloscope.search.grades import published_graded_lens_ids
 from darkhaloscope.stamps import from_tensor_column
 from lake_platform import audits as au
 from resources import ComputeResource, LakeResource, SurveyResource
-from table_registry import audits as checks
-from table_registry.tables import (
+from table_registry import (
     CANDIDATE_GALLERY,
     CUTOUT_SCORES,
     CUTOUTS,
     EVALUATION_REPORT,
     FPR_BY_CONFUSER,
     INJECTION_BANK,
-    INJECTION_PLAN,
     INJECTION_SCORES,
     LENS_FINDER,
     LENS_FORECAST,
@@ -75,10 +65,21 @@ from table_registry.tables import (
     VISUAL_GRADES,
     Table,
 )
+from table_registry import evaluation as checks
 
-from .closure import hidden_hosts_among, lens_forecast, selection_closure, user_population
+from .closure import hidden_hosts_among, lens_forecast, selection_closure
+from .selection import selection_function, selection_model, selection_populations
 from .shared.partitions import per_file_backfill
-from .shared.publish import Publish, lake_asset, per_partition, staged_table
+from .shared.publish import (
+    GATE_COLUMNS,
+    Publish,
+    figures_markdown,
+    file_link,
+    lake_asset,
+    per_partition,
+    rows_table,
+    staged_table,
+)
 
 #: Fixed score cuts the thresholds table carries beside the false-positive rates.
 FIXED_SCORES = (0.5, 0.9)
@@ -189,162 +190,6 @@ def thresholds(
 
 
 @lake_asset(
-    SELECTION_FUNCTION,
-    SELECTION_MARGINALS,
-    code_version="6",
-    kinds={"parquet"},
-    ins={
-        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
-        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
-        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
-    },
-)
-def selection_function(
-    context: dg.AssetExecutionContext,
-    lake: LakeResource,
-    thresholds: pa.Table,
-    injection_scores: ds.Dataset,
-    injection_plan: pa.Table,
-) -> Publish:
-    """C(θ_E, z_l) for each threshold on the grid the injection plan was built on: n_injected,
-    n_failed (excluded from the denominator and counted), n_detected, completeness with Jeffreys
-    68%/95% intervals on the injections' effective number (n_effective: a host's injections share
-    their outcome), cells below the minimum count flagged; marginal completeness; heatmaps and
-    marginal curves stored as PNG beside the table (``artifact=figures``)."""
-    theta_e, z_l = plan_grid(injection_plan)
-    insufficient = [(c["theta_e_arcsec"], c["z_l"]) for c in plan_summary(injection_plan).get("insufficient_cells", [])]
-    sel, marg, figures = selection_products(
-        injection_rows(injection_scores, "injection"), thresholds, theta_e, z_l, insufficient
-    )
-    conditioning = table_conditioning(injection_plan) or {}
-    sel, marg = with_conditioning(sel, conditioning), with_conditioning(marg, conditioning)
-    staged = staged_table(context, SELECTION_FUNCTION)
-    for name, png in figures.items():
-        staged.write_bytes(name, png, subfolder=FIGURES)
-    staged.write(sel)
-    # cells the plan left without hosts at their redshift are flagged, not a coverage problem
-    unfilled = {(round(t, 6), round(z, 6)) for t, z in insufficient}
-    cells = zip(sel.column("theta_e_centre").to_pylist(), sel.column("z_l_centre").to_pylist())
-    planned = sel.filter(pa.array([(round(t, 6), round(z, 6)) not in unfilled for t, z in cells]))
-    md = {
-        "nonempty_cells": int(pc.sum(pc.greater(sel.column("n_valid"), 0)).as_py() or 0),
-        "cells_without_hosts_at_their_redshift": len(unfilled),
-        "figures": sorted(figures),
-        "conditioning": conditioning,
-    }
-    return Publish(
-        {SELECTION_FUNCTION: staged, SELECTION_MARGINALS: marg},
-        audits={SELECTION_FUNCTION: [au.nonempty_cells_audit(checks.SELECTION_FUNCTION_COVERAGE, planned)]},
-        metadata={SELECTION_FUNCTION: md},
-    )
-
-
-@lake_asset(
-    SELECTION_MODEL,
-    SELECTION_CALIBRATION,
-    code_version="3",
-    kinds={"parquet"},
-    ins={
-        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
-        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
-        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
-    },
-)
-def selection_model(
-    context: dg.AssetExecutionContext,
-    lake: LakeResource,
-    thresholds: pa.Table,
-    injection_scores: ds.Dataset,
-    injection_plan: pa.Table,
-) -> Publish:
-    """The detection model P_det(ψ) at each usable threshold (``evaluation.detection``: gradient-
-    boosted trees over the lens, source and observing parameters of the valid injections, monotone
-    in the source magnitude, PSF and depth): its parameters with their validity ranges and its Brier
-    scores cross-validated by host (``selection_model``), and its reliability curve on the held-out
-    injections (``selection_calibration``). Evaluate it at any ψ inside the ranges with
-    ``detection.fit_detection_model(...).probability(...)``: a fit is a pure function of the bank."""
-    injections = injection_rows(injection_scores, "injection")
-    proposal = plan_proposal(injection_plan)
-    theta_e, _ = plan_grid(injection_plan)
-    models, calibrations, not_fitted = [], [], {}
-    for name, value in usable_thresholds(thresholds):
-        try:
-            model = fit_detection_model(injections, name, value, proposal, theta_e_edges(theta_e), n_bootstrap=0)
-        except InputError as exc:  # every injection detected, or none: no model at this threshold (named)
-            not_fitted[name] = str(exc)
-            continue
-        cv = cross_validated(injections, value)
-        models.append(model_table(model, cv))
-        calibrations.append(reliability_table(name, cv))
-    if not models:
-        raise InputError(f"no threshold has a detection model: {not_fitted}")
-    conditioning = table_conditioning(injection_plan) or {}
-    model_t = with_conditioning(pa.concat_tables(models), conditioning)
-    calib_t = with_conditioning(pa.concat_tables(calibrations), conditioning)
-    md = {
-        "search_threshold": choose_threshold(thresholds)[0],
-        "not_fitted": not_fitted,
-        "brier_cv": {r["threshold_name"]: round(r["brier_cv"], 4) for r in model_t.to_pylist()},
-        "brier_cv_logistic": {r["threshold_name"]: round(r["brier_cv_logistic"], 4) for r in model_t.to_pylist()},
-        "proposal": conditioning.get("proposal"),
-    }
-    return Publish({SELECTION_MODEL: model_t, SELECTION_CALIBRATION: calib_t}, metadata={SELECTION_MODEL: md})
-
-
-@lake_asset(
-    SELECTION_POPULATIONS,
-    code_version="1",
-    kinds={"parquet"},
-    ins={
-        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
-        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
-        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
-    },
-)
-def selection_populations(
-    context: dg.AssetExecutionContext,
-    lake: LakeResource,
-    compute: ComputeResource,
-    thresholds: pa.Table,
-    injection_scores: ds.Dataset,
-    injection_plan: pa.Table,
-) -> Publish:
-    """C(θ_E, z_l | λ) and its marginals at every usable threshold for the named populations
-    (``proposal``, ``lenspop`` after Collett 2015, ``mock``: the mock's hidden-lens sources) and, when
-    DHS_SELECTION_POPULATION names a Parquet table of ψ samples, the user's: importance weights
-    p(ψ | λ) / q(ψ) against the proposal the plan recorded, each cell with its N_eff and flagged
-    below the floor, never filled (``evaluation.populations.selection_for_population``)."""
-    injections = injection_rows(injection_scores, "injection")
-    proposal = plan_proposal(injection_plan)
-    theta_e, z_l = plan_grid(injection_plan)
-    conditioning = table_conditioning(injection_plan) or {}
-    populations = [
-        named_population(n, proposal, conditioning.get("cosmology", DEFAULT_COSMOLOGY)) for n in NAMED_POPULATIONS
-    ]
-    if compute.selection_population:
-        populations.append(user_population(compute.selection_population, proposal))
-    merge = POPULATION_MERGE.get(compute.profile, 1)
-    tables = [
-        selection_for_population(pop, name, injections, thresholds, proposal, theta_e, z_l, merge=merge)
-        for pop in populations
-        for name, _ in usable_thresholds(thresholds)
-    ]
-    table = with_conditioning(pa.concat_tables(tables), {**conditioning, "population_cells_merged": merge})
-    cells = table.filter(pc.equal(table.column("kind"), "cell"))
-    md = {
-        "populations": {p.name: p.description for p in populations},
-        "cells_merged": merge,
-        "sufficient_cells": {
-            p.name: int(
-                pc.sum(pc.and_(pc.equal(cells.column("population"), p.name), cells.column("sufficient"))).as_py() or 0
-            )
-            for p in populations
-        },
-    }
-    return Publish({SELECTION_POPULATIONS: table}, metadata={SELECTION_POPULATIONS: md})
-
-
-@lake_asset(
     REAL_LENS_RECALL,
     FPR_BY_CONFUSER,
     code_version="3",
@@ -420,9 +265,9 @@ def evaluation_report(
     selection_model: pa.Table,
     selection_calibration: pa.Table,
 ) -> Publish:
-    """One static HTML page beside its index row: ROC curves and their areas with bootstrap
-    intervals, the selection function and its marginals, the recall table, the lens finder's
-    gates, mosaics of example cutouts and a link to the search's candidate gallery."""
+    """One static HTML page (in the files folder beside its index row): ROC curves and their areas
+    with bootstrap intervals, the selection function and its marginals, the recall table, the lens
+    finder's gates, mosaics of example cutouts and a link to the search's candidate gallery."""
     store = lake.lake()
     cut = cutout_scores.to_table()
     real_test = cut.filter(pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test")))
@@ -441,19 +286,33 @@ def evaluation_report(
         injection_stamps=lambda ids: _injection_images(injection_bank, ids),
         lens_finder_row=lens_finder.to_pylist()[0],
         lake_uri=store.uri,
-        gallery_uri=store.full_uri(f"{store.table_path(*CANDIDATE_GALLERY.key)}/{GALLERY_FILE}"),
+        # relative to the report's folder, so a copied lake keeps the link
+        gallery_uri=posixpath.relpath(
+            f"{store.table(*CANDIDATE_GALLERY.key).files_location()}/{GALLERY_FILE}",
+            store.table(*EVALUATION_REPORT.key).files_location(),
+        ),
         conditioning=table_conditioning(selection_function),
-        closure=selection_closure,
-        forecast=lens_forecast,
-        populations=selection_populations,
-        detection_model=selection_model,
-        detection_calibration=selection_calibration,
+        selection_tables={
+            t.name: v
+            for t, v in (
+                (SELECTION_POPULATIONS, selection_populations),
+                (SELECTION_MODEL, selection_model),
+                (SELECTION_CALIBRATION, selection_calibration),
+                (SELECTION_CLOSURE, selection_closure),
+                (LENS_FORECAST, lens_forecast),
+            )
+        },
     ).encode("utf-8")
     staged = staged_table(context, EVALUATION_REPORT)
     staged.write_bytes("report.html", html)
-    uri = store.full_uri(f"{staged.published_folder}/report.html")
+    uri = staged.published_uri("report.html")
     staged.write(pa.table({"uri": [uri], "bytes": [len(html)], "figures": [html.count(b"<img")]}))
-    md = {"figures": html.count(b"<img"), "report": dg.MetadataValue.url(f"file://{uri}") if not store.is_s3 else uri}
+    md = {
+        "figures": html.count(b"<img"),
+        "report": file_link(uri),
+        "report_figures": figures_markdown(html.decode("utf-8")),
+        "gates": rows_table(json.loads(lens_finder.column("metrics")[0].as_py()).get("gates", []), GATE_COLUMNS),
+    }
     return Publish({EVALUATION_REPORT: staged}, metadata={EVALUATION_REPORT: md})
 
 

@@ -28,8 +28,8 @@ from darkhaloscope.imaging.validation import NEGATIVES_VALID_MIN, quality_fracti
 from lake_platform import audits as au
 from resources import LakeResource, SurveyResource
 from resources.imaging import ImagingResource
-from table_registry import audits as checks
-from table_registry.tables import CUTOUT_VALIDATION, CUTOUTS, NEGATIVES, POSITIVES, TRAINING_CATALOG
+from table_registry import CUTOUT_VALIDATION, CUTOUTS, NEGATIVES, POSITIVES, TRAINING_CATALOG
+from table_registry import imaging as checks
 
 from .shared.partitions import per_file_backfill
 from .shared.publish import Publish, lake_asset, per_partition, staged_table

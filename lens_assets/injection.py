@@ -35,8 +35,7 @@ from darkhaloscope.lensing.verify import lenstronomy_agreement, physics_problems
 from darkhaloscope.search.grades import published_graded_lens_ids
 from lake_platform import audits as au
 from resources import ComputeResource, LakeResource
-from table_registry import audits as checks
-from table_registry.tables import (
+from table_registry import (
     CUTOUT_VALIDATION,
     CUTOUTS,
     INJECTION_BANK,
@@ -46,8 +45,10 @@ from table_registry.tables import (
     SWEEPS,
     VISUAL_GRADES,
 )
+from table_registry import injection as checks
 
 from .shared.partitions import injection_batch_change
+from .shared.progress import report_progress
 from .shared.publish import Publish, lake_asset
 
 _GRID = InjectionConfig()
@@ -167,7 +168,13 @@ def injection_bank(
     if not found.all():
         raise InputError(f"hosts {host_ids[~found][:5].tolist()} of batch {key} are not in the cutouts table")
     device = compute.torch_device()
-    injected, _, params = render_injection_batch(tasks, images, invvar, device=device)
+    injected, _, params = render_injection_batch(
+        tasks,
+        images,
+        invvar,
+        device=device,
+        progress=lambda done, total: report_progress(context.log, f"injection_bank {key}: {done}/{total} rendered"),
+    )
     bank = bank_table(tasks, params, injected, images)
     ok = params.column("success").to_numpy(zero_copy_only=False)
     mu = params.column("magnification").to_numpy(zero_copy_only=False)

@@ -45,7 +45,7 @@ from lake_platform.lake import host_tag
 from lake_platform.staging import process_alive
 from resources import LakeResource
 from resources.alert_sinks import AlertSinksResource
-from table_registry.tables import ALERTS
+from table_registry import ALERTS
 
 from .shared.publish import OWNERS
 
@@ -312,7 +312,7 @@ alerts = dg.AssetSpec(
     kinds={"parquet"},
     owners=OWNERS,
     description=f"{ALERTS.description}; written by alert delivery (alert_sensor, dhs), rebuilt from "
-    "ops/alert_log/alerts.jsonl.",
+    "ops/alerts.files/alerts.jsonl.",
     metadata={"dagster/column_schema": column_schema(ALERTS.contract)},
 )
 
@@ -331,7 +331,7 @@ def report_alerts_table(instance: dg.DagsterInstance, lake, n_new: int) -> None:
     """Record a runless materialization of ``ops/alerts`` after delivery added ``n_new`` rows."""
     if n_new <= 0:
         return
-    uri = lake.full_uri(lake.table_path(*ALERTS_KEY.path))
+    uri = lake.table(*ALERTS_KEY.path).location()
     instance.report_runless_asset_event(
         dg.AssetMaterialization(
             asset_key=ALERTS_KEY,

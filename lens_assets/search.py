@@ -30,7 +30,7 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation.scoring import injection_rows
 from darkhaloscope.imaging.sources import ImageSourceOpener
 from darkhaloscope.search.candidates import DEFAULT_DEDUP_ARCSEC, SCORE_COLUMNS, build_candidates
-from darkhaloscope.search.gallery import DEFAULT_TOP_N, GALLERY_FILE, gallery_html, gallery_stamps, top_candidates
+from darkhaloscope.search.gallery import GALLERY_FILE, gallery_files, gallery_stamps
 from darkhaloscope.search.grades import UNGRADED, changed_earlier_rows, new_round, parse_grades_csv
 from darkhaloscope.search.launch import search_with_published_finder
 from darkhaloscope.search.spark import search_on_spark
@@ -42,8 +42,7 @@ from resources import ComputeResource, LakeResource, SurveyResource
 from resources.compute import QuietPySparkResource, reported
 from resources.imaging import ImagingResource
 from resources.settings import search_pool
-from table_registry import audits as checks
-from table_registry.tables import (
+from table_registry import (
     CANDIDATE_GALLERY,
     CANDIDATES,
     INJECTION_SCORES,
@@ -57,10 +56,12 @@ from table_registry.tables import (
     THRESHOLDS,
     VISUAL_GRADES,
 )
+from table_registry import search as checks
 
 from .shared.automation import NEW_PARTITION, UPSTREAM_UPDATED
 from .shared.partitions import per_file_backfill
-from .shared.publish import Publish, lake_asset, per_partition, staged_table
+from .shared.progress import report_progress
+from .shared.publish import Publish, file_link, lake_asset, per_partition, staged_table
 from .survey import sweeps
 
 _DEFAULT_SEARCH = SearchSettings()
@@ -147,7 +148,14 @@ def search_scores(
     finder, inflight_area = store.table(*LENS_FINDER.key), store.inflight()
     targets = {n: search_targets.filter(pc.equal(search_targets.column("sweep_file"), n)) for n in names}
     if launch == "local":
-        runs = search_with_published_finder(finder, inflight_area, targets, source, compute.torch_device(), settings)
+
+        def progress(name: str, index: int, n_chunks: int, resumed: bool) -> None:
+            done = "already in flight" if resumed else "scored"
+            report_progress(context.log, f"search {name}: chunk {index + 1}/{n_chunks} {done}")
+
+        runs = search_with_published_finder(
+            finder, inflight_area, targets, source, compute.torch_device(), settings, progress=progress
+        )
     elif launch == "spark":
         retries.include_tasks(pyspark.spark_session)
         runs = search_on_spark(pyspark.spark_session, finder, inflight_area, targets, source, compute.device, settings)
@@ -218,7 +226,7 @@ def search_scores_asset(pool: str) -> dg.AssetsDefinition:
     return lake_asset(
         SEARCH_SCORES,
         SEARCH_STAMPS,
-        code_version="2",
+        code_version="3",
         kinds={"pytorch", "parquet"},
         pool=pool,
         ins={"search_targets": dg.AssetIn(list(SEARCH_TARGETS.key))},
@@ -273,7 +281,7 @@ class CandidatesConfig(dg.Config):
 
 @lake_asset(
     CANDIDATES,
-    code_version="2",
+    code_version="3",
     kinds={"parquet"},
     automation_condition=UPSTREAM_UPDATED,
     ins={
@@ -326,47 +334,56 @@ def candidates(
     return Publish({CANDIDATES: table}, audits={CANDIDATES: outcomes}, metadata={CANDIDATES: md})
 
 
-class GalleryConfig(dg.Config):
-    """``top_n``: how many of the best-ranked candidates the page shows."""
-
-    top_n: int = DEFAULT_TOP_N
-
-
 @lake_asset(
     CANDIDATE_GALLERY,
-    code_version="1",
+    code_version="2",
     kinds={"html"},
     automation_condition=UPSTREAM_UPDATED,
     ins={"candidates": dg.AssetIn(list(CANDIDATES.key)), "search_stamps": dg.AssetIn(list(SEARCH_STAMPS.key))},
 )
 def candidate_gallery(
     context: dg.AssetExecutionContext,
-    config: GalleryConfig,
     lake: LakeResource,
     survey: SurveyResource,
     imaging: ImagingResource,
     candidates: pa.Table,
     search_stamps: ds.Dataset,
 ) -> Publish:
-    """One static HTML page (offline, stamps embedded) of the top candidates' g, r, z colour
-    stamps with score, known/new, a Legacy Surveys viewer link and a grading control whose CSV
-    export ``dhs grade`` lands in ``visual_grades``."""
-    store = lake.lake()
-    top = top_candidates(candidates, config.top_n)
-    stamps = gallery_stamps(top, search_stamps, lambda: imaging.source(survey), _DEFAULT_SEARCH.size)
-    html = gallery_html(top, stamps).encode("utf-8")
+    """One static HTML page (offline, its stamps as PNG files beside it, linked relatively) of every
+    candidate, new ones first and the known lenses in their own folded section, each stamp labelled
+    with rank and score (cut again where the search kept none), with filters (status, score, size,
+    grade), a Legacy Surveys viewer link for real-survey stamps and a grading control whose choices
+    the browser keeps until their CSV export, which ``dhs grade`` lands in ``visual_grades``."""
+    stamps = gallery_stamps(candidates, search_stamps, lambda: imaging.source(survey), _DEFAULT_SEARCH.size)
+    files = gallery_files(candidates, stamps, viewer=not survey.is_mock)
     staged = staged_table(context, CANDIDATE_GALLERY)
-    staged.write_bytes(GALLERY_FILE, html)
-    uri = store.full_uri(f"{staged.published_folder}/{GALLERY_FILE}")
-    shown = html.count(b'class="stamp"')
-    staged.write(pa.table({"uri": [uri], "bytes": [len(html)], "stamps": [shown]}))
+    for name, payload in files.items():
+        staged.write_bytes(name, payload)
+    page = files[GALLERY_FILE]
+    uri = staged.published_uri(GALLERY_FILE)
+    shown = page.count(b'class="stamp"')
+    staged.write(pa.table({"uri": [uri], "bytes": [len(page)], "stamps": [shown]}))
     outcomes = [
         checks.CANDIDATE_GALLERY_CONTRACT.outcome(
-            shown == top.num_rows, {"shown": shown}, f"the page shows {shown} stamps for {top.num_rows} candidates"
+            shown == candidates.num_rows == len(files) - 1,
+            {"shown": shown, "stamp_files": len(files) - 1},
+            f"the page shows {shown} stamps ({len(files) - 1} files) for {candidates.num_rows} candidates",
         )
     ]
-    md = {"stamps": shown, "gallery": dg.MetadataValue.url(f"file://{uri}") if not store.is_s3 else uri}
+    known = int(pc.sum(candidates.column("known")).as_py() or 0)
+    md = {
+        "stamps": shown,
+        "n_new": candidates.num_rows - known,
+        "n_known": known,
+        "stamps_cut_at_gallery_time": candidates.num_rows
+        - int(pc.sum(pc.is_in(candidates.column("object_id"), _kept_ids(search_stamps))).as_py() or 0),
+        "gallery": file_link(uri),
+    }
     return Publish({CANDIDATE_GALLERY: staged}, audits={CANDIDATE_GALLERY: outcomes}, metadata={CANDIDATE_GALLERY: md})
+
+
+def _kept_ids(search_stamps: ds.Dataset) -> pa.Array:
+    return search_stamps.to_table(columns=["object_id"]).column("object_id").combine_chunks()
 
 
 class GradesConfig(dg.Config):

@@ -7,8 +7,11 @@ at survey scale) rather than holding it in memory.
 
 import dagster as dg
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from astropy.io import fits
 
+from darkhaloscope.survey.inputs import SPECTRA_PATHS, brick_paths, companion_paths, sweep_bricks
 from darkhaloscope.survey.known_lenses import load_known_lenses
 from darkhaloscope.survey.manifest import sweep_manifest
 from darkhaloscope.survey.redshifts import (
@@ -31,8 +34,8 @@ from darkhaloscope.survey.sweeps import (
 from lake_platform import audits as au
 from resources import LakeResource, SurveyResource
 from resources.survey import SWEEP_DIR
-from table_registry import audits as checks
-from table_registry.tables import KNOWN_LENSES, PHOTO_Z, SPECTRA, SWEEP_FILES, SWEEPS
+from table_registry import KNOWN_LENSES, PHOTO_Z, SPECTRA, SWEEP_FILES, SWEEPS
+from table_registry import survey as checks
 
 from .shared.automation import NEW_PARTITION, survey_flow_sensor
 from .shared.partitions import per_file_backfill, sweep_file_change
@@ -171,6 +174,51 @@ def known_lenses(context: dg.AssetExecutionContext, lake: LakeResource) -> Publi
 
 def _counts(tbl: pa.Table, col: str) -> dict:
     return {str(d["values"]): int(d["counts"]) for d in tbl.column(col).value_counts().to_pylist()}
+
+
+#: What each asset needs of a DR10 mirror besides the sweep files (``darkhaloscope.survey.inputs``):
+#: ``injection_plan`` the photo-z companions (its hosts' redshifts; ``photo_z`` itself publishes
+#: null redshifts without them) and the spectra its hosts' σ_v relation is calibrated on;
+#: ``cutouts`` and ``search_scores`` the coadds of the bricks the sweeps' objects lie in (when the
+#: imaging source is the mirror's own bricks).
+MIRROR_INPUTS = {
+    "injection/injection_plan": ("photo-z", "spectra"),
+    "imaging/cutouts": ("coadds",),
+    "search/search_scores": ("coadds",),
+}
+
+
+def missing_mirror_inputs(survey: SurveyResource, imaging, lake, assets) -> list[str]:
+    """The files of the DR10 mirror that the assets ``assets`` (keys as ``group/name``) will read
+    (``imaging``: the ImagingResource, None without one) and the mirror lacks, as full paths, in
+    the order of ``darkhaloscope.survey.inputs``; empty for the mock survey. The bricks of a sweep
+    file come from its published ``sweeps`` partition, else from the file's BRICKNAME column."""
+    if survey.is_mock:
+        return []
+    needs = {kind for a in assets for kind in MIRROR_INPUTS.get(a, ())}
+    if imaging is None or imaging.cutout_source != "auto":  # a cutout service, not the mirror's bricks
+        needs.discard("coadds")
+    names = survey.sweep_files()
+    paths: list[str] = []
+    if "photo-z" in needs:
+        paths += [p for n in names for p in companion_paths(n)]
+    if "spectra" in needs:
+        paths += list(SPECTRA_PATHS)
+    if "coadds" in needs:
+        bricks = sorted({b for n in names for b in _sweep_bricks(survey, lake, n)})
+        paths += [p for b in bricks for p in brick_paths(b)]
+    fs, root = survey.filesystem()
+    infos = fs.get_file_info([f"{root}/{p}" for p in paths]) if paths else []
+    return [f"{survey.root()}/{p}" for p, i in zip(paths, infos) if i.type != pafs.FileType.File]
+
+
+def _sweep_bricks(survey: SurveyResource, lake, name: str) -> list[str]:
+    table = lake.table(*SWEEPS.key)
+    partition = {SWEEPS.partitioned_by: name}
+    if table.exists(partition):
+        return [b for b in pc.unique(table.read(partition=partition, columns=["brickname"]).column(0)).to_pylist() if b]
+    with survey.local_sweep(name) as path:
+        return sweep_bricks(path)
 
 
 @dg.sensor(

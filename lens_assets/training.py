@@ -9,7 +9,6 @@ any scorer sees it."""
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -22,9 +21,9 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation.scoring import CHECKPOINT_PARTITION
 from darkhaloscope.imaging.cutout_table import cutout_batches, load_stamps
 from darkhaloscope.search.grades import grades_for_training
+from darkhaloscope.storage import PartitionedTable
 from darkhaloscope.training.gates import GATES
 from darkhaloscope.training.profiles import training_profile
-from darkhaloscope.training.run_mirror import RunMirror
 from darkhaloscope.training.runs import published_files
 from darkhaloscope.training.training_set import (
     CUTOUT_COLUMNS,
@@ -37,9 +36,9 @@ from darkhaloscope.training.training_set import (
 )
 from resources import ComputeResource, LakeResource, SurveyResource
 from resources.imaging import ImagingResource
-from table_registry.tables import CUTOUT_VALIDATION, CUTOUTS, LENS_FINDER, SEARCH_TARGETS, TRAINING_SET, VISUAL_GRADES
+from table_registry import CUTOUT_VALIDATION, CUTOUTS, LENS_FINDER, SEARCH_TARGETS, TRAINING_SET, VISUAL_GRADES
 
-from .shared.publish import Publish, lake_asset, staged_table
+from .shared.publish import GATE_COLUMNS, Publish, lake_asset, rows_table, staged_table
 
 
 class TrainingSetConfig(dg.Config):
@@ -160,11 +159,15 @@ class LensFinderConfig(dg.Config):
     epochs: int = 0
 
 
+def _runs(store) -> PartitionedTable:
+    """The folder of the trainer's runs: a table of the lake's in-flight area, where a run resumes
+    or is reused from, on any host."""
+    return store.inflight().table("training", "lens_finder_runs")
+
+
 def _run_locations(store) -> tuple[str, str]:
-    """(training-set URI for the trainer, the URI of the folder of its training runs: the lake's
-    in-flight area, where a run resumes or is reused from, on any host)."""
-    runs = store.full_uri(store.inflight().table_path("training", "lens_finder_runs"))
-    return store.part_uris(*TRAINING_SET.key)[0].removeprefix("file://"), runs
+    """(training-set URI for the trainer, the URI of the folder of its training runs)."""
+    return store.table(*TRAINING_SET.key).files()[0], _runs(store).files_location()
 
 
 @contextmanager
@@ -173,20 +176,14 @@ def _run_folder(store, runs_uri: str, run_dir: str) -> Iterator[str]:
     local lake, a temporary copy of it from a lake on S3."""
     if not run_dir.startswith(f"{runs_uri}/"):
         raise InputError(f"the trainer reported the run {run_dir}, which is not in the lake's runs folder {runs_uri}")
-    if not store.is_s3:
-        if not os.path.isdir(run_dir):
+    with _runs(store).local_folder({}, subfolder=run_dir[len(runs_uri) + 1 :]) as folder:
+        if not os.path.isdir(folder):
             raise InputError(
                 f"the trainer reported the run {run_dir}, which this host cannot read: a trainer launched through "
                 "DHS_LAUNCH_PREFIX on another host needs the lake on S3, or on a filesystem both hosts mount at "
                 "the same path"
             )
-        yield run_dir
-        return
-    with tempfile.TemporaryDirectory(prefix="dhs_lens_finder_") as scratch:
-        mirror = RunMirror(runs_uri, store.fs, scratch)
-        local = mirror.local_dir(run_dir.rsplit("/", 1)[1])
-        mirror.pull(local)
-        yield str(local)
+        yield folder
 
 
 @lake_asset(
@@ -241,7 +238,7 @@ def lens_finder(
         files = published_files(run_dir)
     for name, data in files:
         staged.write_bytes(name, data, subfolder=CHECKPOINT_PARTITION)
-    uri = store.full_uri(f"{staged.published_folder}/{'/'.join(f'{k}={v}' for k, v in CHECKPOINT_PARTITION.items())}")
+    uri = staged.published_uri(subfolder=CHECKPOINT_PARTITION)
     staged.write(
         pa.table(
             {
@@ -253,7 +250,9 @@ def lens_finder(
         )
     )
     outcomes = [LENS_FINDER.audit(g["name"]).outcome(bool(g["passed"]), g, _gate_problem(g)) for g in md["gates"]]
-    return Publish({LENS_FINDER: staged}, audits={LENS_FINDER: outcomes}, metadata={LENS_FINDER: result.metadata or {}})
+    # the gates as a table in the UI (their details stay in the checks and in the registry row)
+    shown = {**(result.metadata or {}), "gates": rows_table(md["gates"], GATE_COLUMNS)}
+    return Publish({LENS_FINDER: staged}, audits={LENS_FINDER: outcomes}, metadata={LENS_FINDER: shown})
 
 
 def _gate_problem(gate: dict) -> str:

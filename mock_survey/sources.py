@@ -1,5 +1,6 @@
-"""The mock sky as an image source opened from the mock survey's own files, and the one place that
-opens whichever source a set of image-source settings describes (the mock sky or a real survey's).
+"""The mock sky as an image source opened from the mock survey's own files (its settings' JSON form
+is read back by ``MockSkySettings.from_dict``, which the science library's
+``darkhaloscope.imaging.source_settings.source_opener_from_dict`` takes for the kind ``mock``).
 
 The mock sky is drawn from the sweep files and lens truth the mock survey wrote under its root,
 never from the lake: a Spark task or a Pipes worker opens it from the root alone.
@@ -12,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.imaging.source_settings import ImageSourceSettings
-from darkhaloscope.imaging.sources import ImageSourceOpener
 
 from .paths import MANIFEST_NAME
 from .regional_sky import RegionalMockSky
@@ -33,6 +32,13 @@ class MockSkySettings:
     def to_dict(self) -> dict:
         return {"kind": KIND, "root": self.root}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "MockSkySettings":
+        """The settings of ``to_dict``'s JSON form."""
+        if d.get("kind") != KIND:
+            raise InputError(f"image source settings of kind {d.get('kind')!r} are not the mock sky's ({KIND!r})")
+        return cls(root=str(d["root"]))
+
     def manifest(self) -> MockSurveyManifest:
         path = Path(self.root) / MANIFEST_NAME
         try:
@@ -48,14 +54,3 @@ class MockSkySettings:
         """The mock sky, drawn near the windows asked for (``RegionalMockSky``: the whole survey's
         pixels); it renders every pixel it is asked for, so both options are moot."""
         return RegionalMockSky(self.manifest())
-
-
-def source_opener_from_dict(d: dict) -> ImageSourceOpener:
-    """The image-source settings of a JSON form written by ``to_dict`` (the mock sky's or a real
-    survey's); InputError naming an unknown kind."""
-    kind = d.get("kind")
-    if kind == KIND:
-        return MockSkySettings(root=str(d["root"]))
-    if kind in (None, "survey"):
-        return ImageSourceSettings.from_dict(d)
-    raise InputError(f"image source settings of unknown kind {kind!r} (expected 'mock' or 'survey')")

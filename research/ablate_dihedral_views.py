@@ -20,6 +20,7 @@ import json
 import time
 from dataclasses import replace
 
+import table_registry as T
 from darkhaloscope.evaluation.headline import auroc_of, completeness_by_snr
 from darkhaloscope.evaluation.scoring import published_lens_finder
 from darkhaloscope.stats import roc_auc
@@ -28,7 +29,6 @@ from darkhaloscope.training.inference import stamp_logits
 from darkhaloscope.training.preprocess import DIHEDRAL_SUBGROUPS
 from darkhaloscope.training.runs import split_for_training
 from research.common import held_out_stamps, parse_lake_args, threshold_at
-from table_registry import tables as T
 
 
 def main() -> None:

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from scipy.stats import norm
 
+import table_registry as T
 from darkhaloscope.evaluation.headline import auroc_of, completeness_by_snr
 from darkhaloscope.stamps import from_tensor_column
 from darkhaloscope.training.checkpoint import load_checkpoint
@@ -57,7 +58,6 @@ from research.common import (
     threshold_at,
 )
 from research.host_model import FIT_SIZE, fit_hosts, less_host, refit_change
-from table_registry import tables as T
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ import tempfile
 import time
 from dataclasses import replace
 
+import table_registry as T
 from darkhaloscope.evaluation.headline import auroc_of
 from darkhaloscope.stamps import from_tensor_column
 from darkhaloscope.training.checkpoint import load_checkpoint
@@ -35,7 +36,6 @@ from darkhaloscope.training.loop import train
 from darkhaloscope.training.profiles import training_profile
 from darkhaloscope.training.runs import split_for_training
 from research.common import S_N_EDGES, THETA_E_EDGES_ARCSEC, auroc_by, bank_table, noise_like, parse_lake_args
-from table_registry import tables as T
 
 
 def main() -> None:

@@ -36,6 +36,7 @@ from dataclasses import replace
 
 import numpy as np
 
+import table_registry as T
 from darkhaloscope.evaluation.headline import auroc_of, completeness_by_snr, detected_fraction
 from darkhaloscope.training.checkpoint import load_checkpoint
 from darkhaloscope.training.data import load_training_set
@@ -46,7 +47,6 @@ from darkhaloscope.training.preprocess import radius_grid
 from darkhaloscope.training.profiles import training_profile
 from darkhaloscope.training.runs import split_for_training
 from research.common import held_out_stamps, parse_lake_args, threshold_at
-from table_registry import tables as T
 
 #: The tell-tales of ``--plant``: (Gaussian sigma [px], share of the centre's flux, bands).
 PLANTS = {"core": (1.5, 1.0, (0, 1, 2)), "red": (1.5, 1.0, (2,)), "halo": (8.0, 0.15, (0, 1, 2))}

@@ -34,6 +34,7 @@ import json
 import numpy as np
 import torch
 
+import table_registry as T
 from darkhaloscope.evaluation.scoring import published_lens_finder
 from darkhaloscope.stats import roc_auc
 from darkhaloscope.training.checkpoint import load_checkpoint
@@ -46,7 +47,6 @@ from lake_platform.lake import Lake
 from mock_survey.lenses import mock_sky_with_lenses
 from mock_survey.sky import MOCK_SKY_COLUMNS
 from research.common import parse_lake_args
-from table_registry import tables as T
 
 CATALOG_COLUMNS = ("object_id", "ra", "dec", "type", "mag_z", "g_minus_r", "r_minus_z", "shape_r")
 MATCHES = {"type_mag": ("mag_z",), "type_mag_colour": ("mag_z", "g_minus_r", "r_minus_z")}

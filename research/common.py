@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+import table_registry as T
 from darkhaloscope.evaluation.headline import HEADLINE_FPR, auroc_of
 from darkhaloscope.evaluation.scoring import held_out_negatives
 from darkhaloscope.evaluation.thresholds import order_statistic_threshold
@@ -21,7 +22,6 @@ from darkhaloscope.seeding import rng_for
 from darkhaloscope.stamps import from_tensor_column
 from darkhaloscope.training.preprocess import annulus_stats
 from lake_platform.lake import Lake
-from table_registry import tables as T
 
 #: Arc S/N bins [lo, hi) of the diagnostics' AUROC rows (the bank's matched-filter S/N).
 S_N_EDGES = (0, 3, 5, 10, 20, np.inf)

@@ -1,8 +1,22 @@
-"""Dagster resources of the lakehouse, configured from the environment (see README)."""
+"""Dagster resources of the lakehouse, configured from the environment (see README).
 
-from .compute import ComputeResource
-from .config import build_resources
-from .lake import LakeResource
-from .survey import SurveyResource
+The names below load their module when first used, so that ``resources.settings`` and
+``resources.storage`` (no Dagster) can be imported by the Pipes workers without Dagster.
+"""
+
+from importlib import import_module
+
+_EXPORTS = {
+    "build_resources": "config",
+    "LakeResource": "lake",
+    "SurveyResource": "survey",
+    "ComputeResource": "compute",
+}
 
 __all__ = ["build_resources", "LakeResource", "SurveyResource", "ComputeResource"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,7 +6,6 @@ sinks are built, and only the Slack client ever holds it.
 """
 
 import math
-import os
 import urllib.error
 
 import dagster as dg
@@ -19,6 +18,9 @@ from lake_platform.alert_log import JsonlAlertLog
 from lake_platform.alerts import DEFAULT_MAX_BACKLOG, DEFAULT_REST_S, Alert, AlertDeliveryError, AlertSinks
 from lake_platform.lake import Lake
 from lake_platform.webhook import WebhookSink
+
+from .settings import setting, variable
+from .storage import open_lake
 
 
 def _slack_transient(exc: BaseException) -> bool:
@@ -118,17 +120,16 @@ class AlertSinksResource(dg.ConfigurableResource):
     s3_endpoint: str | None = Field(default=None, description="S3 endpoint override; default env DHS_S3_ENDPOINT")
 
     def _slack_token(self) -> str | None:
-        return os.environ.get(self.slack_token_env) or os.environ.get("SLACK_BOT_TOKEN") or None
+        return variable(self.slack_token_env) or variable("SLACK_BOT_TOKEN")
 
     def lake(self) -> Lake:
-        """The lake holding the alert log."""
-        uri = self.lake_uri or os.environ.get("DHS_LAKE", "./lakehouse")
-        return Lake(uri, s3_endpoint=self.s3_endpoint or os.environ.get("DHS_S3_ENDPOINT") or None)
+        """The lake holding the alert log (:func:`resources.storage.open_lake`)."""
+        return open_lake(self.lake_uri or None, self.s3_endpoint or setting("DHS_S3_ENDPOINT"))
 
     def build_sinks(self) -> AlertSinks:
         """The alert log and the configured senders, for :func:`lake_platform.alerts.deliver`."""
         senders: list = []
-        url = self.webhook_url or os.environ.get("DHS_ALERT_WEBHOOK") or None
+        url = self.webhook_url or setting("DHS_ALERT_WEBHOOK")
         if url:
             senders.append(
                 WebhookSink(
@@ -140,7 +141,7 @@ class AlertSinksResource(dg.ConfigurableResource):
                 )
             )
         token = self._slack_token()
-        channel = self.slack_channel or os.environ.get("DHS_SLACK_CHANNEL") or None
+        channel = self.slack_channel or setting("DHS_SLACK_CHANNEL")
         if channel and token:
             client = SlackResource(token=token).get_client()
             if self.slack_api_url:

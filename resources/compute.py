@@ -8,7 +8,7 @@ from dagster_pyspark.resources import LazyPySparkResource
 
 from darkhaloscope.errors import InputError
 
-from .settings import SEARCH_LAUNCHES
+from .settings import SEARCH_LAUNCHES, default, setting, spark_env
 
 
 class ComputeResource(dg.ConfigurableResource):
@@ -17,11 +17,11 @@ class ComputeResource(dg.ConfigurableResource):
     ``selection_proposal`` names the injections' proposal (``lensing.priors.PROPOSALS``) and
     ``selection_population`` is a user population's Parquet file ("" for none)."""
 
-    device: str = "auto"
-    profile: str = "demo"
-    search_launch: str = "local"
-    selection_proposal: str = "broad"
-    selection_population: str = ""
+    device: str = default("DHS_DEVICE")
+    profile: str = default("DHS_PROFILE")
+    search_launch: str = default("DHS_SEARCH_LAUNCH")
+    selection_proposal: str = default("DHS_SELECTION_PROPOSAL")
+    selection_population: str = default("DHS_SELECTION_POPULATION")
 
     def torch_device(self) -> str:
         import torch
@@ -51,7 +51,7 @@ def spark_log_file() -> str:
     import os
 
     home = os.environ.get("DAGSTER_HOME") or os.path.abspath(".dagster_home")
-    return os.environ.get("DHS_SPARK_LOG") or os.path.join(home, "logs", "spark.log")
+    return setting("DHS_SPARK_LOG") or os.path.join(home, "logs", "spark.log")
 
 
 class QuietPySparkResource(LazyPySparkResource):
@@ -71,7 +71,7 @@ class QuietPySparkResource(LazyPySparkResource):
         log = spark_log_file()
         conf = {**self.spark_config, **logging_conf(log)}
         with jvm_output_to(log):
-            self._spark_session = spark_session(conf=conf)
+            self._spark_session = spark_session(conf=conf, env=spark_env())
 
 
 class CatalogLaunchResource(dg.ConfigurableResource):
@@ -83,12 +83,12 @@ class CatalogLaunchResource(dg.ConfigurableResource):
     locally or, with ``launch_prefix`` (``DHS_LAUNCH_PREFIX``), on another host (``timeout_s``,
     ``python``: ``DHS_LAUNCH_TIMEOUT_S``, ``DHS_LAUNCH_PYTHON``)."""
 
-    mode: str = "local"
+    mode: str = default("DHS_CATALOG_LAUNCH")
     bucket: str = ""
     s3_endpoint: str | None = None
     s3_region: str = "us-east-1"
     launch_prefix: str = ""
-    timeout_s: float = 90.0
+    timeout_s: float = float(default("DHS_LAUNCH_TIMEOUT_S"))
     python: str = ""
 
     def s3_client(self):
@@ -128,7 +128,7 @@ class CatalogLaunchResource(dg.ConfigurableResource):
             "staging": staging,
             "names": names,
             "selection": selection,
-            "spark_master": spark_master(),
+            "spark_master": spark_master(spark_env()),
             "spark_log": None if pipes.remote else spark_log_file(),  # another host logs to its own folder
         }
         done = pipes.run(

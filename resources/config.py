@@ -10,8 +10,6 @@ from .survey import SurveyResource
 def build_resources() -> dict:
     """Resource instances from the DHS_* environment variables (``resources/settings.py``), each
     validated first: a bad value raises InputError naming the variable."""
-    from io_managers import LakeIOManager
-
     from .alert_sinks import AlertSinksResource
     from .compute import CatalogLaunchResource, QuietPySparkResource
     from .launch import PipesLaunchClient
@@ -19,7 +17,11 @@ def build_resources() -> dict:
     validate()
     s3_endpoint = setting("DHS_S3_ENDPOINT")
     profile = setting("DHS_PROFILE")
-    lake = LakeResource(uri=setting("DHS_LAKE"), s3_endpoint=s3_endpoint)
+    lake = LakeResource(
+        uri=setting("DHS_LAKE"),
+        s3_endpoint=s3_endpoint,
+        rejected_keep_days=float(setting("DHS_REJECTED_KEEP_DAYS")),
+    )
     launch = {
         "launch_prefix": setting("DHS_LAUNCH_PREFIX") or "",
         "bucket": setting("DHS_PIPES_BUCKET") or "",
@@ -29,7 +31,6 @@ def build_resources() -> dict:
     }
     return {
         "lake": lake,
-        "io_manager": LakeIOManager(**lake.model_dump()),
         "survey": SurveyResource(
             survey=setting("DHS_SURVEY"),
             profile=profile,
@@ -39,6 +40,7 @@ def build_resources() -> dict:
             mock_rows_per_file=_optional_int("DHS_MOCK_ROWS_PER_FILE"),
             mock_hidden_lenses=_optional_int("DHS_MOCK_HIDDEN_LENSES"),
             s3_endpoint=s3_endpoint,
+            s3_anonymous=setting("DHS_SURVEY_S3_ANONYMOUS") == "true",
         ),
         "imaging": ImagingResource(cutout_source=setting("DHS_CUTOUT_SOURCE")),
         "compute": ComputeResource(

@@ -10,6 +10,7 @@ from darkhaloscope.imaging.source_settings import ImageSourceSettings
 from darkhaloscope.imaging.sources import ImageSource, ImageSourceOpener
 from mock_survey.sources import MockSkySettings
 
+from .settings import default
 from .survey import SurveyResource
 
 
@@ -18,7 +19,7 @@ class ImagingResource(dg.ConfigurableResource):
     layer; ``max_concurrency`` requests in flight, ``timeout_s`` per-request timeout (s) and
     ``max_retries`` retries (exponential back-off with jitter) of the service client."""
 
-    cutout_source: str = "auto"
+    cutout_source: str = default("DHS_CUTOUT_SOURCE")
     layer: str = "ls-dr10"
     max_concurrency: int = 8
     timeout_s: float = 30.0

@@ -8,7 +8,6 @@ run as the owner of ``_staging/<run id>``.
 
 from __future__ import annotations
 
-import os
 import time
 
 import dagster as dg
@@ -16,6 +15,9 @@ import dagster as dg
 from darkhaloscope.errors import PERMANENT_ERRORS
 from lake_platform.lake import Lake
 from lake_platform.staging import Stage, StageOwner, owner_process_alive, sweep_orphans
+
+from . import storage
+from .settings import default
 
 #: Run states in which a run still owns its staging area.
 LIVE_RUN_STATUSES = (
@@ -43,22 +45,20 @@ def run_alive(instance: dg.DagsterInstance):
 
 class LakeResource(dg.ConfigurableResource):
     """Where every table lives. ``uri`` is a local folder or ``s3://bucket/prefix``;
-    ``s3_endpoint`` overrides the S3 endpoint for any S3-compatible server."""
+    ``s3_endpoint`` overrides the S3 endpoint for any S3-compatible server; rejected data is kept
+    ``rejected_keep_days`` days."""
 
-    uri: str = "./lakehouse"
+    uri: str = default("DHS_LAKE")
     s3_endpoint: str | None = None
     s3_region: str = "us-east-1"
     s3_max_attempts: int = 5
+    rejected_keep_days: float = float(default("DHS_REJECTED_KEEP_DAYS"))
 
     def lake(self) -> Lake:
-        lake = Lake(
+        """The lake (:func:`resources.storage.open_lake`)."""
+        return storage.open_lake(
             self.uri, s3_endpoint=self.s3_endpoint, s3_region=self.s3_region, s3_max_attempts=self.s3_max_attempts
         )
-        log = os.environ.get("DHS_LAKE_READ_LOG")
-        if log:
-            lake.__class__ = ReadRecordingLake
-            lake.read_log = log
-        return lake
 
     def stage(self, context: dg.AssetExecutionContext) -> Stage:
         """The run's staging area, opened (and orphans swept) on first use in the run; a lake that
@@ -76,58 +76,9 @@ class LakeResource(dg.ConfigurableResource):
             return stage
         record = context.instance.get_run_record_by_id(run_id)
         started = (record.start_time if record and record.start_time else None) or time.time()
-        report = sweep_orphans(lake, before=started, run_alive=run_alive(context.instance))
+        report = sweep_orphans(
+            lake, before=started, run_alive=run_alive(context.instance), rejected_keep_days=self.rejected_keep_days
+        )
         if report.removed:
             context.log.info(f"swept {len(report.removed)} orphaned staging/rejected entries: {report.removed[:10]}")
         return stage.open(StageOwner.current(run_id, started_at=started))
-
-
-class ReadRecordingLake(Lake):
-    """A lake that appends one JSON line per table read inside an asset step to the file named by
-    ``DHS_LAKE_READ_LOG`` ({"reader": [asset keys of the step], "table": "group/table"}): the
-    end-to-end test checks that every table an asset reads is one of its upstream assets."""
-
-    read_log: str
-
-    def _record(self, group: str, asset: str) -> None:
-        import json
-
-        try:
-            context = dg.AssetExecutionContext.get()
-        except Exception:  # not inside an asset step (a sensor, the CLI, a Spark executor): nothing to check
-            return
-        keys = sorted(k.to_user_string() for k in context.assets_def.keys)
-        with open(self.read_log, "a") as f:
-            f.write(json.dumps({"reader": keys, "table": f"{group}/{asset}"}) + "\n")
-
-    def read_table(self, group, asset, *args, **kwargs):
-        self._record(group, asset)
-        return super().read_table(group, asset, *args, **kwargs)
-
-    def dataset(self, group, asset, *args, **kwargs):
-        self._record(group, asset)
-        return super().dataset(group, asset, *args, **kwargs)
-
-    def iter_batches(self, group, asset, *args, **kwargs):
-        self._record(group, asset)
-        return super().iter_batches(group, asset, *args, **kwargs)
-
-    def read_schema(self, group, asset, *args, **kwargs):
-        self._record(group, asset)
-        return super().read_schema(group, asset, *args, **kwargs)
-
-    def read_bytes(self, group, asset, *args, **kwargs):
-        self._record(group, asset)
-        return super().read_bytes(group, asset, *args, **kwargs)
-
-    def partitions(self, group, asset):
-        self._record(group, asset)
-        return super().partitions(group, asset)
-
-    def part_uris(self, group, asset):
-        self._record(group, asset)
-        return super().part_uris(group, asset)
-
-    def exists(self, group, asset, partition=None):
-        self._record(group, asset)
-        return super().exists(group, asset, partition)

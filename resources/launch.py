@@ -34,7 +34,9 @@ import dagster as dg
 from dagster_aws.pipes import PipesS3ContextInjector, PipesS3MessageReader
 
 from darkhaloscope.errors import InputError
-from lens_assets.pipes.session import MESSAGE_INTERVAL_S, S3_ENDPOINT_ARG, s3_client
+
+from .pipes_transport import MESSAGE_INTERVAL_S, S3_ENDPOINT_ARG, s3_client
+from .settings import default
 
 #: Key prefix of the context objects in the bucket (removed after each run).
 CONTEXT_PREFIX = "pipes/"
@@ -63,7 +65,7 @@ class PipesLaunchClient(dg.PipesSubprocessClient):
         launch_prefix: str = "",
         bucket: str = "",
         s3_endpoint: str | None = None,
-        timeout_s: float = 90.0,
+        timeout_s: float = float(default("DHS_LAUNCH_TIMEOUT_S")),
         python: str = "",
         **kwargs,
     ):

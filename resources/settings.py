@@ -2,6 +2,11 @@
 must pass. ``dhs`` validates them all before it plans anything, and so does the code location
 when it loads (``build_resources``), so a bad value fails at once with ``error: DHS_… …``, not
 deep inside a step. The README and the reference pages list them from here.
+
+This module is the only one that reads a ``DHS_`` variable (``tests/test_settings_read_once.py``):
+the resources take their values from :func:`setting` (``resources/config.py``), their field
+defaults from :func:`default`, the Pipes workers theirs from their Pipes context or from here, and
+the science library every value as a parameter. It imports no Dagster, so the Pipes workers can.
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from darkhaloscope.errors import InputError
+from lake_platform.alerts import add_secret_source
+from lake_platform.staging import DEFAULT_REJECTED_KEEP_DAYS
+from mock_survey.paths import DEFAULT_MOCK_DIR
 
 #: ``DHS_SEARCH_LAUNCH`` values: where ``search_scores`` scores its chunks.
 SEARCH_LAUNCHES = ("local", "spark", "pipes")
@@ -33,6 +41,8 @@ class Setting:
     group: str
     #: raises ValueError with the reason (or the library's InputError naming the variable)
     check: Callable[[str], None] | None = None
+    #: whether the value is a credential: redacted from every alert (``lake_platform.alerts.redact``)
+    secret: bool = False
 
 
 def _one_of(*allowed: str) -> Callable[[str], None]:
@@ -170,13 +180,21 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "DHS_REJECTED_KEEP_DAYS",
-        "7",
+        f"{DEFAULT_REJECTED_KEEP_DAYS:g}",
         "days rejected (failed-audit) data is kept under _rejected/ for inspection",
         "storage",
         _positive_number,
     ),
     Setting(
         "DHS_SURVEY", "mock", "mock (the embedded survey) or the root of a DR10 mirror, a folder or s3://", "survey"
+    ),
+    Setting(
+        "DHS_SURVEY_S3_ANONYMOUS",
+        "false",
+        "true: read an s3:// DHS_SURVEY in a public bucket with unsigned requests (no credentials); the lake "
+        "keeps the credential chain",
+        "survey",
+        _one_of("false", "true"),
     ),
     Setting(
         "DHS_CUTOUT_SOURCE",
@@ -199,7 +217,7 @@ SETTINGS: tuple[Setting, ...] = (
         "mock survey",
         _whole(0),
     ),
-    Setting("DHS_MOCK_DIR", ".dhs_mock", "cache folder of the generated mock surveys", "mock survey"),
+    Setting("DHS_MOCK_DIR", DEFAULT_MOCK_DIR, "cache folder of the generated mock surveys", "mock survey"),
     Setting(
         "DHS_MOCK_SWEEP_FILES",
         None,
@@ -334,14 +352,14 @@ SETTINGS: tuple[Setting, ...] = (
         "DHS_MAX_CONCURRENT_RUNS",
         None,
         "runs in progress at once under the daemon (the instance's concurrency.runs.max_concurrent_runs; "
-        "default instance/dagster.yaml's)",
+        "default dhs/dagster.yaml's)",
         "orchestration",
         _whole(1),
     ),
     Setting(
         "DHS_POOL_LIMITS",
         None,
-        "steps at once per pool, e.g. gpu=1,spark=4 (pools gpu and spark; default instance/dagster.yaml's "
+        "steps at once per pool, e.g. gpu=1,spark=4 (pools gpu and spark; default dhs/dagster.yaml's "
         "default_limit for each)",
         "orchestration",
         _pool_limits,
@@ -365,16 +383,19 @@ SETTINGS: tuple[Setting, ...] = (
         "DHS_ALERT_WEBHOOK", None, "URL that receives a JSON POST for each failed asset check or run", "alerts", _url
     ),
     Setting("DHS_SLACK_CHANNEL", None, "Slack channel for alerts (with a bot token in DHS_SLACK_TOKEN)", "alerts"),
-    Setting("DHS_SLACK_TOKEN", None, "Slack bot token for alerts (else SLACK_BOT_TOKEN); never logged", "alerts"),
+    Setting(
+        "DHS_SLACK_TOKEN",
+        None,
+        "Slack bot token for alerts (else SLACK_BOT_TOKEN); never logged",
+        "alerts",
+        secret=True,
+    ),
     Setting(
         "DHS_LOG_LEVEL",
         "WARNING",
         "level of Dagster's console logger in dhs (the event log keeps everything)",
         "console",
         _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
-    ),
-    Setting(
-        "DHS_LAKE_READ_LOG", None, "test hook: a file receiving one JSON line per table an asset step reads", "testing"
     ),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -385,6 +406,40 @@ def setting(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     value counts as unset."""
     env = os.environ if environ is None else environ
     return env.get(name) or BY_NAME[name].default
+
+
+def default(name: str) -> str | None:
+    """The default of the declared setting ``name`` (None: unset), for a resource field's default."""
+    return BY_NAME[name].default
+
+
+def variable(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The value of the environment variable ``name`` when it is not a declared setting (a name
+    chosen in a resource's config, e.g. the Slack token's), else :func:`setting`; None when unset."""
+    if name in BY_NAME:
+        return setting(name, environ)
+    return (os.environ if environ is None else environ).get(name) or None
+
+
+#: The operator's Spark variables (not ours) the Spark library reads beside the ``spark`` settings.
+SPARK_OPERATOR_VARIABLES = ("SPARK_CONF_DIR", "SPARK_HOME")
+
+
+def spark_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment the Spark library takes (``darkhaloscope.catalog.spark_conf``'s ``env``): the
+    ``spark`` settings that are set (unset ones keep the library's layering of the operator's files
+    over its defaults) and the operator's ``SPARK_CONF_DIR`` and ``SPARK_HOME``."""
+    env = os.environ if environ is None else environ
+    names = [s.name for s in SETTINGS if s.group == "spark"] + list(SPARK_OPERATOR_VARIABLES)
+    return {name: env[name] for name in names if env.get(name)}
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of the settings that hold credentials (``secret``), for redaction."""
+    return [v for v in (setting(s.name, environ) for s in SETTINGS if s.secret) if v]
+
+
+add_secret_source(secret_values)
 
 
 def validate(environ: Mapping[str, str] | None = None) -> None:

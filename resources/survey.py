@@ -12,24 +12,27 @@ from darkhaloscope.constants import DR10_SWEEP_DIR as SWEEP_DIR
 from darkhaloscope.errors import InputError
 from darkhaloscope.survey.location import SurveyLocation
 from lake_platform.lake import translate_storage_error, validate_partition_key
-from mock_survey.paths import DEFAULT_MOCK_DIR
 from mock_survey.survey import MockSurvey, MockSurveyManifest
+
+from .settings import default
 
 
 class SurveyResource(dg.ConfigurableResource):
     """``survey``: ``mock`` (the embedded mock survey) or the root of a DR10 mirror, a folder or
     ``s3://bucket/prefix`` (``s3_endpoint`` overrides its S3 endpoint); for the mock survey,
     ``profile`` and ``mock_seed`` pick the realisation, ``mock_sweep_files``, ``mock_rows_per_file``
-    and ``mock_hidden_lenses`` its sizes (None: the profile's), and ``mock_dir`` caches its files."""
+    and ``mock_hidden_lenses`` its sizes (None: the profile's), and ``mock_dir`` caches its files;
+    ``s3_anonymous``: read a mirror in a public bucket without credentials (unsigned requests)."""
 
-    survey: str = "mock"
-    profile: str = "demo"
-    mock_dir: str = DEFAULT_MOCK_DIR
-    mock_seed: int = 0
+    survey: str = default("DHS_SURVEY")
+    profile: str = default("DHS_PROFILE")
+    mock_dir: str = default("DHS_MOCK_DIR")
+    mock_seed: int = int(default("DHS_MOCK_SEED"))
     mock_sweep_files: int | None = None
     mock_rows_per_file: int | None = None
     mock_hidden_lenses: int | None = None
     s3_endpoint: str | None = None
+    s3_anonymous: bool = False
 
     @property
     def is_mock(self) -> bool:
@@ -55,7 +58,7 @@ class SurveyResource(dg.ConfigurableResource):
         if self.is_mock:
             return self.mock().location()
         root = self.survey if "://" in self.survey else os.path.abspath(self.survey)
-        return SurveyLocation(root=root, s3_endpoint=self.s3_endpoint)
+        return SurveyLocation(root=root, s3_endpoint=self.s3_endpoint, s3_anonymous=self.s3_anonymous)
 
     def origin(self) -> dict:
         """What the lake's catalogs come from: the mock survey's realisation or the mirror's root."""

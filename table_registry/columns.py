@@ -1,7 +1,8 @@
 """The columns the lake's tables share, each declared once with its unit and description.
 
-A table's contract (``table_registry/contracts.py``) lists its columns as :class:`~lake_platform.contracts.Column`
-entries: the shared ones from here, the table's own beside its contract. Where a science-library
+A table's contract (in its stage's module, ``table_registry/<stage>.py``) lists its columns as
+:class:`~lake_platform.contracts.Column` entries: the shared ones from here, the table's own beside
+its contract. Where a science-library
 module builds the table from an Arrow schema, :func:`from_schema` takes each column's type from
 that schema (the code that writes the table) and its unit and description from here, and fails at
 import when a column is described nowhere. The reference pages and the Dagster UI's column schema
@@ -19,6 +20,7 @@ from dataclasses import replace
 
 import pyarrow as pa
 
+from darkhaloscope.stamps import STAMP_SHAPE, tensor_type
 from darkhaloscope.survey import sweep_model as sm
 from lake_platform.contracts import Column
 
@@ -32,6 +34,12 @@ MAG = "mag (AB)"
 PIX = "pixel"
 KMS = "km/s"
 RAD = "rad"
+
+#: The stamps' bands, the spatial splits, the Arrow types the contracts use most, and the stamp tensor.
+BANDS = ("g", "r", "z")
+SPLITS = ("train", "val", "test")
+F32, F64, I64, STR, BOOL = pa.float32(), pa.float64(), pa.int64(), pa.string(), pa.bool_()
+STAMP = tensor_type(STAMP_SHAPE)
 
 _BAND_NAMES = {
     "g": "g",
@@ -222,7 +230,7 @@ _SHARED: dict[str, tuple[str, str]] = {
     "uri": ("", "location of the published file (a local path or s3:// URI)"),
     "bytes": ("byte", "size of the published file"),
     "image": (NMGY_PIX, "g, r, z stamp [band, y, x], 101×101 pixels of 0.262″, target at pixel (50, 50), North up"),
-    "invvar": ("1/(nanomaggy/pixel)^2", "inverse variance of image, per pixel and band (0: no data)"),
+    "invvar": ("pixel^2/nanomaggy^2", "inverse variance of image, per pixel and band (0: no data)"),
     "dx_pix": (PIX, "sub-pixel offset of the target from the stamp's centre pixel along x"),
     "dy_pix": (PIX, "sub-pixel offset of the target from the stamp's centre pixel along y"),
     "host_object_id": ("", "object_id of the host galaxy the arc is painted on"),
@@ -291,3 +299,14 @@ def col(name: str, typ: pa.DataType, unit: str | None = None, description: str |
 def optional(columns: tuple[Column, ...], *required: str) -> tuple[Column, ...]:
     """``columns`` with every column but ``required`` marked optional (may be absent, typed when present)."""
     return tuple(c if c.name in required else replace(c, required=False) for c in columns)
+
+
+def described(schema: pa.Schema, own: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """``own`` (unit, description) of ``schema``'s columns, completed by the descriptions its writer
+    put in the fields' metadata (``unit``, ``description``)."""
+    meta = {
+        f.name: (f.metadata.get(b"unit", b"").decode(), f.metadata[b"description"].decode())
+        for f in schema
+        if f.metadata and b"description" in f.metadata
+    }
+    return {**meta, **own}

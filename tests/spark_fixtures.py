@@ -146,6 +146,7 @@ def spark(s3_server):
     S3 server (and its credentials) comes first."""
     pytest.importorskip("pyspark")
     from darkhaloscope.catalog.spark_conf import spark_session
+    from resources.settings import spark_env
 
     os.environ.setdefault("DHS_SPARK_DRIVER_MEMORY", "1g")
     conf = {
@@ -153,4 +154,4 @@ def spark(s3_server):
         "spark.default.parallelism": "2",
         "spark.sql.adaptive.enabled": "false",
     }
-    return spark_session("local[2]", app_name="dhs-tests", conf=conf)
+    return spark_session("local[2]", app_name="dhs-tests", conf=conf, env=spark_env())

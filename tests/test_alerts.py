@@ -144,7 +144,7 @@ def test_each_failure_alerts_once_across_cli_sensor_and_restart(instance, receiv
     table = Lake(str(lake_root)).read_table("ops", "alerts")
     assert sorted(table.column("dedup_key").to_pylist()) == sorted(e["dedup_key"] for e in entries)
     assert sorted(table.column("check").to_pylist(), key=str) == sorted(["contract", "coverage", "freshness"], key=str)
-    assert (lake_root / "ops" / "alert_log" / "alerts.jsonl").is_file()
+    assert (lake_root / "ops" / "alerts.files" / "alerts.jsonl").is_file()
 
 
 @dg.asset(check_specs=[dg.AssetCheckSpec("contract", asset="violating", blocking=True)])
@@ -253,7 +253,7 @@ def test_slack_through_the_resource_keeps_the_token_out_of_logs(receiver, tmp_pa
     assert post.headers.get("Authorization") == f"Bearer {token}"  # the token goes only to Slack
     assert token not in post.body.decode()
     assert token not in repr(sinks) and token not in repr(res) and token not in caplog.text
-    assert token not in (tmp_path / "lake" / "ops" / "alert_log" / "alerts.jsonl").read_text()
+    assert token not in (tmp_path / "lake" / "ops" / "alerts.files" / "alerts.jsonl").read_text()
 
 
 def test_redact_removes_env_secrets_and_key_shapes(monkeypatch):

@@ -19,7 +19,7 @@ from resources import ComputeResource, LakeResource
 from resources.alert_sinks import AlertSinksResource
 from resources.compute import QuietPySparkResource
 from resources.config import spark_config
-from table_registry.tables import NEGATIVES, POSITIVES, SELECTION_FUNNEL, TRAINING_CATALOG, TRAINING_STRATA
+from table_registry import NEGATIVES, POSITIVES, SELECTION_FUNNEL, TRAINING_CATALOG, TRAINING_STRATA
 from tests.support.wap import events, published_files, run_assets
 
 pytest.importorskip("pyspark")

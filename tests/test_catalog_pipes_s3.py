@@ -12,7 +12,7 @@ from lake_platform.lake import PART_FILE, Lake
 from resources import ComputeResource, LakeResource
 from resources.compute import CatalogLaunchResource, QuietPySparkResource
 from resources.config import spark_config
-from table_registry.tables import NEGATIVES, SELECTION_FUNNEL
+from table_registry import NEGATIVES, SELECTION_FUNNEL
 from tests.spark_fixtures import known_lenses_table, synthetic_sweeps
 from tests.support.s3_server import fresh_bucket
 from tests.support.wap import run_assets

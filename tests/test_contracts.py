@@ -2,11 +2,13 @@
 
 import pyarrow as pa
 
+import table_registry
 from darkhaloscope.survey.sweeps import read_sweep
 from lake_platform.contracts import schema_problems, value_problems
-from table_registry.contracts import NEGATIVES, SWEEPS
 from tests.conftest import require_real_file
 from tests.support.sweep_rows import dr10_rows
+
+SWEEPS, NEGATIVES = table_registry.SWEEPS.contract, table_registry.NEGATIVES.contract
 
 
 def _dr10_sweeps(tmp_path, n: int = 12) -> pa.Table:

@@ -93,7 +93,7 @@ def test_credentials_never_appear_in_logs_metadata_or_alerts(s3_server, monkeypa
         mats = [serialize_value(m) for m in r1.asset_materializations_for_node("hygiene_table")]
         webhook_bodies = [r.body.decode() for r in rx.received]
     captured = capfd.readouterr()
-    alert_log = (tmp_path / "alerts" / "ops" / "alert_log" / "alerts.jsonl").read_text()
+    alert_log = (tmp_path / "alerts" / "ops" / "alerts.files" / "alerts.jsonl").read_text()
 
     # Positive controls: each source really holds the run's output (so an absence means something).
     assert any(f"s3://{bucket}/lake/test/hygiene/part-0.parquet" in e for e in events)

@@ -176,7 +176,7 @@ def test_the_code_location_loads_without_warnings():
 
 
 def test_instance_settings_retry_only_crashed_runs_and_open_the_ui_without_dialogs():
-    cfg = yaml.safe_load((REPO / "instance" / "dagster.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "dhs" / "dagster.yaml").read_text())
     assert cfg["run_retries"]["retry_on_asset_or_op_failure"] is False
     assert cfg["telemetry"]["enabled"] is False and cfg["nux"]["enabled"] is False
 

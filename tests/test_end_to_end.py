@@ -1,5 +1,6 @@
 """The demo: the whole graph on the embedded mock survey, from sweeps to the evaluation report."""
 
+import importlib.util
 import json
 import os
 import re
@@ -9,7 +10,7 @@ import sys
 import pytest
 
 from darkhaloscope.errors import InputError
-from tests.conftest import require_chromium
+from tests.conftest import REPO, require_chromium
 from tests.support.chromium import SENTINEL, image_load_results
 from tests.test_table_columns import check_every_published_column_is_declared
 
@@ -24,15 +25,21 @@ def test_demo_runs_end_to_end(tmp_path):
         DAGSTER_HOME=str(tmp_path / "dagster_home"),
         DHS_MOCK_DIR=str(tmp_path / "mock"),
         DHS_PROFILE="demo",
-        DHS_LAKE_READ_LOG=str(reads),
+        # the repository root, for the read-recording wrapper of dhs (tests/support/read_recording.py)
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     )
     run = subprocess.run(
-        [sys.executable, "-m", "dhs.main", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "tests.support.read_recording", str(reads), "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "Selection function C(theta_E, z_l)" in run.stdout and "Evaluation report:" in run.stdout
     assert "Trained with no visual grades" in run.stdout  # a fresh lake: no grades landed
     assert "Test AUROC, injections vs paired controls:" in run.stdout  # the headline numbers
+    check_the_readme_shows_this_headline(run.stdout, env)
     # a quiet console: progress lines and result tables only, no warnings, no Spark chatter
     assert run.stderr == "", run.stderr[-4000:]
     noise = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|INFO|ERROR) |log4j|Warning:|^WARNING: |warnings\.warn")
@@ -124,6 +131,28 @@ def test_demo_runs_end_to_end(tmp_path):
     loaded = image_load_results(open(report["uri"], encoding="utf-8").read(), tmp_path)
     assert loaded.pop(SENTINEL)["w"] == 0
     assert len(loaded) >= report["figures"] and all(r["complete"] and r["w"] > 0 for r in loaded.values()), loaded
+
+
+def _readme_demo():
+    spec = importlib.util.spec_from_file_location("readme_demo", REPO / "docs" / "readme_demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_the_readme_shows_this_headline(stdout: str, env: dict) -> None:
+    """The README's expected output (seed 0) is this demo's headline, line for line (``make
+    readme-demo`` writes it from a demo run, docs/readme_demo.py): every digit on a machine like the
+    one it came from, within the stated tolerance on another."""
+    if (env.get("DHS_MOCK_SEED") or "0") != "0":
+        return  # another realisation: the README shows seed 0's
+    readme = _readme_demo()
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    shown, printed = readme.readme_headline(text), readme.demo_headline(stdout)
+    if readme.readme_machine(text) == readme.machine():  # bitwise reproducible here: every digit
+        assert printed == shown, "README.md's demo headline is stale: run make readme-demo"
+    else:  # another instruction set or thread count (docs/results.md, "Reproducibility")
+        assert readme.close(shown, printed) == [], "README.md's demo headline is stale: run make readme-demo"
 
 
 def check_the_finder_finds_lenses(tmp_path, env):

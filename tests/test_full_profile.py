@@ -82,7 +82,7 @@ def test_full_profile_trains_both_members_stacks_them_and_scores(tmp_path, monke
     stamps = load_training_set(lake.read_table("training", "training_set")).image
     assert full.preprocess.crop is None and stamps.shape[-1] == 101  # the network sees the whole stamp
 
-    runs = Path(lake.inflight().table_path("training", "lens_finder_runs")) / "runs"
+    runs = Path(lake.inflight().files_path("training", "lens_finder_runs")) / "runs"
     specs = {d: read_spec(d, "best") for d in runs.iterdir()}
     by_arch = {s.architecture: (d, s) for d, s in specs.items()}
     assert set(by_arch) == {*MEMBERS, "stacked_ensemble"}
@@ -113,7 +113,7 @@ def test_full_profile_trains_both_members_stacks_them_and_scores(tmp_path, monke
         assert run_assets([cutout_scores.key], resources, instance, partition_key=SWEEP).success
         table = lake.read_table("evaluation", "cutout_scores")
         assert table.num_rows == cutouts.count_rows() and pc.all(table.column("valid")).as_py()
-        published = read_spec(lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}), "best")
+        published = read_spec(lake.files_path("training", "lens_finder", {"artifact": "checkpoint"}), "best")
         assert published.architecture == choice["published"]
         assert (MEMBER_SCORE_PREFIX + MEMBERS[0] in table.column_names) == (choice["published"] == "stacked_ensemble")
     else:

@@ -188,7 +188,7 @@ def test_a_bank_with_a_host_outside_its_bin_is_refused(planned):
 def test_hosts_graded_a_lens_are_not_injection_hosts(tmp_path):
     """After an inspection round grades a host a lens, the plan leaves it out: its control would be a lens."""
     from darkhaloscope.search.grades import new_round, parse_grades_csv
-    from table_registry.tables import VISUAL_GRADES
+    from table_registry import VISUAL_GRADES
 
     lake, instance, resources, plan_hosts = _plan(tmp_path)
     assert plan_hosts() == {1, 3, 5, 7}  # the test-split hosts

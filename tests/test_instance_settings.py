@@ -1,5 +1,5 @@
 """The instance's concurrency comes from configuration: ``dhs instance`` writes the run queue's limit
-from DHS_MAX_CONCURRENT_RUNS into dagster.yaml (the rest of instance/dagster.yaml as it is) and
+from DHS_MAX_CONCURRENT_RUNS into dagster.yaml (the rest of dhs/dagster.yaml as it is) and
 sets every pool's limit in the instance from DHS_POOL_LIMITS (else the default), and a bad value
 is refused by name before anything runs."""
 

@@ -63,10 +63,20 @@ def test_partition_keys_with_separators_are_refused(lake, bad):
     assert lake.tables() == []
 
 
-def test_bytes_artifacts_are_committed(lake):
+def test_bytes_artifacts_are_committed_beside_the_table(lake):
     uri = lake.write_bytes("evaluation", "evaluation_report", "report.html", b"<html></html>")
-    assert uri.endswith("evaluation/evaluation_report/report.html")
+    assert uri.endswith("evaluation/evaluation_report.files/report.html")
     assert lake.read_bytes("evaluation", "evaluation_report", "report.html") == b"<html></html>"
+    lake.write_bytes("search", "candidate_gallery", "stamps/12.png", b"png")
+    assert lake.read_bytes("search", "candidate_gallery", "stamps/12.png") == b"png"
+    with pytest.raises(InputError, match="partition key"):
+        lake.write_bytes("search", "candidate_gallery", "../escape.png", b"png")
+    lake.write_table("evaluation", "evaluation_report", _table(1))
+    # the table's folder holds only Parquet; its files are no table of their own
+    assert lake.tables() == [("evaluation", "evaluation_report")]
+    assert lake.dataset("evaluation", "evaluation_report").files == [
+        f"{lake.table_path('evaluation', 'evaluation_report')}/part-0.parquet"
+    ]
 
 
 def test_missing_table_is_a_clear_error(lake):

@@ -21,6 +21,10 @@ FORBIDDEN = {
     "lakehouse platform": ({"lake_platform"}, DAGSTER | {"table_registry", "mock_survey", "dhs"} | DAGSTER_LAYER),
     "tables registry": ({"table_registry"}, DAGSTER | {"mock_survey", "dhs"} | DAGSTER_LAYER),
     "Dagster layer": (DAGSTER_LAYER, {"dhs"}),
+    # inside the Dagster layer, bottom up: resources < io_managers < lens_assets < definitions
+    "resources": ({"resources"}, {"io_managers", "lens_assets", "definitions", "dhs"}),
+    "IO managers": ({"io_managers"}, {"lens_assets", "definitions", "dhs"}),
+    "assets": ({"lens_assets"}, {"definitions", "dhs"}),
 }
 PRODUCT_AND_TESTS = {"darkhaloscope", "mock_survey", "lake_platform", "table_registry", "dhs", "tests"} | DAGSTER_LAYER
 

@@ -12,6 +12,7 @@ import pytest
 
 from darkhaloscope.stamps import to_tensor_array
 from darkhaloscope.training.data import synthetic_arrays
+from darkhaloscope.training.gates import GATES
 from darkhaloscope.training.loop import TrainConfig
 from darkhaloscope.training.profiles import TrainingProfile, training_profile
 from io_managers import LakeIOManager
@@ -82,21 +83,31 @@ def test_publishes_only_after_the_blocking_gates_pass(tmp_path, tiny_profile):
     _write_training_set(lake)
     ok = _materialize(lake, 0.99)
     assert ok.success
-    ckpt = Path(lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}))
+    shown = ok.asset_materializations_for_node("training__lens_finder")[0].metadata
+    # the UI shows the gates as a table and the training curve as an image
+    gates = shown["gates"]
+    assert isinstance(gates, dg.TableMetadataValue) and [r.data["name"] for r in gates.records] == list(GATES)
+    assert shown["training_curves"].value.startswith("![training curves](data:image/png;base64,")
+    ckpt = Path(lake.files_path("training", "lens_finder", {"artifact": "checkpoint"}))
     published = _snapshot(ckpt)
     assert "best.json" in published and "gates.json" in published
     registry = lake.read_table("training", "lens_finder")
     assert registry.num_rows == 1 and registry.column("checkpoint_uri")[0].as_py() == str(ckpt.resolve())
-    table = _snapshot(Path(lake.table_path("training", "lens_finder")))
+    table = {
+        **_snapshot(Path(lake.table_path("training", "lens_finder"))),
+        **_snapshot(Path(lake.files_path("training", "lens_finder"))),
+    }
+    # the table's folder holds only Parquet; the checkpoint is in the files folder beside it
     assert set(table) == {"part-0.parquet", *(f"artifact=checkpoint/{name}" for name in published)}
 
     # the same run audited again with a threshold nothing passes: refused, nothing published
     bad = _materialize(lake, 0.0)
     assert not bad.success
-    assert (
-        _snapshot(Path(lake.table_path("training", "lens_finder"))) == table
-    )  # checkpoint and registry, byte for byte
-    runs = list((Path(lake.inflight().table_path("training", "lens_finder_runs")) / "runs").iterdir())
+    assert {
+        **_snapshot(Path(lake.table_path("training", "lens_finder"))),
+        **_snapshot(Path(lake.files_path("training", "lens_finder"))),
+    } == table  # checkpoint and registry, byte for byte
+    runs = list((Path(lake.inflight().files_path("training", "lens_finder_runs")) / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "complete.json").is_file() and (runs[0] / "gates.json").is_file()
     checks = {e.check_name: e.passed for e in bad.get_asset_check_evaluations()}
     assert checks["core_lr_auc"] is False

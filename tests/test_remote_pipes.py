@@ -37,7 +37,7 @@ from resources.config import spark_config
 from resources.imaging import ImagingResource
 from resources.launch import PipesLaunchClient, shown
 from resources.settings import validate
-from table_registry.tables import LENS_FINDER, NEGATIVES, SELECTION_FUNNEL
+from table_registry import LENS_FINDER, NEGATIVES, SELECTION_FUNNEL
 from tests.support.cutout_server import CutoutServer
 from tests.support.netns import far_side_prefix
 from tests.support.s3_server import TEST_ENV, fresh_bucket
@@ -50,7 +50,7 @@ from tests.test_search_assets import _lake as search_lake
 from tests.test_search_launch import CHUNK, SCORES, STAMPS, TARGETS, _search_tables
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = ("_inflight", "training", "lens_finder_runs", "runs")
+RUNS = ("_inflight", "training", "lens_finder_runs.files", "runs")
 
 
 def _s3_lake(host, name: str = "remote") -> Lake:
@@ -88,11 +88,11 @@ def _read(lake: Lake, relative: str) -> bytes:
 def _published_model(lake: Lake) -> dict[str, object]:
     """The published checkpoint's files and registry row; the spec without the epochs' wall-clock
     seconds (the only field that is not a function of the inputs)."""
-    files = {k: v for k, v in published_files(lake).items() if k.startswith("training/lens_finder/")}
-    spec = json.loads(_read(lake, "training/lens_finder/artifact=checkpoint/best.json"))
+    files = {k: v for k, v in published_files(lake).items() if k.startswith("training/lens_finder")}
+    spec = json.loads(_read(lake, "training/lens_finder.files/artifact=checkpoint/best.json"))
     for row in spec["training_state"]["history"]:
         row.pop("seconds")
-    files["training/lens_finder/artifact=checkpoint/best.json"] = spec
+    files["training/lens_finder.files/artifact=checkpoint/best.json"] = spec
     return {"files": files, "row": lake.read_table(*LENS_FINDER.key).to_pylist()}
 
 
@@ -216,12 +216,12 @@ def test_the_trainer_through_the_prefix_publishes_the_bytes_of_a_local_launch(ne
     assert _published_model(lake) == expected
     assert _run_files(lake) == local_runs  # the run folder the far host wrote, through the lake only
     logs = _logs(instance, remote)
-    assert any(m.startswith("epoch 0: loss") for m in logs), logs  # the trainer's logs, through the bucket
+    assert any(m.startswith("lens_finder epoch 0: loss") for m in logs), logs  # the trainer's logs, through the bucket
     assert any("training runs in s3://" in m and "trained in /tmp/" in m for m in logs), logs
     (mat,) = [e.materialization for e in remote.get_asset_materialization_events()]
     metadata = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
     assert metadata["reused"] is False and metadata["val_auroc"] > 0.5  # its metrics, in the Dagster run
-    assert metadata["run_dir"].startswith(f"s3://{lake.root}/_inflight/training/lens_finder_runs/runs/")
+    assert metadata["run_dir"].startswith(f"s3://{lake.root}/_inflight/training/lens_finder_runs.files/runs/")
 
 
 @pytest.mark.slow

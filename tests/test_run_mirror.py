@@ -45,7 +45,7 @@ def _stored(fs, root: str, key: str) -> set[str]:
 
 def test_a_run_stopped_on_one_host_resumes_on_another_from_storage(data, tmp_path, s3_server, monkeypatch):  # noqa: F811
     lake = Lake(f"s3://{fresh_bucket(s3_server)}/lake", s3_endpoint=s3_server.endpoint_url)
-    root = f"{lake.root}/_inflight/training/lens_finder_runs"
+    root = f"{lake.root}/_inflight/training/lens_finder_runs.files"
     fs = _Recording(lake.fs)
     cfg = TrainConfig(**{**CONFIG.to_dict(), "epochs": 2})
     stopped = _train(

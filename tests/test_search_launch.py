@@ -16,7 +16,7 @@ from resources import ComputeResource, SurveyResource
 from resources.compute import QuietPySparkResource
 from resources.config import spark_config
 from resources.imaging import ImagingResource
-from table_registry.tables import SEARCH_SCORES, SEARCH_STAMPS, SEARCH_TARGETS
+from table_registry import SEARCH_SCORES, SEARCH_STAMPS, SEARCH_TARGETS
 from tests.support.cutout_server import CutoutServer
 from tests.support.wap import events, published_files, run_assets
 from tests.test_search_assets import SWEEP, N, _instance, _lake, _resources

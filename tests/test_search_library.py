@@ -305,6 +305,7 @@ def _scores(ra, dec, score, version="v1") -> pa.Table:
             "dec": pa.array(dec, pa.float64()),
             "type": ["DEV"] * n,
             "mag_r": pa.array(np.full(n, 19.0), pa.float32()),
+            "shape_r": pa.array(np.full(n, 0.8), pa.float32()),
             "split": ["test"] * n,
             "score": pa.array([s if s is not None else None for s in score], pa.float64()),
             "model_version": [version] * n,

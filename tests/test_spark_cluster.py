@@ -31,7 +31,8 @@ from resources import ComputeResource, LakeResource, SurveyResource
 from resources.compute import CatalogLaunchResource, QuietPySparkResource
 from resources.config import spark_config
 from resources.imaging import ImagingResource
-from table_registry.tables import NEGATIVES, SELECTION_FUNNEL
+from resources.settings import spark_env
+from table_registry import NEGATIVES, SELECTION_FUNNEL
 from tests.support.cutout_server import CutoutServer
 from tests.support.s3_server import fresh_bucket
 from tests.support.wap import events, published_files, run_assets
@@ -193,7 +194,7 @@ def on_cluster(cluster_env, baselines):
     proxy.reset_counters()
     cluster_env.cluster.set_link(True)
     cluster_env.cluster.wait_alive()
-    spark_session(cluster_env.cluster.master_url, app_name="dhs-cluster-tests")
+    spark_session(cluster_env.cluster.master_url, app_name="dhs-cluster-tests", env=spark_env())
     return cluster_env.cluster.master_url
 
 
@@ -203,7 +204,7 @@ def on_cluster(cluster_env, baselines):
 def test_executors_run_inside_the_namespace_and_a_broadcast_round_trips(cluster_env, on_cluster):
     cluster = cluster_env.cluster
     assert "default" not in cluster.routes_inside()  # nothing but the veth's subnet is reachable from inside
-    spark = spark_session(on_cluster)
+    spark = spark_session(on_cluster, env=spark_env())
     sc = spark.sparkContext
     # found by asking the kernel which local address routes to the master: the veth's root end
     assert sc.getConf().get("spark.driver.host") == cluster.root_ip

@@ -27,8 +27,8 @@ from darkhaloscope.survey.manifest import sweep_manifest
 from lake_platform.audits import Audit, combine, contract_audit, inside_box_audit
 from lake_platform.contracts import Column, Contract
 from lake_platform.lake import Lake
-from table_registry.audits import SWEEPS_CONTRACT
-from table_registry.contracts import SWEEP_FILES
+from table_registry import SWEEP_FILES
+from table_registry.survey import SWEEPS_CONTRACT
 
 SWEEP = "sweep-030m005-035p000.fits"
 
@@ -150,7 +150,7 @@ def test_bank_row_to_lenstronomy_arguments():
 
 def test_audits_report_contract_and_box_violations_and_combine_partitions():
     manifest = sweep_manifest(["sweep-030m005-035p000.fits", "sweep-030m005-035p000.fits"], [1, 2])
-    bad = contract_audit(Audit("sweep_files_contract", "contract"), manifest, SWEEP_FILES)
+    bad = contract_audit(Audit("sweep_files_contract", "contract"), manifest, SWEEP_FILES.contract)
     assert not bad.passed and bad.blocking and bad.severity == "ERROR" and "duplicate key" in bad.description
     coords = pa.table({"ra": [31.0, 36.0], "dec": [-1.0, -1.0]})
     box = inside_box_audit(Audit("sweeps_inside_box", "box"), coords, 30, 35, -5, 0)

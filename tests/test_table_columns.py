@@ -10,8 +10,8 @@ import pytest
 
 from io_managers.parquet import column_schema
 from lake_platform.contracts import Column, Contract, schema_problems
+from table_registry import ALERTS, TABLES
 from table_registry.columns import from_schema
-from table_registry.tables import ALERTS, TABLES
 
 
 def check_every_published_column_is_declared(lake_root) -> None:

@@ -72,11 +72,14 @@ def test_stamps_preprocessed_once_score_to_the_same_bytes(model):
 
 
 def test_device_resolution(monkeypatch):
-    monkeypatch.setenv("DHS_DEVICE", "cpu")
-    assert resolve_device("auto").type == "cpu" and resolve_device(None).type == "cpu"
+    auto = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == resolve_device(None).type == resolve_device(" Auto ").type == auto
+    assert resolve_device("cpu").type == "cpu"
+    # the device is the caller's: the environment's DHS_DEVICE reaches the library only through it
     monkeypatch.setenv("DHS_DEVICE", "tpu")
+    assert resolve_device("auto").type == auto
     with pytest.raises(InputError, match="tpu"):
-        resolve_device("auto")
+        resolve_device("tpu")
     if not torch.cuda.is_available():
         with pytest.raises(InputError, match="CUDA"):
             resolve_device("cuda")

@@ -22,7 +22,6 @@ from darkhaloscope.training.data import synthetic_arrays
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "lens_assets" / "pipes" / "train_lens_finder.py"
 CONFIG = {
     "arch": "bottleneck_resnet_tiny",
     "epochs": 1,
@@ -70,7 +69,6 @@ def training_set(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tlf():
-    sys.path.insert(0, str(ROOT))
     from lens_assets.pipes import train_lens_finder
 
     return train_lens_finder

@@ -24,6 +24,9 @@
    else ``local[*]``), ``$DHS_SPARK_DRIVER_HOST``, ``$DHS_SPARK_PYTHON``;
 4. the caller's explicit ``conf`` (tests, the log configuration).
 
+The environment is a parameter (``env``) of every function here, never the process's: the Dagster
+layer and the Pipes workers pass ``resources.settings.spark_env()``, tests a mapping of their own.
+
 **A bounded start** (:func:`spark_session`): for a ``spark://`` master the master's port must
 accept a connection, and on any cluster an executor must register with the driver within
 ``$DHS_SPARK_TIMEOUT_S`` seconds (default 120): an executor that registers has dialled the driver's
@@ -55,8 +58,10 @@ from .. import s3_retries
 from ..errors import InputError
 
 MASTER_ENV, DRIVER_HOST_ENV, CONF_ENV = "DHS_SPARK_MASTER", "DHS_SPARK_DRIVER_HOST", "DHS_SPARK_CONF"
-PYTHON_ENV, TIMEOUT_ENV = "DHS_SPARK_PYTHON", "DHS_SPARK_TIMEOUT_S"
+PYTHON_ENV, TIMEOUT_ENV, DRIVER_MEMORY_ENV = "DHS_SPARK_PYTHON", "DHS_SPARK_TIMEOUT_S", "DHS_SPARK_DRIVER_MEMORY"
 DEFAULT_MASTER = "local[*]"
+#: Memory of the driver's JVM unless ``$DHS_SPARK_DRIVER_MEMORY`` says otherwise.
+DEFAULT_DRIVER_MEMORY = "2g"
 #: Seconds a cluster may take to give the driver an executor, at start or after losing them all.
 DEFAULT_TIMEOUT_S = 120.0
 
@@ -128,7 +133,7 @@ def read_properties(path: str | os.PathLike, variable: str) -> dict[str, str]:
     return out
 
 
-def operator_conf(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+def operator_conf(env: Mapping[str, str]) -> dict[str, str]:
     """The operator's Spark settings: ``spark-defaults.conf`` in ``$SPARK_CONF_DIR`` (else
     ``$SPARK_HOME/conf``) where it exists, then the file named by ``$DHS_SPARK_CONF`` (which must
     exist) on top, key by key."""
@@ -144,7 +149,7 @@ def operator_conf(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     return out
 
 
-def spark_master(env: Mapping[str, str] = os.environ, files: Mapping[str, str] | None = None) -> str:
+def spark_master(env: Mapping[str, str], files: Mapping[str, str] | None = None) -> str:
     """The master: ``$DHS_SPARK_MASTER``, else the operator's ``spark.master``, else ``local[*]``."""
     files = operator_conf(env) if files is None else files
     master = (env.get(MASTER_ENV) or "").strip() or files.get("spark.master") or DEFAULT_MASTER
@@ -152,7 +157,7 @@ def spark_master(env: Mapping[str, str] = os.environ, files: Mapping[str, str] |
     return master
 
 
-def timeout_s(env: Mapping[str, str] = os.environ) -> float:
+def timeout_s(env: Mapping[str, str]) -> float:
     """``$DHS_SPARK_TIMEOUT_S`` (default 120): seconds a cluster may take to give the driver an
     executor, at start or after it lost them all."""
     raw = (env.get(TIMEOUT_ENV) or "").strip()
@@ -195,7 +200,7 @@ def local_cores(master: str) -> int:
 
 
 def spark_settings(
-    master: str | None = None, conf: Mapping[str, str] | None = None, env: Mapping[str, str] = os.environ
+    master: str | None = None, conf: Mapping[str, str] | None = None, *, env: Mapping[str, str]
 ) -> dict[str, str]:
     """Every setting the session starts with (module doc: ours < the operator's files < the
     environment < ``conf``); ``master`` (else the environment and files) picks the kind of master."""
@@ -210,7 +215,7 @@ def spark_settings(
         "spark.sql.execution.arrow.maxRecordsPerBatch": "131072",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": env.get("DHS_SPARK_DRIVER_MEMORY", "2g"),
+        "spark.driver.memory": env.get(DRIVER_MEMORY_ENV, DEFAULT_DRIVER_MEMORY),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.adaptive.enabled": "true",
         "spark.pyspark.python": sys.executable,
@@ -243,7 +248,8 @@ def spark_session(
     master: str | None = None,
     app_name: str = "darkhaloscope",
     conf: Mapping[str, str] | None = None,
-    env: Mapping[str, str] = os.environ,
+    *,
+    env: Mapping[str, str],
 ):
     """This process's SparkSession with :func:`spark_settings`, started within
     ``$DHS_SPARK_TIMEOUT_S`` (module doc). A session already running on the same master is
@@ -252,7 +258,7 @@ def spark_session(
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    settings = spark_settings(master, conf, env)
+    settings = spark_settings(master, conf, env=env)
     master = settings["spark.master"]
     kind = master_kind(master)
     limit = timeout_s(env)

@@ -102,30 +102,18 @@ def headline(
     ``hidden_lenses``: object ids of lenses no catalog lists (the mock sky's truth), to add
     :func:`without_hidden_lenses` under that key; a diagnostic with the truth, never a pipeline step.
     """
-    require_columns(lens_finder, ("val_auroc", "metrics"), "lens_finder")
-    if lens_finder.num_rows == 0:
-        raise InputError("lens_finder: the registry table has no row")
-    finder = lens_finder.slice(0, 1).to_pylist()[0]
-    metrics = json.loads(finder["metrics"])
-    gates = metrics["gates"] if isinstance(metrics["gates"], list) else json.loads(metrics["gates"])
+    finder, metrics = _finder_row(lens_finder)
     inj, ctrl = injection_rows(injection_scores, "injection"), injection_rows(injection_scores, "control")
     neg = held_out_negatives(cutout_scores, graded_lenses)
     label, split = cutout_scores.column("label"), cutout_scores.column("split")
     real = cutout_scores.filter(pc.and_(pc.equal(label, 1), pc.equal(split, "test")))
-    t = _named_row(thresholds, "thresholds", name=HEADLINE_THRESHOLD)["threshold"]
-    if t is None:
-        raise InputError(f"thresholds: {HEADLINE_THRESHOLD} is not resolvable on these held-out negatives")
-    recall = _named_row(real_lens_recall, "real_lens_recall", threshold_name=HEADLINE_THRESHOLD, tier="all")
+    t, recall = _threshold_and_recall(thresholds, real_lens_recall)
     ok, ctrl_ok = (_column(rows, "valid").astype(bool) for rows in (inj, ctrl))
     p, snr, te, fwhm, inj_host = (
         _column(inj, c, ok) for c in ("score", "arc_snr", "theta_e_arcsec", "psf_fwhm_r", "host_object_id")
     )
     ctrl_p, ctrl_snr, ctrl_host = (_column(ctrl, c, ctrl_ok) for c in ("score", "arc_snr", "host_object_id"))
-    pool_of = dict(zip(_column(cutout_scores, "object_id").tolist(), _column(cutout_scores, "pool").tolist()))
-    missing = sorted(set(inj_host.tolist()) - pool_of.keys())
-    if missing:
-        raise InputError(f"injection_scores: hosts {missing[:5]} are not rows of cutout_scores")
-    inj_pool, ctrl_pool = (np.array([pool_of[h] for h in hosts.tolist()]) for hosts in (inj_host, ctrl_host))
+    inj_pool, ctrl_pool = _host_pools(cutout_scores, inj_host, ctrl_host)
     from ..training.preprocess import arc_clears_core  # torch only when the headline is asked for
 
     resolved = arc_clears_core(te, fwhm, radius=0.0)
@@ -160,16 +148,65 @@ def headline(
         "completeness_all": detected_fraction(p, t),
         "recall_test_known_lenses": [recall["n_detected"], recall["n"]],
         "completeness_by_theta_e": {f"{k:.2f}": round(v, 3) for k, v in zip(theta_e, by_te)},
-        "arc_snr_ge_20_by_theta_e": {
-            f"{v:.2f}": {
-                "completeness": detected_fraction(p[m], t),
-                "n": int(m.sum()),
-                "unresolved": round(float(np.mean(~resolved[m])), 2),
-            }
-            for v in theta_e
-            if (m := (te == v) & (snr >= 20)).any()
-        },
+        "arc_snr_ge_20_by_theta_e": _bright_arcs_by_theta_e(p, te, snr, resolved, t),
         "spearman_theta_e": round(spearman(theta_e, by_te), 3),
+        **_training_summary(metrics),
+    }
+    if hidden_lenses is not None:
+        neg_ok = _column(neg, "valid").astype(bool)
+        neg_scores, neg_ids = _column(neg, "score", neg_ok), _column(neg, "object_id", neg_ok)
+        injections = (p, snr, resolved, inj_host, ctrl_p, ctrl_host)
+        out["without_hidden_lenses"] = without_hidden_lenses(
+            neg_scores, neg_ids, np.asarray(hidden_lenses), real_s, *injections
+        )
+    return out
+
+
+def _threshold_and_recall(thresholds: pa.Table, real_lens_recall: pa.Table) -> tuple[float, dict]:
+    """The headline threshold's score and the known lenses' recall (all tiers) at it."""
+    t = _named_row(thresholds, "thresholds", name=HEADLINE_THRESHOLD)["threshold"]
+    if t is None:
+        raise InputError(f"thresholds: {HEADLINE_THRESHOLD} is not resolvable on these held-out negatives")
+    return t, _named_row(real_lens_recall, "real_lens_recall", threshold_name=HEADLINE_THRESHOLD, tier="all")
+
+
+def _finder_row(lens_finder: pa.Table) -> tuple[dict, dict]:
+    """(the published lens finder's registry row, its training metrics)."""
+    require_columns(lens_finder, ("val_auroc", "metrics"), "lens_finder")
+    if lens_finder.num_rows == 0:
+        raise InputError("lens_finder: the registry table has no row")
+    finder = lens_finder.slice(0, 1).to_pylist()[0]
+    return finder, json.loads(finder["metrics"])
+
+
+def _host_pools(cutout_scores: pa.Table, inj_host: np.ndarray, ctrl_host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pool (N1, N2) of each injection's and each control's host, from its cutout row."""
+    pool_of = dict(zip(_column(cutout_scores, "object_id").tolist(), _column(cutout_scores, "pool").tolist()))
+    missing = sorted(set(inj_host.tolist()) - pool_of.keys())
+    if missing:
+        raise InputError(f"injection_scores: hosts {missing[:5]} are not rows of cutout_scores")
+    inj_pool, ctrl_pool = (np.array([pool_of[h] for h in hosts.tolist()]) for hosts in (inj_host, ctrl_host))
+    return inj_pool, ctrl_pool
+
+
+def _bright_arcs_by_theta_e(p: np.ndarray, te: np.ndarray, snr: np.ndarray, resolved: np.ndarray, t: float) -> dict:
+    """Completeness of the arcs of S/N >= 20 per θ_E [arcsec], with their number and the fraction
+    whose arc does not clear the core."""
+    return {
+        f"{v:.2f}": {
+            "completeness": detected_fraction(p[m], t),
+            "n": int(m.sum()),
+            "unresolved": round(float(np.mean(~resolved[m])), 2),
+        }
+        for v in np.unique(te)
+        if (m := (te == v) & (snr >= 20)).any()
+    }
+
+
+def _training_summary(metrics: dict) -> dict:
+    """The training run's gates, calibration and epochs, from the lens finder's metrics."""
+    gates = metrics["gates"] if isinstance(metrics["gates"], list) else json.loads(metrics["gates"])
+    return {
         "gates": {g["name"]: [round(g["value"], 4), g["passed"]] for g in gates},
         "ece_before_after": (
             [round(cal["ece_before"], 4), round(cal["ece_after"], 4)] if (cal := metrics.get("calibration")) else None
@@ -177,21 +214,6 @@ def headline(
         "best_epoch": metrics["best_epoch"],
         "epochs_run": metrics["epochs_run"],
     }
-    if hidden_lenses is not None:
-        neg_ok = _column(neg, "valid").astype(bool)
-        out["without_hidden_lenses"] = without_hidden_lenses(
-            _column(neg, "score", neg_ok),
-            _column(neg, "object_id", neg_ok),
-            np.asarray(hidden_lenses),
-            real_s,
-            p,
-            snr,
-            resolved,
-            inj_host,
-            ctrl_p,
-            ctrl_host,
-        )
-    return out
 
 
 def without_hidden_lenses(

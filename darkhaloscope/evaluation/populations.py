@@ -633,6 +633,76 @@ def _rows(est: dict, sel, kind, name, thr, pop, te, zl, n_inj, share, measured, 
     return out
 
 
+def _marginal_rows(cell_rows, est, weights, w, cell, index, grid, detected, arr, rho, variants, labels) -> list[dict]:
+    """POPULATION_SCHEMA rows of the marginals over z_l (``'theta_e'``), over θ_E (``'z_l'``) and
+    overall (``'all'``): the injections of the sufficient cells weighted by the population's lenses
+    per cell (``weights``), insufficient cells left out, never filled. ``index``: each injection's
+    θ_E and z_l bin and each cell's; ``grid``: the merged grid's centres and edges; ``labels``:
+    (threshold name, threshold, population name, N_eff floor)."""
+    from .selection import cell_estimates
+
+    ti, zi, gt, gz = index
+    te_c, te_e, zl_c, zl_e = grid
+    threshold_name, thr, population_name, min_n_eff = labels
+    nt, nz = te_c.size, zl_c.size
+    names = ("theta_e_centre", "theta_e_lo", "theta_e_hi", "z_l_centre", "z_l_lo", "z_l_hi")
+    ok_cell = np.array([r["sufficient"] for r in cell_rows])
+    per_w = np.where(est["sum_w"] > 0, weights / np.where(est["sum_w"] > 0, est["sum_w"], 1.0), 0.0)
+    w2 = w * np.where(ok_cell, per_w, 0.0)[cell]  # insufficient cells are left out, never filled
+    none = np.full(1, None, dtype=object)
+    rows = []
+    for kind, group, n_groups, te_sel, zl_sel in (
+        ("theta_e", ti, nt, (te_c, te_e[:-1], te_e[1:]), (np.full(nt, None),) * 3),
+        ("z_l", zi, nz, (np.full(nz, None),) * 3, (zl_c, zl_e[:-1], zl_e[1:])),
+        ("all", np.zeros_like(ti), 1, (none,) * 3, (none,) * 3),
+    ):
+        g_of_cell = {"theta_e": gt, "z_l": gz, "all": np.zeros(nt * nz, np.int64)}[kind]
+        total = np.bincount(g_of_cell, weights=weights, minlength=n_groups)
+        measured = np.bincount(g_of_cell, weights=np.where(ok_cell, weights, 0.0), minlength=n_groups)
+        g_est = cell_estimates(group, n_groups, w2, detected, arr["host"], rho, variants)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m_share = np.clip(np.where(total > 0, measured / total, 0.0), 0.0, 1.0)
+        rows += _rows(
+            g_est,
+            names,
+            kind,
+            threshold_name,
+            thr,
+            population_name,
+            te_sel,
+            zl_sel,
+            np.bincount(group, weights=(w2 > 0).astype(float), minlength=n_groups).astype(np.int64),
+            np.clip(total / weights.sum(), 0.0, 1.0) if weights.sum() > 0 else np.zeros(n_groups),
+            m_share,
+            min_n_eff,
+        )
+    return rows
+
+
+def _population_grid(cols: dict, theta_e_values, z_l_values, merge: int):
+    """((θ_E centres, edges, each injection's θ_E bin), (the same for z_l)) of the population's grid:
+    ``merge`` cells of the injection grid (``theta_e_values`` [arcsec], ``z_l_values``) along each
+    axis, an injection in the cell of its θ_E and of its host's z_l bin."""
+    if "z_l_bin" not in cols or "theta_e_arcsec" not in cols:
+        raise InputError("injection scores lack theta_e_arcsec or z_l_bin: the grid cells of the injections")
+    out = []
+    for values, column in ((theta_e_values, "theta_e_arcsec"), (z_l_values, "z_l_bin")):
+        fine = np.sort(np.asarray(values, np.float64))
+        centres, edges, index = merged_grid(fine, merge)
+        out.append((centres, edges, index[_nearest(cols[column], fine)]))
+    return tuple(out)
+
+
+def _lens_weights(population: Population, te_edges, zl_edges):
+    """(the population's lenses per cell (flat, θ_E-major), their shares) — (None, None) for a
+    population without a deflector model."""
+    if population.cell_weights is None:
+        return None, None
+    weights = np.asarray(population.cell_weights(te_edges, zl_edges), np.float64).reshape(-1)
+    share = np.clip(weights / weights.sum(), 0.0, 1.0) if weights.sum() > 0 else np.zeros_like(weights)
+    return weights, share
+
+
 def selection_for_population(
     population: Population,
     threshold_name: str,
@@ -663,15 +733,8 @@ def selection_for_population(
 
     thr = threshold_value(thresholds, threshold_name)
     arr = _injection_arrays(injections)
-    te_fine = np.sort(np.asarray(theta_e_values, np.float64))
-    zl_fine = np.sort(np.asarray(z_l_values, np.float64))
-    te_c, te_e, te_index = merged_grid(te_fine, merge)
-    zl_c, zl_e, zl_index = merged_grid(zl_fine, merge)
     cols = injection_columns(injections, (*SOURCE_PARAMETERS, *CONDITIONING_COLUMNS, "z_l_bin"))
-    if "z_l_bin" not in cols or "theta_e_arcsec" not in cols:
-        raise InputError("injection scores lack theta_e_arcsec or z_l_bin: the grid cells of the injections")
-    ti = te_index[_nearest(cols["theta_e_arcsec"], te_fine)]
-    zi = zl_index[_nearest(cols["z_l_bin"], zl_fine)]
+    (te_c, te_e, ti), (zl_c, zl_e, zi) = _population_grid(cols, theta_e_values, z_l_values, merge)
     nt, nz = te_c.size, zl_c.size
     cell = ti * nz + zi
     usable = arr["usable"]
@@ -688,11 +751,7 @@ def selection_for_population(
     est = cell_estimates(cell, nt * nz, w, detected, arr["host"], rho, variants)
     n_inj = np.bincount(cell, weights=usable.astype(float), minlength=nt * nz).astype(np.int64)
     gt, gz = np.repeat(np.arange(nt), nz), np.tile(np.arange(nz), nt)
-    weights = population.cell_weights(te_e, zl_e) if population.cell_weights is not None else None
-    share = None
-    if weights is not None:
-        weights = np.asarray(weights, np.float64).reshape(nt * nz)
-        share = np.clip(weights / weights.sum(), 0.0, 1.0) if weights.sum() > 0 else np.zeros_like(weights)
+    weights, share = _lens_weights(population, te_e, zl_e)
     names = ("theta_e_centre", "theta_e_lo", "theta_e_hi", "z_l_centre", "z_l_lo", "z_l_hi")
     rows = _rows(
         est,
@@ -709,33 +768,18 @@ def selection_for_population(
         min_n_eff,
     )
     if weights is not None:
-        ok_cell = np.array([r["sufficient"] for r in rows])
-        per_w = np.where(est["sum_w"] > 0, weights / np.where(est["sum_w"] > 0, est["sum_w"], 1.0), 0.0)
-        w2 = w * np.where(ok_cell, per_w, 0.0)[cell]  # insufficient cells are left out, never filled
-        none = np.full(1, None, dtype=object)
-        for kind, group, n_groups, te_sel, zl_sel in (
-            ("theta_e", ti, nt, (te_c, te_e[:-1], te_e[1:]), (np.full(nt, None),) * 3),
-            ("z_l", zi, nz, (np.full(nz, None),) * 3, (zl_c, zl_e[:-1], zl_e[1:])),
-            ("all", np.zeros_like(ti), 1, (none,) * 3, (none,) * 3),
-        ):
-            g_of_cell = {"theta_e": gt, "z_l": gz, "all": np.zeros(nt * nz, np.int64)}[kind]
-            total = np.bincount(g_of_cell, weights=weights, minlength=n_groups)
-            measured = np.bincount(g_of_cell, weights=np.where(ok_cell, weights, 0.0), minlength=n_groups)
-            g_est = cell_estimates(group, n_groups, w2, detected, arr["host"], rho, variants)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                m_share = np.clip(np.where(total > 0, measured / total, 0.0), 0.0, 1.0)
-            rows += _rows(
-                g_est,
-                names,
-                kind,
-                threshold_name,
-                thr,
-                population.name,
-                te_sel,
-                zl_sel,
-                np.bincount(group, weights=(w2 > 0).astype(float), minlength=n_groups).astype(np.int64),
-                np.clip(total / weights.sum(), 0.0, 1.0) if weights.sum() > 0 else np.zeros(n_groups),
-                m_share,
-                min_n_eff,
-            )
+        rows += _marginal_rows(
+            rows,
+            est,
+            weights,
+            w,
+            cell,
+            (ti, zi, gt, gz),
+            (te_c, te_e, zl_c, zl_e),
+            detected,
+            arr,
+            rho,
+            variants,
+            (threshold_name, thr, population.name, min_n_eff),
+        )
     return pa.Table.from_pylist(rows, schema=POPULATION_SCHEMA)

@@ -81,6 +81,23 @@ def report_gates(lens_finder_row: Mapping) -> list[dict]:
     ]
 
 
+def _mosaics(usable, injections, held_out, cutout_stamps, injection_stamps) -> dict[str, bytes]:
+    """{caption: PNG} of example stamps at the first usable threshold: true positives and missed
+    injections from the bank, the highest-scoring held-out negatives from the cutouts."""
+    mosaics = {}
+    if usable:
+        name, value = usable[0]
+        ex = example_ids(injections, held_out, value)
+        bank = injection_stamps(ex.get("true positives", []) + ex.get("missed injections", []))
+        for caption, ids in ex.items():
+            if ids:
+                stamps = (
+                    cutout_stamps(ids) if caption == "highest-scoring negatives" else np.stack([bank[i] for i in ids])
+                )
+                mosaics[f"{caption} ({name})"] = mosaic_png(stamps, [str(i) for i in ids])
+    return mosaics
+
+
 def report_html(
     *,
     thresholds: pa.Table,
@@ -99,21 +116,16 @@ def report_html(
     lake_uri: str,
     gallery_uri: str | None = None,
     conditioning: Mapping | None = None,
-    closure: pa.Table | None = None,
-    forecast: pa.Table | None = None,
-    populations: pa.Table | None = None,
-    detection_model: pa.Table | None = None,
-    detection_calibration: pa.Table | None = None,
+    selection_tables: Mapping[str, pa.Table | None] | None = None,
 ) -> str:
     """The evaluation report page. ``figure(name)`` returns a stored figure; ``cutout_stamps(ids)``
     the cutouts' images (N, 3, 101, 101); ``injection_stamps(ids)`` {injection id: image};
     ``gallery_uri`` where the search's candidate gallery is published; ``conditioning`` what the
-    selection function is conditioned on (``lensing.bank.selection_conditioning``); ``closure`` the
-    ``selection_closure`` table (hidden lenses found against predicted); ``forecast`` the
-    ``lens_forecast`` table, its assumptions in its schema (``lensing.bank.table_conditioning``);
-    ``populations``, ``detection_model``, ``detection_calibration`` the ``selection_populations``,
-    ``selection_model`` and ``selection_calibration`` tables."""
+    selection function is conditioned on (``lensing.bank.selection_conditioning``);
+    ``selection_tables`` the tables that test and extend it, by table name (see :func:`build_report`;
+    ``lens_forecast`` carries its assumptions in its schema, ``lensing.bank.table_conditioning``)."""
     usable = usable_thresholds(thresholds)
+    forecast = (selection_tables or {}).get("lens_forecast")
     curves = {
         "injections vs paired controls": roc_inputs(injections, controls),
         "test-split known lenses vs held-out negatives": roc_inputs(real_test, held_out),
@@ -122,17 +134,7 @@ def report_html(
         label: (figure(marginal_file(by)), marginals.filter(pc.equal(marginals.column("by"), by)))
         for by, (label, _) in MARGINALS.items()
     }
-    mosaics = {}
-    if usable:
-        name, value = usable[0]
-        ex = example_ids(injections, held_out, value)
-        bank = injection_stamps(ex.get("true positives", []) + ex.get("missed injections", []))
-        for caption, ids in ex.items():
-            if ids:
-                stamps = (
-                    cutout_stamps(ids) if caption == "highest-scoring negatives" else np.stack([bank[i] for i in ids])
-                )
-                mosaics[f"{caption} ({name})"] = mosaic_png(stamps, [str(i) for i in ids])
+    mosaics = _mosaics(usable, injections, held_out, cutout_stamps, injection_stamps)
     metrics = json.loads(lens_finder_row["metrics"])
     calibration = metrics.get("calibration") or None
     return build_report(
@@ -158,10 +160,6 @@ def report_html(
         },
         gallery_uri=gallery_uri,
         conditioning=conditioning,
-        closure=closure,
-        forecast=forecast,
+        selection_tables=selection_tables,
         forecast_assumptions=table_conditioning(forecast) if forecast is not None else None,
-        populations=populations,
-        detection_model=detection_model,
-        detection_calibration=detection_calibration,
     )

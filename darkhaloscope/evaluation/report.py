@@ -397,12 +397,8 @@ def build_report(
     provenance: Mapping[str, object] | None = None,
     gallery_uri: str | None = None,
     conditioning: Mapping | None = None,
-    closure: pa.Table | None = None,
-    forecast: pa.Table | None = None,
+    selection_tables: Mapping[str, pa.Table | None] | None = None,
     forecast_assumptions: Mapping | None = None,
-    populations: pa.Table | None = None,
-    detection_model: pa.Table | None = None,
-    detection_calibration: pa.Table | None = None,
     max_table_rows: int = 200,
 ) -> str:
     """One static, self-contained HTML page of the evaluation.
@@ -428,18 +424,17 @@ def build_report(
     mosaics : maps a caption ('true positives', 'missed injections', 'highest-scoring negatives')
         to the PNG of :func:`plots.mosaic_png`.
     provenance : key/value pairs printed at the top (model, code version, data versions).
-    gallery_uri : where the survey search's candidate gallery is published (a link; no section without it).
+    gallery_uri : where the survey search's candidate gallery is published, best relative to the
+        report's folder (a link; no section without it).
     conditioning : what the selection function is conditioned on (priors, cosmology, host selection,
         σ_v relation, grid, injections per cell), shown beside it.
-    closure : the ``selection_closure`` table (:func:`closure.closure_table` per threshold): the mock's
-        hidden lenses the search found against the number predicted per lens and from the mock
-        population's C.
-    forecast : table of :func:`forecast.forecast_table`: expected detected lenses per deg² and in the
-        searched area; ``forecast_assumptions`` what it assumes (its schema's metadata).
-    populations : the ``selection_populations`` table (C reweighted to named populations); its
-        marginal rows (``kind = 'all'``) are shown.
-    detection_model, detection_calibration : the ``selection_model`` and ``selection_calibration``
-        tables (the detection model's parameters and ranges, its reliability curve).
+    selection_tables : by table name, what tests and extends the selection function:
+        ``selection_populations`` (C reweighted to named populations; its ``kind = 'all'`` rows are
+        shown), ``selection_model`` and ``selection_calibration`` (the detection model's parameters
+        and ranges, its reliability curve), ``selection_closure`` (the mock's hidden lenses found
+        against the number predicted per lens and from the mock population's C) and
+        ``lens_forecast`` (expected detected lenses per deg², ``forecast_assumptions`` what it
+        assumes: its schema's metadata).
 
     Returns the HTML text (UTF-8); identical inputs give an identical page.
     """
@@ -451,37 +446,15 @@ def build_report(
     parts += _score_sections(ids, roc, aurocs, thresholds, recall, max_table_rows)
     parts += _conditioning_section(conditioning)
     parts += _selection_sections(ids, selection, selection_heatmaps, marginals, max_table_rows)
-    parts += _population_sections(ids, populations, detection_model, detection_calibration, max_table_rows)
-    parts.append("<h2>Closure: the selection function against the hidden lenses the search found</h2>")
-    if closure is not None and closure.num_rows:
-        parts.append(
-            '<p class="note">Per threshold, method and θ_E bin: hidden lenses of the mock sky (all in the closure '
-            "reserve, so none is a threshold negative or an injection host), the number predicted per lens by the "
-            "detection model at each lens's parameters (<code>per_lens</code>) and from C reweighted to the mock's "
-            "source population at each lens's cell (<code>population</code>), its standard deviation, the number "
-            "the search recovered, the pull, and <code>power_15pct</code>, the pull a 15 % bias of C would give.</p>"
-        )
-        parts.append(table_html(closure, max_rows=max_table_rows, el_id=ids("table", "closure")))
-    else:
-        parts.append('<p class="note">No hidden-lens truth (not the mock survey): no closure test.</p>')
-    parts += _forecast_section(ids, forecast, forecast_assumptions, max_table_rows)
-    parts.append("<h2>False-positive rate by pool and confuser category</h2>")
-    parts.append(
-        table_html(fpr_by_confuser, max_rows=max_table_rows, el_id=ids("table", "fpr-by-confuser"))
-        if fpr_by_confuser is not None
-        else _MISSING
+    st = selection_tables or {}
+    parts += _population_sections(
+        ids, st.get("selection_populations"), st.get("selection_model"), st.get("selection_calibration"), max_table_rows
     )
+    parts += _closure_section(ids, st.get("selection_closure"), max_table_rows)
+    parts += _forecast_section(ids, st.get("lens_forecast"), forecast_assumptions, max_table_rows)
+    parts += _fpr_section(ids, fpr_by_confuser, max_table_rows)
     parts += _mosaic_sections(ids, mosaics)
-
-    if gallery_uri:
-        href = gallery_uri if "://" in gallery_uri else "file://" + gallery_uri
-        parts.append("<h2>Survey-wide search</h2>")
-        parts.append(
-            '<p>The candidates of the search, with stamps and grading: <a id="link-gallery" '
-            f'href="{html.escape(href)}">'
-            f"candidate gallery</a> (materialize <code>candidate_gallery</code> when the link is missing).</p>"
-        )
-
+    parts += _gallery_section(gallery_uri)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
@@ -520,6 +493,42 @@ def _population_sections(ids, populations, model, calibration, max_table_rows: i
     if calibration is not None and calibration.num_rows:
         parts.append(table_html(calibration, max_rows=max_table_rows, el_id=ids("table", "detection-calibration")))
     return parts
+
+
+def _fpr_section(ids, fpr_by_confuser: pa.Table | None, max_table_rows: int) -> list[str]:
+    return [
+        "<h2>False-positive rate by pool and confuser category</h2>",
+        table_html(fpr_by_confuser, max_rows=max_table_rows, el_id=ids("table", "fpr-by-confuser"))
+        if fpr_by_confuser is not None
+        else _MISSING,
+    ]
+
+
+def _closure_section(ids, closure: pa.Table | None, max_table_rows: int) -> list[str]:
+    parts = ["<h2>Closure: the selection function against the hidden lenses the search found</h2>"]
+    if closure is None or not closure.num_rows:
+        return parts + ['<p class="note">No hidden-lens truth (not the mock survey): no closure test.</p>']
+    parts.append(
+        '<p class="note">Per threshold, method and θ_E bin: hidden lenses of the mock sky (all in the closure '
+        "reserve, so none is a threshold negative or an injection host), the number predicted per lens by the "
+        "detection model at each lens's parameters (<code>per_lens</code>) and from C reweighted to the mock's "
+        "source population at each lens's cell (<code>population</code>), its standard deviation, the number "
+        "the search recovered, the pull, and <code>power_15pct</code>, the pull a 15 % bias of C would give.</p>"
+    )
+    return parts + [table_html(closure, max_rows=max_table_rows, el_id=ids("table", "closure"))]
+
+
+def _gallery_section(gallery_uri: str | None) -> list[str]:
+    if not gallery_uri:
+        return []
+    # a path relative to the report stays relative (a copied lake keeps the link)
+    href = "file://" + gallery_uri if gallery_uri.startswith("/") else gallery_uri
+    return [
+        "<h2>Survey-wide search</h2>",
+        '<p>The candidates of the search, with stamps and grading: <a id="link-gallery" '
+        f'href="{html.escape(href)}">'
+        f"candidate gallery</a> (materialize <code>candidate_gallery</code> when the link is missing).</p>",
+    ]
 
 
 def _forecast_section(ids, forecast, assumptions, max_table_rows: int) -> list[str]:

@@ -203,6 +203,31 @@ def _chunk_metrics(img, ivar, mbits, geo, cfg, bands) -> dict[str, np.ndarray]:
     return out
 
 
+#: The per-band metrics (columns ``<metric>_<band>``) and the overall ones, in column order.
+_PER_BAND_METRICS = (
+    "has",
+    "nonfinite_frac",
+    "zero_frac",
+    "core_brightness",
+    "core_max",
+    "annulus_brightness",
+    "outer_brightness",
+    "median",
+    "mad",
+    "radial_gradient",
+    "clip_frac",
+)
+_OVERALL_METRICS = (
+    "nonfinite_frac",
+    "central_nonfinite_frac",
+    "core_nonfinite_frac",
+    "bad_pixel_frac",
+    "n_bands_present",
+    "quality_flags",
+    "quality_ok",
+)
+
+
 def quality_metrics(
     image: np.ndarray,
     invvar: np.ndarray | None = None,
@@ -227,6 +252,7 @@ def quality_metrics(
     n, _, size, _ = image.shape
     geo = _geometry(size, config)
     step = max(int(config.chunk_rows), 1)
+    starts = range(0, n, step) if n else [0]  # an empty batch still gives the columns
     parts = [
         _chunk_metrics(
             image[i : i + step],
@@ -236,44 +262,10 @@ def quality_metrics(
             config,
             bands,
         )
-        for i in range(0, n, step)
-    ] or [
-        _chunk_metrics(
-            image[:0],
-            None if invvar is None else invvar[:0],
-            None if maskbits is None else maskbits[:0],
-            geo,
-            config,
-            bands,
-        )
+        for i in starts
     ]
     cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    order = [
-        f"{m}_{b}"
-        for m in (
-            "has",
-            "nonfinite_frac",
-            "zero_frac",
-            "core_brightness",
-            "core_max",
-            "annulus_brightness",
-            "outer_brightness",
-            "median",
-            "mad",
-            "radial_gradient",
-            "clip_frac",
-        )
-        for b in bands
-    ]
-    order += [
-        "nonfinite_frac",
-        "central_nonfinite_frac",
-        "core_nonfinite_frac",
-        "bad_pixel_frac",
-        "n_bands_present",
-        "quality_flags",
-        "quality_ok",
-    ]
+    order = [f"{m}_{b}" for m in _PER_BAND_METRICS for b in bands] + list(_OVERALL_METRICS)
     arrays, names = [], []
     for name in order:
         v = cols[name]

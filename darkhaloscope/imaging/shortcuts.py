@@ -281,63 +281,56 @@ def feature_aucs(
     missing = [c for c in names if c not in features.column_names]
     if missing:
         raise InputError(f"feature table lacks columns {missing}")
-    rows = {
-        k: []
-        for k in (
-            "feature",
-            "n_pos",
-            "n_neg",
-            "auc",
-            "auc_lo",
-            "auc_hi",
-            "separation_lo",
-            "flag",
-            "expected_physics",
-            "core_feature",
-        )
-    }
+    rows: dict[str, list] = {k: [] for k in _AUC_SCHEMA.names}
     for name in names:
-        col = features.column(name)
-        if not pa.types.is_floating(col.type) and not pa.types.is_integer(col.type) and not pa.types.is_null(col.type):
-            raise InputError(f"feature column {name!r} is {col.type}, not numeric")
-        x = col.to_numpy(zero_copy_only=False).astype(np.float64) if len(col) else np.zeros(0)
-        keep = np.isfinite(x)
-        s, yy = x[keep], y[keep].astype(np.int8)
-        n_pos, n_neg = int(yy.sum()), int(yy.size - yy.sum())
-        if n_pos and n_neg:
-            auc = roc_auc(s, yy)
-            lo, hi = auc_bootstrap_interval(s, yy, rng_for(seed_key, "feature-auc", name), n_boot=n_boot, level=level)
-        else:
-            auc = lo = hi = float("nan")
-        bound = separation_lower_bound(lo, hi)
-        for k, v in (
-            ("feature", name),
-            ("n_pos", n_pos),
-            ("n_neg", n_neg),
-            ("auc", auc),
-            ("auc_lo", lo),
-            ("auc_hi", hi),
-            ("separation_lo", bound),
-            ("flag", flag_for(bound)),
-            ("expected_physics", name in EXPECTED_PHYSICS),
-            ("core_feature", name in CORE_FEATURES),
-        ):
+        for k, v in _feature_auc(name, features.column(name), y, n_boot, seed_key, level).items():
             rows[k].append(v)
-    schema = pa.schema(
-        [
-            ("feature", pa.string()),
-            ("n_pos", pa.int64()),
-            ("n_neg", pa.int64()),
-            ("auc", pa.float64()),
-            ("auc_lo", pa.float64()),
-            ("auc_hi", pa.float64()),
-            ("separation_lo", pa.float64()),
-            ("flag", pa.string()),
-            ("expected_physics", pa.bool_()),
-            ("core_feature", pa.bool_()),
-        ]
-    )
-    return pa.Table.from_pydict(rows, schema=schema)
+    return pa.Table.from_pydict(rows, schema=_AUC_SCHEMA)
+
+
+#: The columns of :func:`feature_aucs`.
+_AUC_SCHEMA = pa.schema(
+    [
+        ("feature", pa.string()),
+        ("n_pos", pa.int64()),
+        ("n_neg", pa.int64()),
+        ("auc", pa.float64()),
+        ("auc_lo", pa.float64()),
+        ("auc_hi", pa.float64()),
+        ("separation_lo", pa.float64()),
+        ("flag", pa.string()),
+        ("expected_physics", pa.bool_()),
+        ("core_feature", pa.bool_()),
+    ]
+)
+
+
+def _feature_auc(name: str, col, y: np.ndarray, n_boot: int, seed_key: Hashable, level: float) -> dict:
+    """One row of :func:`feature_aucs`: the AUC of the feature ``name`` (values ``col``) for ``y``."""
+    if not pa.types.is_floating(col.type) and not pa.types.is_integer(col.type) and not pa.types.is_null(col.type):
+        raise InputError(f"feature column {name!r} is {col.type}, not numeric")
+    x = col.to_numpy(zero_copy_only=False).astype(np.float64) if len(col) else np.zeros(0)
+    keep = np.isfinite(x)
+    s, yy = x[keep], y[keep].astype(np.int8)
+    n_pos, n_neg = int(yy.sum()), int(yy.size - yy.sum())
+    if n_pos and n_neg:
+        auc = roc_auc(s, yy)
+        lo, hi = auc_bootstrap_interval(s, yy, rng_for(seed_key, "feature-auc", name), n_boot=n_boot, level=level)
+    else:
+        auc = lo = hi = float("nan")
+    bound = separation_lower_bound(lo, hi)
+    return {
+        "feature": name,
+        "n_pos": n_pos,
+        "n_neg": n_neg,
+        "auc": auc,
+        "auc_lo": lo,
+        "auc_hi": hi,
+        "separation_lo": bound,
+        "flag": flag_for(bound),
+        "expected_physics": name in EXPECTED_PHYSICS,
+        "core_feature": name in CORE_FEATURES,
+    }
 
 
 def core_shortcut_failed(auc_table: pa.Table) -> bool:

@@ -1,14 +1,16 @@
 """The configured image source of a real survey as plain settings (an
 :class:`~darkhaloscope.imaging.sources.ImageSourceOpener`): a Legacy Surveys cutout service, or the
-coadd bricks of a DR10 mirror (local or S3)."""
+coadd bricks of a DR10 mirror (local or S3); and the one place that opens whichever source a set of
+settings in their JSON form describes (:func:`source_opener_from_dict`)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Callable, Mapping
 
 from ..errors import InputError
 from ..survey.location import SurveyLocation
-from .sources import ImageSource
+from .sources import ImageSource, ImageSourceOpener
 
 #: ``kind`` of these settings in their JSON form.
 KIND = "survey"
@@ -57,3 +59,19 @@ class ImageSourceSettings:
             )
         fs, root = self.survey.filesystem()
         return BrickImageSource(root, filesystem=fs, with_maskbits=with_maskbits, invvar_centre_only=invvar_centre_only)
+
+
+def source_opener_from_dict(
+    d: dict, other_kinds: Mapping[str, Callable[[dict], ImageSourceOpener]] | None = None
+) -> ImageSourceOpener:
+    """The image-source settings of a JSON form written by their ``to_dict``: a real survey's
+    (``kind`` ``survey``, or none), else the settings ``other_kinds[kind]`` reads (the caller's,
+    e.g. the mock sky's: ``{mock_survey.sources.KIND: MockSkySettings.from_dict}``); InputError
+    naming an unknown kind."""
+    kind, others = d.get("kind"), dict(other_kinds or {})
+    if kind in (None, KIND):
+        return ImageSourceSettings.from_dict(d)
+    if kind in others:
+        return others[kind](d)
+    expected = " or ".join(repr(k) for k in (*others, KIND))
+    raise InputError(f"image source settings of unknown kind {kind!r} (expected {expected})")

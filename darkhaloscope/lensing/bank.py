@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -291,17 +292,6 @@ def _build_tasks(
     reason, sigma_v = _skip_reasons(theta_e, z_l, z_s, psf_ok[host_row], cfg)
     keep = reason == ""
     h = host_row[keep]
-    host_dx, host_dy = _col(hosts, "dx_pix")[h], _col(hosts, "dy_pix")[h]
-    lens_e1, lens_e2 = (
-        t.numpy()
-        for t in ellipticity_from_phi_q(torch.as_tensor(params["lens_phi_rad"]), torch.as_tensor(params["lens_q"]))
-    )
-    src_e1, src_e2 = (
-        t.numpy()
-        for t in ellipticity_from_phi_q(torch.as_tensor(params["src_phi_rad"]), torch.as_tensor(params["src_q"]))
-    )
-    beta = params["src_beta_frac"] * theta_e
-    ang = params["src_beta_angle_rad"]
     cols = {
         "injection_id": (batch.astype(np.int64) * cfg.batch_size + index)[keep],
         "batch": batch.astype(np.int32)[keep],
@@ -318,6 +308,33 @@ def _build_tasks(
         "z_l": z_l[keep],
         "z_s": z_s[keep],
         "sigma_v_kms": sigma_v[keep],
+        **_lens_source_columns(params, theta_e, keep, _col(hosts, "dx_pix")[h], _col(hosts, "dy_pix")[h]),
+    }
+    for b, name in enumerate(BANDS):
+        cols[f"psf_fwhm_{name}"] = psf[h, b]
+    for name in BANDS:
+        cols[f"psfdepth_{name}"] = _col(hosts, f"psfdepth_{name}")[h]
+    for name, values in (extra or {}).items():
+        cols[name] = np.asarray(values)[keep]
+    return pa.table(cols), reason
+
+
+def _lens_source_columns(
+    params: dict[str, np.ndarray], theta_e: np.ndarray, keep: np.ndarray, host_dx: np.ndarray, host_dy: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The lens and source columns of the kept candidates (``keep``), from their drawn ``params``;
+    ``host_dx``, ``host_dy``: the kept hosts' sub-pixel offsets [pixel]."""
+    lens_e1, lens_e2 = (
+        t.numpy()
+        for t in ellipticity_from_phi_q(torch.as_tensor(params["lens_phi_rad"]), torch.as_tensor(params["lens_q"]))
+    )
+    src_e1, src_e2 = (
+        t.numpy()
+        for t in ellipticity_from_phi_q(torch.as_tensor(params["src_phi_rad"]), torch.as_tensor(params["src_q"]))
+    )
+    beta = params["src_beta_frac"] * theta_e
+    ang = params["src_beta_angle_rad"]
+    return {
         "lens_q": params["lens_q"][keep],
         "lens_phi_rad": params["lens_phi_rad"][keep],
         "lens_e1": lens_e1[keep],
@@ -345,13 +362,6 @@ def _build_tasks(
         "src_x_arcsec": (beta * np.cos(ang))[keep],
         "src_y_arcsec": (beta * np.sin(ang))[keep],
     }
-    for b, name in enumerate(BANDS):
-        cols[f"psf_fwhm_{name}"] = psf[h, b]
-    for name in BANDS:
-        cols[f"psfdepth_{name}"] = _col(hosts, f"psfdepth_{name}")[h]
-    for name, values in (extra or {}).items():
-        cols[name] = np.asarray(values)[keep]
-    return pa.table(cols), reason
 
 
 def _skip_counts(reason: np.ndarray) -> dict:
@@ -460,13 +470,7 @@ def plan_injection_grid(hosts: pa.Table, config: InjectionConfig = InjectionConf
     Seeds: candidate j of cell c has seed ⌊2^53 unit_hash(j; salt, 'selection', c)⌋; tasks
     are numbered cell by cell (θ_E major), batch = number // batch_size.
     """
-    if config.per_cell < 1 or config.batch_size < 1:
-        raise InputError(f"per_cell and batch_size must be >= 1, got {config.per_cell}, {config.batch_size}")
-    if config.min_hosts_per_cell < 1 or config.max_tries_per_injection < 1:
-        raise InputError(
-            f"min_hosts_per_cell and max_tries_per_injection must be >= 1, got {config.min_hosts_per_cell}, "
-            f"{config.max_tries_per_injection}"
-        )
+    _check_grid_config(config)
     hosts = _hosts_in_splits(hosts, config.host_splits)
     _require_host_lens_columns(hosts)
     te = np.asarray(config.theta_e_values())
@@ -481,26 +485,7 @@ def plan_injection_grid(hosts: pa.Table, config: InjectionConfig = InjectionConf
     order = np.lexsort((oid, unit_hash_array(oid, salt=(config.salt, "hosts"))))
     host = {"mu": mu, "sd": sd, "z": hz}
     per_bin = [order[in_grid[order] & (zbin[order] == i)] for i in range(len(zl))]
-    seeds, rows, z_s, cells, insufficient, tries = [], [], [], [], [], {}
-    for ti in range(len(te)):
-        for zi in range(len(zl)):
-            c = ti * len(zl) + zi
-            elig = per_bin[zi]
-            where = {"theta_e_arcsec": float(te[ti]), "z_l": float(zl[zi]), "n_hosts_in_bin": int(len(elig))}
-            if len(elig) < config.min_hosts_per_cell:
-                insufficient.append({**where, "reason": "too_few_hosts_in_bin", "n_accepted": 0})
-                continue
-            sd_seeds, sd_rows, sd_zs, _, used = _fill_cell(float(te[ti]), c, elig, host, config)
-            tries[c] = used
-            if len(sd_seeds) < config.per_cell:
-                insufficient.append({**where, "reason": "sigma_v_rarely_matched", "n_accepted": int(len(sd_seeds))})
-            seeds.append(sd_seeds)
-            rows.append(sd_rows)
-            z_s.append(sd_zs)
-            cells.append(np.full(len(sd_seeds), c, np.int64))
-    seeds = np.concatenate(seeds) if seeds else np.zeros(0, np.int64)
-    host_row = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    cell = np.concatenate(cells) if cells else np.zeros(0, np.int64)
+    seeds, host_row, cell, insufficient, tries = _fill_grid(te, zl, per_bin, host, config)
     n = len(seeds)
     j = np.arange(n, dtype=np.int64)
     batch, index = j // config.batch_size, j % config.batch_size
@@ -534,12 +519,64 @@ def plan_injection_grid(hosts: pa.Table, config: InjectionConfig = InjectionConf
     )
     if (reason != "").any():
         raise InputError(f"accepted injection candidates failed the physical cuts: {_skip_counts(reason)}")
+    hosts_summary = {
+        "n_hosts": int(len(oid)),
+        "n_usable": int(usable.sum()),
+        "n_in_grid": int(in_grid.sum()),
+        "without_redshift": int((~np.isfinite(hz)).sum()),
+        "per_bin": [int(len(b)) for b in per_bin],
+    }
+    summary = _grid_summary(te, zl, zlo, zhi, cell, host_row, batch, insufficient, tries, hosts_summary)
+    return _with_summary(table, summary)
+
+
+def _check_grid_config(config: InjectionConfig) -> None:
+    if config.per_cell < 1 or config.batch_size < 1:
+        raise InputError(f"per_cell and batch_size must be >= 1, got {config.per_cell}, {config.batch_size}")
+    if config.min_hosts_per_cell < 1 or config.max_tries_per_injection < 1:
+        raise InputError(
+            f"min_hosts_per_cell and max_tries_per_injection must be >= 1, got {config.min_hosts_per_cell}, "
+            f"{config.max_tries_per_injection}"
+        )
+
+
+def _fill_grid(te: np.ndarray, zl: np.ndarray, per_bin: list[np.ndarray], host: dict, config: InjectionConfig):
+    """Every cell of the grid filled by :func:`_fill_cell` (θ_E major): (seeds, host rows, cell of
+    each accepted task, the insufficient cells, candidates tried per cell)."""
+    seeds, rows, cells, insufficient, tries = [], [], [], [], {}
+    for ti in range(len(te)):
+        for zi in range(len(zl)):
+            c = ti * len(zl) + zi
+            elig = per_bin[zi]
+            where = {"theta_e_arcsec": float(te[ti]), "z_l": float(zl[zi]), "n_hosts_in_bin": int(len(elig))}
+            if len(elig) < config.min_hosts_per_cell:
+                insufficient.append({**where, "reason": "too_few_hosts_in_bin", "n_accepted": 0})
+                continue
+            sd_seeds, sd_rows, _, _, used = _fill_cell(float(te[ti]), c, elig, host, config)
+            tries[c] = used
+            if len(sd_seeds) < config.per_cell:
+                insufficient.append({**where, "reason": "sigma_v_rarely_matched", "n_accepted": int(len(sd_seeds))})
+            seeds.append(sd_seeds)
+            rows.append(sd_rows)
+            cells.append(np.full(len(sd_seeds), c, np.int64))
+    return (
+        np.concatenate(seeds) if seeds else np.zeros(0, np.int64),
+        np.concatenate(rows) if rows else np.zeros(0, np.int64),
+        np.concatenate(cells) if cells else np.zeros(0, np.int64),
+        insufficient,
+        tries,
+    )
+
+
+def _grid_summary(te, zl, zlo, zhi, cell, host_row, batch, insufficient, tries, hosts_summary: dict) -> dict:
+    """The planning summary of a grid plan (:func:`plan_summary` reads it back)."""
+    n = len(cell)
     filled = np.bincount(cell, minlength=len(te) * len(zl))
     empty = [
         {"theta_e_arcsec": float(te[c // len(zl)]), "z_l": float(zl[c % len(zl)])} for c in np.flatnonzero(filled == 0)
     ]
     distinct = [len(np.unique(host_row[cell == c])) for c in range(len(te) * len(zl))]
-    summary = {
+    return {
         "profile": "selection",
         "n_cells": int(len(te) * len(zl)),
         "n_candidates": int(sum(tries.values())),
@@ -554,11 +591,7 @@ def plan_injection_grid(hosts: pa.Table, config: InjectionConfig = InjectionConf
         "z_l_values": [float(v) for v in zl],
         "z_l_bin_edges": [float(v) for v in np.r_[zlo, zhi[-1]]],
         "hosts": {
-            "n_hosts": int(len(oid)),
-            "n_usable": int(usable.sum()),
-            "n_in_grid": int(in_grid.sum()),
-            "without_redshift": int((~np.isfinite(hz)).sum()),
-            "per_bin": [int(len(b)) for b in per_bin],
+            **hosts_summary,
             "distinct_hosts_per_cell_median": float(np.median(distinct)) if distinct else 0.0,
         },
         "acceptance": float(n / max(sum(tries.values()), 1)),
@@ -567,7 +600,6 @@ def plan_injection_grid(hosts: pa.Table, config: InjectionConfig = InjectionConf
             "are accepted with probability N(log sigma_v(theta_E, z_host, z_s); mu_host, s_host) / N_max"
         ),
     }
-    return _with_summary(table, summary)
 
 
 def selection_conditioning(cfg: InjectionConfig, host_types, relation: dict, host_counts: dict) -> dict:
@@ -727,8 +759,10 @@ def render_injection_batch(
     host_invvar: np.ndarray,
     device="cpu",
     config: InjectionConfig = InjectionConfig(),
+    progress: Callable[[int, int], None] | None = None,
 ):
-    """Inject the arcs of ``tasks`` (row i) into ``host_images[i]``.
+    """Inject the arcs of ``tasks`` (row i) into ``host_images[i]``; ``progress(done, total)``
+    follows each chunk of ``config.render_chunk`` rendered injections.
 
     host_images, host_invvar: (N, 3, S, S) float32 [nmgy/pixel], [1/nmgy^2]. Returns
     (injected, arc, params): injected = host + arc and arc (N, 3, S, S) float32 [nmgy/pixel]; params
@@ -772,6 +806,8 @@ def render_injection_batch(
         mu[sel] = res.magnification.double().cpu().numpy()
         lensed_flux[sel] = res.lensed_flux.double().cpu().numpy()
         n_ref[sel] = res.n_refined.cpu().numpy()
+        if progress is not None:
+            progress(start + len(sel), len(rows))
     injected = (img.astype(np.float32) + arc).astype(np.float32)
     injected[~ok] = img[~ok]
     mags = flux_to_mag(lensed_flux)

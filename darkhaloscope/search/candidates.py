@@ -43,6 +43,7 @@ SCORE_COLUMNS = (
     "dec",
     "type",
     "mag_r",
+    "shape_r",
     "split",
     "score",
     "model_version",

@@ -45,6 +45,8 @@ CARRIED = (
     "mag_g",
     "mag_r",
     "mag_z",
+    # the galaxy's half-light radius [arcsec]: the gallery's size filter
+    "shape_r",
     f"healpix_{SPLIT_NSIDE}",
     "split",
 )

@@ -15,10 +15,13 @@ from .. import s3_retries
 class SurveyLocation:
     """``root``: the root of a DR10 mirror laid out like the release (``south/sweep/10.1/sweep-*.fits``,
     ``south/coadd/...``), a folder or ``s3://bucket/prefix``; ``s3_endpoint`` overrides the S3
-    endpoint of a mirror on S3 (any S3-compatible server)."""
+    endpoint of a mirror on S3 (any S3-compatible server); ``s3_anonymous``: read a mirror in a
+    public bucket with unsigned requests (no credentials needed or sent), as the public copies of
+    the Legacy Surveys release are read."""
 
     root: str = "."
     s3_endpoint: str | None = None
+    s3_anonymous: bool = False
 
     def origin(self) -> dict:
         """What the lake's catalogs come from, recorded with the sweep manifest: the mirror's root
@@ -34,5 +37,5 @@ class SurveyLocation:
                 scheme, _, host = self.s3_endpoint.partition("://")
                 kwargs = dict(endpoint_override=host or scheme, scheme=scheme if host else "https")
             s3_retries.start()  # before S3 support initialises, so the SDK's retries are counted
-            return pafs.S3FileSystem(**kwargs), root[len("s3://") :]
+            return pafs.S3FileSystem(anonymous=self.s3_anonymous, **kwargs), root[len("s3://") :]
         return pafs.LocalFileSystem(), root

@@ -226,10 +226,7 @@ def _read_table(path_or_table, columns=None, filesystem=None) -> tuple[pa.Table,
     if filesystem is not None:
         return pq.read_table(src.split("://", 1)[-1], filesystem=filesystem, columns=columns), src
     if src.startswith("s3://"):
-        from pyarrow import fs as pafs
-
-        s3 = pafs.S3FileSystem(endpoint_override=os.environ.get("DHS_S3_ENDPOINT") or None)
-        return pq.read_table(src[len("s3://") :], filesystem=s3, columns=columns), src
+        raise InputError(f"training set {src!r} is on S3: pass the filesystem it lives on (the lake's)")
     if not os.path.exists(src):
         raise InputError(f"training set {src!r} does not exist")
     return pq.read_table(src, columns=columns), src
@@ -295,7 +292,8 @@ def _stream_spec(table: pa.Table, src: str) -> StreamSpec | None:
 
 def load_training_set(path_or_table, on_invalid: str = "raise", filesystem=None) -> TrainingArrays:
     """Read the training_set table (a Parquet file, a folder of them, an s3:// URI or a pa.Table);
-    ``filesystem``: the pyarrow filesystem of the URI (e.g. an ``S3FileSystem`` with its endpoint).
+    ``filesystem``: the pyarrow filesystem of the URI (an s3:// URI needs it: the caller's
+    ``S3FileSystem`` with its endpoint).
 
     Stamps load through darkhaloscope.stamps.from_tensor_column (no per-row Python). Validates the
     columns, labels, splits, kinds and weights, and the stamps themselves: a stamp with a non-finite

@@ -14,7 +14,6 @@ stamp and its 180° rotation*).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -30,11 +29,9 @@ SCORE_BATCH = {"cpu": 16, "cuda": 512}
 
 
 def resolve_device(requested: str | None = None) -> torch.device:
-    """Torch device for 'auto' | 'cpu' | 'cuda[:k]'. An explicit choice wins; 'auto' (or None) defers
-    to the DHS_DEVICE environment variable, whose own 'auto' (the default) picks CUDA when present."""
-    req = str(requested or "auto").lower()
-    if req == "auto":
-        req = os.environ.get("DHS_DEVICE", "auto").strip().lower() or "auto"
+    """Torch device for 'auto' | 'cpu' | 'cuda[:k]' (the caller's choice: DHS_DEVICE, passed down by
+    the Dagster layer, or a config); 'auto' (or None) picks CUDA when present."""
+    req = str(requested or "auto").strip().lower() or "auto"
     if req == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if req == "cpu":

@@ -77,7 +77,7 @@ class TrainConfig:
     injection. dihedral_views: the published checkpoint is calibrated and scored on the mean
     logit over that many of the stamp's flips and rotations (1, 2, 4 or 8; ``inference``); the
     best epoch is still chosen on one view, that many times cheaper per epoch. device: 'auto'
-    (DHS_DEVICE, then CUDA if present), 'cpu' or 'cuda'. num_workers: DataLoader worker processes,
+    (CUDA if present), 'cpu' or 'cuda'. num_workers: DataLoader worker processes,
     at most as many as the CPUs the process may use (more only contend for them; a sample does not
     depend on the worker that makes it). amp: bf16 autocast (CUDA only).
     max_minutes: wall-clock limit of one call (the run stays resumable; it never decides the
@@ -273,14 +273,24 @@ def _usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+#: Torch's intra-op threads while training on a CPU. A fixed number, not the machine's cores: the
+#: convolutions' weight gradients (and the stream's reductions) are summed in per-thread blocks, so
+#: another thread count trains other weights (docs/results.md, "Reproducibility").
+CPU_TRAINING_THREADS = 2
+
+
 @contextlib.contextmanager
 def _deterministic(device: torch.device):
     prev = torch.are_deterministic_algorithms_enabled()
     prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
     prev_bench = torch.backends.cudnn.benchmark
+    prev_threads = torch.get_num_threads()
     if device.type == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    # warn_only: a few CUDA kernels have no deterministic variant; CPU training is exactly reproducible
+    else:
+        torch.set_num_threads(CPU_TRAINING_THREADS)
+    # warn_only: a few CUDA kernels have no deterministic variant; on a CPU the same thread count and
+    # instruction set give the same weights
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.benchmark = False
     try:
@@ -288,6 +298,7 @@ def _deterministic(device: torch.device):
     finally:
         torch.use_deterministic_algorithms(prev, warn_only=prev_warn)
         torch.backends.cudnn.benchmark = prev_bench
+        torch.set_num_threads(prev_threads)
 
 
 def _check_resume(out_dir: Path, config: TrainConfig, spec: PreprocessSpec, data_versions: dict) -> CheckpointSpec:

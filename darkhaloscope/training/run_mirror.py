@@ -4,7 +4,7 @@ host) reads the completed, audited run from storage and a run stopped on one hos
 another.
 
 :class:`RunMirror` pairs the runs folder ``root`` of a storage (``<root>/runs/<key>/``, a URI of a
-pyarrow filesystem such as ``s3://bucket/lake/_inflight/training/lens_finder_runs``) with a local
+pyarrow filesystem such as ``s3://bucket/lake/_inflight/training/lens_finder_runs.files``) with a local
 scratch folder (``<scratch>/runs/<key>/``, where ``runs.train_run`` trains). :meth:`RunMirror.pull`
 makes a local run folder the storage's copy (nothing when storage has none: the run starts
 afresh); :meth:`RunMirror.push` writes what changed since, in the order of the checkpoint commit

@@ -5,7 +5,7 @@ Directives (MyST: ```` ```{dhs-tables} ```` on a line of its own):
 - ``dhs-assets``: every asset of ``definitions.defs`` by group: description, partitions, inputs,
   checks with their blocking flags, run config;
 - ``dhs-asset-graph``: the stage-level flow and the assets in dependency order (``docs/asset_graph.py``);
-- ``dhs-tables``: every table of ``table_registry.tables.TABLES``: key, partitioning, audits, and
+- ``dhs-tables``: every table of ``table_registry.TABLES``: key, partitioning, audits, and
   each column's type, unit and description from its contract, with the contract's rules;
 - ``dhs-settings``: every ``DHS_`` variable of ``resources.settings.SETTINGS`` with the commands
   that read it;
@@ -79,7 +79,7 @@ def _config_fields(assets_def) -> list[tuple[str, str, str, str]]:
 
 def assets_markdown(defs) -> str:
     """Every asset of ``defs`` by group (in pipeline order), as Markdown."""
-    from table_registry.tables import TABLES
+    from table_registry import TABLES
 
     graph = defs.resolve_asset_graph()
     tables = {t.path: t for t in TABLES}
@@ -152,7 +152,7 @@ def _range_text(r) -> str:
 
 def tables_markdown() -> str:
     """Every registry table by group, with its columns from the contract, as Markdown."""
-    from table_registry.tables import TABLES
+    from table_registry import TABLES
 
     out = []
     group = None

@@ -1,6 +1,7 @@
 """The Pipes session of a launched step, however it was launched: the one ``open_dagster_pipes``
-of the trainer, the search worker and the negatives job. Imports only ``dagster_pipes`` (and
-boto3 when the exchange is on S3), never dagster.
+of the trainer, the search worker and the negatives job. Imports only ``dagster_pipes``, what it
+shares with its launcher (``resources.pipes_transport``) and boto3 when the exchange is on S3,
+never dagster.
 
 - Launched locally (``PipesSubprocessClient``, no ``DHS_LAUNCH_PREFIX``): the bootstrap is in
   environment variables, the context and messages in temporary files of this host — or, for the
@@ -9,7 +10,8 @@ boto3 when the exchange is on S3), never dagster.
   ``resources.launch.PipesLaunchClient``): the bootstrap is on the command line
   (``--dagster-pipes-context``, ``--dagster-pipes-messages``: ``PipesCliArgsParamsLoader``),
   the context and messages (with this process's stdout and stderr) in the bucket
-  ``DHS_PIPES_BUCKET``; the S3 endpoint comes on the command line too (:data:`S3_ENDPOINT_ARG`),
+  ``DHS_PIPES_BUCKET``; the S3 endpoint comes on the command line too
+  (:data:`~resources.pipes_transport.S3_ENDPOINT_ARG`),
   the credentials from this host's own AWS credentials chain (its environment, ``~/.aws``, an
   instance role).
 
@@ -22,20 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-#: The command-line flag that carries the S3 endpoint (``DHS_S3_ENDPOINT``) to a launched step.
-S3_ENDPOINT_ARG = "--dhs-s3-endpoint"
-#: Seconds between the uploads of message chunks to S3 (and the orchestrator's reads).
-MESSAGE_INTERVAL_S = 1.0
-
-
-def s3_client(endpoint: str | None = None):
-    """A boto3 S3 client on ``endpoint`` (None: the AWS default) with bounded waits (5 s to connect,
-    30 s to read, 3 attempts), credentials from the AWS SDK's default chain."""
-    import boto3
-    from botocore.config import Config
-
-    config = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 3, "mode": "standard"})
-    return boto3.session.Session().client("s3", endpoint_url=endpoint or None, config=config)
+from resources.pipes_transport import MESSAGE_INTERVAL_S, S3_ENDPOINT_ARG, s3_client
 
 
 def _endpoint(argv: list[str]) -> str | None:

@@ -38,15 +38,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a path: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from darkhaloscope.errors import InputError  # noqa: E402
-from darkhaloscope.training.data import load_training_set  # noqa: E402
-from darkhaloscope.training.loop import TrainConfig  # noqa: E402
-from darkhaloscope.training.preprocess import PreprocessSpec  # noqa: E402
-from darkhaloscope.training.run_mirror import RunMirror  # noqa: E402
-from darkhaloscope.training.runs import dataset_version, train_lens_finder  # noqa: E402
+from darkhaloscope.errors import InputError
+from darkhaloscope.training.data import load_training_set
+from darkhaloscope.training.loop import TrainConfig
+from darkhaloscope.training.preprocess import PreprocessSpec
+from darkhaloscope.training.run_mirror import RunMirror
+from darkhaloscope.training.runs import dataset_version, train_lens_finder
 
 EXIT_TIME_LIMIT = 3
 
@@ -70,9 +67,9 @@ def _filesystem(uri: str, s3_endpoint: str | None):
     for a local path."""
     if not uri.startswith("s3://"):
         return None
-    from lake_platform.lake import Lake
+    from resources.storage import open_lake
 
-    return Lake(uri, s3_endpoint=s3_endpoint).fs
+    return open_lake(uri, s3_endpoint).fs
 
 
 def run(params: dict, log=None, progress=None, scratch: str | None = None) -> dict:
@@ -102,11 +99,13 @@ def run(params: dict, log=None, progress=None, scratch: str | None = None) -> di
 
     def on_progress(ev: dict) -> None:
         if ev["event"] == "epoch":
-            say(
-                f"epoch {ev['epoch']}: loss {ev['train_loss']:.4f}, val AUROC {ev['val_auroc']:.4f} (best "
-                f"{ev['best_val_auroc']:.4f} "
-                f"@ {ev['best_epoch']}), {ev['seconds']:.0f} s"
+            line = (
+                f"lens_finder epoch {ev['epoch']}: loss {ev['train_loss']:.4f}, val AUROC {ev['val_auroc']:.4f} "
+                f"(best {ev['best_val_auroc']:.4f} @ {ev['best_epoch']}), {ev['seconds']:.0f} s"
             )
+            say(line)
+            if log is not None:  # and the console: dhs keeps Dagster's at WARNING; this step's stderr is the terminal's
+                print(line, file=sys.stderr, flush=True)
         if progress is not None:
             progress(ev)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dagster as dg
 
 from resources.settings import setting
-from table_registry.tables import (
+from table_registry import (
     CANDIDATE_GALLERY,
     CANDIDATES,
     NEGATIVES,

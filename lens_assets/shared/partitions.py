@@ -19,7 +19,7 @@ from darkhaloscope.survey.sweeps import SWEEP_DIM
 from lake_platform.lake import Lake
 from resources.settings import setting
 from resources.survey import SurveyResource
-from table_registry.tables import INJECTION_BATCH_DIM, INJECTION_PLAN
+from table_registry import INJECTION_BATCH_DIM, INJECTION_PLAN
 
 #: One partition per survey sweep file.
 sweep_partitions = dg.DynamicPartitionsDefinition(name=SWEEP_DIM)

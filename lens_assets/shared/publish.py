@@ -38,6 +38,14 @@ from table_registry import Table
 from .partitions import partitions_def
 
 OWNERS = ["team:dark-halo-scope"]
+#: The columns of a gates table in the UI (``darkhaloscope.training.gates``' records).
+GATE_COLUMNS = (
+    ("name", "string"),
+    ("value", "float"),
+    ("threshold", "float"),
+    ("passed", "bool"),
+    ("blocking", "bool"),
+)
 
 
 @dataclass
@@ -87,6 +95,35 @@ def markdown_table(table: pa.Table) -> str:
     rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     rows += ["| " + " | ".join(str(v) for v in r.values()) + " |" for r in table.to_pylist()]
     return "\n".join(rows)
+
+
+def rows_table(rows: Sequence[Mapping], columns: Sequence[tuple[str, str]]) -> dg.TableMetadataValue:
+    """Rows (dicts) as a table in the UI: ``columns`` (name, Dagster type: ``string``, ``float``,
+    ``int``, ``bool``) in order; other keys of a row are left out."""
+    schema = dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in columns])
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord({name: row.get(name) for name, _ in columns}) for row in rows], schema=schema
+    )
+
+
+def figures_markdown(page: str, skip_prefix: str = "fig-mosaic") -> dg.MarkdownMetadataValue:
+    """The figures of an HTML page (its ``<img>`` elements with a data-URI PNG and an id) as
+    Markdown images, which the UI shows with the materialization; figures whose id starts with
+    ``skip_prefix`` (the example-stamp mosaics, the largest) are named, not shown."""
+    import re
+
+    parts, skipped = [], []
+    for tag in re.findall(r"<img\b[^>]*>", page):
+        attrs = dict(re.findall(r'(\w[\w-]*)="([^"]*)"', tag))
+        if not attrs.get("src", "").startswith("data:image/png;base64,") or "id" not in attrs:
+            continue
+        if attrs["id"].startswith(skip_prefix):
+            skipped.append(attrs["id"])
+            continue
+        parts.append(f"**{attrs.get('alt') or attrs['id']}**\n\n![{attrs['id']}]({attrs['src']})")
+    if skipped:
+        parts.append(f"In the report only: {', '.join(skipped)}.")
+    return dg.MetadataValue.md("\n\n".join(parts))
 
 
 def stage(context: dg.AssetExecutionContext) -> Stage:
@@ -275,3 +312,9 @@ def fail_fast_on_bad_input() -> Iterator[None]:
         yield
     except PERMANENT_ERRORS as exc:
         raise dg.Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
+
+
+def file_link(uri: str):
+    """Metadata linking to a published file: a ``file://`` URL for a local path (a click opens it in
+    the UI), the URI itself (``s3://...``) otherwise."""
+    return dg.MetadataValue.url(f"file://{uri}") if "://" not in uri else uri

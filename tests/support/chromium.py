@@ -44,6 +44,13 @@ def page_dom(page: str, work_dir: Path) -> tuple[str, str]:
     """(the DOM after headless Chromium loaded ``page`` offline and ran its scripts, Chromium's stderr)."""
     path = work_dir / "page.html"
     path.write_text(page, encoding="utf-8")
+    return file_dom(path, work_dir)
+
+
+def file_dom(path: Path, work_dir: Path, window: tuple[int, int] = (1280, 900)) -> tuple[str, str]:
+    """(the DOM after headless Chromium opened the file ``path`` offline in a ``window``-sized
+    window and ran its scripts, reloads included, Chromium's stderr); its profile (and so its
+    browser storage) lives in ``work_dir``."""
     cmd = [
         str(CHROMIUM),
         "--headless",
@@ -56,9 +63,10 @@ def page_dom(page: str, work_dir: Path) -> tuple[str, str]:
         "--disable-sync",
         "--disable-dev-shm-usage",
         f"--user-data-dir={work_dir / 'chromium-profile'}",
+        f"--window-size={window[0]},{window[1]}",
         "--virtual-time-budget=5000",
         "--dump-dom",
-        path.as_uri(),
+        Path(path).resolve().as_uri(),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -38,7 +38,7 @@ def free_port() -> int:
 class DagsterDev:
     """``with DagsterDev(home, env) as ui:`` runs ``dg dev -w workspace.yaml`` (as ``make ui`` does) on
     a free loopback port with DAGSTER_HOME=``home`` (its settings written from the repository's
-    instance/dagster.yaml and ``env``, as ``make ui`` does) until the block ends; ``ui.launch(...)``
+    dhs/dagster.yaml and ``env``, as ``make ui`` does) until the block ends; ``ui.launch(...)``
     starts a run like the UI's "Materialize" button; ``ui.startup_log`` is what it printed until the
     code location loaded."""
 

@@ -14,7 +14,7 @@ def publish_tiny_finder(lake: Lake) -> None:
     """Publish a seeded ``bottleneck_resnet_tiny`` (3 channels, 65 px crop) as ``lake``'s lens finder."""
     torch.manual_seed(0)
     save_checkpoint(
-        lake.partition_path("training", "lens_finder", {"artifact": "checkpoint"}),
+        lake.files_path("training", "lens_finder", {"artifact": "checkpoint"}),
         "best",
         build_model("bottleneck_resnet_tiny", 3),
         architecture="bottleneck_resnet_tiny",
