@@ -401,9 +401,8 @@ def build_report(
     forecast_assumptions: Mapping | None = None,
     max_table_rows: int = 200,
 ) -> str:
-    """One static, self-contained HTML page of the evaluation.
-
-    Every argument is optional: an absent one is shown as "not provided".
+    """One static, self-contained HTML page of the evaluation; every argument is optional (an absent
+    one is shown as "not provided").
 
     Parameters
     ----------
@@ -417,10 +416,8 @@ def build_report(
     validation : the lens finder's metrics, for its validation AUROC (see :func:`calibration_html`).
     calibration : the lens finder's calibration summary (temperature, ECE before and after, fitted
         on the validation split); ``reliability`` the PNG of :func:`plots.reliability_png`.
-    model_choice : which model is published and why (``published``, ``reason``, each member's
-        validation AUROC and the ensemble's cross-fitted one), when the profile trains an ensemble;
-        ``comparison`` the table of :func:`comparison.model_comparison` (the ensemble against each
-        member on the same test rows).
+    model_choice : which model is published and why (``published``, ``reason``, members' and the
+        ensemble's AUROCs) for an ensemble; ``comparison`` :func:`comparison.model_comparison`'s table.
     mosaics : maps a caption ('true positives', 'missed injections', 'highest-scoring negatives')
         to the PNG of :func:`plots.mosaic_png`.
     provenance : key/value pairs printed at the top (model, code version, data versions).
@@ -428,20 +425,15 @@ def build_report(
         report's folder (a link; no section without it).
     conditioning : what the selection function is conditioned on (priors, cosmology, host selection,
         σ_v relation, grid, injections per cell), shown beside it.
-    selection_tables : by table name, what tests and extends the selection function:
-        ``selection_populations`` (C reweighted to named populations; its ``kind = 'all'`` rows are
-        shown), ``selection_model`` and ``selection_calibration`` (the detection model's parameters
-        and ranges, its reliability curve), ``selection_closure`` (the mock's hidden lenses found
-        against the number predicted per lens and from the mock population's C) and
-        ``lens_forecast`` (expected detected lenses per deg², ``forecast_assumptions`` what it
-        assumes: its schema's metadata).
+    selection_tables : by table name: ``selection_populations`` (C reweighted to populations; its
+        ``kind = 'all'`` rows shown), ``selection_model`` and ``selection_calibration`` (the detection
+        model, its reliability), ``selection_closure`` (hidden lenses found against predicted) and
+        ``lens_forecast`` (``forecast_assumptions``: its schema's metadata).
 
     Returns the HTML text (UTF-8); identical inputs give an identical page.
     """
     ids = _Ids()
-    parts = [f"<h1>{html.escape(title)}</h1>"]
-    if provenance:
-        parts.append(_provenance_html(provenance))
+    parts = [f"<h1>{html.escape(title)}</h1>", *([_provenance_html(provenance)] if provenance else [])]
     parts += _model_sections(ids, gates, validation, calibration, reliability, model_choice, comparison, max_table_rows)
     parts += _score_sections(ids, roc, aurocs, thresholds, recall, max_table_rows)
     parts += _conditioning_section(conditioning)
