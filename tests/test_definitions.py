@@ -33,6 +33,8 @@ EXPECTED_ASSETS = {
     "evaluation/selection_function",
     "evaluation/selection_marginals",
     "evaluation/selection_model",
+    "evaluation/selection_calibration",
+    "evaluation/selection_populations",
     "evaluation/selection_closure",
     "evaluation/lens_forecast",
     "evaluation/real_lens_recall",

@@ -185,9 +185,11 @@ def test_report_structure(report):
     ):
         assert f'id="{el}"' in page
     assert "1 of 2 gates passed" in page and "FAIL" in page
-    # every section given is rendered; the forecast, not given here, is the one marked missing
-    assert page.count("Not provided") == 1
-    assert re.search(r"<h2>Forecast[^<]*</h2>\s*<p class=\"missing\">Not provided", page)
+    # every section given is rendered; those not given here (the populations, the detection model,
+    # the forecast) are the ones marked missing
+    assert page.count("Not provided") == 3
+    for section in ("C for a population", "The detection model", "Forecast"):
+        assert re.search(section + r"[^<]*</h2>\s*<p class=\"missing\">Not provided", page), section
     assert 'id="table-conditioning"' in page
     assert "the logit is the mean over the stamp and its 180° rotation" in page
     assert '<th>validation AUROC</th><td class="s">0.9645</td>' in page and "the published epoch, 19 of 28" in page

@@ -59,6 +59,8 @@ def _lake(tmp_path) -> tuple[Lake, pa.Table]:
     inj = pa.table(
         {
             "kind": ["injection"] * 4,
+            "injection_id": pa.array(np.arange(4)),
+            "success": [True, True, True, False],
             "score": pa.array([0.9, 0.2, 0.5, None], pa.float64()),
             "valid": [True, True, True, False],
             "src_mag_r": pa.array(np.full(4, 22.0)),

@@ -325,7 +325,12 @@ def test_candidates_ranked_deduplicated_matched_with_percentiles_and_completenes
     score = [0.95, 0.99, 0.9, 0.85, 0.81, 0.55, None]
     known = known_lenses_table([{"name": "KNOWN-1", "ra": 150.2 + 1 * arcsec, "dec": 1.0}])
     injections = pa.table(
-        {"score": pa.array([0.9, 0.85, 0.1, 0.7, None], pa.float64()), "valid": [True, True, True, True, False]}
+        {
+            "injection_id": np.arange(5),
+            "success": [True, True, True, True, False],
+            "score": pa.array([0.9, 0.85, 0.1, 0.7, None], pa.float64()),
+            "valid": [True, True, True, True, False],
+        }
     )
     cand = build_candidates(_scores(ra, dec, score), _thresholds(), known, injections)
     assert choose_threshold(_thresholds()) == ("fpr_1e-03", 0.8)

@@ -395,6 +395,26 @@ def _marginal_values(injection_scores: pa.Table, by: str) -> np.ndarray:
     raise InputError(f"injection scores: missing column {by!r}" + (" (or 'psfdepth_r')" if by == "depth_mag_r" else ""))
 
 
+def _overall_counts(arr: dict, grid: np.ndarray, thr: float, quantiles, min_count: int) -> dict[str, list]:
+    """The counts of every injection together at score cut ``thr``: one slot of :func:`_count_cells`."""
+    rho = detection_rho(arr, grid, thr)
+    return _count_cells(np.zeros(arr["score"].size, dtype=np.int64), 1, arr, thr, quantiles, rho, min_count)
+
+
+def overall_completeness(
+    injection_scores: pa.Table, thresholds: pa.Table, threshold_name: str, min_count: int = DEFAULT_MIN_COUNT
+) -> dict:
+    """The completeness of every injection together at the usable threshold ``threshold_name``, as
+    the marginals' ``'all'`` row computes it (host-clustered, the threshold's uncertainty included):
+    one row of :data:`MARGINAL_SCHEMA`'s count fields, as a dict."""
+    arr = _injection_arrays(injection_scores)
+    thr = dict(usable_thresholds(thresholds)).get(threshold_name)
+    if thr is None:
+        raise InputError(f"thresholds: no usable threshold {threshold_name!r}")
+    quantiles = threshold_quantiles(thresholds, THRESHOLD_QUANTILES)[threshold_name]
+    return {k: v[0] for k, v in _overall_counts(arr, _grid_cells(injection_scores), thr, quantiles, min_count).items()}
+
+
 def marginal_completeness(
     injection_scores: pa.Table,
     thresholds: pa.Table,
@@ -435,7 +455,7 @@ def marginal_completeness(
     for name, thr in usable_thresholds(thresholds):
         rho = detection_rho(arr, grid, thr)
         per_bin = _count_cells(idx, n_slots, arr, thr, quantiles[name], rho, min_count)
-        overall = _count_cells(np.zeros(idx.size, dtype=np.int64), 1, arr, thr, quantiles[name], rho, min_count)
+        overall = _overall_counts(arr, grid, thr, quantiles[name], min_count)
         n_rows = n_slots + 1
         cols["threshold_name"] += [name] * n_rows
         cols["threshold"] += [thr] * n_rows

@@ -29,9 +29,8 @@ from astropy.coordinates import SkyCoord
 
 from ..catalog.crossmatch import DEFAULT_MATCH_RADIUS_ARCSEC
 from ..errors import InputError
-from ..evaluation.selection import proportion_columns
+from ..evaluation.selection import overall_completeness
 from ..evaluation.thresholds import usable_thresholds
-from ..stats import design_effect
 
 DEFAULT_DEDUP_ARCSEC = 3.0
 #: Score columns a candidate keeps from its search_scores row.
@@ -133,22 +132,15 @@ def nearest_known(ra: np.ndarray, dec: np.ndarray, known_lenses: pa.Table) -> tu
 
 
 def injection_completeness(
-    injections: pa.Table | None, threshold: float
+    injections: pa.Table | None, thresholds: pa.Table, threshold_name: str
 ) -> tuple[float | None, float | None, float | None, int]:
-    """(completeness, 68 % low, 68 % high, n valid injections) above ``threshold``; the interval
-    counts the injections of one host (``host_object_id``, where present) as the design effect of
-    their shared outcomes allows, as the selection function's marginals do (``proportion_columns``)."""
+    """(completeness, 68 % low, 68 % high, n valid injections) at the threshold ``threshold_name``:
+    the selection function's overall marginal (``evaluation.selection.overall_completeness``: a
+    host's injections share their outcome, the threshold's uncertainty included)."""
     if injections is None or injections.num_rows == 0:
         return None, None, None, 0
-    ok = injections.filter(pc.fill_null(injections.column("valid"), False))
-    n = ok.num_rows
-    if n == 0:
-        return None, None, None, 0
-    detected = ok.column("score").to_numpy(zero_copy_only=False) > threshold
-    host = ok.column("host_object_id").to_pylist() if "host_object_id" in ok.column_names else np.arange(n)
-    n_effective = n / max(float(design_effect(detected, np.asarray(host))[0]), 1.0)
-    props = proportion_columns([int(detected.sum())], [n], 1, [n_effective])
-    return props["completeness"][0], props["ci68_lo"][0], props["ci68_hi"][0], n
+    row = overall_completeness(injections, thresholds, threshold_name)
+    return row["completeness"], row["ci68_lo"], row["ci68_hi"], int(row["n_valid"])
 
 
 def build_candidates(
@@ -179,7 +171,7 @@ def build_candidates(
     ra, dec = cand.column("ra").to_numpy(), cand.column("dec").to_numpy()
     names, sep = nearest_known(ra, dec, known_lenses)
     is_known = np.nan_to_num(sep, nan=np.inf) <= known_radius_arcsec
-    comp, lo, hi, n_inj = injection_completeness(injections, value)
+    comp, lo, hi, n_inj = injection_completeness(injections, thresholds, name)
     extra = {
         "rank": pa.array(np.arange(1, n + 1), pa.int64()),
         "score_percentile": pa.array(
