@@ -29,7 +29,9 @@ pytest.importorskip("pyspark")
 def mock_lake(tmp_path_factory):
     """The demo mock survey ingested into a lake (sweeps partitions as the sweeps asset writes them)."""
     root = tmp_path_factory.mktemp("mock")
-    manifest = generate_mock_survey(root / "survey", MockSurveyConfig(profile="demo", n_rows_per_file=4000))
+    manifest = generate_mock_survey(
+        root / "survey", MockSurveyConfig(profile="demo", n_rows_per_file=4000, n_hidden_lenses=4)
+    )
     lake = Lake(str(root / "lake"))
     for f in manifest.sweep_files:
         lake.write_table("survey", "sweeps", read_sweep(str(f)), partition={"sweep_file": f.name})

@@ -55,6 +55,8 @@ def _prepared_lake(root: Path) -> Lake:
     inj = pa.table(
         {
             "kind": ["injection"] * 2,
+            "injection_id": pa.array(np.arange(2)),
+            "success": [True, True],
             "score": pa.array([0.9, 0.2], pa.float64()),
             "valid": [True, True],
             "src_mag_r": pa.array(np.full(2, 22.0)),

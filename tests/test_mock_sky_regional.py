@@ -24,7 +24,7 @@ BLOCKS = ((55, 0), (60, 0), (55, 5), (60, 5))
 @pytest.fixture(scope="module")
 def survey(tmp_path_factory):
     root = tmp_path_factory.mktemp("mock4")
-    return generate_mock_survey(root, MockSurveyConfig(blocks=BLOCKS, n_rows_per_file=700, n_hidden_lenses=3, seed=3))
+    return generate_mock_survey(root, MockSurveyConfig(blocks=BLOCKS, n_rows_per_file=700, n_hidden_lenses=1, seed=3))
 
 
 def _whole_sky(manifest):

@@ -19,7 +19,7 @@ from mock_survey.conditions import EXTINCTION
 from mock_survey.lenses import KNOWN_LENS_TRUTH_SCHEMA, known_lenses_in_footprint
 from mock_survey.survey import MockSurveyConfig, block_box, generate_mock_survey
 
-SMALL = MockSurveyConfig(profile="demo", n_rows_per_file=3000, chunk_rows=1000, n_hidden_lenses=8)
+SMALL = MockSurveyConfig(profile="demo", n_rows_per_file=3000, chunk_rows=1000, n_hidden_lenses=4)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,10 @@ def test_idempotent_and_seed_sensitive(two_runs, tmp_path):
     assert again.digest == ma.digest
     assert [p.stat().st_mtime_ns for p in ma.sweep_files] == mtimes
     other = generate_mock_survey(
-        tmp_path, MockSurveyConfig(profile="demo", n_rows_per_file=3000, chunk_rows=1000, seed=1, blocks=((30, -5),))
+        tmp_path,
+        MockSurveyConfig(
+            profile="demo", n_rows_per_file=3000, chunk_rows=1000, seed=1, blocks=((30, -5),), n_hidden_lenses=1
+        ),
     )
     assert other.sweep_files[0].read_bytes() != ma.sweep_files[0].read_bytes()
     with pytest.raises(InputError, match="block"):

@@ -146,7 +146,9 @@ def test_hyde_bernardi_relation_matches_the_paper_form():
 @pytest.fixture(scope="module")
 def mock_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("mock_z")
-    generate_mock_survey(root, MockSurveyConfig(profile="demo", n_rows_per_file=6000, blocks=((30, -5),), seed=3))
+    generate_mock_survey(
+        root, MockSurveyConfig(profile="demo", n_rows_per_file=6000, blocks=((30, -5),), seed=3, n_hidden_lenses=3)
+    )
     return root
 
 

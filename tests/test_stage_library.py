@@ -99,7 +99,8 @@ def test_the_recorded_selection_is_the_one_every_partition_was_built_with():
         "nobs": 1,
         "zmag": 1,
         "known_lens": 1,
-        "selected": 4,
+        "closure_reserve": 1,
+        "selected": 3,
     }
     one = funnel_with_selection({"a.fits": funnel}, custom)
     assert recorded_selection(one).zmag_max == 19.5

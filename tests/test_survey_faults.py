@@ -81,7 +81,9 @@ def test_an_object_in_two_partitions_fails_the_cross_partition_check(tmp_path):
     _write(mirror, B, SweepBox(35, 40, -5, 0))
     lake = Lake(str(tmp_path / "lake"))
     # A lake written before the manifest refused it: the same catalog ingested under its .gz name too.
-    ingest_sweep(path, lake.table("survey", "sweeps"), sweep_file=A + ".gz")
+    gz = tmp_path / (A + ".gz")
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    ingest_sweep(gz, lake.table("survey", "sweeps"))
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("sweep_file", [A, B])
     resources = _resources(tmp_path, lake)
