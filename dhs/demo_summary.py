@@ -68,6 +68,7 @@ def headline_lines(h: dict) -> list[str]:
     ci = h["test_auroc_ci95"]
     inj_ci, real_ci = ci["injections vs paired controls"], ci["real positives vs held-out negatives"]
     detected, n_real = h["recall_test_known_lenses"]
+    multiply, singly = h["wide_multiply_vs_singly_imaged"]
     by_snr = ", ".join(f"{k} {c:.3f} ({n})" for k, (c, n) in h["completeness_by_arc_snr"].items())
     gates = ", ".join(f"{name} {value:.4f} {'met' if ok else 'not met'}" for name, (value, ok) in h["gates"].items())
     return [
@@ -80,7 +81,8 @@ def headline_lines(h: dict) -> list[str]:
         f"At {h['threshold']} (score > {h['threshold_value']:.4f}, {h['n_held_out_negatives']} held-out negatives): "
         f"{detected} of {n_real} test-split known lenses, {h['completeness_all']:.3f} of the injections",
         f"Completeness by arc S/N (injections): {by_snr}",
-        f"Completeness rises with theta_E: Spearman {h['spearman_theta_e']:.3f}",
+        f"Completeness by theta_E, multiply imaged injections: Spearman {h['spearman_theta_e']:.3f}; at theta_E "
+        f'>= 2": {multiply:.3f} multiply vs {singly:.3f} singly imaged',
         f"Gates: {gates}",
     ]
 

@@ -173,7 +173,10 @@ def check_the_finder_finds_lenses(tmp_path, env):
     assert head["val_auroc"] >= 0.90 and head["test_auroc_injections_snr_ge_5_vs_controls"] >= 0.93, head
     assert head["test_auroc_real_vs_negatives"] >= 0.92 and detected / n >= 0.65, head
     assert completeness["50-inf"] >= 0.75 and completeness["20-50"] >= 0.65 and completeness["0-2"] <= 0.10, head
-    assert head["spearman_theta_e"] > 0.5, head
+    # a source beyond the SIS cut is one image beside its host: at wide separations the finder must
+    # call it a lens less often than the multiply imaged ones (it does not flag any close pair)
+    multiply, singly = head["wide_multiply_vs_singly_imaged"]
+    assert singly < multiply, head
     # arcs below matched-filter S/N 2 are invisible to any finder, and so are their hosts without the arc
     assert head["controls_above_threshold_by_arc_snr"]["0-2"][0] <= 0.05, head
     assert completeness["2-5"] < completeness["10-20"] < completeness["50-inf"], head

@@ -58,6 +58,8 @@ def _tables(n_hosts: int = 40, n_neg: int = 800, n_real: int = 30):
         "theta_e_arcsec": np.r_[te, te],
         "psf_fwhm_r": np.full(2 * host.size, 1.2),
         "src_mag_r": np.full(2 * host.size, 23.0),
+        # every other injection's source beyond the SIS cut (singly imaged)
+        "src_beta_frac": np.tile([0.5, 1.1], host.size),
     }
     injections = pa.table(rows)
 
@@ -114,7 +116,9 @@ def test_the_headline_counts_what_the_evaluation_tables_hold():
     h = headline(finder, injections, cutouts, thresholds, recall)
     inj, ctrl = injection_rows(injections, "injection"), injection_rows(injections, "control")
     ok = _col(inj, "valid")
-    p, snr, te, host = (_col(inj, c)[ok] for c in ("score", "arc_snr", "theta_e_arcsec", "host_object_id"))
+    p, snr, te, host, beta = (
+        _col(inj, c)[ok] for c in ("score", "arc_snr", "theta_e_arcsec", "host_object_id", "src_beta_frac")
+    )
     ctrl_p = _col(ctrl, "score")
     neg = held_out_negatives(cutouts)
     # the val negatives of the catalog are not held out
@@ -141,9 +145,15 @@ def test_the_headline_counts_what_the_evaluation_tables_hold():
         assert n == m.sum() and (got == expect or (expect is None and np.isnan(got))), (lo, got, expect)
     assert h["completeness_all"] == round(np.count_nonzero(p > t) / p.size, 3)
     assert h["recall_test_known_lenses"] == [int(np.count_nonzero(real_p > t)), 30]
-    by_te = [np.mean(p[te == v] > t) for v in THETA_E]
+    multiple = beta < 1.0
+    by_te = [np.mean(p[multiple & (te == v)] > t) for v in THETA_E]
     assert h["completeness_by_theta_e"] == {f"{v:.2f}": round(c, 3) for v, c in zip(THETA_E, by_te)}
     assert h["spearman_theta_e"] == round(spearmanr(THETA_E, by_te).statistic, 3)
+    wide = te >= 2.0
+    assert h["wide_multiply_vs_singly_imaged"] == [
+        round(np.mean(p[wide & multiple] > t), 3),
+        round(np.mean(p[wide & ~multiple] > t), 3),
+    ]
     # every injection host counted once, in its pool; the AUROC on each pool's hosts alone
     pools = h["test_auroc_injections_vs_controls_by_host_pool"]
     assert set(pools) == {"N1", "N2"} and sum(n for _, n in pools.values()) == h["injection_hosts"] == 40
