@@ -53,7 +53,7 @@ from table_registry import (
 )
 from table_registry import closure as checks
 
-from .shared.publish import Publish, lake_asset
+from .shared.publish import Publish, inputs, lake_asset
 
 
 def _hidden_truth(survey: SurveyResource) -> pa.Table | None:
@@ -129,14 +129,14 @@ def _leaks(hidden: pa.Table, negatives: pa.Table, injections: pa.Table, training
     SELECTION_CLOSURE,
     code_version="3",
     kinds={"parquet"},
-    ins={
-        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
-        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
-        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
-        "search_scores": dg.AssetIn(list(SEARCH_SCORES.key)),
-        "training_set": dg.AssetIn(list(TRAINING_SET.key)),
-        "cutout_scores": dg.AssetIn(list(CUTOUT_SCORES.key)),
-    },
+    ins=inputs(
+        thresholds=THRESHOLDS,
+        injection_scores=INJECTION_SCORES,
+        injection_plan=INJECTION_PLAN,
+        search_scores=SEARCH_SCORES,
+        training_set=TRAINING_SET,
+        cutout_scores=CUTOUT_SCORES,
+    ),
     deps=[dg.AssetKey(list(SWEEPS.key))],
 )
 def selection_closure(
@@ -216,11 +216,7 @@ def selection_closure(
     LENS_FORECAST,
     code_version="2",
     kinds={"parquet"},
-    ins={
-        "selection_populations": dg.AssetIn(list(SELECTION_POPULATIONS.key)),
-        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
-        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
-    },
+    ins=inputs(selection_populations=SELECTION_POPULATIONS, thresholds=THRESHOLDS, injection_plan=INJECTION_PLAN),
     deps=[dg.AssetKey(list(SEARCH_SCORES.key))],
 )
 def lens_forecast(

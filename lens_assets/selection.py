@@ -37,7 +37,7 @@ from table_registry import (
 from table_registry import selection as checks
 
 from .closure import user_population
-from .shared.publish import Publish, lake_asset, staged_table
+from .shared.publish import Publish, inputs, lake_asset, staged_table
 
 
 @lake_asset(
@@ -45,11 +45,7 @@ from .shared.publish import Publish, lake_asset, staged_table
     SELECTION_MARGINALS,
     code_version="6",
     kinds={"parquet"},
-    ins={
-        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
-        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
-        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
-    },
+    ins=inputs(thresholds=THRESHOLDS, injection_scores=INJECTION_SCORES, injection_plan=INJECTION_PLAN),
 )
 def selection_function(
     context: dg.AssetExecutionContext,
@@ -97,11 +93,7 @@ def selection_function(
     SELECTION_CALIBRATION,
     code_version="3",
     kinds={"parquet"},
-    ins={
-        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
-        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
-        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
-    },
+    ins=inputs(thresholds=THRESHOLDS, injection_scores=INJECTION_SCORES, injection_plan=INJECTION_PLAN),
 )
 def selection_model(
     context: dg.AssetExecutionContext,
@@ -148,11 +140,7 @@ def selection_model(
     SELECTION_POPULATIONS,
     code_version="1",
     kinds={"parquet"},
-    ins={
-        "thresholds": dg.AssetIn(list(THRESHOLDS.key)),
-        "injection_scores": dg.AssetIn(list(INJECTION_SCORES.key)),
-        "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
-    },
+    ins=inputs(thresholds=THRESHOLDS, injection_scores=INJECTION_SCORES, injection_plan=INJECTION_PLAN),
 )
 def selection_populations(
     context: dg.AssetExecutionContext,

@@ -64,6 +64,11 @@ class Publish:
     after: Callable[[], None] | None = None
 
 
+def inputs(**tables: Table) -> dict[str, dg.AssetIn]:
+    """An asset's ``ins``: each argument name loads the table given for it."""
+    return {name: dg.AssetIn(list(table.key)) for name, table in tables.items()}
+
+
 def check_specs(table: Table) -> list[dg.AssetCheckSpec]:
     """One asset check per audit of ``table``, blocking exactly when the audit blocks publication."""
     key = dg.AssetKey(list(table.key))
