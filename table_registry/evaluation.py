@@ -6,6 +6,7 @@ import pyarrow as pa
 
 from darkhaloscope.evaluation.recall import CONFUSER_SCHEMA, RECALL_SCHEMA
 from darkhaloscope.evaluation.thresholds import THRESHOLD_SCHEMA
+from darkhaloscope.lensing.priors import SOURCE_PARAMETERS
 from darkhaloscope.survey.sweeps import SWEEP_DIM
 from lake_platform.audits import Audit
 from lake_platform.contracts import Column, Contract, Range
@@ -43,20 +44,7 @@ def scores_contract(table: str) -> Contract:
             tasks["psf_fwhm_r"],
             Column("psfdepth_r", F64, IVAR_NMGY, "point-source depth of the host in r"),
             col("src_mag_r", F64),
-            *(
-                tasks[n]
-                for n in (
-                    "src_r_sersic_arcsec",
-                    "src_n_sersic",
-                    "src_beta_frac",
-                    "src_q",
-                    "src_g_minus_r",
-                    "src_r_minus_z",
-                    "lens_q",
-                    "shear_g1",
-                    "shear_g2",
-                )
-            ),
+            *(tasks[n] for n in (*SOURCE_PARAMETERS[1:], "lens_q", "shear_g1", "shear_g2")),
             col("lensed_mag_r", F64),
             col("arc_snr", F64),
             col("magnification", F64),

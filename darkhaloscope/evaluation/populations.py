@@ -49,18 +49,8 @@ from scipy.special import ndtr
 
 from ..errors import InputError
 from ..lensing.cosmology import DEFAULT_COSMOLOGY, distance_modulus, get_cosmology, theta_e_from_sigma_v
-from ..lensing.priors import PriorRegistry
+from ..lensing.priors import SOURCE_PARAMETERS, PriorRegistry
 
-#: Source parameters a population may reweight (bank column names).
-SOURCE_PARAMETERS = (
-    "src_mag_r",
-    "src_r_sersic_arcsec",
-    "src_n_sersic",
-    "src_beta_frac",
-    "src_q",
-    "src_g_minus_r",
-    "src_r_minus_z",
-)
 #: Columns a user population's table must have (the rest of SOURCE_PARAMETERS are optional).
 USER_REQUIRED = ("theta_e_arcsec", "z_l", "src_mag_r", "src_r_sersic_arcsec", "src_n_sersic", "src_beta_frac")
 #: Optional column of a user table: relative weight (density) of each row, > 0.

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from ..lensing.priors import SOURCE_PARAMETERS
 from ..stamps import from_tensor_column
 from ..storage import PartitionedTable
 
@@ -41,13 +42,7 @@ INJECTION_META = [
     "failure_reason",
     "psf_fwhm_r",
     "psfdepth_r",
-    "src_mag_r",
-    "src_r_sersic_arcsec",
-    "src_n_sersic",
-    "src_beta_frac",
-    "src_q",
-    "src_g_minus_r",
-    "src_r_minus_z",
+    *SOURCE_PARAMETERS,
     "lens_q",
     "shear_g1",
     "shear_g2",

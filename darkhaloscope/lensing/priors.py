@@ -216,6 +216,18 @@ def proposal(name: str) -> PriorRegistry:
         raise InputError(f"unknown selection proposal {name!r}; known: {sorted(PROPOSALS)}") from None
 
 
+#: The source parameters the bank records under these column names and a population may reweight
+#: (the position angles are drawn uniformly and no population reweights them).
+SOURCE_PARAMETERS = (
+    "src_mag_r",
+    "src_r_sersic_arcsec",
+    "src_n_sersic",
+    "src_beta_frac",
+    "src_q",
+    "src_g_minus_r",
+    "src_r_minus_z",
+)
+
 #: Parameters drawn for every injection (both profiles); theta_e_arcsec and z_l only for training.
 SYSTEM_PARAMETERS = (
     "src_mag_r",
