@@ -70,6 +70,12 @@ class Profile:
         fxx, _, fyy = cls.hessian(x, y, p)
         return 0.5 * (fxx + fyy)
 
+    @staticmethod
+    def to_lenstronomy(p: Mapping[str, float]) -> tuple[str, dict]:
+        """The same profile in lenstronomy (the reference it is tested against): its profile name
+        and keyword arguments, from this profile's parameters ``p`` (floats, this profile's units)."""
+        raise NotImplementedError
+
 
 #: Profiles by name (lenstronomy's names where the convention is lenstronomy's).
 REGISTRY: dict[str, type[Profile]] = {}

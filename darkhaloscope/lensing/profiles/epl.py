@@ -111,3 +111,8 @@ class EPL(Profile):
     @staticmethod
     def convergence(x, y, p):
         return epl_convergence(x, y, p)
+
+    @staticmethod
+    def to_lenstronomy(p):
+        keys = ("gamma", "e1", "e2", "center_x", "center_y")
+        return "EPL", {"theta_E": p["theta_e"], **{k: p[k] for k in keys}}

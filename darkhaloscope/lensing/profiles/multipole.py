@@ -44,6 +44,10 @@ def multipole_profile(m: int) -> type[Profile]:
         cos_p, sin_p = torch.cos(phi), torch.sin(phi)
         return sin_p * sin_p * k, -cos_p * sin_p * k, cos_p * cos_p * k
 
+    def to_lenstronomy(p):
+        kw = {"m": m, "a_m": p[a_name], "phi_m": p[phi_name], "center_x": p["center_x"], "center_y": p["center_y"]}
+        return "MULTIPOLE", kw
+
     attrs = {
         "__doc__": f"Circular multipole m = {m}: {a_name} [arcsec], {phi_name} [rad], center_x, center_y [arcsec].",
         "name": f"MULTIPOLE_M{m}",
@@ -55,6 +59,7 @@ def multipole_profile(m: int) -> type[Profile]:
         ),
         "deflection": staticmethod(deflection),
         "hessian": staticmethod(hessian),
+        "to_lenstronomy": staticmethod(to_lenstronomy),
     }
     return register(type(f"MultipoleM{m}", (Profile,), attrs))
 

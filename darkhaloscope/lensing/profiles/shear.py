@@ -40,3 +40,7 @@ class Shear(Profile):
     @staticmethod
     def convergence(x, y, p):
         return torch.zeros_like(x)
+
+    @staticmethod
+    def to_lenstronomy(p):
+        return "SHEAR", {"gamma1": p["gamma1"], "gamma2": p["gamma2"], "ra_0": 0.0, "dec_0": 0.0}

@@ -104,3 +104,10 @@ class SIE(Profile):
     @staticmethod
     def convergence(x, y, p):
         return sie_convergence(x, y, p)
+
+    @staticmethod
+    def to_lenstronomy(p):
+        # EPL with gamma = 2 is lenstronomy's SIE with an analytic Hessian (its default NIE
+        # Hessian is a finite difference).
+        keys = ("e1", "e2", "center_x", "center_y")
+        return "EPL", {"theta_E": p["theta_e"], "gamma": 2.0, **{k: p[k] for k in keys}}
