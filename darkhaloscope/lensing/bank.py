@@ -25,6 +25,7 @@ from ..errors import InputError
 from ..seeding import torch_generator_for, unit_hash_array
 from .cosmology import DEFAULT_COSMOLOGY, sigma_v_from_theta_e
 from .priors import DEFAULT_PRIORS, PriorRegistry, draw_clumps, draw_system_parameters, proposal
+from .profiles import DEFAULT_PROFILES, lens_model, lens_parameters_from_columns
 from .render import RenderConfig, add_poisson_noise, arc_snr, render_lensed_sources
 from .sie import LensBatch, ellipticity_from_phi_q
 from .source import SourceBatch, band_fluxes
@@ -70,13 +71,10 @@ HOST_LENS_COLUMNS = (
 )
 #: Task columns named like a prior that the selection plan takes from the host, not from the prior.
 HOST_DERIVED = ("lens_q", "lens_phi_rad", "z_l", "theta_e_arcsec")
-#: Columns of the mock survey's known-lens truth rows read by ``paint_known_lens_arcs``.
+#: Columns of the mock survey's known-lens truth rows read by ``paint_known_lens_arcs``: the default
+#: lens's parameters but its centre (the truth gives it as an offset from the stamp centre), then the source's.
 KNOWN_LENS_TRUTH_COLUMNS = (
-    "theta_e_arcsec",
-    "lens_e1",
-    "lens_e2",
-    "shear_g1",
-    "shear_g2",
+    *(col for name, col in lens_model(DEFAULT_PROFILES).columns().items() if name not in ("center_x", "center_y")),
     "src_mag_r",
     "src_r_sersic_arcsec",
     "src_n_sersic",
@@ -699,18 +697,25 @@ def _clump_arrays(seeds: np.ndarray, r_sersic: np.ndarray, registry: PriorRegist
     return frac, x, y, sig, w
 
 
-def task_batches(tasks: pa.Table, device, dtype, registry: PriorRegistry) -> tuple[LensBatch, SourceBatch]:
-    """The lens and source batches of task rows (on ``device`` in ``dtype``), clumps drawn from each seed."""
+def task_batches(
+    tasks: pa.Table, device, dtype, registry: PriorRegistry, profiles: tuple[str, ...] = DEFAULT_PROFILES
+) -> tuple[LensBatch, SourceBatch]:
+    """The lens and source batches of task rows (on ``device`` in ``dtype``), clumps drawn from each
+    seed; the lens is the composition ``profiles``, its parameters read from the columns they declare."""
+    lens_columns = {
+        name: _col(tasks, name) for name in lens_model(profiles).columns().values() if name in tasks.column_names
+    }
+    lens = LensBatch.from_arrays(
+        device=device,
+        dtype=dtype,
+        profiles=profiles,
+        **lens_parameters_from_columns(lens_columns, profiles, where="injection tasks"),
+    )
     c = {
         name: _col(tasks, name)
         for name in (
-            "theta_e_arcsec",
-            "lens_e1",
-            "lens_e2",
             "lens_center_x_arcsec",
             "lens_center_y_arcsec",
-            "shear_g1",
-            "shear_g2",
             "src_mag_r",
             "src_g_minus_r",
             "src_r_minus_z",
@@ -722,17 +727,6 @@ def task_batches(tasks: pa.Table, device, dtype, registry: PriorRegistry) -> tup
             "src_y_arcsec",
         )
     }
-    lens = LensBatch.from_arrays(
-        device=device,
-        dtype=dtype,
-        theta_e=c["theta_e_arcsec"],
-        e1=c["lens_e1"],
-        e2=c["lens_e2"],
-        center_x=c["lens_center_x_arcsec"],
-        center_y=c["lens_center_y_arcsec"],
-        gamma1=c["shear_g1"],
-        gamma2=c["shear_g2"],
-    )
     frac, cx, cy, cs, cw = _clump_arrays(_col(tasks, "seed", np.int64), c["src_r_sersic_arcsec"], registry)
     src = SourceBatch.from_arrays(
         flux=band_fluxes(c["src_mag_r"], c["src_g_minus_r"], c["src_r_minus_z"]),
@@ -760,9 +754,11 @@ def render_injection_batch(
     device="cpu",
     config: InjectionConfig = InjectionConfig(),
     progress: Callable[[int, int], None] | None = None,
+    profiles: tuple[str, ...] = DEFAULT_PROFILES,
 ):
     """Inject the arcs of ``tasks`` (row i) into ``host_images[i]``; ``progress(done, total)``
-    follows each chunk of ``config.render_chunk`` rendered injections.
+    follows each chunk of ``config.render_chunk`` rendered injections; the lens is the composition
+    ``profiles``, whose parameters' columns the tasks carry.
 
     host_images, host_invvar: (N, 3, S, S) float32 [nmgy/pixel], [1/nmgy^2]. Returns
     (injected, arc, params): injected = host + arc and arc (N, 3, S, S) float32 [nmgy/pixel]; params
@@ -792,7 +788,7 @@ def render_injection_batch(
     for start in range(0, len(rows), config.render_chunk):
         sel = rows[start : start + config.render_chunk]
         sub = tasks.take(pa.array(sel))
-        lens, src = task_batches(sub, device, torch.float32, config.priors)
+        lens, src = task_batches(sub, device, torch.float32, config.priors, profiles)
         res = render_lensed_sources(
             lens, src, torch.as_tensor(psf[sel], dtype=torch.float32, device=device), config.render
         )
@@ -854,16 +850,11 @@ def paint_known_lens_arcs(
     out = np.zeros((n, 3, stamp_size, stamp_size), dtype=np.float32)
     for start in range(0, n, 128):
         sl = slice(start, min(n, start + 128))
+        rows = {k: v[sl] for k, v in c.items()}
         lens = LensBatch.from_arrays(
             device=device,
             dtype=torch.float32,
-            theta_e=c["theta_e_arcsec"][sl],
-            e1=c["lens_e1"][sl],
-            e2=c["lens_e2"][sl],
-            center_x=lx[sl],
-            center_y=ly[sl],
-            gamma1=c["shear_g1"][sl],
-            gamma2=c["shear_g2"][sl],
+            **lens_parameters_from_columns(rows, where="known-lens truth", center_x=lx[sl], center_y=ly[sl]),
         )
         src = SourceBatch.from_arrays(
             flux=band_fluxes(c["src_mag_r"][sl], c["src_g_minus_r"][sl], c["src_r_minus_z"][sl]),

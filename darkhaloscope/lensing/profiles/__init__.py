@@ -9,7 +9,7 @@ against lenstronomy; the batch, the composition and the task columns follow from
 
 from . import epl, multipole, shear, sie  # noqa: F401  (each registers its profiles)
 from .base import REGISTRY, Param, Profile, get_profile, register
-from .composition import DEFAULT_PROFILES, LensBatch, LensModel, lens_model
+from .composition import DEFAULT_PROFILES, LensBatch, LensModel, lens_model, lens_parameters_from_columns
 
 __all__ = [
     "REGISTRY",
@@ -21,4 +21,5 @@ __all__ = [
     "LensBatch",
     "LensModel",
     "lens_model",
+    "lens_parameters_from_columns",
 ]

@@ -192,5 +192,26 @@ class LensBatch:
         return f"{type(self).__name__}({len(self)} lenses)"
 
 
+def lens_parameters_from_columns(
+    columns: Mapping, profiles: Sequence[str] = DEFAULT_PROFILES, where: str = "table", **given
+) -> dict:
+    """The parameters of the composition ``profiles`` (engine names) read from injection-task
+    ``columns`` (a mapping column name -> values, such as a table's columns or one row), each
+    parameter from the column its profile declares unless ``given`` by engine name; InputError naming
+    ``where`` and the missing columns otherwise."""
+    model = lens_model(tuple(profiles))
+    out, missing = {}, []
+    for p in model.params:
+        if p.name in given:
+            out[p.name] = given[p.name]
+        elif p.column in columns:
+            out[p.name] = columns[p.column]
+        else:
+            missing.append(p.column)
+    if missing:
+        raise InputError(f"{where} lacks the lens columns {missing} of {list(model.names)}")
+    return out
+
+
 def _rebuild(profiles: tuple[str, ...], params: Mapping[str, torch.Tensor]) -> LensBatch:
     return LensBatch.of(tuple(profiles))(**params)
