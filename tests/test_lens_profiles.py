@@ -262,3 +262,12 @@ def test_epl_with_multipoles_render_matches_lenstronomy_image(profile):
     )
     other = render_lensed_sources(plain, src, torch.tensor([[fwhm] * 3], dtype=F64), cfg).arc[0, 1].numpy()
     assert np.abs(other - ref).max() > 1e-2 * ref.max()
+
+
+def test_the_injection_task_contract_carries_the_default_lens_columns_with_their_units():
+    from table_registry.injection import INJECTION_TASK
+
+    task = {c.name: c for c in INJECTION_TASK}
+    for p in lens_model(DEFAULT_PROFILES).params:
+        assert p.column in task, p
+        assert task[p.column].unit == p.unit, p
