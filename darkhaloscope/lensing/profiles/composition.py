@@ -115,21 +115,16 @@ class LensBatch:
         return lens_model(cls.profiles)
 
     @staticmethod
-    @functools.lru_cache(maxsize=None)
-    def of(profiles: tuple[str, ...]) -> type["LensBatch"]:
+    def of(profiles: Sequence[str]) -> type["LensBatch"]:
         """The batch class of the composition ``profiles`` (LensBatch itself for the default)."""
-        profiles = tuple(profiles)
-        if profiles == DEFAULT_PROFILES:
-            return LensBatch
-        lens_model(profiles)  # unknown or inconsistent profiles fail here, with their names
-        return type(f"LensBatch[{'+'.join(profiles)}]", (LensBatch,), {"profiles": profiles})
+        return _batch_class(tuple(profiles))
 
     @classmethod
     def from_arrays(cls, device="cpu", dtype=torch.float32, profiles=None, **arrays) -> "LensBatch":
         """Build from array-likes named as the parameters; a parameter not given takes its declared
         default (a required one, such as theta_e, raises InputError). ``profiles``: the composition
         (default: this class's)."""
-        klass = cls if profiles is None else LensBatch.of(tuple(profiles))
+        klass = cls if profiles is None else LensBatch.of(profiles)
         model = klass.model()
         unknown = [k for k in arrays if k not in model.param_names]
         if unknown:
@@ -213,5 +208,13 @@ def lens_parameters_from_columns(
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _batch_class(profiles: tuple[str, ...]) -> type[LensBatch]:
+    if profiles == DEFAULT_PROFILES:
+        return LensBatch
+    lens_model(profiles)  # unknown or inconsistent profiles fail here, with their names
+    return type(f"LensBatch[{'+'.join(profiles)}]", (LensBatch,), {"profiles": profiles})
+
+
 def _rebuild(profiles: tuple[str, ...], params: Mapping[str, torch.Tensor]) -> LensBatch:
-    return LensBatch.of(tuple(profiles))(**params)
+    return LensBatch.of(profiles)(**params)
