@@ -185,6 +185,8 @@ def test_bad_lens_parameters_name_the_parameter():
         LensBatch.from_arrays(theta_e=[1.0], gamma=[2.0])  # not a parameter of SIE + SHEAR
     with pytest.raises(InputError, match="theta_e"):
         LensBatch.from_arrays(profiles=("EPL",), gamma=[2.0])
+    with pytest.raises(InputError, match="e1 has 2 values, expected 1 or 3"):
+        LensBatch.from_arrays(theta_e=[1.0, 1.1, 1.2], e1=[0.1, 0.2])
 
 
 @pytest.fixture

@@ -143,6 +143,8 @@ class LensBatch:
         out = {}
         for p in model.params:
             v = given[p.name] if p.name in given else tensor(p.default)
+            if v.numel() not in (1, lead.numel()):
+                raise InputError(f"lens parameter {p.name} has {v.numel()} values, expected 1 or {lead.numel()}")
             out[p.name] = v if v is lead else v.expand_as(lead).clone()
         batch = klass(**out)
         batch.validate()
