@@ -273,3 +273,54 @@ def test_the_injection_task_contract_carries_the_default_lens_columns_with_their
     for p in lens_model(DEFAULT_PROFILES).params:
         assert p.column in task, p
         assert task[p.column].unit == p.unit, p
+
+
+def test_a_plan_with_another_lens_draws_records_renders_and_verifies_it():
+    from darkhaloscope.constants import STAMP_SIZE
+    from darkhaloscope.lensing.bank import (
+        bank_table,
+        extra_lens_columns,
+        injection_config,
+        plan_injection_grid,
+        plan_lens_profiles,
+        render_injection_batch,
+        selection_conditioning,
+        with_conditioning,
+    )
+    from darkhaloscope.lensing.priors import LENS_PROFILE_PRIORS
+    from darkhaloscope.lensing.verify import lenstronomy_agreement
+    from tests.test_injection_bank_lib import _hosts
+
+    names = ("EPL", "SHEAR", "MULTIPOLE_M3", "MULTIPOLE_M4")
+    splits = ("train", "val", "test")
+    cfg = injection_config("demo", per_cell=1, host_splits=splits, lens_profiles=names)
+    tasks = with_conditioning(plan_injection_grid(_hosts(27), cfg), selection_conditioning(cfg, ["DEV"], {}, {}))
+    assert plan_lens_profiles(tasks) == names
+    extra = extra_lens_columns(names)
+    assert extra == ("lens_gamma", "lens_a3_arcsec", "lens_phi3_rad", "lens_a4_arcsec", "lens_phi4_rad")
+    for name in extra:
+        v, p = tasks.column(name).to_numpy(), LENS_PROFILE_PRIORS[name]
+        assert ((v >= p.lo) & (v <= p.hi)).all() and np.ptp(v) > 0, name
+    # every other draw is the default plan's: the composition only adds its own parameters
+    default_cfg = injection_config("demo", per_cell=1, host_splits=splits)
+    assert plan_injection_grid(_hosts(27), default_cfg).equals(tasks.drop_columns(list(extra)))
+    assert "lens_profiles" not in selection_conditioning(default_cfg, ["DEV"], {}, {})
+
+    t = tasks.slice(0, 4)
+    host = np.zeros((4, 3, STAMP_SIZE, STAMP_SIZE), np.float32)
+    iv = np.full_like(host, 1e6)
+    inj, arc, params = render_injection_batch(t, host, iv)
+    sie_arc = render_injection_batch(t.replace_schema_metadata(None), host, iv)[1]
+    assert np.abs(arc - sie_arc).max() > 1e-3 * np.abs(sie_arc).max()
+    agreement = lenstronomy_agreement(bank_table(t, params, inj, host), n_sample=2)
+    assert agreement["ok"] and len(agreement["cases"]) == 2, agreement
+
+
+def test_the_lens_model_setting_names_registered_profiles():
+    from resources.settings import BY_NAME
+
+    check = BY_NAME["DHS_LENS_MODEL"].check
+    assert BY_NAME["DHS_LENS_MODEL"].default == "+".join(DEFAULT_PROFILES)
+    check("EPL+SHEAR+MULTIPOLE_M3+MULTIPOLE_M4")
+    with pytest.raises(InputError, match="NOPE"):
+        check("EPL+NOPE")

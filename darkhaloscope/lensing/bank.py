@@ -24,7 +24,14 @@ from ..constants import BANDS, PIXEL_SCALE_ARCSEC, STAMP_SIZE, flux_to_mag
 from ..errors import InputError
 from ..seeding import torch_generator_for, unit_hash_array
 from .cosmology import DEFAULT_COSMOLOGY, sigma_v_from_theta_e
-from .priors import DEFAULT_PRIORS, PriorRegistry, draw_clumps, draw_system_parameters, proposal
+from .priors import (
+    DEFAULT_PRIORS,
+    LENS_PROFILE_PRIORS,
+    PriorRegistry,
+    draw_clumps,
+    draw_system_parameters,
+    proposal,
+)
 from .profiles import DEFAULT_PROFILES, lens_model, lens_parameters_from_columns
 from .render import RenderConfig, add_poisson_noise, arc_snr, render_lensed_sources
 from .sie import LensBatch, ellipticity_from_phi_q
@@ -107,7 +114,9 @@ class InjectionConfig:
     min_hosts_per_cell: a z_l bin with fewer hosts leaves its cells insufficient (empty);
     max_tries_per_injection: candidate (host, z_s) pairs tried per injection of a cell before the
     cell is left insufficient (``plan_injection_grid``); proposal_name: the name of ``priors`` in
-    ``priors.PROPOSALS`` (recorded with every selection table).
+    ``priors.PROPOSALS`` (recorded with every selection table); lens_profiles: the lens's composition
+    of mass profiles (``lensing.profiles``), its parameters beyond SIE + shear drawn from
+    ``priors.LENS_PROFILE_PRIORS`` and recorded with the plan.
     """
 
     theta_e_grid: tuple[float, float, float] = (0.5, 3.0, 0.25)
@@ -125,6 +134,7 @@ class InjectionConfig:
     min_hosts_per_cell: int = 3
     max_tries_per_injection: int = 400
     proposal_name: str = "training"
+    lens_profiles: tuple[str, ...] = DEFAULT_PROFILES
 
     def theta_e_values(self) -> tuple[float, ...]:
         return _grid(*self.theta_e_grid)
@@ -148,12 +158,14 @@ def injection_config(
     realisation: int = 0,
     min_hosts_per_cell: int = 0,
     proposal_name: str = "broad",
+    lens_profiles: tuple[str, ...] = DEFAULT_PROFILES,
 ) -> InjectionConfig:
     """The injection settings of a profile (``demo`` or ``full``); 0 / None keep the profile's
     size and :class:`InjectionConfig`'s grids. ``realisation`` n > 0 draws every source, lens and
     host assignment afresh (its own seed salt), so the selection function can be measured again on
     independent injections into the same hosts; 0 is the default draw. ``proposal_name``: the
-    selection proposal q(ψ) the sources are drawn from (``priors.PROPOSALS``)."""
+    selection proposal q(ψ) the sources are drawn from (``priors.PROPOSALS``); ``lens_profiles``: the
+    lens's composition of mass profiles (default SIE + SHEAR)."""
     if isinstance(realisation, bool) or not isinstance(realisation, (int, np.integer)) or realisation < 0:
         raise InputError(f"injection realisation must be an integer >= 0, got {realisation!r}")
     sizes = PROFILE_SIZES.get(profile, PROFILE_SIZES["demo"])
@@ -168,6 +180,7 @@ def injection_config(
         min_hosts_per_cell=min_hosts_per_cell or base.min_hosts_per_cell,
         priors=proposal(proposal_name),
         proposal_name=proposal_name,
+        lens_profiles=tuple(lens_model(tuple(lens_profiles)).names),
     )
 
 
@@ -312,9 +325,17 @@ def _build_tasks(
         cols[f"psf_fwhm_{name}"] = psf[h, b]
     for name in BANDS:
         cols[f"psfdepth_{name}"] = _col(hosts, f"psfdepth_{name}")[h]
+    for name in extra_lens_columns(cfg.lens_profiles):
+        cols[name] = LENS_PROFILE_PRIORS.draw(name, seeds)[keep]
     for name, values in (extra or {}).items():
         cols[name] = np.asarray(values)[keep]
     return pa.table(cols), reason
+
+
+def extra_lens_columns(profiles: tuple[str, ...]) -> tuple[str, ...]:
+    """Task columns of the composition ``profiles`` beyond SIE + SHEAR's (drawn from LENS_PROFILE_PRIORS)."""
+    default = set(lens_model(DEFAULT_PROFILES).columns().values())
+    return tuple(c for c in lens_model(tuple(profiles)).columns().values() if c not in default)
 
 
 def _lens_source_columns(
@@ -628,7 +649,15 @@ def selection_conditioning(cfg: InjectionConfig, host_types, relation: dict, hos
         "proposal": cfg.proposal_name,
         "priors": {k: [p.kind, p.lo, p.hi, p.mu, p.sigma] for k, p in sorted(cfg.priors.priors.items())},
         "seed_salt": cfg.salt,
+        # recorded only for another lens than SIE + SHEAR, so a default plan's conditioning is as before
+        **(_lens_conditioning(cfg.lens_profiles) if tuple(cfg.lens_profiles) != DEFAULT_PROFILES else {}),
     }
+
+
+def _lens_conditioning(profiles: tuple[str, ...]) -> dict:
+    extra = extra_lens_columns(profiles)
+    priors = {k: [p.kind, p.lo, p.hi, p.mu, p.sigma] for k, p in LENS_PROFILE_PRIORS.priors.items() if k in extra}
+    return {"lens_profiles": list(profiles), "lens_profile_priors": priors}
 
 
 def with_conditioning(table: pa.Table, conditioning: dict) -> pa.Table:
@@ -653,6 +682,12 @@ def plan_proposal(tasks: pa.Table) -> PriorRegistry:
     if not recorded:
         return DEFAULT_PRIORS
     return PriorRegistry(priors={k: Prior(*v) for k, v in recorded.items()})
+
+
+def plan_lens_profiles(tasks: pa.Table) -> tuple[str, ...]:
+    """The lens composition a plan (or a bank, which keeps its plan's schema metadata) was drawn
+    with, as its conditioning records it (SIE + SHEAR for one that records none)."""
+    return tuple((table_conditioning(tasks) or {}).get("lens_profiles") or DEFAULT_PROFILES)
 
 
 def plan_grid(tasks: pa.Table) -> tuple[list[float], list[float]]:
@@ -754,11 +789,10 @@ def render_injection_batch(
     device="cpu",
     config: InjectionConfig = InjectionConfig(),
     progress: Callable[[int, int], None] | None = None,
-    profiles: tuple[str, ...] = DEFAULT_PROFILES,
 ):
     """Inject the arcs of ``tasks`` (row i) into ``host_images[i]``; ``progress(done, total)``
     follows each chunk of ``config.render_chunk`` rendered injections; the lens is the composition
-    ``profiles``, whose parameters' columns the tasks carry.
+    the plan records (``plan_lens_profiles``), whose parameters' columns the tasks carry.
 
     host_images, host_invvar: (N, 3, S, S) float32 [nmgy/pixel], [1/nmgy^2]. Returns
     (injected, arc, params): injected = host + arc and arc (N, 3, S, S) float32 [nmgy/pixel]; params
@@ -785,6 +819,7 @@ def render_injection_batch(
     psf = np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1)
     seeds = _col(tasks, "seed", np.int64)
     rows = np.flatnonzero(ok)
+    profiles = plan_lens_profiles(tasks)
     for start in range(0, len(rows), config.render_chunk):
         sel = rows[start : start + config.render_chunk]
         sub = tasks.take(pa.array(sel))

@@ -44,11 +44,9 @@ def lenstronomy_arguments(row: dict, profiles: tuple[str, ...] = DEFAULT_PROFILE
     return lens, src, float(row["psf_fwhm_r"]), float(mag_to_flux(row["src_mag_r"]))
 
 
-def lenstronomy_agreement(
-    bank: pa.Table, n_sample: int = 3, cfg: RenderConfig = RenderConfig(), profiles: tuple[str, ...] = DEFAULT_PROFILES
-) -> dict:
+def lenstronomy_agreement(bank: pa.Table, n_sample: int = 3, cfg: RenderConfig = RenderConfig()) -> dict:
     """Re-render ``n_sample`` successful rows (evenly spread) with lenstronomy and compare, the lens
-    being the composition ``profiles`` the bank was rendered with.
+    being the composition its plan records (``bank.plan_lens_profiles``).
 
     Returns {"max_pixel_err_over_peak", "flux_rel_err" (worst cases), "cases": per row, "ok"}.
     ``ok`` is False when no row could be compared.
@@ -56,8 +54,10 @@ def lenstronomy_agreement(
     import torch
 
     from ..psf import kernel_radius_pix, psf_kernels
+    from .bank import plan_lens_profiles
     from .render import lenstronomy_reference
 
+    profiles = plan_lens_profiles(bank)
     ok_rows = bank.filter(pc.field("success"))
     take = np.linspace(0, ok_rows.num_rows - 1, min(n_sample, ok_rows.num_rows)).astype(int) if ok_rows.num_rows else []
     sample = ok_rows.take(pa.array(take, pa.int64()))
