@@ -263,7 +263,7 @@ SETTINGS: tuple[Setting, ...] = (
         "SIE+SHEAR",
         "the injections' lens: mass profiles of darkhaloscope/lensing/profiles joined by +, e.g. "
         "EPL+SHEAR+MULTIPOLE_M3+MULTIPOLE_M4; parameters beyond SIE + shear are drawn from "
-        "lensing.priors.LENS_PROFILE_PRIORS and the composition is recorded with the injection plan",
+        "the priors the profiles declare and the composition is recorded with the injection plan",
         "compute",
         _lens_model,
     ),

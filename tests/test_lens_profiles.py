@@ -111,6 +111,9 @@ def test_every_registered_profile_declares_its_parameters_and_has_a_grid_here():
         assert prof.name == name
         assert prof.params and all(isinstance(p, Param) and p.unit is not None and p.low <= p.high for p in prof.params)
         assert prof.hessian_method == "analytic"
+        for p in prof.params:
+            if p.prior is not None:
+                assert p.low <= p.prior[1] <= p.prior[2] <= p.high, p
 
 
 def test_epl_with_gamma_2_is_the_sie():
@@ -195,7 +198,11 @@ def point_mass():
 
     class PointMass(Profile):
         name = "TOY_POINT_MASS"
-        params = (Param("theta_p", "arcsec", 0.0, math.inf, "toy_theta_p_arcsec", None), CENTER_X, CENTER_Y)
+        params = (
+            Param("theta_p", "arcsec", 0.0, math.inf, "toy_theta_p_arcsec", None, prior=("uniform", 0.8, 1.2)),
+            CENTER_X,
+            CENTER_Y,
+        )
 
         @staticmethod
         def deflection(x, y, p):
@@ -233,6 +240,26 @@ def test_a_profile_added_in_one_place_composes_and_renders(point_mass):
     src = SourceBatch.from_arrays(flux=[[1.0] * 3], dtype=F64, r_sersic=0.3, n_sersic=1.0, center_x=0.1)
     res = render_lensed_sources(lens, src, torch.tensor([[1.2] * 3], dtype=F64), RenderConfig(n_pix=31))
     assert float(res.magnification[0]) > 1.5
+
+
+def test_a_profile_added_in_one_place_is_planned_and_injected(point_mass):
+    from darkhaloscope.constants import STAMP_SIZE
+    from darkhaloscope.lensing.bank import (
+        injection_config,
+        plan_injection_grid,
+        render_injection_batch,
+        selection_conditioning,
+        with_conditioning,
+    )
+    from tests.test_injection_bank_lib import _hosts
+
+    cfg = injection_config("demo", per_cell=1, host_splits=("test",), lens_profiles=("TOY_POINT_MASS", "SHEAR"))
+    tasks = with_conditioning(plan_injection_grid(_hosts(27), cfg), selection_conditioning(cfg, ["DEV"], {}, {}))
+    theta_p = tasks.column("toy_theta_p_arcsec").to_numpy()
+    assert ((theta_p >= 0.8) & (theta_p <= 1.2)).all()
+    host = np.zeros((2, 3, STAMP_SIZE, STAMP_SIZE), np.float32)
+    _, arc, params = render_injection_batch(tasks.slice(0, 2), host, np.full_like(host, 1e6))
+    assert params.column("success").to_pylist() == [True, True] and arc.max() > 0
 
 
 @pytest.mark.parametrize("profile", ["gaussian", "moffat"])
@@ -287,7 +314,7 @@ def test_a_plan_with_another_lens_draws_records_renders_and_verifies_it():
         selection_conditioning,
         with_conditioning,
     )
-    from darkhaloscope.lensing.priors import LENS_PROFILE_PRIORS
+    from darkhaloscope.lensing.priors import lens_profile_priors
     from darkhaloscope.lensing.verify import lenstronomy_agreement
     from tests.test_injection_bank_lib import _hosts
 
@@ -299,7 +326,7 @@ def test_a_plan_with_another_lens_draws_records_renders_and_verifies_it():
     extra = extra_lens_columns(names)
     assert extra == ("lens_gamma", "lens_a3_arcsec", "lens_phi3_rad", "lens_a4_arcsec", "lens_phi4_rad")
     for name in extra:
-        v, p = tasks.column(name).to_numpy(), LENS_PROFILE_PRIORS[name]
+        v, p = tasks.column(name).to_numpy(), lens_profile_priors()[name]
         assert ((v >= p.lo) & (v <= p.hi)).all() and np.ptp(v) > 0, name
     # every other draw is the default plan's: the composition only adds its own parameters
     default_cfg = injection_config("demo", per_cell=1, host_splits=splits)

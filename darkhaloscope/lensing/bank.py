@@ -26,10 +26,10 @@ from ..seeding import torch_generator_for, unit_hash_array
 from .cosmology import DEFAULT_COSMOLOGY, sigma_v_from_theta_e
 from .priors import (
     DEFAULT_PRIORS,
-    LENS_PROFILE_PRIORS,
     PriorRegistry,
     draw_clumps,
     draw_system_parameters,
+    lens_profile_priors,
     proposal,
 )
 from .profiles import DEFAULT_PROFILES, lens_model, lens_parameters_from_columns
@@ -116,7 +116,7 @@ class InjectionConfig:
     cell is left insufficient (``plan_injection_grid``); proposal_name: the name of ``priors`` in
     ``priors.PROPOSALS`` (recorded with every selection table); lens_profiles: the lens's composition
     of mass profiles (``lensing.profiles``), its parameters beyond SIE + shear drawn from
-    ``priors.LENS_PROFILE_PRIORS`` and recorded with the plan.
+    the priors the profiles declare (``priors.lens_profile_priors``) and recorded with the plan.
     """
 
     theta_e_grid: tuple[float, float, float] = (0.5, 3.0, 0.25)
@@ -325,15 +325,16 @@ def _build_tasks(
         cols[f"psf_fwhm_{name}"] = psf[h, b]
     for name in BANDS:
         cols[f"psfdepth_{name}"] = _col(hosts, f"psfdepth_{name}")[h]
+    extra_priors = lens_profile_priors() if extra_lens_columns(cfg.lens_profiles) else None
     for name in extra_lens_columns(cfg.lens_profiles):
-        cols[name] = LENS_PROFILE_PRIORS.draw(name, seeds)[keep]
+        cols[name] = extra_priors.draw(name, seeds)[keep]
     for name, values in (extra or {}).items():
         cols[name] = np.asarray(values)[keep]
     return pa.table(cols), reason
 
 
 def extra_lens_columns(profiles: tuple[str, ...]) -> tuple[str, ...]:
-    """Task columns of the composition ``profiles`` beyond SIE + SHEAR's (drawn from LENS_PROFILE_PRIORS)."""
+    """Task columns of the composition ``profiles`` beyond SIE + SHEAR's (drawn from the priors they declare)."""
     default = set(lens_model(DEFAULT_PROFILES).columns().values())
     return tuple(c for c in lens_model(tuple(profiles)).columns().values() if c not in default)
 
@@ -656,7 +657,8 @@ def selection_conditioning(cfg: InjectionConfig, host_types, relation: dict, hos
 
 def _lens_conditioning(profiles: tuple[str, ...]) -> dict:
     extra = extra_lens_columns(profiles)
-    priors = {k: [p.kind, p.lo, p.hi, p.mu, p.sigma] for k, p in LENS_PROFILE_PRIORS.priors.items() if k in extra}
+    declared = lens_profile_priors().priors
+    priors = {k: [declared[k].kind, declared[k].lo, declared[k].hi, declared[k].mu, declared[k].sigma] for k in extra}
     return {"lens_profiles": list(profiles), "lens_profile_priors": priors}
 
 

@@ -202,21 +202,16 @@ def _broad_priors() -> dict[str, Prior]:
     return p
 
 
-#: Priors of the lens parameters beyond SIE + shear, by injection-task column (the column each
-#: profile in ``lensing/profiles/`` declares), drawn only for a plan whose lens composition has them
-#: (``InjectionConfig.lens_profiles``). Density slope: the SLACS lenses' mean 3-d slope 2.078 with
-#: intrinsic scatter 0.16 (Auger et al. 2010, ApJ 724, 511), truncated to [1.6, 2.6]. Circular
-#: multipole strengths m = 3, 4: uniform in [0, 0.03] arcsec with a uniform orientation over the
-#: multipole's period 2 pi / m; an assumption (a range for the engine, not a measured population).
-LENS_PROFILE_PRIORS = PriorRegistry(
-    priors={
-        "lens_gamma": Prior("truncnormal", 1.6, 2.6, mu=2.078, sigma=0.16),
-        "lens_a3_arcsec": Prior("uniform", 0.0, 0.03),
-        "lens_phi3_rad": Prior("uniform", 0.0, 2.0 * math.pi / 3.0),
-        "lens_a4_arcsec": Prior("uniform", 0.0, 0.03),
-        "lens_phi4_rad": Prior("uniform", 0.0, 2.0 * math.pi / 4.0),
-    }
-)
+def lens_profile_priors() -> PriorRegistry:
+    """Priors of the lens parameters beyond SIE + shear, by injection-task column, as the registered
+    profiles declare them (``Param.prior`` in ``lensing/profiles/``), drawn only for a plan whose
+    lens composition has them (``InjectionConfig.lens_profiles``)."""
+    from .profiles import REGISTRY
+
+    return PriorRegistry(
+        priors={p.column: Prior(*p.prior) for prof in REGISTRY.values() for p in prof.params if p.prior is not None}
+    )
+
 
 #: Named proposals of the selection-function injections (``DHS_SELECTION_PROPOSAL``): ``broad``
 #: (the default: :func:`_broad_priors`) or ``training`` (the training stream's prior, which the

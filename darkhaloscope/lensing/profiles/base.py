@@ -24,8 +24,10 @@ Params = Mapping[str, torch.Tensor]
 @dataclass(frozen=True)
 class Param:
     """One lens parameter: engine ``name``, ``unit``, valid range [low, high] (a value outside it is
-    an InputError), the injection-task ``column`` it is read from, and ``default`` (the value when
-    it is not given; None: required)."""
+    an InputError), the injection-task ``column`` it is read from, ``default`` (the value when it is
+    not given; None: required), and for a parameter beyond SIE + shear the injection ``prior`` it is
+    drawn from when a plan's lens has it: (kind, lo, hi[, mu, sigma]) as ``lensing.priors.Prior``
+    (the SIE's and the shear's are the proposals' own, ``lensing.priors``)."""
 
     name: str
     unit: str
@@ -34,6 +36,7 @@ class Param:
     column: str
     default: float | None = 0.0
     doc: str = ""
+    prior: tuple | None = None
 
 
 #: A position on the sky (profile centre), unbounded.

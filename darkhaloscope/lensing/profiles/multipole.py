@@ -18,6 +18,9 @@ from .base import CENTER_X, CENTER_Y, Param, Params, Profile, expand, register
 
 #: Radii below this [arcsec] are clamped in the Hessian, as lenstronomy's Multipole.hessian.
 _R_MIN = 1e-6
+#: Injection prior of the strength a_m [arcsec]: uniform in [0, 0.03]; an assumption (a range for
+#: the engine, not a measured population). The orientation is uniform over the period 2 pi / m.
+_A_M_PRIOR = ("uniform", 0.0, 0.03)
 
 
 def _polar(x: torch.Tensor, y: torch.Tensor, p: Params):
@@ -52,8 +55,17 @@ def multipole_profile(m: int) -> type[Profile]:
         "__doc__": f"Circular multipole m = {m}: {a_name} [arcsec], {phi_name} [rad], center_x, center_y [arcsec].",
         "name": f"MULTIPOLE_M{m}",
         "params": (
-            Param(a_name, "arcsec", 0.0, math.inf, f"lens_a{m}_arcsec", 0.0, f"m = {m} multipole strength"),
-            Param(phi_name, "rad", -math.inf, math.inf, f"lens_phi{m}_rad", 0.0, f"m = {m} multipole orientation"),
+            Param(a_name, "arcsec", 0.0, math.inf, f"lens_a{m}_arcsec", 0.0, f"m = {m} multipole strength", _A_M_PRIOR),
+            Param(
+                phi_name,
+                "rad",
+                -math.inf,
+                math.inf,
+                f"lens_phi{m}_rad",
+                0.0,
+                f"m = {m} multipole orientation",
+                ("uniform", 0.0, 2.0 * math.pi / m),
+            ),
             CENTER_X,
             CENTER_Y,
         ),
