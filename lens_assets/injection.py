@@ -113,6 +113,7 @@ def injection_plan(
         config.realisation,
         config.min_hosts_per_cell,
         config.proposal or compute.selection_proposal,
+        compute.lens_profiles(),
     )
     ids = hosts.column("object_id")
     wanted = pc.field("object_id").isin(ids)

@@ -15,13 +15,19 @@ class ComputeResource(dg.ConfigurableResource):
     """``device`` is auto (CUDA when present), cpu or cuda; ``profile`` is demo or full;
     ``search_launch`` is the default launch of ``search_scores`` (one of ``SEARCH_LAUNCHES``);
     ``selection_proposal`` names the injections' proposal (``lensing.priors.PROPOSALS``) and
-    ``selection_population`` is a user population's Parquet file ("" for none)."""
+    ``selection_population`` is a user population's Parquet file ("" for none); ``lens_model`` is
+    the injections' lens, profile names joined by + (``lensing.profiles``)."""
 
     device: str = default("DHS_DEVICE")
     profile: str = default("DHS_PROFILE")
     search_launch: str = default("DHS_SEARCH_LAUNCH")
     selection_proposal: str = default("DHS_SELECTION_PROPOSAL")
     selection_population: str = default("DHS_SELECTION_POPULATION")
+    lens_model: str = default("DHS_LENS_MODEL")
+
+    def lens_profiles(self) -> tuple[str, ...]:
+        """``lens_model`` as a tuple of profile names."""
+        return tuple(self.lens_model.split("+"))
 
     def torch_device(self) -> str:
         import torch

@@ -49,6 +49,7 @@ def build_resources() -> dict:
             search_launch=setting("DHS_SEARCH_LAUNCH"),
             selection_proposal=setting("DHS_SELECTION_PROPOSAL"),
             selection_population=setting("DHS_SELECTION_POPULATION") or "",
+            lens_model=setting("DHS_LENS_MODEL"),
         ),
         "pyspark": QuietPySparkResource(spark_config=spark_config()),
         "pipes_subprocess_client": PipesLaunchClient(**launch),

@@ -80,6 +80,12 @@ def _cutout_source(value: str) -> None:
         _url(value)
 
 
+def _lens_model(value: str) -> None:
+    from darkhaloscope.lensing.profiles import lens_model
+
+    lens_model(tuple(value.split("+")))
+
+
 def _device(value: str) -> None:
     _one_of(*DEVICES)(value)
     if value == "cuda":
@@ -251,6 +257,15 @@ SETTINGS: tuple[Setting, ...] = (
         "selection table's metadata",
         "compute",
         _one_of("broad", "training"),
+    ),
+    Setting(
+        "DHS_LENS_MODEL",
+        "SIE+SHEAR",
+        "the injections' lens: mass profiles of darkhaloscope/lensing/profiles joined by +, e.g. "
+        "EPL+SHEAR+MULTIPOLE_M3+MULTIPOLE_M4; parameters beyond SIE + shear are drawn from "
+        "the priors the profiles declare and the composition is recorded with the injection plan",
+        "compute",
+        _lens_model,
     ),
     Setting(
         "DHS_SELECTION_POPULATION",

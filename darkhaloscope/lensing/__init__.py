@@ -1,6 +1,9 @@
-"""Injection engine: batched SIE + shear lensing of Sérsic sources in torch (lenstronomy conventions).
+"""Injection engine: batched lensing of Sérsic sources in torch (lenstronomy conventions), by SIE +
+external shear unless another composition of mass profiles is asked for.
 
-Modules: ``cosmology`` (theta_E <-> sigma_v), ``sie`` (ray shooting, Hessian, magnification),
+Modules: ``cosmology`` (theta_E <-> sigma_v), ``profiles`` (one module per mass profile: SIE, EPL,
+SHEAR, MULTIPOLE_M3/M4; their registry and composition by names, ``LensBatch``), ``sie`` (ray
+shooting, Hessian, magnification of a ``LensBatch``, ellipticity conventions),
 ``source`` (Sérsic + clumps, band fluxes), ``render`` (supersampled, PSF-convolved arcs, mu, arc S/N),
 ``randomize`` (domain randomisation), ``priors`` (prior registry), ``bank`` (injection-bank tasks,
 rendering into hosts, known-lens arcs for the mock sky), ``stream`` (injections rendered on the fly
@@ -10,6 +13,7 @@ for training).
 from .bank import InjectionConfig, paint_known_lens_arcs, plan_injection_grid, plan_summary, render_injection_batch
 from .cosmology import get_cosmology, sigma_v_from_theta_e, theta_e_from_sigma_v
 from .priors import DEFAULT_PRIORS, Prior, PriorRegistry
+from .profiles import DEFAULT_PROFILES, REGISTRY, LensModel, lens_model
 from .render import RenderConfig, arc_snr, convolve_psf, render_lensed_sources
 from .sie import LensBatch, hessian, magnification, ray_shoot
 from .source import SourceBatch, band_fluxes
@@ -30,6 +34,10 @@ __all__ = [
     "arc_snr",
     "convolve_psf",
     "render_lensed_sources",
+    "DEFAULT_PROFILES",
+    "REGISTRY",
+    "LensModel",
+    "lens_model",
     "LensBatch",
     "hessian",
     "magnification",

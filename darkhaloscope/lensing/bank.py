@@ -24,7 +24,15 @@ from ..constants import BANDS, PIXEL_SCALE_ARCSEC, STAMP_SIZE, flux_to_mag
 from ..errors import InputError
 from ..seeding import torch_generator_for, unit_hash_array
 from .cosmology import DEFAULT_COSMOLOGY, sigma_v_from_theta_e
-from .priors import DEFAULT_PRIORS, PriorRegistry, draw_clumps, draw_system_parameters, proposal
+from .priors import (
+    DEFAULT_PRIORS,
+    PriorRegistry,
+    draw_clumps,
+    draw_system_parameters,
+    lens_profile_priors,
+    proposal,
+)
+from .profiles import DEFAULT_PROFILES, lens_model, lens_parameters_from_columns
 from .render import RenderConfig, add_poisson_noise, arc_snr, render_lensed_sources
 from .sie import LensBatch, ellipticity_from_phi_q
 from .source import SourceBatch, band_fluxes
@@ -70,13 +78,10 @@ HOST_LENS_COLUMNS = (
 )
 #: Task columns named like a prior that the selection plan takes from the host, not from the prior.
 HOST_DERIVED = ("lens_q", "lens_phi_rad", "z_l", "theta_e_arcsec")
-#: Columns of the mock survey's known-lens truth rows read by ``paint_known_lens_arcs``.
+#: Columns of the mock survey's known-lens truth rows read by ``paint_known_lens_arcs``: the default
+#: lens's parameters but its centre (the truth gives it as an offset from the stamp centre), then the source's.
 KNOWN_LENS_TRUTH_COLUMNS = (
-    "theta_e_arcsec",
-    "lens_e1",
-    "lens_e2",
-    "shear_g1",
-    "shear_g2",
+    *(col for name, col in lens_model(DEFAULT_PROFILES).columns().items() if name not in ("center_x", "center_y")),
     "src_mag_r",
     "src_r_sersic_arcsec",
     "src_n_sersic",
@@ -109,7 +114,9 @@ class InjectionConfig:
     min_hosts_per_cell: a z_l bin with fewer hosts leaves its cells insufficient (empty);
     max_tries_per_injection: candidate (host, z_s) pairs tried per injection of a cell before the
     cell is left insufficient (``plan_injection_grid``); proposal_name: the name of ``priors`` in
-    ``priors.PROPOSALS`` (recorded with every selection table).
+    ``priors.PROPOSALS`` (recorded with every selection table); lens_profiles: the lens's composition
+    of mass profiles (``lensing.profiles``), its parameters beyond SIE + shear drawn from
+    the priors the profiles declare (``priors.lens_profile_priors``) and recorded with the plan.
     """
 
     theta_e_grid: tuple[float, float, float] = (0.5, 3.0, 0.25)
@@ -127,6 +134,7 @@ class InjectionConfig:
     min_hosts_per_cell: int = 3
     max_tries_per_injection: int = 400
     proposal_name: str = "training"
+    lens_profiles: tuple[str, ...] = DEFAULT_PROFILES
 
     def theta_e_values(self) -> tuple[float, ...]:
         return _grid(*self.theta_e_grid)
@@ -150,12 +158,14 @@ def injection_config(
     realisation: int = 0,
     min_hosts_per_cell: int = 0,
     proposal_name: str = "broad",
+    lens_profiles: tuple[str, ...] = DEFAULT_PROFILES,
 ) -> InjectionConfig:
     """The injection settings of a profile (``demo`` or ``full``); 0 / None keep the profile's
     size and :class:`InjectionConfig`'s grids. ``realisation`` n > 0 draws every source, lens and
     host assignment afresh (its own seed salt), so the selection function can be measured again on
     independent injections into the same hosts; 0 is the default draw. ``proposal_name``: the
-    selection proposal q(ψ) the sources are drawn from (``priors.PROPOSALS``)."""
+    selection proposal q(ψ) the sources are drawn from (``priors.PROPOSALS``); ``lens_profiles``: the
+    lens's composition of mass profiles (default SIE + SHEAR)."""
     if isinstance(realisation, bool) or not isinstance(realisation, (int, np.integer)) or realisation < 0:
         raise InputError(f"injection realisation must be an integer >= 0, got {realisation!r}")
     sizes = PROFILE_SIZES.get(profile, PROFILE_SIZES["demo"])
@@ -170,6 +180,7 @@ def injection_config(
         min_hosts_per_cell=min_hosts_per_cell or base.min_hosts_per_cell,
         priors=proposal(proposal_name),
         proposal_name=proposal_name,
+        lens_profiles=tuple(lens_model(tuple(lens_profiles)).names),
     )
 
 
@@ -314,9 +325,18 @@ def _build_tasks(
         cols[f"psf_fwhm_{name}"] = psf[h, b]
     for name in BANDS:
         cols[f"psfdepth_{name}"] = _col(hosts, f"psfdepth_{name}")[h]
+    extra_priors = lens_profile_priors() if extra_lens_columns(cfg.lens_profiles) else None
+    for name in extra_lens_columns(cfg.lens_profiles):
+        cols[name] = extra_priors.draw(name, seeds)[keep]
     for name, values in (extra or {}).items():
         cols[name] = np.asarray(values)[keep]
     return pa.table(cols), reason
+
+
+def extra_lens_columns(profiles: tuple[str, ...]) -> tuple[str, ...]:
+    """Task columns of the composition ``profiles`` beyond SIE + SHEAR's (drawn from the priors they declare)."""
+    default = set(lens_model(DEFAULT_PROFILES).columns().values())
+    return tuple(c for c in lens_model(tuple(profiles)).columns().values() if c not in default)
 
 
 def _lens_source_columns(
@@ -630,7 +650,16 @@ def selection_conditioning(cfg: InjectionConfig, host_types, relation: dict, hos
         "proposal": cfg.proposal_name,
         "priors": {k: [p.kind, p.lo, p.hi, p.mu, p.sigma] for k, p in sorted(cfg.priors.priors.items())},
         "seed_salt": cfg.salt,
+        # recorded only for another lens than SIE + SHEAR, so a default plan's conditioning is as before
+        **(_lens_conditioning(cfg.lens_profiles) if tuple(cfg.lens_profiles) != DEFAULT_PROFILES else {}),
     }
+
+
+def _lens_conditioning(profiles: tuple[str, ...]) -> dict:
+    extra = extra_lens_columns(profiles)
+    declared = lens_profile_priors().priors
+    priors = {k: [declared[k].kind, declared[k].lo, declared[k].hi, declared[k].mu, declared[k].sigma] for k in extra}
+    return {"lens_profiles": list(profiles), "lens_profile_priors": priors}
 
 
 def with_conditioning(table: pa.Table, conditioning: dict) -> pa.Table:
@@ -655,6 +684,12 @@ def plan_proposal(tasks: pa.Table) -> PriorRegistry:
     if not recorded:
         return DEFAULT_PRIORS
     return PriorRegistry(priors={k: Prior(*v) for k, v in recorded.items()})
+
+
+def plan_lens_profiles(tasks: pa.Table) -> tuple[str, ...]:
+    """The lens composition a plan (or a bank, which keeps its plan's schema metadata) was drawn
+    with, as its conditioning records it (SIE + SHEAR for one that records none)."""
+    return tuple((table_conditioning(tasks) or {}).get("lens_profiles") or DEFAULT_PROFILES)
 
 
 def plan_grid(tasks: pa.Table) -> tuple[list[float], list[float]]:
@@ -699,18 +734,25 @@ def _clump_arrays(seeds: np.ndarray, r_sersic: np.ndarray, registry: PriorRegist
     return frac, x, y, sig, w
 
 
-def task_batches(tasks: pa.Table, device, dtype, registry: PriorRegistry) -> tuple[LensBatch, SourceBatch]:
-    """The lens and source batches of task rows (on ``device`` in ``dtype``), clumps drawn from each seed."""
+def task_batches(
+    tasks: pa.Table, device, dtype, registry: PriorRegistry, profiles: tuple[str, ...] = DEFAULT_PROFILES
+) -> tuple[LensBatch, SourceBatch]:
+    """The lens and source batches of task rows (on ``device`` in ``dtype``), clumps drawn from each
+    seed; the lens is the composition ``profiles``, its parameters read from the columns they declare."""
+    lens_columns = {
+        name: _col(tasks, name) for name in lens_model(profiles).columns().values() if name in tasks.column_names
+    }
+    lens = LensBatch.from_arrays(
+        device=device,
+        dtype=dtype,
+        profiles=profiles,
+        **lens_parameters_from_columns(lens_columns, profiles, where="injection tasks"),
+    )
     c = {
         name: _col(tasks, name)
         for name in (
-            "theta_e_arcsec",
-            "lens_e1",
-            "lens_e2",
             "lens_center_x_arcsec",
             "lens_center_y_arcsec",
-            "shear_g1",
-            "shear_g2",
             "src_mag_r",
             "src_g_minus_r",
             "src_r_minus_z",
@@ -722,17 +764,6 @@ def task_batches(tasks: pa.Table, device, dtype, registry: PriorRegistry) -> tup
             "src_y_arcsec",
         )
     }
-    lens = LensBatch.from_arrays(
-        device=device,
-        dtype=dtype,
-        theta_e=c["theta_e_arcsec"],
-        e1=c["lens_e1"],
-        e2=c["lens_e2"],
-        center_x=c["lens_center_x_arcsec"],
-        center_y=c["lens_center_y_arcsec"],
-        gamma1=c["shear_g1"],
-        gamma2=c["shear_g2"],
-    )
     frac, cx, cy, cs, cw = _clump_arrays(_col(tasks, "seed", np.int64), c["src_r_sersic_arcsec"], registry)
     src = SourceBatch.from_arrays(
         flux=band_fluxes(c["src_mag_r"], c["src_g_minus_r"], c["src_r_minus_z"]),
@@ -762,7 +793,8 @@ def render_injection_batch(
     progress: Callable[[int, int], None] | None = None,
 ):
     """Inject the arcs of ``tasks`` (row i) into ``host_images[i]``; ``progress(done, total)``
-    follows each chunk of ``config.render_chunk`` rendered injections.
+    follows each chunk of ``config.render_chunk`` rendered injections; the lens is the composition
+    the plan records (``plan_lens_profiles``), whose parameters' columns the tasks carry.
 
     host_images, host_invvar: (N, 3, S, S) float32 [nmgy/pixel], [1/nmgy^2]. Returns
     (injected, arc, params): injected = host + arc and arc (N, 3, S, S) float32 [nmgy/pixel]; params
@@ -789,10 +821,11 @@ def render_injection_batch(
     psf = np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1)
     seeds = _col(tasks, "seed", np.int64)
     rows = np.flatnonzero(ok)
+    profiles = plan_lens_profiles(tasks)
     for start in range(0, len(rows), config.render_chunk):
         sel = rows[start : start + config.render_chunk]
         sub = tasks.take(pa.array(sel))
-        lens, src = task_batches(sub, device, torch.float32, config.priors)
+        lens, src = task_batches(sub, device, torch.float32, config.priors, profiles)
         res = render_lensed_sources(
             lens, src, torch.as_tensor(psf[sel], dtype=torch.float32, device=device), config.render
         )
@@ -854,16 +887,11 @@ def paint_known_lens_arcs(
     out = np.zeros((n, 3, stamp_size, stamp_size), dtype=np.float32)
     for start in range(0, n, 128):
         sl = slice(start, min(n, start + 128))
+        rows = {k: v[sl] for k, v in c.items()}
         lens = LensBatch.from_arrays(
             device=device,
             dtype=torch.float32,
-            theta_e=c["theta_e_arcsec"][sl],
-            e1=c["lens_e1"][sl],
-            e2=c["lens_e2"][sl],
-            center_x=lx[sl],
-            center_y=ly[sl],
-            gamma1=c["shear_g1"][sl],
-            gamma2=c["shear_g2"][sl],
+            **lens_parameters_from_columns(rows, where="known-lens truth", center_x=lx[sl], center_y=ly[sl]),
         )
         src = SourceBatch.from_arrays(
             flux=band_fluxes(c["src_mag_r"][sl], c["src_g_minus_r"][sl], c["src_r_minus_z"][sl]),

@@ -202,6 +202,17 @@ def _broad_priors() -> dict[str, Prior]:
     return p
 
 
+def lens_profile_priors() -> PriorRegistry:
+    """Priors of the lens parameters beyond SIE + shear, by injection-task column, as the registered
+    profiles declare them (``Param.prior`` in ``lensing/profiles/``), drawn only for a plan whose
+    lens composition has them (``InjectionConfig.lens_profiles``)."""
+    from .profiles import REGISTRY
+
+    return PriorRegistry(
+        priors={p.column: Prior(*p.prior) for prof in REGISTRY.values() for p in prof.params if p.prior is not None}
+    )
+
+
 #: Named proposals of the selection-function injections (``DHS_SELECTION_PROPOSAL``): ``broad``
 #: (the default: :func:`_broad_priors`) or ``training`` (the training stream's prior, which the
 #: selection function used before the proposal was widened).

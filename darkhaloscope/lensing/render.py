@@ -52,6 +52,7 @@ import torch
 from ..constants import PIXEL_SCALE_ARCSEC, STAMP_SIZE
 from ..errors import InputError
 from ..psf import MAX_KERNEL_RADIUS_PIX, MOFFAT_BETA, SURVEY_PSF_PROFILE, kernel_radius_pix, psf_kernels
+from .profiles import DEFAULT_PROFILES, get_profile
 from .sie import LensBatch, ray_shoot
 from .source import SourceBatch, unit_flux_surface_brightness
 
@@ -304,15 +305,18 @@ def lenstronomy_reference(
     cfg: RenderConfig = RenderConfig(),
     psf_kernel: np.ndarray | None = None,
     with_mu: bool = True,
+    profiles: tuple[str, ...] = DEFAULT_PROFILES,
 ) -> tuple[np.ndarray, float]:
     """The same system rendered by lenstronomy ImageModel (the reference this engine is tested against).
 
-    lens: theta_e, e1, e2, center_x, center_y, gamma1, gamma2 (floats, arcsec); src: r_sersic,
+    lens: the parameters of the composition ``profiles`` (floats, the profiles' units; by default
+    theta_e, e1, e2, center_x, center_y, gamma1, gamma2), each profile given to lenstronomy as its
+    ``to_lenstronomy`` says; src: r_sersic,
     n_sersic, e1, e2, center_x, center_y; band_flux [nmgy]; psf_fwhm [arcsec]. The PSF is lenstronomy's
     GAUSSIAN with truncation set so its radius equals ``kernel_radius_pix``, or ``psf_kernel`` as a
     PIXEL kernel when given. Returns (image [nmgy/pixel] in this module's [y, x] layout, extended mu
     as this module defines it, the unconvolved lensed image's flux over ``band_flux``, the source's
-    total flux; NaN when ``with_mu`` is False). The lens is ``EPL`` with gamma = 2, the SIE.
+    total flux; NaN when ``with_mu`` is False).
     """
     import lenstronomy.Util.util as lutil
     from lenstronomy.Data.pixel_grid import PixelGrid
@@ -330,7 +334,8 @@ def lenstronomy_reference(
         r = kernel_radius_pix(psf_fwhm, pix, cfg.psf_n_fwhm)
         sigma = psf_fwhm / (2.0 * np.sqrt(2.0 * np.log(2.0)))
         psf = PSF(psf_type="GAUSSIAN", fwhm=psf_fwhm, truncation=r * pix / sigma, pixel_size=pix)
-    lens_model = LensModel(["EPL", "SHEAR"])
+    names, kw_lens = zip(*(get_profile(name).to_lenstronomy(lens) for name in profiles))
+    lens_model = LensModel(list(names))
     light = LightModel(["SERSIC_ELLIPSE"])
     im = ImageModel(
         grid,
@@ -339,17 +344,6 @@ def lenstronomy_reference(
         source_model_class=light,
         kwargs_numerics={"supersampling_factor": cfg.supersample},
     )
-    kw_lens = [
-        {
-            "theta_E": lens["theta_e"],
-            "gamma": 2.0,
-            "e1": lens["e1"],
-            "e2": lens["e2"],
-            "center_x": lens["center_x"],
-            "center_y": lens["center_y"],
-        },
-        {"gamma1": lens["gamma1"], "gamma2": lens["gamma2"], "ra_0": 0.0, "dec_0": 0.0},
-    ]
     kw_src = [
         {
             "amp": 1.0,
@@ -362,8 +356,8 @@ def lenstronomy_reference(
         }
     ]
     kw_src[0]["amp"] = band_flux / light.total_flux(kw_src, norm=True)[0]
-    img = im.image(kwargs_lens=kw_lens, kwargs_source=kw_src)
+    img = im.image(kwargs_lens=list(kw_lens), kwargs_source=kw_src)
     if not with_mu:
         return np.asarray(img), float("nan")
-    unconv = im.image(kwargs_lens=kw_lens, kwargs_source=kw_src, unconvolved=True)
+    unconv = im.image(kwargs_lens=list(kw_lens), kwargs_source=kw_src, unconvolved=True)
     return np.asarray(img), float(unconv.sum() / band_flux)

@@ -256,7 +256,7 @@ def _render_chunk(
     tasks: pa.Table, invvar_window: np.ndarray, cfg: InjectionConfig, device
 ) -> tuple[np.ndarray, np.ndarray]:
     """(arcs (n, 3, W, W) float32, r-band arc S/N (n,)) of task rows against their hosts' noise."""
-    lens, src = task_batches(tasks, device, torch.float32, cfg.priors)
+    lens, src = task_batches(tasks, device, torch.float32, cfg.priors, cfg.lens_profiles)
     psf = np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1)
     return render_arcs(lens, src, psf, invvar_window, _col(tasks, "seed", np.int64), cfg, device)
 

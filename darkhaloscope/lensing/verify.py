@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from ..constants import mag_to_flux
 from ..stamps import from_tensor_column
 from .priors import DEFAULT_PRIORS, PriorRegistry
+from .profiles import DEFAULT_PROFILES, lens_parameters_from_columns
 from .render import RenderConfig
 
 #: Stamp-flux bookkeeping tolerance: at most FLUX_TAIL_FRACTION of systems beyond FLUX_TOL, none
@@ -27,18 +28,11 @@ FLUX_TOL, FLUX_TAIL_FRACTION, FLUX_TOL_MAX = 0.02, 0.05, 0.10
 MAX_PIXEL_ERR_OVER_PEAK, MAX_FLUX_REL_ERR = 0.01, 0.005
 
 
-def lenstronomy_arguments(row: dict) -> tuple[dict, dict, float, float]:
+def lenstronomy_arguments(row: dict, profiles: tuple[str, ...] = DEFAULT_PROFILES) -> tuple[dict, dict, float, float]:
     """(lens kwargs, source kwargs, r-band PSF FWHM [arcsec], r-band source flux [nmgy]) of one
-    bank row, in the form :func:`render.lenstronomy_reference` takes (source centre absolute)."""
-    lens = dict(
-        theta_e=row["theta_e_arcsec"],
-        e1=row["lens_e1"],
-        e2=row["lens_e2"],
-        center_x=row["lens_center_x_arcsec"],
-        center_y=row["lens_center_y_arcsec"],
-        gamma1=row["shear_g1"],
-        gamma2=row["shear_g2"],
-    )
+    bank row, in the form :func:`render.lenstronomy_reference` takes (source centre absolute); the
+    lens parameters of the composition ``profiles`` are read from the columns its profiles declare."""
+    lens = lens_parameters_from_columns(row, profiles, where=f"bank row {row.get('injection_id')}")
     src = dict(
         r_sersic=row["src_r_sersic_arcsec"],
         n_sersic=row["src_n_sersic"],
@@ -51,7 +45,8 @@ def lenstronomy_arguments(row: dict) -> tuple[dict, dict, float, float]:
 
 
 def lenstronomy_agreement(bank: pa.Table, n_sample: int = 3, cfg: RenderConfig = RenderConfig()) -> dict:
-    """Re-render ``n_sample`` successful rows (evenly spread) with lenstronomy and compare.
+    """Re-render ``n_sample`` successful rows (evenly spread) with lenstronomy and compare, the lens
+    being the composition its plan records (``bank.plan_lens_profiles``).
 
     Returns {"max_pixel_err_over_peak", "flux_rel_err" (worst cases), "cases": per row, "ok"}.
     ``ok`` is False when no row could be compared.
@@ -59,8 +54,10 @@ def lenstronomy_agreement(bank: pa.Table, n_sample: int = 3, cfg: RenderConfig =
     import torch
 
     from ..psf import kernel_radius_pix, psf_kernels
+    from .bank import plan_lens_profiles
     from .render import lenstronomy_reference
 
+    profiles = plan_lens_profiles(bank)
     ok_rows = bank.filter(pc.field("success"))
     take = np.linspace(0, ok_rows.num_rows - 1, min(n_sample, ok_rows.num_rows)).astype(int) if ok_rows.num_rows else []
     sample = ok_rows.take(pa.array(take, pa.int64()))
@@ -71,10 +68,12 @@ def lenstronomy_agreement(bank: pa.Table, n_sample: int = 3, cfg: RenderConfig =
     )
     worst_pix, worst_flux, cases = 0.0, 0.0, []
     for i, row in enumerate(sample.drop_columns(["image", "control"]).to_pylist()):
-        lens, src, fwhm, flux_r = lenstronomy_arguments(row)
+        lens, src, fwhm, flux_r = lenstronomy_arguments(row, profiles)
         radius = kernel_radius_pix(fwhm, cfg.pixel_scale, cfg.psf_n_fwhm)
         kernel = psf_kernels(torch.tensor([fwhm], dtype=torch.float64), radius, profile=cfg.psf_profile)[0].numpy()
-        ref, _ = lenstronomy_reference(lens, src, fwhm, flux_r, cfg, psf_kernel=kernel, with_mu=False)
+        ref, _ = lenstronomy_reference(
+            lens, src, fwhm, flux_r, cfg, psf_kernel=kernel, with_mu=False, profiles=profiles
+        )
         ours = arcs[i, 1].astype(np.float64)
         pix = float(np.abs(ours - ref).max() / ref.max())
         flux = float(abs(ours.sum() - ref.sum()) / ref.sum())
