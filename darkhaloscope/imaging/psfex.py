@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +84,7 @@ class PsfexModel:
             raise InputError(f"{self.source}: the PSF at ({x}, {y}) has no positive flux on a {size}² grid")
         return out / total
 
-    @property
+    @cached_property
     def fwhm_pix(self) -> float:
         """FWHM [image pixels] of the constant term's PSF: the diameter of the circle with the area
         above half maximum, measured on an 8× finer cubic-spline grid (robust to PSFEx's extended
@@ -180,8 +181,9 @@ def read_psfex(path: str | Path, ccdname: str | None = None, band: str | None = 
     )
 
 
+@lru_cache(maxsize=8)
 def packaged_psfex(band: str) -> PsfexModel:
-    """The shipped DECam PSFEx model of ``band`` (g, r or z): one real CCD's (legacypipe test data)."""
+    """The shipped DECam PSFEx model of ``band`` (g, r or z): one real CCD's (legacypipe test data), read once."""
     if band not in BANDS:
         raise InputError(f"no packaged PSFEx model for band {band!r} (bands {list(BANDS)})")
     files = sorted(PACKAGED_PSFEX_DIR.glob(f"*_ooi_{band}_*-psfex.fits"))
