@@ -193,13 +193,15 @@ def truth_render_columns(draw: dict, theta_e: np.ndarray) -> dict[str, pa.Array]
 
 def band_psf_kernels(source_seed: int, fwhm: np.ndarray) -> np.ndarray:
     """(3, K, K) PSFEx kernels (sum 1) of one lens: each band's model at the CCD position drawn from
-    ``source_seed``, stretched to FWHM ``fwhm`` (3,) [arcsec]."""
+    ``source_seed``, stretched to FWHM ``fwhm`` (3,) [arcsec], its slightly negative pixels (PSFEx's
+    fitting noise in the wings, and the spline's ringing) set to 0."""
     xy = rng_for("truth-psfex-position", int(source_seed)).uniform(size=2) * np.array(CCD_SHAPE) + 0.5
     out = []
     for b, band in enumerate(BANDS):
         model = packaged_psfex(band)
         stretch = fwhm[b] / (model.fwhm_pix * PIXEL_SCALE_ARCSEC)
-        out.append(model.image_psf(xy[0], xy[1], PSF_KERNEL_PIX, stretch=stretch))
+        psf = np.clip(model.image_psf(xy[0], xy[1], PSF_KERNEL_PIX, stretch=stretch), 0.0, None)
+        out.append(psf / psf.sum())
     return np.stack(out)
 
 
