@@ -14,13 +14,15 @@ are its own (``mock_survey.redshifts``: its true redshift, its σ_v from the lum
 with its scatter), the source redshift is drawn as for the known lenses, and θ_E = θ_SIS(σ_v, z_l,
 z_s). Among the eligible hosts whose θ_E lies in THETA_E_RANGE (the span of the injection grid),
 hosts are drawn with probability ∝ θ_E² (the lensing cross-section; Efraimidis–Spirakis keys). The
-SIE mass follows the host's light (its position angle, rounder, axis ratio in LENS_Q_RANGE as the
+mass follows the host's light (its position angle, rounder, axis ratio in LENS_Q_RANGE as the
 injections'), the shear is drawn as for the known lenses, and the source — unlensed magnitude, size,
 profile, shape, position and colours — is drawn from the physical population
 ``darkhaloscope.evaluation.populations.MOCK_SOURCES`` (counts, a size–luminosity relation, sources
 uniform in the source plane within θ_E), which the closure reweights the selection function to: λ
-is known in the mock. The truth rows carry every ψ under the injection bank's column names, and
-the r-band S/N and the flux of the arc as painted.
+is known in the mock. The truth rows carry every ψ under the injection bank's column names, the
+truth renderer's draws (``mock_survey.truth_render``: EPL slope, multipoles, source model; the
+arcs are drawn by lenstronomy, not the injection engine), and the r-band S/N and the flux of the
+arc as painted.
 """
 
 from __future__ import annotations
@@ -79,11 +81,11 @@ HIDDEN_LENS_TRUTH_SCHEMA = pa.schema(
         _f("z_l", "", "lens redshift (the host's true redshift)"),
         _f("z_s", "", "source redshift, drawn in [max(1, z_l + 0.3), 3]"),
         _f("sigma_v_kms", "km/s", "the host's velocity dispersion (luminosity–σ relation with scatter)"),
-        _f("theta_e_arcsec", "arcsec", "SIE Einstein radius θ_SIS(σ_v, z_l, z_s) (lenstronomy convention)"),
-        _f("lens_q", "", "SIE mass axis ratio (the light's, rounder)"),
-        _f("lens_phi_rad", "rad", "SIE mass position angle, engine frame (x East, y North)"),
-        _f("lens_e1", "", "SIE mass ellipticity e1 (lenstronomy, x East, y North)"),
-        _f("lens_e2", "", "SIE mass ellipticity e2 (lenstronomy, x East, y North)"),
+        _f("theta_e_arcsec", "arcsec", "EPL Einstein radius θ_SIS(σ_v, z_l, z_s) (lenstronomy convention)"),
+        _f("lens_q", "", "mass axis ratio (the light's, rounder)"),
+        _f("lens_phi_rad", "rad", "mass position angle, engine frame (x East, y North)"),
+        _f("lens_e1", "", "mass ellipticity e1 (lenstronomy, x East, y North)"),
+        _f("lens_e2", "", "mass ellipticity e2 (lenstronomy, x East, y North)"),
         _f("shear_g1", "", "external shear gamma1"),
         _f("shear_g2", "", "external shear gamma2"),
         _f("src_mag_r", "AB mag", "unlensed source r magnitude (drawn: MOCK_SOURCES)"),

@@ -5,8 +5,11 @@ Known lenses. Every lenscat ``galaxy``-scale lens in the footprint (duplicates w
 gets a lens-galaxy row exactly at its lenscat position and a truth row. The lens galaxies are
 SER/REX/DEV/EXP in the proportions of the DR10 lens candidates of Huang et al. (2021, ApJ 909, 27),
 with LRG colours and the z-band counts of the field galaxies (so brightness alone does not tell a
-lens from a field galaxy). The SIE mass has the light's position angle (its Tractor shape converted
-by ``tractor_to_engine_ellipticity``) and is rounder on average.
+lens from a field galaxy). The mass has the light's position angle (its Tractor shape converted
+by ``tractor_to_engine_ellipticity``) and is rounder on average. Every lens (known or hidden) is
+painted by the truth renderer (``mock_survey.truth_render``: lenstronomy EPL + multipoles + shear,
+COSMOS / clumpy / Sérsic sources, PSFEx PSFs), not by the injection engine the finder trains on; its
+draws (TRUTH_RENDER_FIELDS) are columns of the truth.
 
 Truth units: angles arcsec, magnitudes AB, ellipticities in the lensing engine's convention (x East,
 y North, lenstronomy's e1/e2). Every draw of a lens comes from ``rng_for(<key>, seed, <lens id>)``, so
@@ -54,7 +57,7 @@ LENS_COLOUR_SCATTER = 0.1
 LENS_SHAPE_R_DRAW, REX_LENS_SHAPE_R_DRAW, LENS_MAX_ELLIPTICITY = (0.6, 1.4), (0.3, 0.5), 0.3
 #: Sérsic index of SER lens galaxies; REX, DEV, EXP have 1, 4, 1.
 SER_LENS_INDEX_DRAW = (3.0, 2.5)
-#: The SIE mass is rounder than the light: |e_mass| = |e_light| · (low + width · u).
+#: The mass is rounder than the light: |e_mass| = |e_light| · (low + width · u).
 MASS_ROUNDNESS_DRAW = (0.6, 0.4)
 #: External shear: Rayleigh-distributed |γ| with this scale, random angle.
 SHEAR_RAYLEIGH_SIGMA = 0.03
@@ -85,17 +88,17 @@ LENSING_FIELDS = [
     pa.field(
         "theta_e_arcsec",
         pa.float64(),
-        metadata={"unit": "arcsec", "description": "SIE Einstein radius (lenstronomy convention)"},
+        metadata={"unit": "arcsec", "description": "Einstein radius of the EPL mass (lenstronomy convention)"},
     ),
     pa.field(
         "lens_e1",
         pa.float64(),
-        metadata={"description": "SIE mass ellipticity e1 (lenstronomy, x East, y North; same PA as the light)"},
+        metadata={"description": "mass ellipticity e1 (lenstronomy, x East, y North; same PA as the light)"},
     ),
     pa.field(
         "lens_e2",
         pa.float64(),
-        metadata={"description": "SIE mass ellipticity e2 (lenstronomy, x East, y North; same PA as the light)"},
+        metadata={"description": "mass ellipticity e2 (lenstronomy, x East, y North; same PA as the light)"},
     ),
     pa.field("shear_g1", pa.float64(), metadata={"description": "external shear gamma1"}),
     pa.field("shear_g2", pa.float64(), metadata={"description": "external shear gamma2"}),
