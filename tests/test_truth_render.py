@@ -16,6 +16,7 @@ from mock_survey.truth_render import (
     TRUTH_RENDER_FIELDS,
     band_psf_kernels,
     draw_truth_render,
+    lenstronomy_system,
     render_size,
     render_truth_arcs,
     truth_render_columns,
@@ -168,3 +169,38 @@ def test_refusals():
         render_truth_arcs(bad, psf)
     with pytest.raises(InputError, match="psfsize"):
         render_truth_arcs(truth, np.zeros((N, 3)))
+
+
+def test_every_source_model_renders_its_lenstronomy_kwargs():
+    """Clumpy and COSMOS sources: the render is the ImageModel of ``lenstronomy_system``'s kwargs
+    with the band's PIXEL PSF, the source normalised to unit flux."""
+    import lenstronomy.Util.util as lutil
+    from lenstronomy.Data.pixel_grid import PixelGrid
+    from lenstronomy.Data.psf import PSF
+    from lenstronomy.ImSim.image_model import ImageModel
+    from lenstronomy.LensModel.lens_model import LensModel
+    from lenstronomy.LightModel.light_model import LightModel
+
+    truth = _truth(models=["cosmos", "sersic_clumps", "cosmos", "sersic_clumps", "sersic", "sersic"])
+    arcs = render_truth_arcs(truth, np.tile(PSFSIZE, (N, 1)), poisson=False)
+    flux = band_fluxes(
+        truth["src_mag_r"].to_numpy(), truth["src_g_minus_r"].to_numpy(), truth["src_r_minus_z"].to_numpy()
+    )
+    transform = np.array([[-PIXEL_SCALE_ARCSEC, 0.0], [0.0, PIXEL_SCALE_ARCSEC]])
+    for i, row in enumerate(truth.to_pylist()[:4]):
+        lens_names, kw_lens, src_names, kw_src = lenstronomy_system(row)
+        assert abs(sum(LightModel(src_names).total_flux(kw_src)) - 1.0) < 1e-6
+        n = render_size(row)
+        lo = (101 - n) // 2
+        grid = PixelGrid(nx=n, ny=n, **lutil.centered_coordinate_system(n, transform))
+        kernel = band_psf_kernels(row["source_seed"], PSFSIZE)[1]
+        model = ImageModel(
+            grid,
+            PSF(psf_type="PIXEL", kernel_point_source=kernel),
+            lens_model_class=LensModel(lens_names),
+            source_model_class=LightModel(src_names),
+            kwargs_numerics={"supersampling_factor": SUPERSAMPLING},
+        )
+        ref = flux[i, 1] * np.asarray(model.image(kwargs_lens=kw_lens, kwargs_source=kw_src))
+        got = arcs.noise_free[i, 1, lo : lo + n, lo : lo + n].astype(np.float64)
+        assert np.abs(got - ref).max() <= 1e-4 * ref.max()
