@@ -89,7 +89,11 @@ HIDDEN_LENS_TRUTH_SCHEMA = pa.schema(
         _f("shear_g1", "", "external shear gamma1"),
         _f("shear_g2", "", "external shear gamma2"),
         _f("src_mag_r", "AB mag", "unlensed source r magnitude (drawn: MOCK_SOURCES)"),
-        _f("src_r_sersic_arcsec", "arcsec", "source half-light radius (Sérsic R_sersic; a cosmos source is rescaled to it)"),
+        _f(
+            "src_r_sersic_arcsec",
+            "arcsec",
+            "source half-light radius (Sérsic R_sersic; a cosmos source is rescaled to it)",
+        ),
         _f("src_n_sersic", "", "source Sérsic index"),
         _f("src_q", "", "source axis ratio"),
         _f("src_phi_rad", "rad", "source position angle, engine frame"),

@@ -106,7 +106,10 @@ LENSING_FIELDS = [
     pa.field(
         "source_r_sersic_arcsec",
         pa.float64(),
-        metadata={"unit": "arcsec", "description": "source half-light radius (Sersic R_sersic; a cosmos source is rescaled to it)"},
+        metadata={
+            "unit": "arcsec",
+            "description": "source half-light radius (Sersic R_sersic; a cosmos source is rescaled to it)",
+        },
     ),
     pa.field("source_n_sersic", pa.float64(), metadata={"description": "source Sersic index"}),
     pa.field(
