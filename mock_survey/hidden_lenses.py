@@ -14,13 +14,15 @@ are its own (``mock_survey.redshifts``: its true redshift, its σ_v from the lum
 with its scatter), the source redshift is drawn as for the known lenses, and θ_E = θ_SIS(σ_v, z_l,
 z_s). Among the eligible hosts whose θ_E lies in THETA_E_RANGE (the span of the injection grid),
 hosts are drawn with probability ∝ θ_E² (the lensing cross-section; Efraimidis–Spirakis keys). The
-SIE mass follows the host's light (its position angle, rounder, axis ratio in LENS_Q_RANGE as the
+mass follows the host's light (its position angle, rounder, axis ratio in LENS_Q_RANGE as the
 injections'), the shear is drawn as for the known lenses, and the source — unlensed magnitude, size,
 profile, shape, position and colours — is drawn from the physical population
 ``darkhaloscope.evaluation.populations.MOCK_SOURCES`` (counts, a size–luminosity relation, sources
 uniform in the source plane within θ_E), which the closure reweights the selection function to: λ
-is known in the mock. The truth rows carry every ψ under the injection bank's column names, and
-the r-band S/N and the flux of the arc as painted.
+is known in the mock. The truth rows carry every ψ under the injection bank's column names, the
+truth renderer's draws (``mock_survey.truth_render``: EPL slope, multipoles, source model; the
+arcs are drawn by lenstronomy, not the injection engine), and the r-band S/N and the flux of the
+arc as painted.
 """
 
 from __future__ import annotations
@@ -48,11 +50,12 @@ from .lenses import (
     Z_SOURCE_GAP,
     Z_SOURCE_MAX,
     Z_SOURCE_MIN,
-    lens_arc_stamps,
+    lens_arcs,
     tractor_to_engine_ellipticity,
 )
 from .redshifts import galaxy_z_and_sigma
 from .sky import MOCK_SKY_COLUMNS, MockSky
+from .truth_render import TRUTH_RENDER_FIELDS, draw_truth_render, truth_render_columns
 
 #: Tractor types of hidden-lens hosts.
 HOST_TYPES = ("DEV", "SER")
@@ -78,15 +81,19 @@ HIDDEN_LENS_TRUTH_SCHEMA = pa.schema(
         _f("z_l", "", "lens redshift (the host's true redshift)"),
         _f("z_s", "", "source redshift, drawn in [max(1, z_l + 0.3), 3]"),
         _f("sigma_v_kms", "km/s", "the host's velocity dispersion (luminosity–σ relation with scatter)"),
-        _f("theta_e_arcsec", "arcsec", "SIE Einstein radius θ_SIS(σ_v, z_l, z_s) (lenstronomy convention)"),
-        _f("lens_q", "", "SIE mass axis ratio (the light's, rounder)"),
-        _f("lens_phi_rad", "rad", "SIE mass position angle, engine frame (x East, y North)"),
-        _f("lens_e1", "", "SIE mass ellipticity e1 (lenstronomy, x East, y North)"),
-        _f("lens_e2", "", "SIE mass ellipticity e2 (lenstronomy, x East, y North)"),
+        _f("theta_e_arcsec", "arcsec", "EPL Einstein radius θ_SIS(σ_v, z_l, z_s) (lenstronomy convention)"),
+        _f("lens_q", "", "mass axis ratio (the light's, rounder)"),
+        _f("lens_phi_rad", "rad", "mass position angle, engine frame (x East, y North)"),
+        _f("lens_e1", "", "mass ellipticity e1 (lenstronomy, x East, y North)"),
+        _f("lens_e2", "", "mass ellipticity e2 (lenstronomy, x East, y North)"),
         _f("shear_g1", "", "external shear gamma1"),
         _f("shear_g2", "", "external shear gamma2"),
         _f("src_mag_r", "AB mag", "unlensed source r magnitude (drawn: MOCK_SOURCES)"),
-        _f("src_r_sersic_arcsec", "arcsec", "source Sérsic half-light radius"),
+        _f(
+            "src_r_sersic_arcsec",
+            "arcsec",
+            "source half-light radius (Sérsic R_sersic; a cosmos source is rescaled to it)",
+        ),
         _f("src_n_sersic", "", "source Sérsic index"),
         _f("src_q", "", "source axis ratio"),
         _f("src_phi_rad", "rad", "source position angle, engine frame"),
@@ -98,10 +105,11 @@ HIDDEN_LENS_TRUTH_SCHEMA = pa.schema(
         _f("src_y_arcsec", "arcsec", "source offset from the lens towards North (+Dec)"),
         _f("src_g_minus_r", "mag", "source g - r colour"),
         _f("src_r_minus_z", "mag", "source r - z colour"),
-        _f("arc_snr", "", "r-band arc S/N as painted (lensing.render.arc_snr, sky invvar at the host)"),
-        _f("arc_flux_g", "nmgy", "total g flux of the painted arc"),
-        _f("arc_flux_r", "nmgy", "total r flux of the painted arc"),
-        _f("arc_flux_z", "nmgy", "total z flux of the painted arc"),
+        *TRUTH_RENDER_FIELDS,
+        _f("arc_snr", "", "r-band S/N of the noise-free arc (lensing.render.arc_snr, sky invvar at the host)"),
+        _f("arc_flux_g", "nmgy", "total g flux of the painted arc (with its Poisson noise)"),
+        _f("arc_flux_r", "nmgy", "total r flux of the painted arc (with its Poisson noise)"),
+        _f("arc_flux_z", "nmgy", "total z flux of the painted arc (with its Poisson noise)"),
     ]
 )
 
@@ -171,7 +179,8 @@ def draw_hidden_lenses(hosts: pa.Table, seed: int) -> pa.Table:
     ``hosts`` (catalog rows, HOST_COLUMNS): redshift, σ_v and θ_E from the mock's deflector population
     (:func:`deflector_draws`), the mass's shape from the host's light and the shear from the row's
     uniforms ``rng_for("mock-hidden-lens", seed, object_id)``, the source from MOCK_SOURCES with
-    ``rng_for("mock-hidden-source", seed, object_id)``."""
+    ``rng_for("mock-hidden-source", seed, object_id)``, the truth renderer's (source model, slope,
+    multipoles) with ``truth_render.draw_truth_render``."""
     lens = deflector_draws(hosts, seed)
     u = lens["u"]
     e1, e2 = hosts.column("shape_e1").to_numpy(), hosts.column("shape_e2").to_numpy()
@@ -210,6 +219,7 @@ def draw_hidden_lenses(hosts: pa.Table, seed: int) -> pa.Table:
         "src_y_arcsec": beta * np.sin(src["src_beta_angle_rad"]),
         "src_g_minus_r": src["src_g_minus_r"],
         "src_r_minus_z": src["src_r_minus_z"],
+        **truth_render_columns(draw_truth_render(ids.tolist(), seed, lens_e1, lens_e2), lens["theta_e"]),
     }
     return pa.table(cols)
 
@@ -217,7 +227,7 @@ def draw_hidden_lenses(hosts: pa.Table, seed: int) -> pa.Table:
 def hidden_lens_truth(catalog: pa.Table, known_lenses: pa.Table, boxes, n: int, seed: int) -> pa.Table:
     """The truth (HIDDEN_LENS_TRUTH_SCHEMA) of ``n`` hidden lenses in ``catalog`` (the survey's
     sweep rows, HOST_COLUMNS), sorted by object_id, with the S/N and flux of each arc as the sky's
-    painting path (``mock_lenses.lens_arc_stamps``) paints it."""
+    painting path (``mock_survey.lenses.lens_arcs``) paints it (the S/N without the arc's Poisson noise)."""
     if n == 0:
         return HIDDEN_LENS_TRUTH_SCHEMA.empty_table()
     hosts = catalog.take(pa.array(hidden_lens_hosts(catalog, known_lenses, boxes, n, seed)))
@@ -227,10 +237,12 @@ def hidden_lens_truth(catalog: pa.Table, known_lenses: pa.Table, boxes, n: int, 
     )
     if not (invvar > 0).all():
         raise InputError("a hidden-lens host lies where the mock sky has no coverage")
-    arcs = torch.as_tensor(lens_arc_stamps(truth, catalog).astype(np.float64))
+    painted = lens_arcs(truth, catalog)
+    # the S/N is the noise-free arc's (its expectation), the flux the painted arc's (with its Poisson noise)
+    arcs = torch.as_tensor(painted.noise_free.astype(np.float64))
     iv = torch.as_tensor(invvar, dtype=torch.float64)[:, :, None, None].expand_as(arcs).contiguous()
     snr = arc_snr(arcs, iv).numpy()
-    flux = arcs.sum(dim=(-2, -1)).numpy()
+    flux = painted.stamps.astype(np.float64).sum(axis=(-2, -1))
     truth = truth.append_column("arc_snr", pa.array(snr[:, 1]))
     for j, band in enumerate("grz"):
         truth = truth.append_column(f"arc_flux_{band}", pa.array(flux[:, j]))

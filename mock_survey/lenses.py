@@ -5,8 +5,11 @@ Known lenses. Every lenscat ``galaxy``-scale lens in the footprint (duplicates w
 gets a lens-galaxy row exactly at its lenscat position and a truth row. The lens galaxies are
 SER/REX/DEV/EXP in the proportions of the DR10 lens candidates of Huang et al. (2021, ApJ 909, 27),
 with LRG colours and the z-band counts of the field galaxies (so brightness alone does not tell a
-lens from a field galaxy). The SIE mass has the light's position angle (its Tractor shape converted
-by ``tractor_to_engine_ellipticity``) and is rounder on average.
+lens from a field galaxy). The mass has the light's position angle (its Tractor shape converted
+by ``tractor_to_engine_ellipticity``) and is rounder on average. Every lens (known or hidden) is
+painted by the truth renderer (``mock_survey.truth_render``: lenstronomy EPL + multipoles + shear,
+COSMOS / clumpy / Sérsic sources, PSFEx PSFs), not by the injection engine the finder trains on; its
+draws (TRUTH_RENDER_FIELDS) are columns of the truth.
 
 Truth units: angles arcsec, magnitudes AB, ellipticities in the lensing engine's convention (x East,
 y North, lenstronomy's e1/e2). Every draw of a lens comes from ``rng_for(<key>, seed, <lens id>)``, so
@@ -23,12 +26,12 @@ import pyarrow.compute as pc
 from scipy.spatial import cKDTree
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.lensing.bank import paint_known_lens_arcs
 from darkhaloscope.seeding import rng_for
 from darkhaloscope.sky import chord_for_arcsec, unit_vectors
 from darkhaloscope.survey.known_lenses import load_known_lenses
 
 from .sky import MOCK_SKY_COLUMNS, MockSky, mock_sky_noise_key
+from .truth_render import TRUTH_RENDER_FIELDS, TruthArcs, draw_truth_render, render_truth_arcs, truth_render_columns
 
 #: lenscat entries closer than this (arcsec) are one lens (the first by name is kept).
 DUPLICATE_LENS_ARCSEC = 2.0
@@ -54,7 +57,7 @@ LENS_COLOUR_SCATTER = 0.1
 LENS_SHAPE_R_DRAW, REX_LENS_SHAPE_R_DRAW, LENS_MAX_ELLIPTICITY = (0.6, 1.4), (0.3, 0.5), 0.3
 #: Sérsic index of SER lens galaxies; REX, DEV, EXP have 1, 4, 1.
 SER_LENS_INDEX_DRAW = (3.0, 2.5)
-#: The SIE mass is rounder than the light: |e_mass| = |e_light| · (low + width · u).
+#: The mass is rounder than the light: |e_mass| = |e_light| · (low + width · u).
 MASS_ROUNDNESS_DRAW = (0.6, 0.4)
 #: External shear: Rayleigh-distributed |γ| with this scale, random angle.
 SHEAR_RAYLEIGH_SIGMA = 0.03
@@ -85,17 +88,17 @@ LENSING_FIELDS = [
     pa.field(
         "theta_e_arcsec",
         pa.float64(),
-        metadata={"unit": "arcsec", "description": "SIE Einstein radius (lenstronomy convention)"},
+        metadata={"unit": "arcsec", "description": "Einstein radius of the EPL mass (lenstronomy convention)"},
     ),
     pa.field(
         "lens_e1",
         pa.float64(),
-        metadata={"description": "SIE mass ellipticity e1 (lenstronomy, x East, y North; same PA as the light)"},
+        metadata={"description": "mass ellipticity e1 (lenstronomy, x East, y North; same PA as the light)"},
     ),
     pa.field(
         "lens_e2",
         pa.float64(),
-        metadata={"description": "SIE mass ellipticity e2 (lenstronomy, x East, y North; same PA as the light)"},
+        metadata={"description": "mass ellipticity e2 (lenstronomy, x East, y North; same PA as the light)"},
     ),
     pa.field("shear_g1", pa.float64(), metadata={"description": "external shear gamma1"}),
     pa.field("shear_g2", pa.float64(), metadata={"description": "external shear gamma2"}),
@@ -103,7 +106,10 @@ LENSING_FIELDS = [
     pa.field(
         "source_r_sersic_arcsec",
         pa.float64(),
-        metadata={"unit": "arcsec", "description": "source Sersic half-light radius"},
+        metadata={
+            "unit": "arcsec",
+            "description": "source half-light radius (Sersic R_sersic; a cosmos source is rescaled to it)",
+        },
     ),
     pa.field("source_n_sersic", pa.float64(), metadata={"description": "source Sersic index"}),
     pa.field(
@@ -135,6 +141,7 @@ KNOWN_LENS_TRUTH_SCHEMA = pa.schema(
         LENS_ID_FIELDS[5],
         pa.field("z_lens_from_lenscat", pa.bool_(), metadata={"description": "true when z_lens is lenscat's"}),
         *LENSING_FIELDS,
+        *TRUTH_RENDER_FIELDS,
     ]
 )
 #: Truth columns -> the injection engine's names (``lensing.bank.KNOWN_LENS_TRUTH_COLUMNS``).
@@ -195,7 +202,8 @@ def tractor_to_engine_ellipticity(e1, e2):
 def draw_known_lenses(lenses: pa.Table, seed: int) -> dict[str, np.ndarray]:
     """Per-lens draws (lens galaxy light and the lensing truth) of the rows of ``lenses`` (name,
     z_lens), each from ``rng_for("mock-lens", seed, name)``: arrays keyed by truth column, plus the
-    lens rows' light (mag_z, lens_gr, lens_rz, shape_r, shape_e1, shape_e2, sersic, type_code)."""
+    lens rows' light (mag_z, lens_gr, lens_rz, shape_r, shape_e1, shape_e2, sersic, type_code) and
+    under ``render`` the truth renderer's draws (``truth_render.draw_truth_render``)."""
     names = lenses.column("name").to_pylist()
     zcat = lenses.column("z_lens").to_numpy(zero_copy_only=False).astype(np.float64)
     rows = []
@@ -222,6 +230,7 @@ def draw_known_lenses(lenses: pa.Table, seed: int) -> dict[str, np.ndarray]:
     ]
     out = {k: np.array([r[k] for r in rows], dtype=np.float64).reshape(len(rows)) for k in keys}
     out["z_from_cat"] = np.array([r["z_from_cat"] for r in rows], dtype=bool)
+    out["render"] = draw_truth_render(names, seed, out["lens_e1"], out["lens_e2"])
     return out
 
 
@@ -288,6 +297,7 @@ def known_lens_truth_table(lenses: pa.Table, draw: dict, object_ids: np.ndarray,
     }
     for f in LENSING_FIELDS:
         cols[f.name] = pa.array(draw[f.name], pa.float64())
+    cols.update(truth_render_columns(draw["render"], draw["theta_e_arcsec"]))
     return pa.table(cols).select(KNOWN_LENS_TRUTH_SCHEMA.names).cast(KNOWN_LENS_TRUTH_SCHEMA)
 
 
@@ -326,20 +336,25 @@ def lens_catalog_rows(truth: pa.Table, catalog: pa.Table) -> pa.Table:
     return rows
 
 
-def lens_arc_stamps(truth: pa.Table, catalog: pa.Table) -> np.ndarray:
-    """PSF-convolved arcs (N, 3, S, S) [nmgy/pixel] of the truth rows (object_id, ra, dec and the
-    lensing truth: the known lenses' LENSING_FIELDS, or the injection engine's column names as the
-    hidden lenses' truth carries them), the lens at pixel ((S−1)/2, (S−1)/2), each convolved with its
-    lens row's PSFSIZE. The one path that paints a mock lens."""
+def lens_arcs(truth: pa.Table, catalog: pa.Table) -> TruthArcs:
+    """The arcs (N, 3, S, S) [nmgy/pixel] of the truth rows (object_id, ra, dec, the lensing truth —
+    the known lenses' LENSING_FIELDS, or the injection engine's column names as the hidden lenses'
+    truth carries them — and TRUTH_RENDER_FIELDS) as the truth renderer (``truth_render``, not the
+    injection engine) draws them: the lens at pixel ((S−1)/2, (S−1)/2), at its lens row's PSFSIZE.
+    The one path that paints a mock lens."""
     if truth.num_rows == 0:
-        return np.zeros((0, 3, 0, 0), np.float32)
+        empty = np.zeros((0, 3, 0, 0), np.float32)
+        return TruthArcs(stamps=empty, noise_free=empty)
     rows = lens_catalog_rows(truth, catalog)
     psf = np.stack([rows.column(f"psfsize_{b}").to_numpy(zero_copy_only=False) for b in "grz"], axis=1)
-    if "src_mag_r" in truth.column_names:  # engine-named truth (the hidden lenses')
-        return paint_known_lens_arcs(truth, psf)
-    engine = truth.select([f.name for f in LENSING_FIELDS])
-    engine = engine.rename_columns([TRUTH_TO_ENGINE.get(c, c) for c in engine.column_names])
-    return paint_known_lens_arcs(engine, psf)
+    if "src_mag_r" not in truth.column_names:  # the known lenses' truth names
+        truth = truth.rename_columns([TRUTH_TO_ENGINE.get(c, c) for c in truth.column_names])
+    return render_truth_arcs(truth, psf)
+
+
+def lens_arc_stamps(truth: pa.Table, catalog: pa.Table) -> np.ndarray:
+    """The painted arcs (:func:`lens_arcs`, with the arc's Poisson noise) (N, 3, S, S) float32 [nmgy/pixel]."""
+    return lens_arcs(truth, catalog).stamps
 
 
 def mock_sky_with_lenses(catalog: pa.Table, lens_truths: Sequence[pa.Table], seed: int, **sky_options) -> MockSky:

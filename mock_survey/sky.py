@@ -20,6 +20,13 @@ Model (per source, from the sweep columns):
   define the pixel noise σ = 1/sqrt(PSFDEPTH · N_eff), N_eff = 4π (FWHM / 2.3548 / 0.262)² pixels,
   the effective area of a Gaussian PSF of that FWHM, as DR10 defines PSFDEPTH (psfnorm/σ)² with
   psfnorm² = 1/N_eff (legacypipe coadds.py; DR10 catalog page). invvar = 1/σ² everywhere on a covered brick.
+- Hosts with structure: STRUCTURED_FRACTION of the DEV, EXP and SER galaxies carry one offset
+  clump (an exponential of 0.2–0.4 SHAPE_R, 0.5–1.5 SHAPE_R from the centre in a random direction,
+  holding 5–20 % of the galaxy's flux in every band, taken from the galaxy so the total is the
+  catalog's): light the point-symmetric Tractor model lacks, as real companions, bars, arms and
+  star-forming clumps are. Which galaxies and every clump parameter are hashes of the position
+  (``_structure_draws``), so every window agrees and a galaxy keeps its clump; ``structure=False``
+  draws the bare Tractor models.
 - Maskbits: NPRIMARY outside the brick's primary region; a source's catalog MASKBITS (other bits)
   are painted on a disk around it (radius max(5 px, 2·SHAPE_R)), an approximation to the DR10 map.
 
@@ -57,7 +64,7 @@ from darkhaloscope.imaging.sources import no_failures
 from darkhaloscope.imaging.wcs import TanWCS
 from darkhaloscope.profiles import sersic_b_n, sersic_surface_brightness
 from darkhaloscope.psf import GAUSSIAN_FWHM_PER_SIGMA, MOFFAT_BETA, SURVEY_PSF_PROFILE, kernel_radius_pix, psf_kernels
-from darkhaloscope.seeding import rng_for
+from darkhaloscope.seeding import rng_for, unit_hash_array
 
 #: Version key of the mock sky's noise seeds; change it and every noise pixel changes.
 MOCK_SKY_KEY = "dhs-mock-sky-v1"
@@ -94,6 +101,15 @@ NPRIMARY = 0x1
 #: Side (pixels) of the tiles a brick is rendered in (divides the 3600-pixel brick).
 TILE_SIZE = 200
 _TYPE_N = {"REX": 1.0, "EXP": 1.0, "DEV": 4.0}
+#: Hosts with structure: the fraction of galaxies of each Tractor type that carry one offset clump
+#: the Tractor model does not (see the module doc). DEV: the ~17 % of galaxies with tidal features
+#: at DECaLS depth (Hood et al. 2018, ApJ 857, 144); EXP/SER (discs): the ~30 % barred or clumpy
+#: (Masters et al. 2011, MNRAS 411, 2026, Galaxy Zoo 2 bars). REX (barely resolved) and PSF: none.
+STRUCTURED_FRACTION = {"DEV": 0.17, "EXP": 0.30, "SER": 0.30}
+#: The clump: flux fraction taken from its galaxy, offset [SHAPE_R] and radius [SHAPE_R, at least
+#: STRUCTURE_MIN_R_ARCSEC], each drawn uniformly in (low, high).
+STRUCTURE_FLUX_FRAC, STRUCTURE_OFFSET, STRUCTURE_R = (0.05, 0.20), (0.5, 1.5), (0.2, 0.4)
+STRUCTURE_MIN_R_ARCSEC = 0.1
 
 
 def mock_sky_noise_key(seed: int) -> str:
@@ -129,6 +145,51 @@ def _column(cat, name: str, required: bool = True):
     return np.asarray(col)
 
 
+def _structure_draws(ra: np.ndarray, dec: np.ndarray) -> np.ndarray:
+    """(N, 5) uniforms per source position (0.01″ grid): selection, flux fraction, offset, angle, radius."""
+    key = np.round(ra * 3.6e5).astype(np.int64) * np.int64(100_000_000) + np.round((dec + 90.0) * 3.6e5).astype(
+        np.int64
+    )
+    return np.stack([unit_hash_array(key, f"mock-host-structure-{i}") for i in range(5)], axis=1)
+
+
+def _with_structure(types: np.ndarray, arrays: tuple) -> tuple:
+    """The source arrays (ra, dec, n, shape_r, e1, e2, shrink, flux, psfsize, psfdepth, maskbits,
+    keep, clump) with each structured galaxy's clump inserted right after it (STRUCTURED_FRACTION)."""
+    ra, dec, n, shape_r, e1, e2, shrink, flux, psfsize, psfdepth, mb, keep, clump = arrays
+    u = _structure_draws(ra, dec)
+    frac_of_type = np.array([STRUCTURED_FRACTION.get(t, 0.0) for t in types])
+    par = np.flatnonzero(keep & (n > 0) & (shape_r > 0) & (u[:, 0] < frac_of_type))
+    if len(par) == 0:
+        return arrays
+    f = STRUCTURE_FLUX_FRAC[0] + np.diff(STRUCTURE_FLUX_FRAC)[0] * u[par, 1]
+    dist = shape_r[par] * (STRUCTURE_OFFSET[0] + np.diff(STRUCTURE_OFFSET)[0] * u[par, 2])
+    ang = 2.0 * np.pi * u[par, 3]
+    r_clump = np.maximum(shape_r[par] * (STRUCTURE_R[0] + np.diff(STRUCTURE_R)[0] * u[par, 4]), STRUCTURE_MIN_R_ARCSEC)
+    flux = flux.copy()
+    child_flux = flux[par] * f[:, None]
+    flux[par] *= (1.0 - f)[:, None]
+    child = (
+        ra[par] + dist * np.cos(ang) / 3600.0 / np.cos(np.radians(dec[par])),
+        dec[par] + dist * np.sin(ang) / 3600.0,
+        np.ones(len(par)),
+        r_clump,
+        np.zeros(len(par)),
+        np.zeros(len(par)),
+        np.ones(len(par)),
+        child_flux,
+        psfsize[par],
+        psfdepth[par],
+        np.zeros(len(par), np.int32),
+        np.ones(len(par), bool),
+        np.ones(len(par), bool),
+    )
+    parent = (ra, dec, n, shape_r, e1, e2, shrink, flux, psfsize, psfdepth, mb, keep, clump)
+    # drawing order: each clump right after its galaxy
+    order = np.argsort(np.concatenate([2 * np.arange(len(ra)), 2 * par + 1]), kind="stable")
+    return tuple(np.concatenate([a, c])[order] for a, c in zip(parent, child, strict=True))
+
+
 @dataclass
 class _Sources:
     """Catalog sources in drawing order, as float64 arrays (angles arcsec, fluxes nmgy)."""
@@ -146,9 +207,10 @@ class _Sources:
     half: np.ndarray  # (N,) stamp half-size (pixels) = STAMP_CLASS / 2
     trunc: np.ndarray  # (N,) truncation radius along the major axis (arcsec)
     gal_half: np.ndarray  # (N,) half-size (pixels) of the grid the profile is evaluated on; 0 = point
+    clump: np.ndarray  # (N,) bool: a structured galaxy's clump (not a catalog source)
 
     @classmethod
-    def from_catalog(cls, cat) -> "_Sources":
+    def from_catalog(cls, cat, structure: bool = True) -> "_Sources":
         ra, dec = check_coords(_column(cat, "ra"), _column(cat, "dec"))
         types = np.array([str(t).strip().upper() for t in _column(cat, "type")], dtype=object)
         unknown = sorted(set(types) - {"PSF", "REX", "EXP", "DEV", "SER", "DUP"})
@@ -178,6 +240,12 @@ class _Sources:
         mb = np.zeros(m, np.int32) if mb is None else mb.astype(np.int32)
         keep = (types != "DUP") & (flux.max(axis=1) > 0)
         flux = np.maximum(flux, 0.0)
+        clump = np.zeros(m, bool)
+        if structure:
+            ra, dec, n, shape_r, e1, e2, shrink, flux, psfsize, psfdepth, mb, keep, clump = _with_structure(
+                types, (ra, dec, n, shape_r, e1, e2, shrink, flux, psfsize, psfdepth, mb, keep, clump)
+            )
+            m = len(ra)
         # stamp size: truncated profile + PSF kernel must fit the FFT box without wrapping
         t_fac = 4.0 + 4.0 * (np.clip(n, 1.0, 4.0) - 1.0) / 3.0
         fwhm_max = np.nanmax(np.where(psfsize > 0, psfsize, np.nan), axis=1)
@@ -206,6 +274,7 @@ class _Sources:
             half[s].astype(np.int64),
             trunc[s],
             gal_half[s].astype(np.int64),
+            clump[s],
         )
 
 
@@ -239,7 +308,8 @@ class MockSky:
     (~0.6 MB each). noise: False renders the noiseless sky (invvar is unchanged). survey_psf: per
     band (PSFSIZE [arcsec], PSFDEPTH [1/nmgy²]) medians that set the noise of a brick without
     sources of its own (default: this catalog's, :meth:`survey_summary`; a sky drawn from part of a
-    survey passes the whole survey's, so its pixels are the whole survey's).
+    survey passes the whole survey's, so its pixels are the whole survey's). structure: draw the
+    structured galaxies' clumps (module doc); False draws the bare Tractor models.
     """
 
     #: Rendering is deterministic and local: callers need not commit chunks as they arrive.
@@ -255,10 +325,11 @@ class MockSky:
         key: str = MOCK_SKY_KEY,
         noise: bool = True,
         survey_psf=None,
+        structure: bool = True,
     ):
         if BRICK_SIZE % tile_size:
             raise InputError(f"tile_size {tile_size} must divide the brick size {BRICK_SIZE}")
-        self.src = _Sources.from_catalog(catalog)
+        self.src = _Sources.from_catalog(catalog, structure=structure)
         if bricks is None:
             if len(self.src.ra) == 0:
                 raise InputError("mock sky catalog is empty and no brick table was given")
@@ -281,8 +352,8 @@ class MockSky:
         self._survey_psf = (
             [
                 (
-                    _robust_median(self.src.psfsize[:, j], DEFAULT_PSFSIZE[band]),
-                    _robust_median(self.src.psfdepth[:, j], DEFAULT_PSFDEPTH[band]),
+                    _robust_median(self.src.psfsize[~self.src.clump, j], DEFAULT_PSFSIZE[band]),
+                    _robust_median(self.src.psfdepth[~self.src.clump, j], DEFAULT_PSFDEPTH[band]),
                 )
                 for j, band in enumerate(BANDS)
             ]
@@ -369,7 +440,7 @@ class MockSky:
     def _brick_noise(self, b: int) -> tuple[np.ndarray, np.ndarray]:
         """Pixel noise σ (3,) [nmgy] and FWHM (3,) [arcsec] of brick ``b``: from the brick median of
         the catalog's PSFSIZE/PSFDEPTH, else the survey median, else DR10 typical values."""
-        own = np.flatnonzero(self._src_brick == b)
+        own = np.flatnonzero((self._src_brick == b) & ~self.src.clump)
         fwhm = np.array([_robust_median(self.src.psfsize[own, j], self._survey_psf[j][0]) for j in range(len(BANDS))])
         depth = np.array([_robust_median(self.src.psfdepth[own, j], self._survey_psf[j][1]) for j in range(len(BANDS))])
         return pixel_sigma(depth, fwhm), fwhm

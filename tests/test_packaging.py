@@ -44,6 +44,10 @@ def test_the_installed_wheel_runs_dhs_outside_the_checkout(tmp_path):
     assert wheel.name.startswith(f"darkhaloscope-{dhs.__version__}-")
     names = zipfile.ZipFile(wheel).namelist()
     assert "dhs/dagster.yaml" in names and "dhs/__init__.py" in names and "definitions.py" in names
+    # the truth world's real galaxies and PSFEx models, with their licences
+    for folder, n_fits in (("cosmos", 5), ("psfex", 3)):
+        assert f"darkhaloscope/data/{folder}/LICENSE" in names
+        assert sum(n.startswith(f"darkhaloscope/data/{folder}/") and n.endswith(".fits") for n in names) == n_fits
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
