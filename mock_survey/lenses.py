@@ -144,7 +144,8 @@ KNOWN_LENS_TRUTH_SCHEMA = pa.schema(
         *TRUTH_RENDER_FIELDS,
     ]
 )
-#: Truth columns -> the injection engine's names (``lensing.bank.KNOWN_LENS_TRUTH_COLUMNS``).
+#: Truth columns -> the injection engine's names, as the truth renderer reads them
+#: (``truth_render.RENDER_INPUT_COLUMNS``).
 TRUTH_TO_ENGINE = {
     "source_mag_r": "src_mag_r",
     "source_r_sersic_arcsec": "src_r_sersic_arcsec",

@@ -10,7 +10,6 @@ from darkhaloscope.lensing.bank import (
     host_psf_fwhm,
     hosts_outside_bins,
     injection_config,
-    paint_known_lens_arcs,
     plan_injection_grid,
     plan_summary,
     render_injection_batch,
@@ -214,38 +213,6 @@ def test_render_injection_batch_bytes_failures_and_params():
     np.testing.assert_allclose(inj3, inj, atol=1e-6, equal_nan=True)
     with pytest.raises(InputError, match="host_images"):
         render_injection_batch(tasks, host[:2], iv[:2], config=cfg)
-
-
-def test_paint_known_lens_arcs_centred_and_flux():
-    truth = pa.table(
-        {
-            "theta_e_arcsec": [1.5, 0.8],
-            "lens_e1": [0.1, 0.0],
-            "lens_e2": [0.0, 0.05],
-            "shear_g1": [0.02, 0.0],
-            "shear_g2": [0.0, -0.01],
-            "src_mag_r": [21.0, 22.0],
-            "src_r_sersic_arcsec": [0.3, 0.2],
-            "src_n_sersic": [1.0, 1.5],
-            "src_e1": [0.1, 0.0],
-            "src_e2": [0.0, 0.1],
-            "src_x_arcsec": [0.05, 0.1],
-            "src_y_arcsec": [0.0, -0.05],
-            "src_g_minus_r": [0.3, 0.4],
-            "src_r_minus_z": [0.2, 0.1],
-        }
-    )
-    arcs = paint_known_lens_arcs(truth, np.array([[1.3, 1.2, 1.1], [1.5, 1.4, 0.0]]), stamp_size=61)
-    assert arcs.shape == (2, 3, 61, 61) and arcs.dtype == np.float32
-    yy, xx = np.mgrid[:61, :61]
-    for k in range(2):
-        r = arcs[k, 1]
-        # Near-ring arcs around the lens at pixel (30, 30): light-weighted centroid within ~2 pixels.
-        assert abs((r * xx).sum() / r.sum() - 30) < 2.5 and abs((r * yy).sum() / r.sum() - 30) < 2.5
-        assert r.sum() > 10 ** (-0.4 * (truth["src_mag_r"][k].as_py() - 22.5))  # magnified
-    assert arcs[0, 0].sum() < arcs[0, 1].sum() < arcs[0, 2].sum()  # g-r > 0, r-z > 0
-    with pytest.raises(InputError, match="src_mag_r"):
-        paint_known_lens_arcs(truth.drop(["src_mag_r"]), np.ones((2, 3)), stamp_size=61)
 
 
 def test_the_lens_is_centred_on_the_host_not_on_the_stamp_pixel():

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from darkhaloscope.imaging.bricks import BrickTable
-from darkhaloscope.lensing.bank import paint_known_lens_arcs
 from darkhaloscope.lensing.render import pixel_coordinates
 from darkhaloscope.lensing.sie import LensBatch, sie_convergence
 from mock_survey.lenses import draw_known_lenses, tractor_to_engine_ellipticity
 from mock_survey.sky import MockSky
+from mock_survey.truth_render import TRUTH_RENDER_FIELDS, render_truth_arcs, truth_engine
 
 RA0, DEC0 = 150.12, 2.13
 FOOT = BrickTable.generate((RA0 - 0.01, RA0 + 0.01), (DEC0 - 0.01, DEC0 + 0.01))
@@ -134,9 +134,15 @@ def test_painted_einstein_cross_is_perpendicular_to_the_light(e):
             "src_y_arcsec": [0.0],
             "src_g_minus_r": [0.0],
             "src_r_minus_z": [0.0],
+            # an isothermal lens without multipoles, a plain Sérsic source
+            **{f.name: [0] for f in TRUTH_RENDER_FIELDS},
+            "source_model": ["sersic"],
+            "truth_engine": [truth_engine()],
+            "lens_gamma": [2.0],
+            "source_flip": [False],
         }
     )
-    arc = paint_known_lens_arcs(truth, np.array([[0.8, 0.8, 0.8]]), stamp_size=N)[0]
+    arc = render_truth_arcs(truth, np.array([[0.8, 0.8, 0.8]]), stamp_size=N, poisson=False).stamps[0]
     sky = MockSky(_galaxy(ra, dec, e, flux_r=1e-9), bricks=FOOT, noise=False, extra_stamps=[(ra, dec, arc)])
     painted = sky.cutouts([ra], [dec], N)[0].image[0, 1].astype(np.float64)
     assert _axis_diff(_pixel_angle(painted), _light_angle(e) + 90.0) < 3.0

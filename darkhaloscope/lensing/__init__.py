@@ -10,7 +10,7 @@ rendering into hosts, known-lens arcs for the mock sky), ``stream`` (injections 
 for training).
 """
 
-from .bank import InjectionConfig, paint_known_lens_arcs, plan_injection_grid, plan_summary, render_injection_batch
+from .bank import InjectionConfig, plan_injection_grid, plan_summary, render_injection_batch
 from .cosmology import get_cosmology, sigma_v_from_theta_e, theta_e_from_sigma_v
 from .priors import DEFAULT_PRIORS, Prior, PriorRegistry
 from .profiles import DEFAULT_PROFILES, REGISTRY, LensModel, lens_model
@@ -20,7 +20,6 @@ from .source import SourceBatch, band_fluxes
 
 __all__ = [
     "InjectionConfig",
-    "paint_known_lens_arcs",
     "plan_injection_grid",
     "plan_summary",
     "render_injection_batch",

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..constants import BANDS, PIXEL_SCALE_ARCSEC, STAMP_SIZE, flux_to_mag
+from ..constants import BANDS, PIXEL_SCALE_ARCSEC, flux_to_mag
 from ..errors import InputError
 from ..seeding import torch_generator_for, unit_hash_array
 from .cosmology import DEFAULT_COSMOLOGY, sigma_v_from_theta_e
@@ -78,20 +78,6 @@ HOST_LENS_COLUMNS = (
 )
 #: Task columns named like a prior that the selection plan takes from the host, not from the prior.
 HOST_DERIVED = ("lens_q", "lens_phi_rad", "z_l", "theta_e_arcsec")
-#: Columns of the mock survey's known-lens truth rows read by ``paint_known_lens_arcs``: the default
-#: lens's parameters but its centre (the truth gives it as an offset from the stamp centre), then the source's.
-KNOWN_LENS_TRUTH_COLUMNS = (
-    *(col for name, col in lens_model(DEFAULT_PROFILES).columns().items() if name not in ("center_x", "center_y")),
-    "src_mag_r",
-    "src_r_sersic_arcsec",
-    "src_n_sersic",
-    "src_e1",
-    "src_e2",
-    "src_x_arcsec",
-    "src_y_arcsec",
-    "src_g_minus_r",
-    "src_r_minus_z",
-)
 
 
 def _grid(start: float, stop: float, step: float) -> tuple[float, ...]:
@@ -860,50 +846,3 @@ def render_injection_batch(
         cols[f"psf_fwhm_{name}"] = psf[:, b]
     cols["n_refined_pixels"] = n_ref
     return injected, arc, pa.table(cols)
-
-
-def paint_known_lens_arcs(
-    truth: pa.Table, psfsize: np.ndarray, stamp_size: int = STAMP_SIZE, device="cpu", render: RenderConfig | None = None
-) -> np.ndarray:
-    """Arcs of known lenses from truth rows (KNOWN_LENS_TRUTH_COLUMNS; optional lens_x_arcsec,
-    lens_y_arcsec offsets of the lens from the stamp centre) -> (N, 3, S, S) float32 [nmgy/pixel],
-    PSF-convolved with per-band FWHM ``psfsize`` (N, 3) [arcsec] (missing g/z from r), lens at pixel
-    ((S-1)/2, (S-1)/2); source offsets src_x/y are relative to the lens (x East, y North)."""
-    missing = [c for c in KNOWN_LENS_TRUTH_COLUMNS if c not in truth.column_names]
-    if missing:
-        raise InputError(f"known-lens truth table lacks columns {missing}")
-    n = truth.num_rows
-    fwhm, ok = host_psf_fwhm(psfsize)
-    if fwhm.shape[0] != n:
-        raise InputError(f"psfsize has {fwhm.shape[0]} rows, truth has {n}")
-    if not ok.all():
-        raise InputError(f"psfsize r is missing (<= 0 or non-finite) for truth rows {np.flatnonzero(~ok)[:8].tolist()}")
-    cfg = render or RenderConfig(n_pix=stamp_size)
-    if cfg.n_pix != stamp_size:
-        raise InputError(f"render.n_pix {cfg.n_pix} != stamp_size {stamp_size}")
-    c = {k: _col(truth, k) for k in KNOWN_LENS_TRUTH_COLUMNS}
-    lx = _col(truth, "lens_x_arcsec") if "lens_x_arcsec" in truth.column_names else np.zeros(n)
-    ly = _col(truth, "lens_y_arcsec") if "lens_y_arcsec" in truth.column_names else np.zeros(n)
-    out = np.zeros((n, 3, stamp_size, stamp_size), dtype=np.float32)
-    for start in range(0, n, 128):
-        sl = slice(start, min(n, start + 128))
-        rows = {k: v[sl] for k, v in c.items()}
-        lens = LensBatch.from_arrays(
-            device=device,
-            dtype=torch.float32,
-            **lens_parameters_from_columns(rows, where="known-lens truth", center_x=lx[sl], center_y=ly[sl]),
-        )
-        src = SourceBatch.from_arrays(
-            flux=band_fluxes(c["src_mag_r"][sl], c["src_g_minus_r"][sl], c["src_r_minus_z"][sl]),
-            r_sersic=c["src_r_sersic_arcsec"][sl],
-            n_sersic=c["src_n_sersic"][sl],
-            e1=c["src_e1"][sl],
-            e2=c["src_e2"][sl],
-            center_x=lx[sl] + c["src_x_arcsec"][sl],
-            center_y=ly[sl] + c["src_y_arcsec"][sl],
-            device=device,
-            dtype=torch.float32,
-        )
-        res = render_lensed_sources(lens, src, torch.as_tensor(fwhm[sl], dtype=torch.float32, device=device), cfg)
-        out[sl] = res.arc.cpu().numpy()
-    return out
