@@ -37,9 +37,16 @@ import pyarrow.parquet as pq
 import torch
 
 from benchmarks.bench_training import synthetic_hosts
+from darkhaloscope.constants import BANDS
 from darkhaloscope.evaluation.injection_scoring import render_and_score
 from darkhaloscope.evaluation.scoring import INJECTION_META, score_batches
-from darkhaloscope.lensing.bank import InjectionConfig, _build_tasks, bank_table, render_injection_batch
+from darkhaloscope.lensing.bank import (
+    InjectionConfig,
+    _lens_source_columns,
+    bank_table,
+    host_psf_fwhm,
+    render_injection_batch,
+)
 from darkhaloscope.lensing.priors import draw_system_parameters
 from darkhaloscope.training.checkpoint import CheckpointSpec
 from darkhaloscope.training.models import StackedEnsemble, build_model, count_parameters
@@ -51,35 +58,34 @@ Writer = Callable[[pa.Table], ds.Dataset]
 
 def bench_bank(n: int, n_hosts: int, seed: int = 0) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     """(tasks, host stamps (n, 3, 101, 101) [nmgy/pixel], host invvar [1/nmgy^2]) of ``n`` injections
-    drawn from the bank's priors onto ``n_hosts`` synthetic hosts dealt round-robin."""
-    cols, images, invvar = synthetic_hosts(n_hosts, seed=seed)
-    cfg = InjectionConfig()
+    drawn from the bank's priors onto ``n_hosts`` synthetic hosts dealt round-robin. The tasks carry
+    the columns the render and the score rows read; their σ_v is left NaN and no task is skipped for
+    it (σ_v needs astropy's distances, which a bare GPU host lacks, and the render does not read it)."""
+    hosts, images, invvar = synthetic_hosts(n_hosts, seed=seed)
     seeds = np.arange(n, dtype=np.int64) * 7919 + 1_000_003 * (seed + 1)
-    params = draw_system_parameters(seeds, cfg.priors, extra=("theta_e_arcsec", "z_l"))
-    host_row = np.arange(n) % n_hosts
-    extra = {
+    params = draw_system_parameters(seeds, InjectionConfig().priors, extra=("theta_e_arcsec", "z_l"))
+    h = np.arange(n) % n_hosts
+    host = {c: hosts.column(c).to_numpy()[h] for c in hosts.column_names if c not in ("split", "type")}
+    psf, _ = host_psf_fwhm(np.stack([host[f"psfsize_{b}"] for b in BANDS], axis=1))
+    theta_e, everyone = params["theta_e_arcsec"], np.ones(n, bool)
+    cols = {
+        "injection_id": np.arange(n, dtype=np.int64),
+        "seed": seeds,
+        "host_object_id": host["object_id"],
+        "theta_e_arcsec": theta_e,
+        "z_l": params["z_l"],
+        "z_s": params["z_s"],
+        "sigma_v_kms": np.full(n, np.nan),
+        **_lens_source_columns(params, theta_e, everyone, host["dx_pix"], host["dy_pix"]),
+        **{f"psf_fwhm_{b}": psf[:, i] for i, b in enumerate(BANDS)},
+        **{f"psfdepth_{b}": host[f"psfdepth_{b}"] for b in BANDS},
         "lens_mag_z": np.full(n, 18.0),
         "host_z": params["z_l"],
         "z_l_bin": params["z_l"],
         "host_z_source": np.full(n, "phot", dtype=object),
         "sigma_v_source": np.full(n, "relation", dtype=object),
     }
-    tasks, reason = _build_tasks(
-        cols,
-        params["theta_e_arcsec"],
-        params["z_l"],
-        seeds,
-        np.zeros(n, np.int64),
-        np.arange(n),
-        np.zeros(n, np.int64),
-        "bench",
-        cfg,
-        params,
-        host_row=host_row,
-        extra=extra,
-    )
-    kept = host_row[reason == ""]
-    return tasks, images[kept], invvar[kept]
+    return pa.table(cols), images[h], invvar[h]
 
 
 def profile_finder(profile: str, models: dict | None = None) -> tuple[torch.nn.Module, CheckpointSpec]:
