@@ -45,9 +45,17 @@ def _bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def test_fused_pass_scores_what_the_stored_bank_scores_bit_for_bit(bank, tmp_path):
-    tasks, host, iv, model, spec = bank
+@pytest.fixture
+def one_thread():
+    """Both paths on one torch thread (the same threads: CPU kernels may sum in another order on more)."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_fused_pass_scores_what_the_stored_bank_scores_bit_for_bit(bank, tmp_path, one_thread):
+    tasks, host, iv, model, spec = bank
     injected, _, params = render_injection_batch(tasks, host, iv, config=CONFIG)
     lake = Lake(str(tmp_path / "lake"))
     lake.write_table("injection", "injection_bank", bank_table(tasks, params, injected, host), partition={"batch": "b"})
