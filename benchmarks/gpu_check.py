@@ -28,6 +28,11 @@ fixed-size-list stamps; carry its wheel to a host whose image is older.
 * scoring: the stacked ensemble of the two members just trained, each member's logit averaged over
   the profile's dihedral views before the meta-learner, in the score assets' batch for the device
   (``inference.stamp_logits``) -> ``stamps_per_s``.
+* the injection bank's fused pass (``evaluation.injection_scoring.render_and_score``: render and
+  score chunk by chunk, no stamp stored) against its render -> store (zstd Parquet) -> score path,
+  with that ensemble, best of one pass each on a batch of synthetic tasks
+  (``bench_injection_scoring.compare``) -> ``fused_injections_per_s``, ``stored_injections_per_s``,
+  ``fused_over_stored`` and ``same_rows`` (the two paths' score rows are the same bytes).
 
 The training set: synthetic 101 px hosts (``bench_training.synthetic_hosts``), each also the
 paired control of one injection rendered by the same engine (systems of
@@ -64,6 +69,7 @@ import pyarrow.parquet as pq
 import torch
 
 from benchmarks.bench_injection import _systems
+from benchmarks.bench_injection_scoring import bench_bank, compare, parquet_writer, profile_finder
 from benchmarks.bench_training import synthetic_hosts
 from darkhaloscope.lensing import render as render_module
 from darkhaloscope.lensing.sie import LensBatch
@@ -83,8 +89,24 @@ from darkhaloscope.training.training_set import _nullable_tensor
 #: Sizes of the run: hosts (the training set holds each host and its injection), injections
 #: rendered per timed chunk (None: the profile's render chunk), stamps scored per timed pass,
 #: epochs of batches the loader is timed over, and the batch (None: the profile's).
-FULL = {"hosts": 320, "render_chunk": None, "score_stamps": 2048, "loader_epochs": 4, "batch_size": None}
-TINY = {"hosts": 12, "render_chunk": 16, "score_stamps": 16, "loader_epochs": 2, "batch_size": 12}
+FULL = {
+    "hosts": 320,
+    "render_chunk": None,
+    "score_stamps": 2048,
+    "loader_epochs": 4,
+    "batch_size": None,
+    "fused_injections": 1024,
+    "fused_hosts": 128,
+}
+TINY = {
+    "hosts": 12,
+    "render_chunk": 16,
+    "score_stamps": 16,
+    "loader_epochs": 2,
+    "batch_size": 12,
+    "fused_injections": 8,
+    "fused_hosts": 4,
+}
 #: Untimed optimizer steps before the timed ones, by device (allocator, cuDNN / oneDNN kernel choice).
 WARMUP_STEPS = {"cuda": 2, "cpu": 1}
 #: Elementwise chunk sizes [points] of ``lensing.render`` that ``--render-chunk-sweep`` times.
@@ -266,6 +288,15 @@ def score(models: dict, device: torch.device, images: np.ndarray, sizes: dict, b
     }
 
 
+def fused_rate(models: dict, device: torch.device, sizes: dict, folder: str) -> dict:
+    """The injection bank's fused pass against its render -> store -> score path, in the same run on
+    ``device`` (``bench_injection_scoring.compare``: one untimed pass of each on a few tasks first),
+    with the stacked ensemble of ``models``; the bank is stored as the lake stores it, under ``folder``."""
+    tasks, images, invvar = bench_bank(sizes["fused_injections"], sizes["fused_hosts"])
+    model, spec = profile_finder("full", models)
+    return compare(tasks, images, invvar, model, spec, device.type, parquet_writer(folder), repeat=1)
+
+
 def render_rate(device: torch.device, invvar: np.ndarray, cfg, chunk: int, budget: Budget, chunks: int) -> dict:
     """Injection-rendering timings on ``device``: chunks of ``chunk`` systems, one untimed first."""
     lens, src, fwhm = systems_on(device, chunk)
@@ -390,6 +421,8 @@ def main(argv=None) -> dict:
             res["injection"] = render_rate(device, hosts_invvar, cfg, chunk, budget, args.render_chunks)
             budget.say(f"{device.type}: scoring")
             res["scoring"] = score(models, device, train.image, sizes, budget)
+            budget.say(f"{device.type}: the injection bank rendered and scored in one pass, and stored then scored")
+            res["fused_injections"] = fused_rate(models, device, sizes, tmp)
     if len(devices) == 2:
         c, p = out["devices"]["cuda"], out["devices"]["cpu"]
         out["cuda_over_cpu"] = {
@@ -399,6 +432,9 @@ def main(argv=None) -> dict:
             },
             "injection": round(c["injection"]["systems_per_s"] / p["injection"]["systems_per_s"], 1),
             "scoring": round(c["scoring"]["stamps_per_s"] / p["scoring"]["stamps_per_s"], 1),
+            "fused_injections": round(
+                c["fused_injections"]["fused_injections_per_s"] / p["fused_injections"]["fused_injections_per_s"], 1
+            ),
         }
     out["elapsed_s"] = budget.elapsed()
     budget.watchdog.cancel()

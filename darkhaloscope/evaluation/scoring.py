@@ -79,35 +79,42 @@ def score_batches(
     checkpoint's spec (preprocessing and calibration temperature). For injections
     (``kind = 'injection'``) a failed render holds the bare host: it is no lens, so it is never
     scored as one."""
-    from ..training.inference import SCORE_BATCH, score_with_members
-    from .comparison import MEMBER_SCORE_PREFIX
-
-    batch_size = SCORE_BATCH.get(device, 16)
     seen: dict[int, tuple] = {}  # a control is its bare host: each host's stamp is scored once
     for batch in stamps.to_batches(columns=meta + [image_column], batch_size=256):
         if batch.num_rows == 0:
             continue
         images = from_tensor_column(batch.column(image_column), name=image_column)
-        if kind == "control" and "host_object_id" in batch.column_names:
-            scores, valid, reason, members = _score_hosts_once(
-                seen, batch.column("host_object_id").to_numpy(), images, model, spec, device, batch_size
-            )
-        else:
-            scores, valid, reason, members = score_with_members(
-                model, spec, images, device=device, batch_size=batch_size
-            )
-        if kind == "injection":
-            failed = ~batch.column("success").to_numpy(zero_copy_only=False).astype(bool)
-            valid = valid & ~failed
-            reason = np.where(failed, "injection_failed", np.asarray(reason, dtype=object))
-        cols = {name: batch.column(name) for name in meta}
-        cols["kind"] = pa.array([kind] * batch.num_rows)
-        cols["score"] = pa.array(np.where(valid, scores, np.nan), pa.float64(), mask=~valid)
-        for name, member in members.items():
-            cols[MEMBER_SCORE_PREFIX + name] = pa.array(np.where(valid, member, np.nan), pa.float64(), mask=~valid)
-        cols["valid"] = pa.array(valid)
-        cols["invalid_reason"] = pa.array(np.asarray(reason, dtype=object).astype(str))
-        yield pa.RecordBatch.from_pydict(cols)
+        yield score_rows(batch, meta, images, kind, model, spec, device, seen)
+
+
+def score_rows(
+    batch: pa.RecordBatch, meta: list[str], images: np.ndarray, kind: str, model, spec, device: str, seen: dict
+) -> pa.RecordBatch:
+    """The score rows (as :func:`score_batches`) of the stamps ``images`` (N, 3, S, S) [nmgy/pixel] of
+    the rows of ``batch`` (which holds the ``meta`` columns). ``seen``: the control results of the
+    hosts scored so far (filled here), so that a control, its bare host, is scored once per host."""
+    from ..training.inference import SCORE_BATCH, score_with_members
+    from .comparison import MEMBER_SCORE_PREFIX
+
+    batch_size = SCORE_BATCH.get(device, 16)
+    if kind == "control" and "host_object_id" in batch.column_names:
+        scores, valid, reason, members = _score_hosts_once(
+            seen, batch.column("host_object_id").to_numpy(), images, model, spec, device, batch_size
+        )
+    else:
+        scores, valid, reason, members = score_with_members(model, spec, images, device=device, batch_size=batch_size)
+    if kind == "injection":
+        failed = ~batch.column("success").to_numpy(zero_copy_only=False).astype(bool)
+        valid = valid & ~failed
+        reason = np.where(failed, "injection_failed", np.asarray(reason, dtype=object))
+    cols = {name: batch.column(name) for name in meta}
+    cols["kind"] = pa.array([kind] * batch.num_rows)
+    cols["score"] = pa.array(np.where(valid, scores, np.nan), pa.float64(), mask=~valid)
+    for name, member in members.items():
+        cols[MEMBER_SCORE_PREFIX + name] = pa.array(np.where(valid, member, np.nan), pa.float64(), mask=~valid)
+    cols["valid"] = pa.array(valid)
+    cols["invalid_reason"] = pa.array(np.asarray(reason, dtype=object).astype(str))
+    return pa.RecordBatch.from_pydict(cols)
 
 
 def _score_hosts_once(seen: dict, hosts: np.ndarray, images: np.ndarray, model, spec, device: str, batch_size: int):

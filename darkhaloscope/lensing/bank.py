@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -194,11 +194,18 @@ def bank_table(tasks: pa.Table, params: pa.Table, injected: np.ndarray, controls
     already in the task, the injected stamp (``image``) and its paired control (the bare host)."""
     from ..stamps import to_tensor_array
 
+    out = bank_columns(tasks, params)
+    return out.append_column("image", to_tensor_array(injected)).append_column("control", to_tensor_array(controls))
+
+
+def bank_columns(tasks: pa.Table, params: pa.Table) -> pa.Table:
+    """The injection bank's columns but its stamps: every task column, then the rendering's
+    parameters not already in the task."""
     out = tasks
     for name in params.column_names:
         if name not in out.column_names:
             out = out.append_column(name, params.column(name))
-    return out.append_column("image", to_tensor_array(injected)).append_column("control", to_tensor_array(controls))
+    return out
 
 
 def host_psf_fwhm(psfsize: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -770,6 +777,110 @@ def task_batches(
     return lens, src
 
 
+def host_failures(tasks: pa.Table, host_images: np.ndarray, host_invvar: np.ndarray, config: InjectionConfig):
+    """(host images, host invvar, failure reason per row, '' = renderable) of ``tasks``' hosts
+    (``host_images``, ``host_invvar``: (N, 3, S, S) [nmgy/pixel], [1/nmgy^2]): a host with a
+    non-finite pixel, or with no positive invvar in r, is not injected into."""
+    n = tasks.num_rows
+    img = np.asarray(host_images)
+    iv = np.asarray(host_invvar)
+    s = config.render.n_pix
+    if img.shape != (n, 3, s, s) or iv.shape != img.shape:
+        raise InputError(f"host_images {img.shape} and host_invvar {iv.shape} must both be ({n}, 3, {s}, {s})")
+    finite = np.isfinite(img).all(axis=(1, 2, 3))
+    has_iv = (np.nan_to_num(iv[:, 1]) > 0).any(axis=(1, 2))
+    return img, iv, np.where(~finite, "host_nonfinite", np.where(~has_iv, "host_invvar_r_empty", ""))
+
+
+@dataclass
+class RenderedArcs:
+    """The arcs of ``rows`` (indices of task rows), rendered in one chunk: arc (k, 3, S, S) float32
+    [nmgy/pixel] (source Poisson noise included when configured), snr (k, 3) per band,
+    magnification (k,), lensed_flux (k, 3) [nmgy], n_refined (k,)."""
+
+    rows: np.ndarray
+    arc: np.ndarray
+    snr: np.ndarray
+    magnification: np.ndarray
+    lensed_flux: np.ndarray
+    n_refined: np.ndarray
+
+
+def render_arc_chunks(
+    tasks: pa.Table, iv: np.ndarray, rows: np.ndarray, device, config: InjectionConfig
+) -> Iterator[RenderedArcs]:
+    """The arcs of task ``rows`` (the renderable ones, :func:`host_failures`), ``config.render_chunk``
+    rows per render call, in order; ``iv``: the hosts' invvar (N, 3, S, S) [1/nmgy^2], the arc S/N's noise."""
+    psf = np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1)
+    seeds = _col(tasks, "seed", np.int64)
+    profiles = plan_lens_profiles(tasks)
+    for start in range(0, len(rows), config.render_chunk):
+        sel = rows[start : start + config.render_chunk]
+        lens, src = task_batches(tasks.take(pa.array(sel)), device, torch.float32, config.priors, profiles)
+        res = render_lensed_sources(
+            lens, src, torch.as_tensor(psf[sel], dtype=torch.float32, device=device), config.render
+        )
+        a = res.arc
+        snr = arc_snr(a, torch.as_tensor(iv[sel], dtype=torch.float32, device=device)).double().cpu().numpy()
+        if config.poisson_gain is not None:
+            gens = [torch_generator_for("poisson", int(sd), device=str(a.device)) for sd in seeds[sel]]
+            a = add_poisson_noise(a, config.poisson_gain, gens)
+        yield RenderedArcs(
+            sel,
+            a.cpu().numpy().astype(np.float32),
+            snr,
+            res.magnification.double().cpu().numpy(),
+            res.lensed_flux.double().cpu().numpy(),
+            res.n_refined.cpu().numpy(),
+        )
+
+
+class RenderTally:
+    """Per-row render results of a batch of ``n`` tasks, filled chunk by chunk (:meth:`add`), and
+    the parameter table they make (:meth:`params`); rows never rendered keep μ NaN, S/N 0."""
+
+    def __init__(self, n: int):
+        self.mu = np.full(n, np.nan)
+        self.snr = np.zeros((n, 3))
+        self.lensed_flux = np.full((n, 3), np.nan)
+        self.n_ref = np.zeros(n, dtype=np.int32)
+
+    def add(self, chunk: RenderedArcs) -> None:
+        sel = chunk.rows
+        self.snr[sel], self.mu[sel] = chunk.snr, chunk.magnification
+        self.lensed_flux[sel], self.n_ref[sel] = chunk.lensed_flux, chunk.n_refined
+
+    def params(self, tasks: pa.Table, reason: np.ndarray, start: int = 0, stop: int | None = None) -> pa.Table:
+        """The parameter table of ``render_injection_batch`` for task rows ``start`` to ``stop``
+        (all by default; ``reason``: :func:`host_failures`' of every row)."""
+        stop = tasks.num_rows if stop is None else stop
+        rows, t = slice(start, stop), tasks.slice(start, stop - start)
+        snr, mags = self.snr[rows], flux_to_mag(self.lensed_flux[rows])
+        cols = {
+            "injection_id": _col(t, "injection_id", np.int64),
+            "seed": _col(t, "seed", np.int64),
+            "success": reason[rows] == "",
+            "failure_reason": reason[rows].astype(object),
+            "magnification": self.mu[rows],
+            "arc_snr": snr[:, 1],
+        }
+        for b, name in enumerate(BANDS):
+            cols[f"arc_snr_{name}"] = snr[:, b]
+        for b, name in enumerate(BANDS):
+            cols[f"lensed_mag_{name}"] = mags[:, b]
+        for b, name in enumerate(BANDS):
+            cols[f"psf_fwhm_{name}"] = _col(t, f"psf_fwhm_{name}")
+        cols["n_refined_pixels"] = self.n_ref[rows]
+        return pa.table(cols)
+
+
+def injected_stamps(host: np.ndarray, arc: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """host + arc (float32) where ``ok``, the host unchanged elsewhere."""
+    injected = (host.astype(np.float32) + arc).astype(np.float32)
+    injected[~ok] = host[~ok]
+    return injected
+
+
 def render_injection_batch(
     tasks: pa.Table,
     host_images: np.ndarray,
@@ -789,60 +900,16 @@ def render_injection_batch(
     stamp), psf_fwhm_g/r/z [arcsec] used, n_refined_pixels. Failed rows (non-finite host pixels,
     no positive invvar in r) keep the host unchanged and a zero arc. The paired control is the host.
     """
-    n = tasks.num_rows
-    img = np.asarray(host_images)
-    iv = np.asarray(host_invvar)
-    s = config.render.n_pix
-    if img.shape != (n, 3, s, s) or iv.shape != img.shape:
-        raise InputError(f"host_images {img.shape} and host_invvar {iv.shape} must both be ({n}, 3, {s}, {s})")
-    finite = np.isfinite(img).all(axis=(1, 2, 3))
-    has_iv = (np.nan_to_num(iv[:, 1]) > 0).any(axis=(1, 2))
-    reason = np.where(~finite, "host_nonfinite", np.where(~has_iv, "host_invvar_r_empty", ""))
+    img, iv, reason = host_failures(tasks, host_images, host_invvar, config)
     ok = reason == ""
     arc = np.zeros_like(img, dtype=np.float32)
-    mu = np.full(n, np.nan)
-    snr = np.zeros((n, 3))
-    lensed_flux = np.full((n, 3), np.nan)
-    n_ref = np.zeros(n, dtype=np.int32)
-    psf = np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1)
-    seeds = _col(tasks, "seed", np.int64)
+    tally = RenderTally(tasks.num_rows)
     rows = np.flatnonzero(ok)
-    profiles = plan_lens_profiles(tasks)
-    for start in range(0, len(rows), config.render_chunk):
-        sel = rows[start : start + config.render_chunk]
-        sub = tasks.take(pa.array(sel))
-        lens, src = task_batches(sub, device, torch.float32, config.priors, profiles)
-        res = render_lensed_sources(
-            lens, src, torch.as_tensor(psf[sel], dtype=torch.float32, device=device), config.render
-        )
-        a = res.arc
-        iv_t = torch.as_tensor(iv[sel], dtype=torch.float32, device=device)
-        snr[sel] = arc_snr(a, iv_t).double().cpu().numpy()
-        if config.poisson_gain is not None:
-            gens = [torch_generator_for("poisson", int(sd), device=str(a.device)) for sd in seeds[sel]]
-            a = add_poisson_noise(a, config.poisson_gain, gens)
-        arc[sel] = a.cpu().numpy().astype(np.float32)
-        mu[sel] = res.magnification.double().cpu().numpy()
-        lensed_flux[sel] = res.lensed_flux.double().cpu().numpy()
-        n_ref[sel] = res.n_refined.cpu().numpy()
+    done = 0
+    for chunk in render_arc_chunks(tasks, iv, rows, device, config):
+        arc[chunk.rows] = chunk.arc
+        tally.add(chunk)
+        done += len(chunk.rows)
         if progress is not None:
-            progress(start + len(sel), len(rows))
-    injected = (img.astype(np.float32) + arc).astype(np.float32)
-    injected[~ok] = img[~ok]
-    mags = flux_to_mag(lensed_flux)
-    cols = {
-        "injection_id": _col(tasks, "injection_id", np.int64),
-        "seed": seeds,
-        "success": ok,
-        "failure_reason": reason.astype(object),
-        "magnification": mu,
-        "arc_snr": snr[:, 1],
-    }
-    for b, name in enumerate(BANDS):
-        cols[f"arc_snr_{name}"] = snr[:, b]
-    for b, name in enumerate(BANDS):
-        cols[f"lensed_mag_{name}"] = mags[:, b]
-    for b, name in enumerate(BANDS):
-        cols[f"psf_fwhm_{name}"] = psf[:, b]
-    cols["n_refined_pixels"] = n_ref
-    return injected, arc, pa.table(cols)
+            progress(done, len(rows))
+    return injected_stamps(img, arc, ok), arc, tally.params(tasks, reason)
