@@ -2,6 +2,7 @@
 penultimate features (training.inference.stamp_features) against its own head."""
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 
@@ -10,6 +11,7 @@ from darkhaloscope.evaluation.realism import (
     REALISM_SCHEMA,
     match_injections,
     probe_auroc,
+    probe_comparison,
     probe_warns,
     realism_row,
     realism_table,
@@ -64,19 +66,60 @@ def test_bad_input_names_it(truth, inj, message):
 
 
 def test_nearest_neighbour_matching_without_replacement():
-    inj = {"theta_e_arcsec": np.linspace(0.5, 3.0, 26), "arc_snr": np.full(26, 20.0)}
-    truth = {"theta_e_arcsec": np.array([1.0, 1.0, 2.5]), "arc_snr": np.array([20.0, 20.0, 20.0])}
+    inj = pa.table({"theta_e_arcsec": np.linspace(0.5, 3.0, 26), "arc_snr": np.full(26, 20.0)})
+    truth = pa.table({"theta_e_arcsec": [1.0, 1.0, 2.5], "arc_snr": [20.0, 20.0, 20.0]})
     idx = match_injections(truth, inj, ["theta_e_arcsec", "arc_snr"], ("t",))
     assert len(set(idx.tolist())) == 3
-    got = sorted(inj["theta_e_arcsec"][idx].round(3).tolist())
+    got = sorted(inj.column("theta_e_arcsec").to_numpy()[idx].round(3).tolist())
     assert got[2] == 2.5 and {got[0], got[1]} <= {0.9, 1.0, 1.1}
     assert len(match_injections(truth, inj, [], ("t",), per_truth=2)) == 6
-    with pytest.raises(InputError, match="'arc_snr' is missing"):
-        match_injections({"theta_e_arcsec": np.ones(2)}, inj, ["theta_e_arcsec", "arc_snr"], ("t",))
+    with pytest.raises(InputError, match="truth lenses: column 'arc_snr' is missing"):
+        match_injections(truth.select(["theta_e_arcsec"]), inj, ["theta_e_arcsec", "arc_snr"], ("t",))
     with pytest.raises(InputError, match="unknown matching variable 'sigma'"):
         match_injections(truth, inj, ["sigma"], ("t",))
     with pytest.raises(InputError, match="26 injections cannot give 10"):
         match_injections(truth, inj, ["theta_e_arcsec"], ("t",), per_truth=10)
+
+
+def _stamps(n, seed, arc=0.0):
+    x = np.random.default_rng(seed).normal(0.0, 1e-3, size=(n, 3, 33, 33)).astype(np.float32)
+    x[:, :, 16, 16] += 0.05
+    x[:, :, 10, 12:21] += np.float32(arc)  # an arc-like bar north of the centre
+    return x
+
+
+def test_probe_comparison_on_a_finder():
+    torch.manual_seed(0)
+    model = build_model("strided_resnet", 3).eval()
+    n = 12
+    truth = pa.table({"object_id": np.arange(n), "theta_e_arcsec": np.linspace(1.0, 2.0, n)})
+    injections = pa.table(
+        {
+            "injection_id": np.arange(100, 140),
+            "host_object_id": np.repeat(np.arange(20), 2),
+            "theta_e_arcsec": np.linspace(0.8, 2.2, 40),
+            "arc_snr": np.full(40, 30.0),
+        }
+    )
+    pool = dict(zip(range(100, 140), _stamps(40, 2)))
+
+    def images(ids):
+        return np.stack([pool[i] for i in ids])
+
+    same = probe_comparison(
+        "same", truth, _stamps(n, 1), injections, images, model, PreprocessSpec(), "cpu", n_boot=N_BOOT
+    )
+    assert same["matched_on"] == "theta_e_arcsec" and same["n_truth"] == n and same["n_injections"] == n
+    assert same["ci95_lo"] <= 0.5 <= same["ci95_hi"]
+    apart = probe_comparison(
+        "apart", truth, _stamps(n, 1, arc=0.5), injections, images, model, PreprocessSpec(), "cpu", n_boot=N_BOOT
+    )
+    assert apart["probe_auroc"] > 0.9
+    few = probe_comparison(
+        "few", truth.slice(0, 3), _stamps(3, 1), injections, images, model, PreprocessSpec(), "cpu", n_boot=N_BOOT
+    )
+    assert few["probe_auroc"] is None and few["n_truth"] == 3
+    assert realism_table([same, apart, few]).num_rows == 3
 
 
 @pytest.mark.parametrize("arch", ["strided_resnet", "bottleneck_resnet_tiny"])

@@ -18,7 +18,7 @@ sampling of the rows, not the refits of the probe.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -104,38 +104,35 @@ def probe_auroc(
 
 
 def match_injections(
-    truth: dict, injections: dict, on: Sequence[str], seed_key: tuple, per_truth: int = 1
+    truth: pa.Table, injections: pa.Table, on: Sequence[str], seed_key: tuple, per_truth: int = 1
 ) -> np.ndarray:
-    """Indices into ``injections`` of ``per_truth`` nearest neighbours of every truth lens, without
-    replacement, in the variables ``on`` (each transformed by MATCH_TRANSFORMS and scaled by the
-    injections' standard deviation). Truth lenses take their turn in a seeded random order, so no
-    lens is favoured by its position. With ``on`` empty the injections are drawn at random.
+    """Row indices into ``injections`` of ``per_truth`` nearest neighbours of every row of
+    ``truth``, without replacement, in the columns ``on`` (each transformed by MATCH_TRANSFORMS and
+    scaled by the injections' standard deviation). Truth lenses take their turn in a seeded random
+    order, so no lens is favoured by its position. With ``on`` empty the injections are drawn at
+    random.
 
-    truth, injections: {variable: (n,) array}. InputError when a variable is missing or not
-    finite, or when there are fewer injections than ``per_truth`` times the truth lenses.
+    InputError when a column is missing or not finite, or when there are fewer injections than
+    ``per_truth`` times the truth lenses.
     """
     on = list(on)
-    n_t = len(next(iter(truth.values()))) if truth else 0
-    n_j = len(next(iter(injections.values()))) if injections else 0
     for name in on:
         if name not in MATCH_TRANSFORMS:
             raise InputError(f"unknown matching variable {name!r}; known: {list(MATCH_TRANSFORMS)}")
-        for what, d in (("truth lenses", truth), ("injections", injections)):
-            if name not in d or not np.isfinite(np.asarray(d[name], np.float64)).all():
+        for what, t in (("truth lenses", truth), ("injections", injections)):
+            if name not in t.column_names or not np.isfinite(_column(t, name)).all():
                 raise InputError(f"{what}: column {name!r} is missing or not finite")
+    n_t, n_j = truth.num_rows, injections.num_rows
     if n_j < per_truth * n_t:
         raise InputError(f"{n_j} injections cannot give {per_truth} matches to each of {n_t} truth lenses")
     rng = rng_for(*seed_key, "match")
     if not on:
         return rng.choice(n_j, size=per_truth * n_t, replace=False)
-
-    def space(d: dict, scale: np.ndarray | None = None) -> np.ndarray:
-        z = np.column_stack([MATCH_TRANSFORMS[n](np.asarray(d[n], np.float64)) for n in on])
-        return z / scale if scale is not None else z
-
-    raw = space(injections)
-    scale = np.where(raw.std(axis=0) > 0, raw.std(axis=0), 1.0)
-    zj, zt = raw / scale, space(truth, scale)
+    zj = np.column_stack([MATCH_TRANSFORMS[n](_column(injections, n)) for n in on])
+    zt = np.column_stack([MATCH_TRANSFORMS[n](_column(truth, n)) for n in on])
+    sd = zj.std(axis=0)
+    scale = np.where(sd > 0, sd, 1.0)
+    zj, zt = zj / scale, zt / scale
     free = np.ones(n_j, bool)
     chosen = []
     for i in rng.permutation(n_t):
@@ -144,6 +141,10 @@ def match_injections(
         free[picks] = False
         chosen.extend(picks.tolist())
     return np.asarray(chosen, np.int64)
+
+
+def _column(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), np.float64)
 
 
 def realism_row(
@@ -171,3 +172,40 @@ def realism_table(rows: list[dict]) -> pa.Table:
 def probe_warns(table: pa.Table, limit: float = PROBE_WARN_AUROC) -> list[str]:
     """The comparisons whose probe AUROC exceeds ``limit`` (the realism check warns on them)."""
     return [r["comparison"] for r in table.to_pylist() if r["probe_auroc"] is not None and r["probe_auroc"] > limit]
+
+
+def probe_comparison(
+    comparison: str,
+    truth: pa.Table,
+    truth_images: np.ndarray,
+    injections: pa.Table,
+    injection_images: Callable[[list[int]], np.ndarray],
+    model,
+    spec,
+    device: str,
+    seed_key: tuple = ("evaluation", "realism_probe"),
+    n_boot: int = PROBE_BOOTSTRAP_RESAMPLES,
+) -> dict:
+    """One realism-probe row (:func:`realism_row`).
+
+    truth: the truth lenses, one row per stamp of ``truth_images`` (N, 3, H, W) nmgy, with those
+    of the MATCH_TRANSFORMS columns the truth records; injections: rows of the injection bank
+    (``injection_id``, ``host_object_id``, the matching columns; failed renders left out by the
+    caller), matched to the truth one to one (:func:`match_injections`); ``injection_images(ids)``
+    returns their stamps in the order of ``ids``. Features come from the finder ``model`` with its
+    checkpoint ``spec`` (:func:`training.inference.stamp_features`); rows without valid features
+    leave the probe. With fewer than PROBE_FOLDS rows of a class the AUROC is null.
+    """
+    from ..training.inference import stamp_features
+
+    on = [n for n in MATCH_TRANSFORMS if n in truth.column_names]
+    picked = injections.take(pa.array(match_injections(truth, injections, on, seed_key), pa.int64()))
+    ids = picked.column("injection_id").to_pylist()
+    truth_f, truth_ok, _ = stamp_features(model, spec, truth_images, device=device)
+    inj_f, inj_ok, _ = stamp_features(model, spec, injection_images(ids), device=device)
+    truth_f, inj_f = truth_f[truth_ok], inj_f[inj_ok]
+    hosts = picked.column("host_object_id").to_numpy(zero_copy_only=False)[inj_ok]
+    probe = None
+    if min(len(truth_f), len(inj_f)) >= PROBE_FOLDS:
+        probe = probe_auroc(truth_f, inj_f, hosts, seed_key=seed_key, n_boot=n_boot)
+    return realism_row(comparison, probe, len(truth_f), len(inj_f), on)
