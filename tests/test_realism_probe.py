@@ -137,3 +137,13 @@ def test_pooled_features_are_what_the_head_reads(arch):
         + model.head.bias.detach().double().numpy()[:, None]
     )
     np.testing.assert_allclose(head.ravel(), logits[valid], rtol=1e-4, atol=1e-5)
+
+
+def test_report_shows_the_realism_probe():
+    from darkhaloscope.evaluation.report import build_report
+
+    row = realism_row("mock known lenses vs injections", None, 3, 3, ["theta_e_arcsec"])
+    page = build_report(realism=realism_table([row]))
+    assert 'id="table-realism-probe"' in page and "mock known lenses vs injections" in page
+    assert "theta_e_arcsec" in page and "realism_probe_gate" in page
+    assert "Realism" in build_report() and "Not provided" in build_report().split("Realism")[1][:200]
