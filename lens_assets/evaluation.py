@@ -283,7 +283,7 @@ def evaluation_report(
         held_out=held_out_negatives(cut, published_graded_lens_ids(store.table(*VISUAL_GRADES.key))),
         real_test=real_test,
         cutout_stamps=lambda ids: load_stamps(cutouts, ids)[0][0],
-        injection_stamps=lambda ids: _injection_images(injection_bank, ids),
+        injection_stamps=lambda ids: injection_images(injection_bank, ids),
         lens_finder_row=lens_finder.to_pylist()[0],
         lake_uri=store.uri,
         # relative to the report's folder, so a copied lake keeps the link
@@ -317,7 +317,8 @@ def evaluation_report(
     return Publish({EVALUATION_REPORT: staged}, metadata={EVALUATION_REPORT: md})
 
 
-def _injection_images(bank: ds.Dataset, injection_ids) -> dict:
+def injection_images(bank: ds.Dataset, injection_ids) -> dict:
+    """{injection id: stamp (3, H, W) nmgy} of the injection bank's ``image`` for ``injection_ids``."""
     if not injection_ids:
         return {}
     tbl = bank.to_table(

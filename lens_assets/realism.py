@@ -22,7 +22,7 @@ from resources import ComputeResource, LakeResource, SurveyResource
 from table_registry import CUTOUTS, INJECTION_BANK, LENS_FINDER, REALISM_PROBE, TRAINING_SET
 from table_registry import evaluation as checks
 
-from .evaluation import _injection_images
+from .evaluation import injection_images
 from .shared.publish import Publish, inputs, lake_asset
 
 
@@ -82,7 +82,7 @@ def realism_probe(
     device = compute.torch_device()
 
     def stamps(ids):
-        found = _injection_images(injection_bank, ids)
+        found = injection_images(injection_bank, ids)
         return np.stack([found[i] for i in ids]) if ids else np.zeros((0, 3, 1, 1), np.float32)
 
     with published_lens_finder(lake.lake().table(*LENS_FINDER.key), device) as (model, spec):
