@@ -65,6 +65,11 @@ def test_bad_input_names_it(truth, inj, message):
         probe_auroc(truth, inj, n_boot=N_BOOT)
 
 
+def test_too_few_injection_hosts_for_grouped_folds():
+    with pytest.raises(InputError, match="at least 5 hosts, got 2"):
+        probe_auroc(_gauss(20, 4, 0.0, 7), _gauss(20, 4, 0.0, 8), injection_groups=np.arange(20) % 2)
+
+
 def test_nearest_neighbour_matching_without_replacement():
     inj = pa.table({"theta_e_arcsec": np.linspace(0.5, 3.0, 26), "arc_snr": np.full(26, 20.0)})
     truth = pa.table({"theta_e_arcsec": [1.0, 1.0, 2.5], "arc_snr": [20.0, 20.0, 20.0]})

@@ -94,6 +94,8 @@ def probe_auroc(
         g = np.asarray(injection_groups).astype(np.int64).ravel()
         if g.shape != (len(j),):
             raise InputError(f"injection_groups has {g.size} entries for {len(j)} injections")
+        if np.unique(g).size < folds:
+            raise InputError(f"the realism probe needs injections from at least {folds} hosts, got {np.unique(g).size}")
         # truth lenses are their own groups, numbered past the hosts'
         groups = np.r_[np.arange(len(t)) + int(g.max()) + 1, g]
     x = np.vstack([t, j])
@@ -194,7 +196,8 @@ def probe_comparison(
     caller), matched to the truth one to one (:func:`match_injections`); ``injection_images(ids)``
     returns their stamps in the order of ``ids``. Features come from the finder ``model`` with its
     checkpoint ``spec`` (:func:`training.inference.stamp_features`); rows without valid features
-    leave the probe. With fewer than PROBE_FOLDS rows of a class the AUROC is null.
+    leave the probe. With fewer than PROBE_FOLDS rows of a class (or injection hosts) the AUROC is
+    null.
     """
     from ..training.inference import stamp_features
 
@@ -206,6 +209,6 @@ def probe_comparison(
     truth_f, inj_f = truth_f[truth_ok], inj_f[inj_ok]
     hosts = picked.column("host_object_id").to_numpy(zero_copy_only=False)[inj_ok]
     probe = None
-    if min(len(truth_f), len(inj_f)) >= PROBE_FOLDS:
+    if min(len(truth_f), len(inj_f), np.unique(hosts).size) >= PROBE_FOLDS:
         probe = probe_auroc(truth_f, inj_f, hosts, seed_key=seed_key, n_boot=n_boot)
     return realism_row(comparison, probe, len(truth_f), len(inj_f), on)
