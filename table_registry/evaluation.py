@@ -223,7 +223,7 @@ REALISM_PROBE = Table(
                     "",
                     "AUROC of the out-of-fold probabilities of a 5-fold cross-validated logistic regression "
                     "(standardised features) telling truth lenses from injections; 0.5 = indistinguishable; "
-                    "null when a class has fewer than 5 rows",
+                    "null when a class has fewer than 5 rows or the injections fewer than 5 hosts",
                 ),
                 "ci95_lo": ("", "lower end of probe_auroc's 95 % bootstrap interval (resampled by injection host)"),
                 "ci95_hi": ("", "upper end of probe_auroc's 95 % bootstrap interval (resampled by injection host)"),
