@@ -11,6 +11,7 @@ import lens_assets.evaluation as evaluation
 import lens_assets.imaging as imaging
 import lens_assets.injection as injection
 import lens_assets.ops as ops
+import lens_assets.realism as realism
 import lens_assets.search as search
 import lens_assets.survey as survey
 import lens_assets.training as training
@@ -24,6 +25,7 @@ STAGES = (
     injection.injection_defs,
     training.training_defs,
     evaluation.evaluation_defs,
+    realism.realism_defs,
     ops.ops_defs,
 )
 

@@ -54,6 +54,7 @@ from table_registry import (
     LENS_FINDER,
     LENS_FORECAST,
     REAL_LENS_RECALL,
+    REALISM_PROBE,
     SELECTION_CALIBRATION,
     SELECTION_CLOSURE,
     SELECTION_FUNCTION,
@@ -222,7 +223,7 @@ def real_lens_recall(
 
 @lake_asset(
     EVALUATION_REPORT,
-    code_version="7",
+    code_version="8",
     kinds={"html"},
     deps=[_key(VISUAL_GRADES)],
     ins=inputs(
@@ -241,6 +242,7 @@ def real_lens_recall(
         selection_populations=SELECTION_POPULATIONS,
         selection_model=SELECTION_MODEL,
         selection_calibration=SELECTION_CALIBRATION,
+        realism_probe=REALISM_PROBE,
     ),
 )
 def evaluation_report(
@@ -261,10 +263,11 @@ def evaluation_report(
     selection_populations: pa.Table,
     selection_model: pa.Table,
     selection_calibration: pa.Table,
+    realism_probe: pa.Table,
 ) -> Publish:
     """One static HTML page (in the files folder beside its index row): ROC curves and their areas
     with bootstrap intervals, the selection function and its marginals, the recall table, the lens
-    finder's gates, mosaics of example cutouts and a link to the search's candidate gallery."""
+    finder's gates, the realism probe, mosaics of example cutouts and a link to the search's candidate gallery."""
     store = lake.lake()
     cut = cutout_scores.to_table()
     real_test = cut.filter(pc.and_(pc.equal(cut.column("label"), 1), pc.equal(cut.column("split"), "test")))
@@ -280,7 +283,7 @@ def evaluation_report(
         held_out=held_out_negatives(cut, published_graded_lens_ids(store.table(*VISUAL_GRADES.key))),
         real_test=real_test,
         cutout_stamps=lambda ids: load_stamps(cutouts, ids)[0][0],
-        injection_stamps=lambda ids: _injection_images(injection_bank, ids),
+        injection_stamps=lambda ids: injection_images(injection_bank, ids),
         lens_finder_row=lens_finder.to_pylist()[0],
         lake_uri=store.uri,
         # relative to the report's folder, so a copied lake keeps the link
@@ -299,6 +302,7 @@ def evaluation_report(
                 (LENS_FORECAST, lens_forecast),
             )
         },
+        realism=realism_probe,
     ).encode("utf-8")
     staged = staged_table(context, EVALUATION_REPORT)
     staged.write_bytes("report.html", html)
@@ -313,7 +317,8 @@ def evaluation_report(
     return Publish({EVALUATION_REPORT: staged}, metadata={EVALUATION_REPORT: md})
 
 
-def _injection_images(bank: ds.Dataset, injection_ids) -> dict:
+def injection_images(bank: ds.Dataset, injection_ids) -> dict:
+    """{injection id: stamp (3, H, W) nmgy} of the injection bank's ``image`` for ``injection_ids``."""
     if not injection_ids:
         return {}
     tbl = bank.to_table(

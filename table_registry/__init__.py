@@ -26,6 +26,7 @@ from .evaluation import (
     FPR_BY_CONFUSER,
     INJECTION_SCORES,
     REAL_LENS_RECALL,
+    REALISM_PROBE,
     THRESHOLDS,
 )
 from .imaging import CUTOUT_VALIDATION, CUTOUTS
@@ -96,6 +97,7 @@ __all__ = [
     "PHOTO_Z",
     "POSITIVES",
     "REAL_LENS_RECALL",
+    "REALISM_PROBE",
     "SEARCH_SCORES",
     "SEARCH_STAMPS",
     "SEARCH_TARGETS",

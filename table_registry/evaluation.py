@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from darkhaloscope.evaluation.realism import PROBE_WARN_AUROC, REALISM_SCHEMA
 from darkhaloscope.evaluation.recall import CONFUSER_SCHEMA, RECALL_SCHEMA
 from darkhaloscope.evaluation.thresholds import THRESHOLD_SCHEMA
 from darkhaloscope.lensing.priors import SOURCE_PARAMETERS
@@ -194,6 +195,51 @@ FPR_BY_CONFUSER = Table(
     (FPR_BY_CONFUSER_CONTRACT,),
 )
 
+REALISM_PROBE_CONTRACT = Audit("realism_probe_contract", "one row per comparison; AUROC and its interval in [0, 1]")
+
+REALISM_PROBE_GATE = Audit(
+    "realism_probe_gate",
+    f"a linear probe on the finder's penultimate features tells truth lenses from matched injections "
+    f"no better than AUROC {PROBE_WARN_AUROC} (warning above it, or when too few rows to measure)",
+    blocking=False,
+)
+
+REALISM_PROBE = Table(
+    "evaluation",
+    "realism_probe",
+    "linear probe on the lens finder's penultimate features: truth-world lenses against matched injections",
+    Contract(
+        table="realism_probe",
+        columns=from_schema(
+            REALISM_SCHEMA,
+            {
+                "comparison": (
+                    "",
+                    "what is compared: the truth lenses (mock known lenses or DR10 lenscat) and the injections",
+                ),
+                "n_truth": ("", "truth lenses with valid features (test split, unseen in training)"),
+                "n_injections": ("", "injections matched to them with valid features"),
+                "probe_auroc": (
+                    "",
+                    "AUROC of the out-of-fold probabilities of a 5-fold cross-validated logistic regression "
+                    "(standardised features) telling truth lenses from injections; 0.5 = indistinguishable; "
+                    "null when a class has fewer than 5 rows or the injections fewer than 5 hosts",
+                ),
+                "ci95_lo": ("", "lower end of probe_auroc's 95 % bootstrap interval (resampled by injection host)"),
+                "ci95_hi": ("", "upper end of probe_auroc's 95 % bootstrap interval (resampled by injection host)"),
+                "matched_on": (
+                    "",
+                    "the variables the injections were matched to the truth lenses on (nearest neighbour)",
+                ),
+            },
+        ),
+        key=("comparison",),
+        ranges=tuple(Range(c, 0.0, 1.0, nullable=True) for c in ("probe_auroc", "ci95_lo", "ci95_hi")),
+    ),
+    None,
+    (REALISM_PROBE_CONTRACT, REALISM_PROBE_GATE),
+)
+
 EVALUATION_REPORT_CONTRACT = Audit("evaluation_report_contract", "the report exists and embeds its figures")
 
 EVALUATION_REPORT = Table(
@@ -220,5 +266,6 @@ TABLES: tuple[Table, ...] = (
     THRESHOLDS,
     REAL_LENS_RECALL,
     FPR_BY_CONFUSER,
+    REALISM_PROBE,
     EVALUATION_REPORT,
 )

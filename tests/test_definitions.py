@@ -39,6 +39,7 @@ EXPECTED_ASSETS = {
     "evaluation/lens_forecast",
     "evaluation/real_lens_recall",
     "evaluation/fpr_by_confuser",
+    "evaluation/realism_probe",
     "evaluation/evaluation_report",
     "search/search_targets",
     "search/search_scores",
@@ -54,6 +55,7 @@ GPU_ASSETS = {
     "training/lens_finder",
     "evaluation/cutout_scores",
     "evaluation/injection_scores",
+    "evaluation/realism_probe",
     "search/search_scores",
     "search/search_stamps",
 }

@@ -27,6 +27,7 @@ from darkhaloscope.evaluation import (
 )
 from darkhaloscope.evaluation.comparison import auroc_intervals
 from darkhaloscope.evaluation.plots import reliability_png
+from darkhaloscope.evaluation.realism import realism_row, realism_table
 from darkhaloscope.seeding import rng_for
 from darkhaloscope.training.calibration import calibration_summary, fit_temperature
 from tests.conftest import require_chromium
@@ -133,6 +134,7 @@ def _report() -> tuple[str, dict[str, bytes]]:
         reliability=figs["reliability"],
         mosaics={k: figs[k] for k in ex},
         provenance={"model": "test-model", "code_version": "0"},
+        realism=realism_table([realism_row("mock known lenses vs injections", None, 3, 3, ["theta_e_arcsec"])]),
     )
     return page, figs
 
@@ -182,6 +184,7 @@ def test_report_structure(report):
         "fig-selection-fpr-1e-2",
         "table-calibration",
         "fig-reliability",
+        "table-realism-probe",
     ):
         assert f'id="{el}"' in page
     assert "1 of 2 gates passed" in page and "FAIL" in page

@@ -117,13 +117,15 @@ def report_html(
     gallery_uri: str | None = None,
     conditioning: Mapping | None = None,
     selection_tables: Mapping[str, pa.Table | None] | None = None,
+    realism: pa.Table | None = None,
 ) -> str:
     """The evaluation report page. ``figure(name)`` returns a stored figure; ``cutout_stamps(ids)``
     the cutouts' images (N, 3, 101, 101); ``injection_stamps(ids)`` {injection id: image};
     ``gallery_uri`` where the search's candidate gallery is published; ``conditioning`` what the
     selection function is conditioned on (``lensing.bank.selection_conditioning``);
     ``selection_tables`` the tables that test and extend it, by table name (see :func:`build_report`;
-    ``lens_forecast`` carries its assumptions in its schema, ``lensing.bank.table_conditioning``)."""
+    ``lens_forecast`` carries its assumptions in its schema, ``lensing.bank.table_conditioning``);
+    ``realism`` the realism probe's table (:mod:`realism`)."""
     usable = usable_thresholds(thresholds)
     forecast = (selection_tables or {}).get("lens_forecast")
     curves = {
@@ -162,4 +164,5 @@ def report_html(
         conditioning=conditioning,
         selection_tables=selection_tables,
         forecast_assumptions=table_conditioning(forecast) if forecast is not None else None,
+        realism=realism,
     )

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError
+from .realism import PROBE_FOLDS, PROBE_WARN_AUROC
 from .thresholds import require_columns, valid_scores
 
 _CSS = """
@@ -399,6 +400,7 @@ def build_report(
     conditioning: Mapping | None = None,
     selection_tables: Mapping[str, pa.Table | None] | None = None,
     forecast_assumptions: Mapping | None = None,
+    realism: pa.Table | None = None,
     max_table_rows: int = 200,
 ) -> str:
     """One static, self-contained HTML page of the evaluation; every argument is optional (an absent
@@ -429,6 +431,7 @@ def build_report(
         ``kind = 'all'`` rows shown), ``selection_model`` and ``selection_calibration`` (the detection
         model, its reliability), ``selection_closure`` (hidden lenses found against predicted) and
         ``lens_forecast`` (``forecast_assumptions``: its schema's metadata).
+    realism : the realism probe's table (:func:`realism.realism_table`).
 
     Returns the HTML text (UTF-8); identical inputs give an identical page.
     """
@@ -444,7 +447,7 @@ def build_report(
     )
     parts += _closure_section(ids, st.get("selection_closure"), max_table_rows)
     parts += _forecast_section(ids, st.get("lens_forecast"), forecast_assumptions, max_table_rows)
-    parts += _fpr_section(ids, fpr_by_confuser, max_table_rows)
+    parts += _fpr_section(ids, fpr_by_confuser, max_table_rows) + _realism_section(ids, realism)
     parts += _mosaic_sections(ids, mosaics)
     parts += _gallery_section(gallery_uri)
     return (
@@ -494,6 +497,20 @@ def _fpr_section(ids, fpr_by_confuser: pa.Table | None, max_table_rows: int) -> 
         if fpr_by_confuser is not None
         else _MISSING,
     ]
+
+
+def _realism_section(ids, realism: pa.Table | None) -> list[str]:
+    parts = ["<h2>Realism: does the finder tell the truth world's lenses from its injections?</h2>"]
+    if realism is None:
+        return parts + [_MISSING]
+    parts.append(
+        f'<p class="note">A {PROBE_FOLDS}-fold cross-validated logistic regression on the lens finder’s '
+        "penultimate features, truth lenses (the test split's known lenses) against injections matched to them "
+        f"(<code>matched_on</code>): AUROC 0.5 means the finder sees no difference; above {PROBE_WARN_AUROC} "
+        "the <code>realism_probe_gate</code> check warns: the injections it trained on are not the world "
+        "it is applied to, and C measured on them may not transfer. Interval: 95 % bootstrap.</p>"
+    )
+    return parts + [table_html(realism, el_id=ids("table", "realism-probe"))]
 
 
 def _closure_section(ids, closure: pa.Table | None, max_table_rows: int) -> list[str]:

@@ -124,12 +124,14 @@ def _gate(name: str, value: float, threshold: float | None = None, **details) ->
 
 
 def cross_validated_lr_probabilities(
-    features: np.ndarray, labels: np.ndarray, seed: object = 0, folds: int = 5
+    features: np.ndarray, labels: np.ndarray, seed: object = 0, folds: int = 5, groups=None
 ) -> np.ndarray:
     """Out-of-fold logistic-regression probabilities of label 1 (standardised features, L2, stratified
-    k-fold): each row scored by a regression fitted on the other folds."""
+    k-fold): each row scored by a regression fitted on the other folds. ``groups`` ((n,) ids, e.g.
+    the host of each injection): rows of one group stay in one fold (stratified group k-fold), so
+    that no fold is scored on a group it was fitted on."""
     from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold, cross_val_predict
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
@@ -137,9 +139,12 @@ def cross_validated_lr_probabilities(
     counts = np.bincount(y, minlength=2)
     if counts.min() < folds:
         raise InputError(f"cross-validated gate needs at least {folds} samples of each class, got {counts.tolist()}")
-    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=stable_hash64(seed, "cv") % (2**32))
+    state = stable_hash64(seed, "cv") % (2**32)
+    split = StratifiedKFold if groups is None else StratifiedGroupKFold
+    cv = split(n_splits=folds, shuffle=True, random_state=state)
     clf = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
-    return cross_val_predict(clf, np.asarray(features, dtype=np.float64), y, cv=cv, method="predict_proba")[:, 1]
+    x = np.asarray(features, dtype=np.float64)
+    return cross_val_predict(clf, x, y, groups=groups, cv=cv, method="predict_proba")[:, 1]
 
 
 def cross_validated_lr_auc(features: np.ndarray, labels: np.ndarray, seed: object = 0, folds: int = 5) -> float:

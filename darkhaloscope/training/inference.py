@@ -233,3 +233,39 @@ def score_with_members(
     keys = [n if names.count(n) == 1 else f"{n}_{i}" for i, n in enumerate(names)]
     members = {k: calibrated_probability(member[:, i]) for i, k in enumerate(keys)}
     return calibrated_probability(logits, getattr(spec, "temperature", 1.0)), valid, reason, members
+
+
+def stamp_features(
+    model: torch.nn.Module, spec, images, device: str | torch.device | None = None, batch_size: int = 256
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The network's penultimate-layer features (``pooled_features``: the globally pooled features
+    its linear head reads) for stamps, preprocessed with the checkpoint's spec as for scoring, in
+    the stamps' own orientation (no dihedral averaging: a linear probe compares representations,
+    not scores). Arguments as :func:`score_stamps`.
+
+    Returns (features (N, D) float64, NaN rows where invalid; valid (N,) bool; reason (N,) str).
+    """
+    if not hasattr(model, "pooled_features"):
+        raise InputError(f"{type(model).__name__} has no pooled_features (its penultimate layer)")
+    pspec = getattr(spec, "preprocess", spec)
+    if not isinstance(pspec, PreprocessSpec):
+        raise InputError(f"feature extraction needs a PreprocessSpec or CheckpointSpec, got {type(spec).__name__}")
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    model = model.to(dev).eval()
+    feats, valids, reasons, width = [], [], [], None
+    with torch.inference_mode():
+        for ok, reason, x in _preprocessed_batches(images, pspec, dev, int(batch_size)):
+            f = None if x is None else model.pooled_features(x).double().cpu().numpy()
+            width = width if f is None else f.shape[1]
+            feats.append((ok, f))
+            valids.append(ok)
+            reasons.append(reason)
+    if not valids:
+        return np.zeros((0, 0)), np.zeros(0, bool), np.zeros(0, dtype=object)
+    out = []
+    for ok, f in feats:
+        rows = np.full((ok.shape[0], width or 0), np.nan)
+        if f is not None:
+            rows[ok] = f
+        out.append(rows)
+    return np.concatenate(out), np.concatenate(valids), np.concatenate(reasons)

@@ -91,9 +91,12 @@ class BottleneckResNet(nn.Module):
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.head = nn.Linear(c, 1)
 
+    def pooled_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The penultimate layer: globally average-pooled features (N, D) the head reads."""
+        return self.features(x.contiguous(memory_format=torch.channels_last)).mean(dim=(2, 3))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        f = self.features(x.contiguous(memory_format=torch.channels_last)).mean(dim=(2, 3))
-        return self.head(self.dropout(f)).squeeze(-1)
+        return self.head(self.dropout(self.pooled_features(x))).squeeze(-1)
 
 
 class _BasicBlock(nn.Module):
@@ -120,9 +123,12 @@ class _PooledResNet(nn.Module):
     layers: nn.Module
     head: nn.Module
 
+    def pooled_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The penultimate layer: globally average-pooled features (N, D) the head reads."""
+        return self.layers(self.stem(x.contiguous(memory_format=torch.channels_last))).mean(dim=(2, 3))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        f = self.layers(self.stem(x.contiguous(memory_format=torch.channels_last))).mean(dim=(2, 3))
-        return self.head(f).squeeze(-1)
+        return self.head(self.pooled_features(x)).squeeze(-1)
 
 
 class ResNet18Small(_PooledResNet):
@@ -202,6 +208,11 @@ class StackedEnsemble(nn.Module):
 
     def member_logits(self, x: torch.Tensor) -> torch.Tensor:
         return torch.stack([m(x) for m in self.members], dim=1)
+
+    def pooled_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The members' penultimate layers side by side (N, sum of their D): the meta-learner reads
+        only the members' logits, so the members' pooled features are the representation."""
+        return torch.cat([m.pooled_features(x) for m in self.members], dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.meta(torch.sigmoid(self.member_logits(x))).squeeze(-1)

@@ -1,0 +1,106 @@
+"""The realism_probe asset's choice of truth lenses: the test split's known lenses not in the
+training set, with θ_E from the mock's known-lens truth (lens_assets/realism.py)."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from darkhaloscope.stamps import to_tensor_array
+from lens_assets.realism import _truth_lenses
+
+
+def test_truth_lenses_are_unseen_test_split_lenses_with_their_theta_e(tmp_path):
+    n = 6
+    images = np.arange(n, dtype=np.float32)[:, None, None, None] * np.ones((n, 3, 101, 101), np.float32)
+    cutouts = pa.table(
+        {
+            "object_id": pa.array(np.arange(10, 10 + n), pa.int64()),
+            "label": pa.array([1, 1, 1, 0, 1, 1], pa.int8()),
+            "split": ["test", "train", "test", "test", "test", "test"],
+            "image": to_tensor_array(images),
+        }
+    )
+    training = pa.table({"object_id": pa.array([15], pa.int64())})  # a test-split lens seen in training
+    truth_path = tmp_path / "known_lens_truth.parquet"
+    # the known-lens truth in another order; object 14 has no truth row and leaves the sample
+    pq.write_table(
+        pa.table({"object_id": pa.array([15, 12, 10], pa.int64()), "theta_e_arcsec": [3.0, 2.0, 1.0]}), truth_path
+    )
+    mock = SimpleNamespace(is_mock=True, mock_manifest=lambda: SimpleNamespace(truth_path=truth_path))
+    truth, stamps = _truth_lenses(ds.dataset(cutouts), ds.dataset(training), mock)
+    assert truth.column("object_id").to_pylist() == [10, 12]
+    assert truth.column("theta_e_arcsec").to_pylist() == [1.0, 2.0]
+    assert stamps[:, 0, 0, 0].tolist() == [0.0, 2.0]
+    real = SimpleNamespace(is_mock=False)
+    truth, stamps = _truth_lenses(ds.dataset(cutouts), ds.dataset(training), real)
+    assert truth.column_names == ["object_id"] and truth.column("object_id").to_pylist() == [10, 12, 14]
+    assert stamps.shape == (3, 3, 101, 101)
+
+
+def test_realism_probe_materializes_and_warns_without_blocking(tmp_path):
+    """On a survey that is not the mock (no θ_E: a random draw of injections), with a tiny untrained
+    finder: one row published, the gate a warning (an untrained network's random features tell
+    lens-like stamps from noise stamps), the contract passed."""
+    import dagster as dg
+
+    from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META
+    from io_managers import LakeIOManager
+    from lake_platform.lake import Lake
+    from lens_assets.realism import realism_probe
+    from lens_assets.shared.partitions import injection_batches, sweep_partitions
+    from resources import ComputeResource, LakeResource, SurveyResource
+    from tests.support.tiny_finder import publish_tiny_finder
+    from tests.support.wap import run_assets
+
+    sweep, batch = "sweep-030m005-035p000.fits", "batch-00000"
+    lake = Lake(str(tmp_path / "lake"))
+    publish_tiny_finder(lake)
+    rng = np.random.default_rng(0)
+    n = 12
+    truth_images = rng.normal(0.0, 0.02, (n, 3, 101, 101)).astype(np.float32)
+    truth_images[:, :, 40:44, 45:56] += 0.5  # an arc-like bar the injections lack
+    cut = {name: pa.nulls(n, pa.string()) for name in CUTOUT_META}
+    cut.update(
+        object_id=pa.array(np.arange(n), pa.int64()),
+        label=pa.array(np.ones(n), pa.int8()),
+        split=pa.array(["test"] * n),
+        image=to_tensor_array(truth_images),
+    )
+    lake.write_table("imaging", "cutouts", pa.table(cut), partition={"sweep_file": sweep})
+    lake.write_table("training", "training_set", pa.table({"object_id": pa.array([100], pa.int64())}))
+    m = 20
+    inj = {name: pa.array(np.full(m, 1.0)) for name in INJECTION_META}
+    inj.update(
+        injection_id=pa.array(np.arange(1000, 1000 + m), pa.int64()),
+        host_z_source=pa.array(["spec"] * m),
+        sigma_v_source=pa.array(["measured"] * m),
+        host_object_id=pa.array(np.arange(m) // 2, pa.int64()),
+        success=pa.array([True] * m),
+        failure_reason=pa.array([""] * m),
+        arc_snr=pa.array(np.full(m, 20.0)),
+        image=to_tensor_array(rng.normal(0.0, 0.02, (m, 3, 101, 101)).astype(np.float32)),
+        control=to_tensor_array(rng.normal(0.0, 0.02, (m, 3, 101, 101)).astype(np.float32)),
+    )
+    lake.write_table("injection", "injection_bank", pa.table(inj), partition={"injection_batch": batch})
+    resource = LakeResource(uri=lake.uri)
+    resources = {
+        "lake": resource,
+        "io_manager": LakeIOManager(uri=resource.uri),
+        "compute": ComputeResource(device="cpu", profile="demo"),
+        "survey": SurveyResource(survey=str(tmp_path / "mirror")),
+    }
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(sweep_partitions.name, [sweep])
+    instance.add_dynamic_partitions(injection_batches.name, [batch])
+    result = run_assets([realism_probe.key], resources, instance)
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert checks["realism_probe_contract"].passed
+    assert (
+        not checks["realism_probe_gate"].passed and checks["realism_probe_gate"].severity == dg.AssetCheckSeverity.WARN
+    )
+    row = lake.read_table("evaluation", "realism_probe").to_pylist()[0]
+    assert row["n_truth"] == n and row["n_injections"] == n and row["matched_on"] == "none (random draw)"
+    assert row["probe_auroc"] > 0.7
