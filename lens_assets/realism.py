@@ -4,7 +4,7 @@ features telling the truth world's lenses from injections matched to them
 
 The truth lenses are the known lenses of the test split (held out by HEALPix pixel, never seen in
 training): on the mock, lenses painted by the independent truth renderer (``mock_survey.truth_render``),
-matched to the injections in θ_E from the mock's known-lens truth (that truth has no arc S/N); on
+matched to the injections in θ_E and arc S/N from the mock's known-lens truth; on
 DR10, lenscat's confirmed lenses, which record no θ_E, so the injections are a seeded random draw
 of as many.
 """
@@ -28,7 +28,8 @@ from .shared.publish import Publish, inputs, lake_asset
 
 def _truth_lenses(cutouts: ds.Dataset, training_set: ds.Dataset, survey: SurveyResource) -> tuple[pa.Table, np.ndarray]:
     """(truth rows, their stamps): the test split's known lenses not in the training set, with
-    θ_E from the mock's known-lens truth on the mock."""
+    θ_E and the arc's S/N from the mock's known-lens truth on the mock (lenses off the sky's
+    coverage, without an S/N, left out)."""
     import pyarrow.parquet as pq
 
     seen = training_set.to_table(columns=["object_id"]).column("object_id")
@@ -39,19 +40,21 @@ def _truth_lenses(cutouts: ds.Dataset, training_set: ds.Dataset, survey: SurveyR
     images = from_tensor_column(rows.column("image"), name="image") if rows.num_rows else np.zeros((0, 3, 1, 1))
     truth = rows.select(["object_id"])
     if survey.is_mock:
-        known = pq.read_table(survey.mock_manifest().truth_path, columns=["object_id", "theta_e_arcsec"])
+        known = pq.read_table(survey.mock_manifest().truth_path, columns=["object_id", "theta_e_arcsec", "arc_snr"])
+        known = known.filter(pc.is_finite(known.column("arc_snr")))
         pos = pc.index_in(truth.column("object_id"), known.column("object_id"))
         keep = pos.is_valid().to_numpy(zero_copy_only=False)
-        truth = truth.filter(pa.array(keep)).append_column(
-            "theta_e_arcsec", known.column("theta_e_arcsec").take(pos.filter(pos.is_valid()))
-        )
+        found = known.take(pos.filter(pos.is_valid()))
+        truth = truth.filter(pa.array(keep))
+        for name in ("theta_e_arcsec", "arc_snr"):
+            truth = truth.append_column(name, found.column(name))
         images = images[keep]
     return truth, images
 
 
 @lake_asset(
     REALISM_PROBE,
-    code_version="1",
+    code_version="2",
     kinds={"pytorch", "parquet"},
     pool="gpu",
     deps=[dg.AssetKey(list(LENS_FINDER.key))],
@@ -68,7 +71,7 @@ def realism_probe(
 ) -> Publish:
     """A cross-validated logistic regression on the lens finder's penultimate features: truth-world
     lenses (the test split's known lenses) against injections matched to them one to one in θ_E
-    (mock) or drawn at random (DR10), AUROC with a 95 % bootstrap interval. Warns above 0.70:
+    and arc S/N (mock) or drawn at random (DR10), AUROC with a 95 % bootstrap interval. Warns above 0.70:
     the finder's representation then tells the world it is applied to from the one it trained on."""
     truth, images = _truth_lenses(cutouts, training_set, survey)
     injections = injection_bank.to_table(

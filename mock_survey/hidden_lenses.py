@@ -30,7 +30,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 
 from darkhaloscope.catalog.cuts import REQUIRED_COLUMNS, KnownLensIndex, NegativeSelectionConfig, cut_masks
 from darkhaloscope.catalog.reserve import closure_reserved
@@ -38,7 +37,6 @@ from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation.populations import MOCK_SOURCES
 from darkhaloscope.lensing.bank import LENS_Q_RANGE
 from darkhaloscope.lensing.cosmology import theta_e_from_sigma_v
-from darkhaloscope.lensing.render import arc_snr
 from darkhaloscope.seeding import rng_for
 from darkhaloscope.sky import chord_for_arcsec, unit_vectors
 
@@ -46,15 +44,16 @@ from .lenses import (
     LENS_ID_FIELDS,
     MASS_ROUNDNESS_DRAW,
     N_UNIFORMS,
+    PAINTED_ARC_FIELDS,
     SHEAR_RAYLEIGH_SIGMA,
     Z_SOURCE_GAP,
     Z_SOURCE_MAX,
     Z_SOURCE_MIN,
-    lens_arcs,
+    painted_arc_columns,
     tractor_to_engine_ellipticity,
 )
 from .redshifts import galaxy_z_and_sigma
-from .sky import MOCK_SKY_COLUMNS, MockSky
+from .sky import MOCK_SKY_COLUMNS
 from .truth_render import TRUTH_RENDER_FIELDS, draw_truth_render, truth_render_columns
 
 #: Tractor types of hidden-lens hosts.
@@ -106,10 +105,7 @@ HIDDEN_LENS_TRUTH_SCHEMA = pa.schema(
         _f("src_g_minus_r", "mag", "source g - r colour"),
         _f("src_r_minus_z", "mag", "source r - z colour"),
         *TRUTH_RENDER_FIELDS,
-        _f("arc_snr", "", "r-band S/N of the noise-free arc (lensing.render.arc_snr, sky invvar at the host)"),
-        _f("arc_flux_g", "nmgy", "total g flux of the painted arc (with its Poisson noise)"),
-        _f("arc_flux_r", "nmgy", "total r flux of the painted arc (with its Poisson noise)"),
-        _f("arc_flux_z", "nmgy", "total z flux of the painted arc (with its Poisson noise)"),
+        *PAINTED_ARC_FIELDS,
     ]
 )
 
@@ -232,18 +228,9 @@ def hidden_lens_truth(catalog: pa.Table, known_lenses: pa.Table, boxes, n: int, 
         return HIDDEN_LENS_TRUTH_SCHEMA.empty_table()
     hosts = catalog.take(pa.array(hidden_lens_hosts(catalog, known_lenses, boxes, n, seed)))
     truth = draw_hidden_lenses(hosts, seed)
-    invvar = MockSky(catalog.select(MOCK_SKY_COLUMNS)).pixel_invvar(
-        hosts.column("ra").to_numpy(), hosts.column("dec").to_numpy()
-    )
-    if not (invvar > 0).all():
+    arcs = painted_arc_columns(truth, catalog)
+    if not np.isfinite(arcs["arc_snr"]).all():
         raise InputError("a hidden-lens host lies where the mock sky has no coverage")
-    painted = lens_arcs(truth, catalog)
-    # the S/N is the noise-free arc's (its expectation), the flux the painted arc's (with its Poisson noise)
-    arcs = torch.as_tensor(painted.noise_free.astype(np.float64))
-    iv = torch.as_tensor(invvar, dtype=torch.float64)[:, :, None, None].expand_as(arcs).contiguous()
-    snr = arc_snr(arcs, iv).numpy()
-    flux = painted.stamps.astype(np.float64).sum(axis=(-2, -1))
-    truth = truth.append_column("arc_snr", pa.array(snr[:, 1]))
-    for j, band in enumerate("grz"):
-        truth = truth.append_column(f"arc_flux_{band}", pa.array(flux[:, j]))
+    for name, values in arcs.items():
+        truth = truth.append_column(name, pa.array(values))
     return truth.cast(HIDDEN_LENS_TRUTH_SCHEMA).sort_by("object_id")

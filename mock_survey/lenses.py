@@ -131,6 +131,25 @@ LENSING_FIELDS = [
     pa.field("g_minus_r", pa.float64(), metadata={"unit": "mag", "description": "source g - r colour"}),
     pa.field("r_minus_z", pa.float64(), metadata={"unit": "mag", "description": "source r - z colour"}),
 ]
+#: What a truth table records of each arc as the sky paints it (:func:`painted_arc_columns`).
+PAINTED_ARC_FIELDS = [
+    pa.field(
+        "arc_snr",
+        pa.float64(),
+        metadata={
+            "description": "r-band S/N of the noise-free arc (lensing.render.arc_snr, sky invvar at the lens; "
+            "null off the sky's coverage)"
+        },
+    ),
+    *(
+        pa.field(
+            f"arc_flux_{b}",
+            pa.float64(),
+            metadata={"unit": "nmgy", "description": f"total {b} flux of the painted arc (with its Poisson noise)"},
+        )
+        for b in "grz"
+    ),
+]
 #: Truth of the known (lenscat) lenses: truth/known_lens_truth.parquet.
 KNOWN_LENS_TRUTH_SCHEMA = pa.schema(
     [
@@ -142,6 +161,7 @@ KNOWN_LENS_TRUTH_SCHEMA = pa.schema(
         pa.field("z_lens_from_lenscat", pa.bool_(), metadata={"description": "true when z_lens is lenscat's"}),
         *LENSING_FIELDS,
         *TRUTH_RENDER_FIELDS,
+        *PAINTED_ARC_FIELDS,
     ]
 )
 #: Truth columns -> the injection engine's names, as the truth renderer reads them
@@ -283,8 +303,11 @@ def lensing_draws(u: np.ndarray, zl: float, theta_e: float, e_light: float, phi:
     }
 
 
-def known_lens_truth_table(lenses: pa.Table, draw: dict, object_ids: np.ndarray, sweep_files: list[str]) -> pa.Table:
-    """The known lenses' truth (KNOWN_LENS_TRUTH_SCHEMA) from ``draw_known_lenses`` and the lens rows' keys."""
+def known_lens_truth_table(
+    lenses: pa.Table, draw: dict, object_ids: np.ndarray, sweep_files: list[str], catalog: pa.Table
+) -> pa.Table:
+    """The known lenses' truth (KNOWN_LENS_TRUTH_SCHEMA) from ``draw_known_lenses``, the lens rows'
+    keys, and their arcs as painted into the sky of ``catalog`` (the survey's sweep rows)."""
     cols = {
         "name": lenses.column("name"),
         "ra": lenses.column("ra"),
@@ -299,6 +322,7 @@ def known_lens_truth_table(lenses: pa.Table, draw: dict, object_ids: np.ndarray,
     for f in LENSING_FIELDS:
         cols[f.name] = pa.array(draw[f.name], pa.float64())
     cols.update(truth_render_columns(draw["render"], draw["theta_e_arcsec"]))
+    cols.update(painted_arc_columns(pa.table(cols), catalog))
     return pa.table(cols).select(KNOWN_LENS_TRUTH_SCHEMA.names).cast(KNOWN_LENS_TRUTH_SCHEMA)
 
 
@@ -351,6 +375,26 @@ def lens_arcs(truth: pa.Table, catalog: pa.Table) -> TruthArcs:
     if "src_mag_r" not in truth.column_names:  # the known lenses' truth names
         truth = truth.rename_columns([TRUTH_TO_ENGINE.get(c, c) for c in truth.column_names])
     return render_truth_arcs(truth, psf)
+
+
+def painted_arc_columns(truth: pa.Table, catalog: pa.Table) -> dict[str, np.ndarray]:
+    """PAINTED_ARC_FIELDS of the truth rows' arcs as :func:`lens_arcs` paints them: the r-band S/N of
+    the noise-free arc (its expectation) against the sky's pixel noise at the lens (NaN where the sky
+    has no coverage), and each band's flux [nmgy] of the painted arc (with its Poisson noise)."""
+    import torch
+
+    from darkhaloscope.lensing.render import arc_snr
+
+    painted = lens_arcs(truth, catalog)
+    rows = lens_catalog_rows(truth, catalog)
+    invvar = MockSky(catalog.select(MOCK_SKY_COLUMNS)).pixel_invvar(
+        rows.column("ra").to_numpy(), rows.column("dec").to_numpy()
+    )
+    arcs = torch.as_tensor(painted.noise_free.astype(np.float64))
+    iv = torch.as_tensor(invvar, dtype=torch.float64)[:, :, None, None].expand_as(arcs).contiguous()
+    snr = np.where((invvar > 0).all(axis=1), arc_snr(arcs, iv).numpy()[:, 1], np.nan)
+    flux = painted.stamps.astype(np.float64).sum(axis=(-2, -1))
+    return {"arc_snr": snr, **{f"arc_flux_{b}": flux[:, j] for j, b in enumerate("grz")}}
 
 
 def lens_arc_stamps(truth: pa.Table, catalog: pa.Table) -> np.ndarray:

@@ -78,7 +78,7 @@ from .writers import atomic_write, write_parquet, write_sweep
 GENERATOR_VERSION = "dhs-mock-survey-6"
 #: Version of the truth tables and the sky painted from them (in the config digest); change it when
 #: the truth draws, the truth renderer or the sky's galaxies change.
-TRUTH_VERSION = "dhs-mock-truth-6"
+TRUTH_VERSION = "dhs-mock-truth-7"
 #: Hidden lenses per profile: 10 in the demo's two files and 400 in the full profile's one, a few
 #: per thousand of the negative pool (the demo's share: BENCHMARKS.md, *The demo profile now: 28
 #: epochs, channels-last convolutions, 10 hidden lenses per realisation*). Lenses are rarer in the
@@ -248,10 +248,11 @@ def generate_mock_survey(root: str | os.PathLike, config: MockSurveyConfig | Non
     (root / KNOWN_LENS_TRUTH_RELPATH).parent.mkdir(parents=True, exist_ok=True)
     files, nrows, lens_oid, lens_file = _write_sweeps(root / SWEEP_SUBDIR, boxes, cfg, lenses, draw)
     truth = root / KNOWN_LENS_TRUTH_RELPATH
-    known = known_lens_truth_table(lenses, draw, lens_oid, lens_file)
-    write_parquet(truth, known)
-    # the hidden lenses are drawn from the catalog as the real reader returns it
+    # the hidden lenses are drawn from the catalog as the real reader returns it, and every arc's S/N
+    # is measured against its sky
     catalog = pa.concat_tables([read_sweep(p, columns=HOST_COLUMNS) for p in files])
+    known = known_lens_truth_table(lenses, draw, lens_oid, lens_file, catalog)
+    write_parquet(truth, known)
     hidden = hidden_lens_truth(catalog, all_lenses, boxes, cfg.n_hidden_lenses, cfg.seed)
     hidden_path = root / HIDDEN_LENS_TRUTH_RELPATH
     write_parquet(hidden_path, hidden)

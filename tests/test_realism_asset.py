@@ -12,7 +12,7 @@ from darkhaloscope.stamps import to_tensor_array
 from lens_assets.realism import _truth_lenses
 
 
-def test_truth_lenses_are_unseen_test_split_lenses_with_their_theta_e(tmp_path):
+def test_truth_lenses_are_unseen_test_split_lenses_with_their_theta_e_and_arc_snr(tmp_path):
     n = 6
     images = np.arange(n, dtype=np.float32)[:, None, None, None] * np.ones((n, 3, 101, 101), np.float32)
     cutouts = pa.table(
@@ -25,14 +25,23 @@ def test_truth_lenses_are_unseen_test_split_lenses_with_their_theta_e(tmp_path):
     )
     training = pa.table({"object_id": pa.array([15], pa.int64())})  # a test-split lens seen in training
     truth_path = tmp_path / "known_lens_truth.parquet"
-    # the known-lens truth in another order; object 14 has no truth row and leaves the sample
+    # the known-lens truth in another order; object 14's arc has no S/N (off the sky's coverage): it
+    # leaves the sample
     pq.write_table(
-        pa.table({"object_id": pa.array([15, 12, 10], pa.int64()), "theta_e_arcsec": [3.0, 2.0, 1.0]}), truth_path
+        pa.table(
+            {
+                "object_id": pa.array([15, 12, 10, 14], pa.int64()),
+                "theta_e_arcsec": [3.0, 2.0, 1.0, 1.5],
+                "arc_snr": [30.0, 12.0, 5.0, float("nan")],
+            }
+        ),
+        truth_path,
     )
     mock = SimpleNamespace(is_mock=True, mock_manifest=lambda: SimpleNamespace(truth_path=truth_path))
     truth, stamps = _truth_lenses(ds.dataset(cutouts), ds.dataset(training), mock)
     assert truth.column("object_id").to_pylist() == [10, 12]
     assert truth.column("theta_e_arcsec").to_pylist() == [1.0, 2.0]
+    assert truth.column("arc_snr").to_pylist() == [5.0, 12.0]
     assert stamps[:, 0, 0, 0].tolist() == [0.0, 2.0]
     real = SimpleNamespace(is_mock=False)
     truth, stamps = _truth_lenses(ds.dataset(cutouts), ds.dataset(training), real)

@@ -35,7 +35,9 @@ PROBE_BOOTSTRAP_RESAMPLES = 1000
 PROBE_WARN_AUROC = 0.70
 #: The matching variables and how each is compared: θ_E linearly (arcsec), the arc S/N in log
 #: (a factor two matters alike at S/N 10 and 100).
-MATCH_TRANSFORMS = {"theta_e_arcsec": lambda v: v, "arc_snr": np.log10}
+#: Arc S/N below which arcs are matched as equal (an arc of S/N 0 has no logarithm).
+ARC_SNR_FLOOR = 0.1
+MATCH_TRANSFORMS = {"theta_e_arcsec": lambda v: v, "arc_snr": lambda v: np.log10(np.maximum(v, ARC_SNR_FLOOR))}
 
 REALISM_SCHEMA = pa.schema(
     [
