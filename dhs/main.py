@@ -133,14 +133,34 @@ def cmd_tables(args) -> int:
     from darkhaloscope.errors import StorageError
     from lake_platform.query import describe_tables, format_rows
 
+    refused: dict[str, str] = {}
     try:
-        info = describe_tables(_lake())
+        info = describe_tables(_lake(), refused)
     except (InputError, CredentialError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     cols = ["table", "group", "rows", "partitions", "uri"]
     print(format_rows(cols, [tuple(d[c] for c in cols) for d in info], args.format))
-    return 0
+    for why in refused.values():
+        print(f"error: {why}", file=sys.stderr)
+    return 2 if refused else 0
+
+
+def cmd_verify(args) -> int:
+    from darkhaloscope.errors import StorageError
+
+    try:
+        lake = _lake()
+        tables = lake.tables()
+        problems = [p for group, asset in tables for p in lake.verify(group, asset, adopt=args.adopt)]
+    except (InputError, CredentialError, StorageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    adopted = " (parts without a manifest adopted as they are)" if args.adopt else ""
+    print(f"verified {len(tables)} tables{adopted}: {len(problems)} problems")
+    return 2 if problems else 0
 
 
 def cmd_export(args) -> int:
@@ -292,6 +312,7 @@ READS: dict[str, tuple[str, ...]] = {
     "demo": _ALL_GROUPS,
     "query": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
     "tables": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
+    "verify": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
     "export": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
     "fetch-list": ("DHS_SURVEY", "DHS_S3_ENDPOINT"),
     "cutout": ("survey", "mock survey", "DHS_PROFILE", "DHS_DEVICE"),
@@ -367,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _lake_commands(command) -> None:
-    """``materialize``, ``query``, ``tables`` and ``cutout`` (``command`` adds one sub-command)."""
+    """``materialize``, ``query``, ``tables``, ``verify`` and ``cutout`` (``command`` adds one sub-command)."""
     m = command(
         "materialize",
         "materialize assets (all partitions; stale or missing upstream assets first)",
@@ -415,6 +436,16 @@ def _lake_commands(command) -> None:
     )
     t.add_argument("--format", choices=["table", "csv", "json"], default="table")
     t.set_defaults(func=cmd_tables)
+    v = command(
+        "verify",
+        "check every part of the lake against its manifest (sizes and sha256); --adopt records missing manifests",
+        "Check every table's files against the manifests their commits recorded: a stray file, a missing part or "
+        "one whose size or sha256 differs is named (error: <group>/<table>: <file>: ...) and the exit is 2. "
+        "--adopt first records a manifest, from its bytes as they are, for each part no manifest records (a "
+        "lake written before manifests); check such a lake's contents before adopting it.",
+    )
+    v.add_argument("--adopt", action="store_true", help="record a manifest for every part that has none")
+    v.set_defaults(func=cmd_verify)
     c = command(
         "cutout",
         "one g,r,z cutout as FITS cube (band, y, x) or PNG",

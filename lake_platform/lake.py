@@ -553,6 +553,10 @@ class Lake:
                     f"table {group}/{asset} lacks {len(missing)} requested partition(s), "
                     f"e.g. {self.full_uri(missing[0])}"
                 )
+        return self.dataset_of(group, asset, files)
+
+    def dataset_of(self, group: str, asset: str, files: list[str]) -> ds.Dataset:
+        """A pyarrow dataset (as :meth:`dataset`) over part files already checked (``check``)."""
         if not files:
             where = self.full_uri(self.table_path(group, asset))
             raise InputError(f"table {group}/{asset} has no committed data in the lake at {where}")
@@ -573,7 +577,7 @@ class Lake:
     def _open_dataset(self, group: str, asset: str, files: list[str], every_dimension: bool) -> ds.Dataset:
         base = self.table_path(group, asset)
         try:
-            footers = [pq.read_metadata(f, filesystem=self.fs) for f in files]
+            footers = [self._footer(group, asset, f) for f in files]
             self._check_ranges(group, asset, files, footers)
             schemas = [m.schema.to_arrow_schema() for m in footers]
             # partitions of one table may hold different column sets (e.g. scores per source): unify
@@ -604,6 +608,14 @@ class Lake:
             raise
         except OSError as exc:
             raise translate_storage_error(exc, self.full_uri(base)) from exc
+
+    def _footer(self, group: str, asset: str, path: str) -> pq.FileMetaData:
+        """A part's Parquet footer; InputError naming the file when it does not parse."""
+        try:
+            return pq.read_metadata(path, filesystem=self.fs)
+        except pa.ArrowInvalid as exc:
+            rel = path[len(self.table_path(group, asset)) + 1 :]
+            raise InputError(f"{group}/{asset}: {rel}: unreadable Parquet footer ({exc}): not read") from exc
 
     def _check_ranges(self, group: str, asset: str, files: list[str], footers: list[pq.FileMetaData]) -> None:
         """Refuse a part whose footer statistics (each row group's min and max) put a value
@@ -696,7 +708,7 @@ class Lake:
         """Row count from Parquet footers."""
         files = self._part_files(group, asset)
         try:
-            return sum(pq.read_metadata(f, filesystem=self.fs).num_rows for f in files)
+            return sum(self._footer(group, asset, f).num_rows for f in files)
         except OSError as exc:
             raise translate_storage_error(exc, self.full_uri(self.table_path(group, asset))) from exc
 

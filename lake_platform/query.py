@@ -16,8 +16,10 @@ import csv
 import io
 import json
 import math
+import re
 import threading
 from dataclasses import dataclass
+from typing import Iterable
 
 import duckdb
 
@@ -45,18 +47,40 @@ class QueryResult:
     truncated: bool
 
 
-def connect(lake: Lake) -> duckdb.DuckDBPyConnection:
-    """In-memory DuckDB connection with one view per committed lake table, external access off."""
+def connect(lake: Lake, verify: Iterable[str] = ()) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
+    """In-memory DuckDB connection with one view per committed lake table, external access off,
+    and ``{table: why}`` of the tables left out. Every view holds only the parts its manifests
+    record; those of the tables named in ``verify`` (the ones a query reads) are verified byte for
+    byte (sha256), the others by size. A table that fails is left out, with its reason
+    (``<group>/<table>: <file>: <problem>``), so that every other table stays queryable."""
     con = duckdb.connect(":memory:")
+    refused = {}
+    wanted = set(verify)
     for group, asset in lake.tables():
-        con.register(asset, lake.dataset(group, asset))
+        try:
+            if asset in wanted:
+                con.register(asset, lake.dataset(group, asset))
+            else:
+                files = lake.check(group, asset, content=False)
+                if files.problems:
+                    raise InputError(files.message(f"{group}/{asset}"))
+                con.register(asset, lake.dataset_of(group, asset, files.parts))
+        except InputError as exc:
+            refused[asset] = str(exc)
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
-    return con
+    return con, refused
+
+
+def _tables_read(sql: str) -> set[str]:
+    """Every word of ``sql`` that could name a table, lower-cased: a superset of the tables it
+    reads (DuckDB's ``get_table_names`` binds the query, and fails on a join's USING columns
+    before any table exists)."""
+    return {word.lower() for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", sql)}
 
 
 def check_read_only(sql: str) -> None:
-    """Raise InputError unless every statement in ``sql`` is a SELECT."""
+    """Raise InputError unless ``sql`` is one SELECT statement."""
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
@@ -69,6 +93,9 @@ def check_read_only(sql: str) -> None:
                 f"refused: `dhs query` is read-only and only runs SELECT statements, not {_statement_name(st)} "
                 "(materialize assets with `dhs materialize` to change the lake)"
             )
+    if len(statements) > 1:
+        # only the last statement's rows would be printed: the others would pass unseen
+        raise InputError(f"refused: `dhs query` runs one statement at a time, got {len(statements)}")
 
 
 def _statement_name(statement) -> str:
@@ -94,7 +121,12 @@ def query(
             f"max rows={max_rows}"
         )
     check_read_only(sql)
-    con = connect(lake)
+    read = _tables_read(sql)
+    con, refused = connect(lake, verify=read)
+    blocked = sorted(read & set(refused))
+    if blocked:
+        con.close()
+        raise InputError(f"refused: {refused[blocked[0]]}")
     expired = threading.Event()
 
     def interrupt() -> None:
@@ -172,16 +204,25 @@ def _cell(v) -> str:
     return str(v)
 
 
-def describe_tables(lake: Lake) -> list[dict]:
-    """Each committed table: name, group, row count (from footers), partitions and URI."""
+def describe_tables(lake: Lake, refused: dict[str, str] | None = None) -> list[dict]:
+    """Each committed table: name, group, row count (from footers), partitions and URI. A table
+    whose files do not match its manifests (sizes checked) raises InputError naming the file, or,
+    given ``refused``, is left out and recorded there as ``{"<group>/<table>": why}``."""
     out = []
     for group, asset in lake.tables():
-        parts = lake.partitions(group, asset)
+        try:
+            parts = lake.partitions(group, asset)
+            rows = lake.count_rows(group, asset)
+        except InputError as exc:
+            if refused is None:
+                raise
+            refused[f"{group}/{asset}"] = str(exc)
+            continue
         out.append(
             {
                 "table": asset,
                 "group": group,
-                "rows": lake.count_rows(group, asset),
+                "rows": rows,
                 "partitions": len([p for p in parts if p]),
                 "uri": lake.full_uri(lake.table_path(group, asset)),
             }
