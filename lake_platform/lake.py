@@ -613,7 +613,11 @@ class Lake:
         """A part's Parquet footer; InputError naming the file when it does not parse."""
         try:
             return pq.read_metadata(path, filesystem=self.fs)
-        except pa.ArrowInvalid as exc:
+        except (pa.ArrowInvalid, OSError) as exc:
+            # pyarrow reports a footer that does not parse as an OSError ("Couldn't deserialize
+            # thrift") or ArrowInvalid ("Parquet magic bytes not found"); storage faults stay theirs
+            if isinstance(exc, OSError) and "thrift" not in str(exc) and "Parquet" not in str(exc):
+                raise
             rel = path[len(self.table_path(group, asset)) + 1 :]
             raise InputError(f"{group}/{asset}: {rel}: unreadable Parquet footer ({exc}): not read") from exc
 

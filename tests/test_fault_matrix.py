@@ -1,0 +1,269 @@
+"""Fault matrix of a lake that protects itself (issue 52): each case damages a committed lake the
+way an operator, a crashed copy or bit rot would, and checks that readers name the file and never
+serve its rows, that every other table stays readable, and that nothing is written.
+
+Rows of docs/bad_input_matrix.md ("Integrity on read" and "Output hygiene") quote these messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+
+from darkhaloscope.errors import InputError
+from dhs.main import main
+from lake_platform.contracts import Column, Contract, Range
+from lake_platform.lake import PART_FILE, Lake
+from lake_platform.manifest import MANIFEST_DIR
+from lake_platform.query import check_read_only, describe_tables, run_query
+
+A, B = "a.fits", "b.fits"
+
+
+def _scores(n: int, offset: float = 0.0) -> pa.Table:
+    return pa.table({"object_id": np.arange(n, dtype=np.int64), "score": np.linspace(0.1, 0.9, n) + offset})
+
+
+def _fill(lake: Lake) -> None:
+    """Two tables: evaluation/cutout_scores (two partitions) and catalog/negatives."""
+    lake.write_table("evaluation", "cutout_scores", _scores(6), partition={"sweep_file": A})
+    lake.write_table("evaluation", "cutout_scores", _scores(4), partition={"sweep_file": B})
+    lake.write_table("catalog", "negatives", pa.table({"object_id": np.arange(3, dtype=np.int64)}))
+
+
+def _part(lake: Lake, sweep: str = A) -> str:
+    return f"{lake.partition_path('evaluation', 'cutout_scores', {'sweep_file': sweep})}/{PART_FILE}"
+
+
+def _bytes(lake: Lake, path: str) -> bytes:
+    with lake.fs.open_input_stream(path) as f:
+        return f.read()
+
+
+def _put(lake: Lake, path: str, payload: bytes) -> None:
+    lake.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with lake.fs.open_output_stream(path) as out:
+        out.write(payload)
+
+
+def _snapshot(lake: Lake) -> dict[str, str]:
+    infos = lake.fs.get_file_info(pafs.FileSelector(lake.root, recursive=True, allow_not_found=True))
+    return {i.path: hashlib.sha256(_bytes(lake, i.path)).hexdigest() for i in infos if i.type == pafs.FileType.File}
+
+
+def _flip_a_byte(lake: Lake) -> None:
+    data = bytearray(_bytes(lake, _part(lake)))
+    data[len(data) // 3] ^= 0x40  # inside the column chunks: the footer still parses
+    _put(lake, _part(lake), bytes(data))
+
+
+def _truncate(lake: Lake) -> None:
+    _put(lake, _part(lake), _bytes(lake, _part(lake))[:-100])
+
+
+def _stray_backup(lake: Lake) -> None:
+    folder = lake.partition_path("evaluation", "cutout_scores", {"sweep_file": A})
+    _put(lake, f"{folder}/backup/{PART_FILE}", _bytes(lake, _part(lake)))
+
+
+def _delete_part(lake: Lake) -> None:
+    lake.fs.delete_file(_part(lake))
+
+
+def _break_the_footer(lake: Lake) -> None:
+    data = _bytes(lake, _part(lake))
+    _put(lake, _part(lake), data[:-8] + b"\0" * 8)  # the footer's length and magic, same size
+
+
+CASES = {
+    "a byte flipped": (
+        _flip_a_byte,
+        "evaluation/cutout_scores: sweep_file=a.fits/part-0.parquet: its sha256 differs from the manifest's: "
+        "altered, not read",
+    ),
+    "truncated": (
+        _truncate,
+        "evaluation/cutout_scores: sweep_file=a.fits/part-0.parquet: is {size} bytes, the manifest records "
+        "{full}: truncated or altered, not read",
+    ),
+    "a stray backup in a partition": (
+        _stray_backup,
+        "evaluation/cutout_scores: sweep_file=a.fits/backup/part-0.parquet: no manifest records it (a stray "
+        "file, or a lake written before manifests: `dhs verify --adopt` records them), not read",
+    ),
+    "a part deleted": (
+        _delete_part,
+        "evaluation/cutout_scores: sweep_file=a.fits/part-0.parquet: missing: the manifest records it ({full} bytes)",
+    ),
+    "the footer overwritten": (
+        _break_the_footer,
+        "evaluation/cutout_scores: sweep_file=a.fits/part-0.parquet: its sha256 differs from the manifest's: "
+        "altered, not read",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_damaged_part_is_named_and_never_read(lake, case):
+    _fill(lake)
+    full = lake.fs.get_file_info(_part(lake)).size
+    damage, says = CASES[case]
+    damage(lake)
+    size = lake.fs.get_file_info(_part(lake)).size
+    says = says.format(size=size, full=full)
+    before = _snapshot(lake)
+    for read in (
+        lambda: lake.read_table("evaluation", "cutout_scores"),
+        lambda: list(lake.iter_batches("evaluation", "cutout_scores")),
+        lambda: run_query(lake, "SELECT count(*) FROM cutout_scores"),
+    ):
+        with pytest.raises(InputError) as err:
+            read()
+        assert says in str(err.value)
+    if case != "a stray backup in a partition":  # the backup lies in sweep_file=a.fits only
+        with pytest.raises(InputError, match="sweep_file=a.fits"):
+            lake.read_table("evaluation", "cutout_scores", partition={"sweep_file": A})
+    # the other partition, the other table and a query that reads no table still answer
+    assert lake.read_table("evaluation", "cutout_scores", partition={"sweep_file": B}).num_rows == 4
+    assert run_query(lake, "SELECT count(*) FROM negatives") == (["count_star()"], [(3,)])
+    assert run_query(lake, "SELECT 1 AS one") == (["one"], [(1,)])
+    assert _snapshot(lake) == before  # reading wrote nothing
+
+
+def test_a_lake_written_before_manifests_is_refused_until_adopted(lake):
+    _fill(lake)
+    lake.fs.delete_dir(f"{lake.root}/{MANIFEST_DIR}")
+    with pytest.raises(InputError, match=r"catalog/negatives: part-0.parquet: no manifest records it"):
+        lake.read_table("catalog", "negatives")
+    problems = lake.verify("evaluation", "cutout_scores")
+    assert [p.split(": no manifest")[0] for p in problems] == [
+        "evaluation/cutout_scores: sweep_file=a.fits/part-0.parquet",
+        "evaluation/cutout_scores: sweep_file=b.fits/part-0.parquet",
+    ]
+    assert lake.verify("evaluation", "cutout_scores", adopt=True) == []
+    assert lake.read_table("evaluation", "cutout_scores").num_rows == 10
+    assert lake.partitions("evaluation", "cutout_scores") == [{"sweep_file": A}, {"sweep_file": B}]
+
+
+def test_adopt_records_no_stray_file_and_no_altered_part(lake):
+    _fill(lake)
+    _stray_backup(lake)
+    _flip_a_byte(lake)
+    problems = lake.verify("evaluation", "cutout_scores", adopt=True)
+    assert [p.split(": ")[1] for p in problems] == [
+        "sweep_file=a.fits/part-0.parquet",
+        "sweep_file=a.fits/backup/part-0.parquet",
+    ]
+    assert "its sha256 differs" in problems[0] and "no manifest records it" in problems[1]
+
+
+def test_a_manifest_that_is_not_one_is_named(lake):
+    _fill(lake)
+    _put(lake, lake.manifest_path("catalog", "negatives"), b"{not json")
+    with pytest.raises(InputError, match=r"catalog/negatives: _manifests/.../manifest.json: unreadable manifest"):
+        lake.read_table("catalog", "negatives")
+
+
+def test_a_score_outside_its_contract_is_refused_on_read(tmp_path):
+    contract = Contract(
+        "cutout_scores",
+        (Column("object_id", pa.int64(), "", "id"), Column("score", pa.float64(), "", "a score")),
+        ranges=(Range("score", 0.0, 1.0),),
+    )
+    lake = Lake(str(tmp_path / "lake"), contracts=lambda g, t: contract if t == "cutout_scores" else None)
+    lake.write_table("evaluation", "cutout_scores", _scores(6), partition={"sweep_file": A})
+    lake.write_table("evaluation", "cutout_scores", _scores(4, offset=1e295), partition={"sweep_file": B})
+    with pytest.raises(InputError) as err:
+        lake.read_table("evaluation", "cutout_scores")
+    assert str(err.value) == (
+        "evaluation/cutout_scores: sweep_file=b.fits/part-0.parquet: column score holds 1e+295 (row group 0), "
+        "outside the contract's [0.0, 1.0]: not read"
+    )
+    assert lake.read_table("evaluation", "cutout_scores", partition={"sweep_file": A}).num_rows == 6
+
+
+def test_a_publish_records_the_manifest_last_and_the_staged_reads_verify(tmp_path):
+    from lake_platform.staging import Stage, StageOwner
+
+    lake = Lake(str(tmp_path / "lake"))
+    stage = Stage(lake, "run1").open(StageOwner.current("run1"))
+    staged = stage.table("evaluation", "cutout_scores", {"sweep_file": A})
+    staged.write(_scores(5))
+    assert staged.staged_files()[-1] == staged.staged_manifest
+    staged.publish()
+    record = json.loads(_bytes(lake, lake.manifest_path("evaluation", "cutout_scores", {"sweep_file": A})))
+    part = _part(lake)
+    assert record["parts"] == [
+        {"name": PART_FILE, "bytes": os.path.getsize(part), "sha256": hashlib.sha256(_bytes(lake, part)).hexdigest()}
+    ]
+    assert lake.read_table("evaluation", "cutout_scores").num_rows == 5
+    lake.delete_partition("evaluation", "cutout_scores", {"sweep_file": A})
+    assert lake.tables() == []
+
+
+# --------------------------------------------------------------------------- the command line
+@pytest.fixture()
+def cli_lake(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DHS_LAKE", str(tmp_path / "lake"))
+    lake = Lake(str(tmp_path / "lake"))
+    _fill(lake)
+    return lake
+
+
+def test_dhs_tables_names_a_damaged_table_and_lists_the_others(cli_lake, capsys):
+    _stray_backup(cli_lake)
+    assert main(["tables", "--format", "csv"]) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines()[1].startswith("negatives,catalog,3,0,") and "cutout_scores" not in out
+    assert err.strip() == (
+        "error: evaluation/cutout_scores: sweep_file=a.fits/backup/part-0.parquet: no manifest records it (a "
+        "stray file, or a lake written before manifests: `dhs verify --adopt` records them), not read"
+    )
+
+
+def test_dhs_tables_names_a_broken_footer(cli_lake, capsys):
+    _break_the_footer(cli_lake)
+    refused: dict[str, str] = {}
+    assert [t["table"] for t in describe_tables(cli_lake, refused)] == ["negatives"]
+    assert refused["evaluation/cutout_scores"].startswith(
+        "evaluation/cutout_scores: sweep_file=a.fits/part-0.parquet: unreadable Parquet footer ("
+    )
+
+
+def test_dhs_query_refuses_a_damaged_table_by_name_and_answers_the_others(cli_lake, capsys):
+    _flip_a_byte(cli_lake)
+    assert main(["query", "SELECT count(*) AS n FROM cutout_scores"]) == 2
+    _, err = capsys.readouterr()
+    assert err.strip() == (
+        "error: refused: evaluation/cutout_scores: sweep_file=a.fits/part-0.parquet: its sha256 differs from "
+        "the manifest's: altered, not read"
+    )
+    assert main(["query", "SELECT count(*) AS n FROM negatives", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.strip() == "n\n3"
+    assert main(["query", "SELECT 1 AS one", "--format", "csv"]) == 0
+
+
+def test_dhs_verify_reports_and_adopts(cli_lake, capsys):
+    assert main(["verify"]) == 0
+    assert capsys.readouterr().out.strip() == "verified 2 tables: 0 problems"
+    cli_lake.fs.delete_dir(f"{cli_lake.root}/{MANIFEST_DIR}/catalog")
+    assert main(["verify"]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip().startswith("error: catalog/negatives: part-0.parquet: no manifest records it")
+    assert out.strip() == "verified 2 tables: 1 problems"
+    assert main(["verify", "--adopt"]) == 0
+    assert "0 problems" in capsys.readouterr().out
+    assert main(["query", "SELECT count(*) AS n FROM negatives", "--format", "csv"]) == 0
+
+
+@pytest.mark.parametrize("sql", ["SELECT 1; SELECT 2", "select 1 ; select 2;"])
+def test_more_than_one_statement_is_refused(sql):
+    with pytest.raises(InputError, match="runs one statement at a time, got 2"):
+        check_read_only(sql)
