@@ -91,7 +91,7 @@ def _defs():
 def cmd_materialize(args) -> int:
     from darkhaloscope.errors import PERMANENT_ERRORS
 
-    from .materialize import MaterializeError, Materializer
+    from .materialize import MaterializeError, Materializer, MaterializeUsageError
 
     config = {}
     for item in args.config:
@@ -105,6 +105,9 @@ def cmd_materialize(args) -> int:
             return 2
     try:
         Materializer(_defs(), _instance()).run(args.assets, config)
+    except MaterializeUsageError as exc:  # a bad request: nothing ran
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except MaterializeError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
@@ -116,16 +119,21 @@ def cmd_materialize(args) -> int:
 
 def cmd_query(args) -> int:
     from darkhaloscope.errors import StorageError
-    from lake_platform.query import format_rows, query
+    from lake_platform.query import query, render
 
     try:
+        if args.max_bytes < 1024:
+            raise InputError(f"--max-bytes must be >= 1024, got {args.max_bytes}")
         result = query(_lake(), args.sql, timeout_s=args.timeout, max_rows=args.max_rows)
     except (InputError, CredentialError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(format_rows(result.columns, result.rows, args.format))
+    text, cut = render(result.columns, result.rows, args.format, args.max_bytes)
+    print(text)
     if result.truncated:
         print(f"note: output cut at {args.max_rows:,} rows (--max-rows); the query has more", file=sys.stderr)
+    if cut:
+        print(f"note: output cut at {args.max_bytes:,} bytes (--max-bytes): long cells shortened", file=sys.stderr)
     return 0
 
 
@@ -223,6 +231,8 @@ def cmd_cutout(args) -> int:
         max_size = _cutout_max_size()
         check_cutout_request(args.ra, args.dec, args.size, max_size)
         cutout_format(args.out)
+        if os.path.lexists(args.out) and not args.force:
+            raise InputError(f"{args.out} exists: pass --force to replace it")
         res = build_resources()
         source = res["imaging"].source(res["survey"])
         path = cutout_to_file(source, args.ra, args.dec, args.size, args.out, max_size)
@@ -428,6 +438,13 @@ def _lake_commands(command) -> None:
         metavar="N",
         help="print at most N rows (default 10,000; a note says when cut)",
     )
+    q.add_argument(
+        "--max-bytes",
+        type=int,
+        default=16 * 2**20,
+        metavar="B",
+        help="print at most about B bytes (default 16 MiB; long cells shortened; a note says when cut)",
+    )
     q.set_defaults(func=cmd_query)
     t = command(
         "tables",
@@ -457,6 +474,7 @@ def _lake_commands(command) -> None:
     c.add_argument("dec", type=float, help="degrees, [-90, 90]")
     c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
     c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
+    c.add_argument("--force", action="store_true", help="replace the output file if it exists")
     c.set_defaults(func=cmd_cutout)
 
 

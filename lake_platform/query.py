@@ -31,6 +31,12 @@ _ALLOWED = {duckdb.StatementType.SELECT}
 #: Seconds a query may run (``dhs query --timeout``) and rows it may return (``--max-rows``).
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_ROWS = 10_000
+#: The longest ``--timeout`` (s): a day; longer waits are a batch job's (``dhs export``), and
+#: ``threading.Timer`` overflows on values past ``threading.TIMEOUT_MAX``.
+MAX_TIMEOUT_S = 86_400.0
+#: Bytes of printed results (``dhs query --max-bytes``): rows past it are left out with a note,
+#: and a text or binary cell is cut at a sixteenth of it.
+DEFAULT_MAX_BYTES = 16 * 2**20
 _FETCH_ROWS = 2048
 
 
@@ -115,10 +121,10 @@ def query(
     Raises InputError for refused or failing SQL and :class:`QueryTimeout` when the query was
     interrupted at its timeout.
     """
-    if not 0 < timeout_s < math.inf or (max_rows is not None and max_rows < 1):
+    if not 0 < timeout_s <= MAX_TIMEOUT_S or (max_rows is not None and max_rows < 1):
         raise InputError(
-            f"timeout must be a finite number of seconds > 0 and max rows >= 1, got timeout={timeout_s}, "
-            f"max rows={max_rows}"
+            f"timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:g}] and max rows >= 1, got "
+            f"timeout={timeout_s:g}, max rows={max_rows}"
         )
     check_read_only(sql)
     read = _tables_read(sql)
@@ -163,10 +169,49 @@ def run_query(lake: Lake, sql: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> tup
     return result.columns, result.rows
 
 
+def render(columns: list[str], rows: list[tuple], fmt: str = "table", max_bytes: int = DEFAULT_MAX_BYTES):
+    """(``format_rows`` of the rows that fit in about ``max_bytes`` bytes, whether any were cut):
+    a text or binary cell longer than a sixteenth of it is shortened (saying by how much), and
+    the rows past the budget are left out, so a huge cell or result cannot hold the terminal."""
+    if max_bytes < 1024:
+        raise InputError(f"max bytes must be >= 1024, got {max_bytes}")
+    cell_cap = max_bytes // 16
+    kept, used, cut = [], 0, False
+    for row in rows:
+        short = tuple(_shorten(v, cell_cap) for v in row)
+        cut = cut or any(a is not b for a, b in zip(short, row))
+        used += sum(len(v) if isinstance(v, (str, bytes)) else len(str(v)) for v in short) + 3 * len(short)
+        if used > max_bytes:
+            return format_rows(columns, kept, fmt), True
+        kept.append(short)
+    return format_rows(columns, kept, fmt), cut
+
+
+def _shorten(value, cap: int):
+    """``value``, or its first ``cap`` characters (bytes) and how many more there were."""
+    if isinstance(value, (str, bytes)) and len(value) > cap:
+        more = f"... ({len(value) - cap:,} more {'characters' if isinstance(value, str) else 'bytes'})"
+        return value[:cap] + (more if isinstance(value, str) else more.encode())
+    return value
+
+
+def _finite(value):
+    """``value`` for strict JSON (RFC 8259 has no NaN or Infinity): a non-finite float becomes None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
 def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
-    """Render query results as an aligned text table, CSV or JSON (one object per row)."""
+    """Render query results as an aligned text table (control characters escaped), CSV or strict
+    JSON (one object per row; NaN and infinities as null)."""
     if fmt == "json":
-        return json.dumps([dict(zip(columns, r)) for r in rows], default=str, indent=None)
+        objects = [{c: _finite(v) for c, v in zip(columns, r)} for r in rows]
+        return json.dumps(objects, default=str, indent=None, allow_nan=False)
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
@@ -176,6 +221,7 @@ def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> st
     if fmt != "table":
         raise InputError(f"unknown format {fmt!r}; use table, csv or json")
     cells = [[_cell(v) for v in r] for r in rows]
+    columns = [_escape(c) for c in columns]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     line = lambda vals: " | ".join(v.ljust(w) for v, w in zip(vals, widths))  # noqa: E731
     out = [line(columns), "-+-".join("-" * w for w in widths)] + [line(r) for r in cells]
@@ -196,12 +242,22 @@ def csv_safe(value):
     return value
 
 
+#: C0 and C1 control characters and DEL: a terminal acts on them (moves the cursor, clears the
+#: screen, rewrites the title) instead of printing them (ECMA-48).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _escape(text: str) -> str:
+    """``text`` with each control character written as its ``\\xNN`` escape."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _cell(v) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     if isinstance(v, (list, tuple)) and len(v) > 6:
         return f"[{len(v)} values]"
-    return str(v)
+    return _escape(str(v))
 
 
 def describe_tables(lake: Lake, refused: dict[str, str] | None = None) -> list[dict]:
