@@ -267,3 +267,67 @@ def test_dhs_verify_reports_and_adopts(cli_lake, capsys):
 def test_more_than_one_statement_is_refused(sql):
     with pytest.raises(InputError, match="runs one statement at a time, got 2"):
         check_read_only(sql)
+
+
+# --------------------------------------------------------------------------- output hygiene
+def test_json_output_is_strict():
+    from lake_platform.query import format_rows
+
+    text = format_rows(["x", "v"], [(float("nan"), [1.0, float("inf")]), (float("-inf"), None)], "json")
+    assert text == '[{"x": null, "v": [1.0, null]}, {"x": null, "v": null}]'
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+
+
+def test_control_characters_are_escaped_in_table_output():
+    from lake_platform.query import format_rows
+
+    text = format_rows(["name\x07"], [("a\x1b[2J\x1b]0;owned\x07b\r\n\x9b",)])
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text and "\x9b" not in text
+    assert text.splitlines()[0].rstrip() == "name\\x07"
+    assert text.splitlines()[2].rstrip() == "a\\x1b[2J\\x1b]0;owned\\x07b\\x0d\\x0a\\x9b"
+
+
+def test_printed_results_are_capped_in_bytes_with_a_note(cli_lake, capsys):
+    sql = "SELECT i, repeat('x', 100000) AS big FROM range(50) t(i)"
+    assert main(["query", sql, "--max-bytes", "65536", "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.encode()) < 70_000 and "... (95,904 more characters)" in out
+    assert err.strip() == "note: output cut at 65,536 bytes (--max-bytes): long cells shortened"
+    assert main(["query", "SELECT 1", "--max-bytes", "10"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --max-bytes must be >= 1024, got 10"
+
+
+def test_a_timeout_past_a_day_is_refused(cli_lake, capsys):
+    assert main(["query", "SELECT 1", "--timeout", "1e12"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: timeout must be a number of seconds in (0, 86400] and max rows >= 1, got timeout=1e+12, "
+        "max rows=10000"
+    )
+
+
+def test_dhs_cutout_refuses_to_overwrite_without_force(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.fits").write_bytes(b"keep me")
+    assert main(["cutout", "10", "-40", "--out", "c.fits"]) == 2
+    assert capsys.readouterr().err.strip() == "error: c.fits exists: pass --force to replace it"
+    assert (tmp_path / "c.fits").read_bytes() == b"keep me"
+
+
+def test_a_cutout_too_large_for_memory_is_refused_before_allocating():
+    from darkhaloscope.imaging.cutout_io import check_cutout_request
+
+    with pytest.raises(InputError) as err:
+        check_cutout_request(10.0, -40.0, 100_000, max_size=100_000)
+    assert str(err.value) == (
+        "size 100000 pixels needs 223.5 GiB for its image and inverse variance (3 bands, float32), over the "
+        "1 GiB a cutout may take"
+    )
+
+
+def test_an_unknown_asset_is_a_user_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DHS_LAKE", str(tmp_path / "lake"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DHS_MOCK_DIR", str(tmp_path / "mock"))
+    assert main(["materialize", "no_such_asset"]) == 2
+    assert capsys.readouterr().err.startswith("error: unknown asset 'no_such_asset'; known assets: ")
