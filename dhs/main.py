@@ -261,25 +261,24 @@ def cmd_demo(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from darkhaloscope.search.grades import UNGRADED, check_against_candidates, parse_grades_csv
-    from table_registry import VISUAL_GRADES
+    import hashlib
+
+    from darkhaloscope.search.grades import UNGRADED, checked_grades_file
+    from table_registry import CANDIDATES, VISUAL_GRADES
 
     from .materialize import failure_message, quiet_console
 
     path = os.path.abspath(args.file)
     try:
-        with open(path, "rb") as f:
-            payload = f.read()
         lake = _lake()
-        if not lake.exists("search", "candidates"):
-            raise InputError(f"{path}: no published candidates to grade in {lake.uri} (materialize candidates first)")
-        check_against_candidates(parse_grades_csv(payload, path), lake.read_table("search", "candidates"), path)
+        rounds = lake.table(*VISUAL_GRADES.key)
+        previous = rounds.read() if rounds.exists() else None
+        payload = checked_grades_file(path, "", lake.table(*CANDIDATES.key), previous, args.again)
     except (InputError, CredentialError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
-        print(f"error: {path}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+    # the run lands only the bytes checked here: it re-reads the file and compares their sha256
+    checked = {"csv_path": path, "csv_sha256": hashlib.sha256(payload).hexdigest(), "again": args.again}
     import dagster as dg
 
     result = (
@@ -289,7 +288,7 @@ def cmd_grade(args) -> int:
             instance=_instance(),
             asset_selection=[dg.AssetKey(list(VISUAL_GRADES.key))],
             raise_on_error=False,
-            run_config={"ops": {"search__visual_grades": {"config": {"csv_path": path}}}, **quiet_console()},
+            run_config={"ops": {"search__visual_grades": {"config": checked}}, **quiet_console()},
         )
     )
     if not result.success:
@@ -556,6 +555,7 @@ def _workflow_commands(command) -> None:
         "`dhs materialize evaluation_report candidate_gallery` retrains with the grades and searches again.",
     )
     g.add_argument("file", help="CSV exported from the candidate gallery")
+    g.add_argument("--again", action="store_true", help="land a file whose bytes a round already holds")
     g.set_defaults(func=cmd_grade)
     b = command(
         "backfill",
