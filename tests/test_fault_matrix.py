@@ -300,8 +300,7 @@ def test_printed_results_are_capped_in_bytes_with_a_note(cli_lake, capsys):
 def test_a_timeout_past_a_day_is_refused(cli_lake, capsys):
     assert main(["query", "SELECT 1", "--timeout", "1e12"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "error: timeout must be a number of seconds in (0, 86400] and max rows >= 1, got timeout=1e+12, "
-        "max rows=10000"
+        "error: timeout must be a number of seconds in (0, 86400] and max rows >= 1, got timeout=1e+12, max rows=10000"
     )
 
 
@@ -331,3 +330,79 @@ def test_an_unknown_asset_is_a_user_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DHS_MOCK_DIR", str(tmp_path / "mock"))
     assert main(["materialize", "no_such_asset"]) == 2
     assert capsys.readouterr().err.startswith("error: unknown asset 'no_such_asset'; known assets: ")
+
+
+# --------------------------------------------------------------------------- grades landed as checked
+GRADES_HEADER = "object_id,grade,ra,dec,score,model_version,known\n"
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ("--5,A,150.0,1.0,0.9,v1,false\n", "g.csv:2: object_id '--5' is not an integer (ASCII digits)"),
+        ("\u00b2,A,150.0,1.0,0.9,v1,false\n", "g.csv:2: object_id '\u00b2' is not an integer (ASCII digits)"),
+        ("\u0667,A,150.0,1.0,0.9,v1,false\n", "g.csv:2: object_id '\u0667' is not an integer (ASCII digits)"),
+        ("7,A,\u0661\u0665\u0660,1.0,0.9,v1,false\n", "g.csv:2: ra '\u0661\u0665\u0660' is not a number"),
+        ("7,A,150.0\n", "g.csv:2: 3 fields, the header has 7"),
+        ("7,A,150.0,1.0,0.9,v1,false,extra\n", "g.csv:2: 8 fields, the header has 7"),
+        ("7,A,150.0,1.0,0.9,v1," + "x" * 140_000 + "\n", "g.csv:2: field larger than field limit (131072)"),
+    ],
+)
+def test_a_bad_grades_row_is_named_by_file_and_line(body, says):
+    from darkhaloscope.search.grades import parse_grades_csv
+
+    with pytest.raises(InputError) as err:
+        parse_grades_csv((GRADES_HEADER + body).encode(), "g.csv")
+    assert str(err.value) == says
+
+
+def test_a_reordered_header_with_a_short_row_is_named():
+    from darkhaloscope.search.grades import parse_grades_csv
+
+    with pytest.raises(InputError, match=r"^g.csv:3: 2 fields, the header has 7$"):
+        parse_grades_csv(
+            b"known,model_version,score,dec,ra,grade,object_id\nfalse,v1,0.9,1.0,150.0,A,7\nfalse,v1\n", "g.csv"
+        )
+
+
+def test_a_grades_file_that_is_no_file_or_too_large_is_refused(tmp_path):
+    from darkhaloscope.search.grades import read_grades_file
+
+    with pytest.raises(InputError, match="^/dev/zero: not a regular file$"):
+        read_grades_file("/dev/zero")
+    big = tmp_path / "big.csv"
+    big.write_bytes(b"x" * 2000)
+    with pytest.raises(InputError, match=r"big.csv: larger than 1,024 bytes, the most a grades file may hold$"):
+        read_grades_file(str(big), max_bytes=1024)
+
+
+def _candidates(tmp_path) -> Lake:
+    lake = Lake(str(tmp_path / "lake"))
+    cand = {"object_id": pa.array([7, 8], pa.int64()), "ra": [150.0, 150.1], "dec": [1.0, 1.0]}
+    lake.write_table("search", "candidates", pa.table({**cand, "score": [0.9, 0.8], "model_version": ["v1", "v1"]}))
+    return lake
+
+
+def test_a_grades_file_changed_after_its_check_lands_nothing(tmp_path):
+    from darkhaloscope.search.grades import checked_grades_file
+
+    lake = _candidates(tmp_path)
+    path = tmp_path / "g.csv"
+    path.write_text(GRADES_HEADER + "7,A,150.0,1.0,0.9,v1,false\n")
+    checked = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert checked_grades_file(str(path), checked, lake.table("search", "candidates"), None) == path.read_bytes()
+    path.write_text(GRADES_HEADER + "9,A,150.0,1.0,0.9,made-up,false\n")  # replaced between check and run
+    with pytest.raises(InputError, match=r"g.csv: changed since it was checked \(sha256 [0-9a-f]{16}…, checked "):
+        checked_grades_file(str(path), checked, lake.table("search", "candidates"), None)
+
+
+def test_the_ui_path_checks_ids_against_the_candidates(tmp_path):
+    from darkhaloscope.search.grades import checked_grades_file
+
+    lake = _candidates(tmp_path)
+    path = tmp_path / "g.csv"
+    path.write_text(GRADES_HEADER + "9,A,150.0,1.0,0.9,v1,false\n")
+    with pytest.raises(InputError, match=r"g.csv: 1 object_id\(s\) are not candidates, e.g. \[9\]"):
+        checked_grades_file(str(path), "", lake.table("search", "candidates"), None)  # no sha256: the launchpad
+    with pytest.raises(InputError, match="no published candidates to check the grades against"):
+        checked_grades_file(str(path), "", lake.table("search", "no_candidates"), None)

@@ -157,8 +157,8 @@ def parse_grades_csv(payload: bytes, where: str) -> pa.Table:
         )
     try:
         rows = [_parse_row(row, f"{where}:{reader.line_num}", len(reader.fieldnames)) for row in reader]
-    except csv.Error as exc:
-        raise InputError(f"{where}:{reader.line_num}: {exc}") from exc
+    except csv.Error as exc:  # raised inside a record, before the reader counts its line
+        raise InputError(f"{where}:{reader.line_num + 1}: {exc}") from exc
     if not rows:
         raise InputError(f"{where}: no grades (only a header)")
     values, counts = np.unique([r[0] for r in rows], return_counts=True)
