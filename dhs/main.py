@@ -79,6 +79,15 @@ def _lake():
     return open_lake()
 
 
+def _published_lake():
+    """The lake of a command that only reads it: InputError when DHS_LAKE names a local folder
+    that does not exist (an empty answer would hide a mistyped path; ``materialize`` creates it)."""
+    lake = _lake()
+    if not lake.is_s3 and not os.path.isdir(lake.root):
+        raise InputError(f"DHS_LAKE={lake.uri!r}: no lake there (dhs materialize creates one)")
+    return lake
+
+
 def _defs():
     """The definitions with resources from the settings as they are now (not as they were when
     ``definitions`` was first imported in this process)."""
@@ -119,12 +128,13 @@ def cmd_materialize(args) -> int:
 
 def cmd_query(args) -> int:
     from darkhaloscope.errors import StorageError
-    from lake_platform.query import query, render
+    from lake_platform.query import check_limits, query, render
 
     try:
         if args.max_bytes < 1024:
             raise InputError(f"--max-bytes must be >= 1024, got {args.max_bytes}")
-        result = query(_lake(), args.sql, timeout_s=args.timeout, max_rows=args.max_rows)
+        check_limits(args.timeout, args.max_rows)
+        result = query(_published_lake(), args.sql, timeout_s=args.timeout, max_rows=args.max_rows)
     except (InputError, CredentialError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -143,7 +153,7 @@ def cmd_tables(args) -> int:
 
     refused: dict[str, str] = {}
     try:
-        info = describe_tables(_lake(), refused)
+        info = describe_tables(_published_lake(), refused)
     except (InputError, CredentialError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -158,7 +168,7 @@ def cmd_verify(args) -> int:
     from darkhaloscope.errors import StorageError
 
     try:
-        lake = _lake()
+        lake = _published_lake()
         tables = lake.tables()
         problems = [p for group, asset in tables for p in lake.verify(group, asset, adopt=args.adopt)]
     except (InputError, CredentialError, StorageError) as exc:
@@ -178,7 +188,7 @@ def cmd_export(args) -> int:
     columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
     out = args.out or f"{args.table.rsplit('/', 1)[-1]}.{args.format}"
     try:
-        done = export_table(_lake(), args.table, args.format, out, columns)
+        done = export_table(_published_lake(), args.table, args.format, out, columns)
     except (InputError, CredentialError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

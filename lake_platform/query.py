@@ -113,6 +113,15 @@ def _statement_name(statement) -> str:
     return statement.type.name
 
 
+def check_limits(timeout_s: float, max_rows: int | None) -> None:
+    """InputError unless 0 < ``timeout_s`` <= :data:`MAX_TIMEOUT_S` and ``max_rows`` (None: all) >= 1."""
+    if not 0 < timeout_s <= MAX_TIMEOUT_S or (max_rows is not None and max_rows < 1):
+        raise InputError(
+            f"timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:g}] and max rows >= 1, got "
+            f"timeout={timeout_s:g}, max rows={max_rows}"
+        )
+
+
 def query(
     lake: Lake, sql: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_rows: int | None = DEFAULT_MAX_ROWS
 ) -> QueryResult:
@@ -121,11 +130,7 @@ def query(
     Raises InputError for refused or failing SQL and :class:`QueryTimeout` when the query was
     interrupted at its timeout.
     """
-    if not 0 < timeout_s <= MAX_TIMEOUT_S or (max_rows is not None and max_rows < 1):
-        raise InputError(
-            f"timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:g}] and max rows >= 1, got "
-            f"timeout={timeout_s:g}, max rows={max_rows}"
-        )
+    check_limits(timeout_s, max_rows)
     check_read_only(sql)
     read = _tables_read(sql)
     con, refused = connect(lake, verify=read)

@@ -406,3 +406,47 @@ def test_the_ui_path_checks_ids_against_the_candidates(tmp_path):
         checked_grades_file(str(path), "", lake.table("search", "candidates"), None)  # no sha256: the launchpad
     with pytest.raises(InputError, match="no published candidates to check the grades against"):
         checked_grades_file(str(path), "", lake.table("search", "no_candidates"), None)
+
+
+# --------------------------------------------------------------------------- settings refused before work
+@pytest.mark.parametrize(
+    "name, value, says",
+    [
+        ("DHS_LAKE", "s3://", "expected s3://bucket/prefix (no bucket named)"),
+        ("DHS_LAKE", "s3:///lake", "expected s3://bucket/prefix (no bucket named)"),
+        ("DHS_LAKE", "gs://bucket/lake", "expected a local folder or s3://bucket/prefix"),
+        (
+            "DHS_SURVEY",
+            "/nonexistent/dr10",
+            "no such folder (expected mock, a DR10 mirror's folder or s3://bucket/prefix)",
+        ),
+        ("DHS_SURVEY", "s3://", "expected s3://bucket/prefix (no bucket named)"),
+        ("DHS_MOCK_DIR", "/nonexistent/mock", "its parent folder /nonexistent does not exist"),
+    ],
+)
+def test_a_setting_that_cannot_work_is_refused_before_work(tmp_path, monkeypatch, capsys, name, value, says):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(name, value)
+    assert main(["materialize", "sweeps"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {name}='{value}': {says}"
+    assert os.listdir(tmp_path) == []  # nothing written, not even a folder named s3:
+
+
+def test_values_are_stripped_where_they_are_checked(monkeypatch):
+    from resources.settings import setting, validate
+
+    monkeypatch.setenv("DHS_PROFILE", "demo ")
+    validate()
+    assert setting("DHS_PROFILE") == "demo"
+
+
+@pytest.mark.parametrize("command", [["tables"], ["query", "SELECT 1"], ["verify"], ["export", "sweeps"]])
+def test_a_read_command_refuses_a_local_lake_that_does_not_exist(tmp_path, monkeypatch, capsys, command):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DHS_LAKE", str(tmp_path / "nonexistent" / "lake"))
+    assert main(command) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: DHS_LAKE='{tmp_path}/nonexistent/lake': no lake there (dhs materialize creates one)"
+    )
+    assert os.listdir(tmp_path) == []
