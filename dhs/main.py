@@ -326,13 +326,14 @@ SETTINGS_PAGE = "docs/reference/settings.md"
 #: group is named by the commands that read the group) or single variables. ``materialize`` and
 #: ``demo`` run the pipeline, which reads them all.
 _ALL_GROUPS = ("storage", "survey", "mock survey", "compute", "spark", "orchestration", "alerts", "console")
+_LAKE_SETTINGS = ("DHS_LAKE", "DHS_S3_ENDPOINT", "DHS_S3_CONNECT_TIMEOUT_S", "DHS_S3_REQUEST_TIMEOUT_S")
 READS: dict[str, tuple[str, ...]] = {
     "materialize": _ALL_GROUPS,
     "demo": _ALL_GROUPS,
-    "query": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
-    "tables": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
-    "verify": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
-    "export": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
+    "query": _LAKE_SETTINGS,
+    "tables": _LAKE_SETTINGS,
+    "verify": _LAKE_SETTINGS,
+    "export": _LAKE_SETTINGS,
     "fetch-list": ("DHS_SURVEY", "DHS_S3_ENDPOINT"),
     "cutout": ("survey", "mock survey", "DHS_PROFILE", "DHS_DEVICE"),
     "grade": ("storage", "alerts", "console"),

@@ -189,6 +189,12 @@ def translate_storage_error(exc: BaseException, where: str) -> BaseException:
             f"cannot reach the S3 endpoint while accessing {where} (is DHS_S3_ENDPOINT right and the "
             f"server up?): {text}"
         )
+    if "curlCode: 28," in text:  # the SDK's timeout, after its retries: the server accepts and does not answer
+        return StorageError(
+            f"the S3 endpoint did not answer in time while accessing {where} (each attempt waits "
+            f"DHS_S3_CONNECT_TIMEOUT_S to connect and DHS_S3_REQUEST_TIMEOUT_S for an answer; is the server up?): "
+            f"{text}"
+        )
     return exc
 
 

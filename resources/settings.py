@@ -210,6 +210,20 @@ SETTINGS: tuple[Setting, ...] = (
         _url,
     ),
     Setting(
+        "DHS_S3_CONNECT_TIMEOUT_S",
+        "5",
+        "seconds the lake's S3 client waits to open a connection (each attempt)",
+        "storage",
+        _positive_number,
+    ),
+    Setting(
+        "DHS_S3_REQUEST_TIMEOUT_S",
+        "30",
+        "seconds the lake's S3 client waits for an answer to a request (each attempt; the SDK tries 5 times)",
+        "storage",
+        _positive_number,
+    ),
+    Setting(
         "DHS_REJECTED_KEEP_DAYS",
         f"{DEFAULT_REJECTED_KEEP_DAYS:g}",
         "days rejected (failed-audit) data is kept under _rejected/ for inspection",

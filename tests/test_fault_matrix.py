@@ -450,3 +450,33 @@ def test_a_read_command_refuses_a_local_lake_that_does_not_exist(tmp_path, monke
         f"error: DHS_LAKE='{tmp_path}/nonexistent/lake': no lake there (dhs materialize creates one)"
     )
     assert os.listdir(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- bounded waits
+def test_an_s3_endpoint_that_never_answers_is_named_in_bounded_time(tmp_path, monkeypatch, capsys):
+    import socket
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)  # the kernel accepts connections; nobody reads or answers them
+    endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    monkeypatch.chdir(tmp_path)
+    for name, value in (
+        ("DHS_LAKE", "s3://silent/lake"),
+        ("DHS_S3_ENDPOINT", endpoint),
+        ("DHS_S3_CONNECT_TIMEOUT_S", "0.5"),
+        ("DHS_S3_REQUEST_TIMEOUT_S", "0.5"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+    ):
+        monkeypatch.setenv(name, value)
+    t0 = time.monotonic()
+    try:
+        assert main(["tables"]) == 2
+    finally:
+        silent.close()
+    assert time.monotonic() - t0 < 60
+    err = capsys.readouterr().err
+    assert err.startswith("error: the S3 endpoint did not answer in time while accessing s3://silent/lake")
+    assert "DHS_S3_REQUEST_TIMEOUT_S" in err and "Traceback" not in err
