@@ -7,8 +7,12 @@ writer can be traced to its process; see :mod:`lake_platform.staging`) and then 
 ``part-0.parquet`` in one step: a rename on a local disk, a server-side copy on S3 (an S3 object
 becomes visible whole or not at all). A reader therefore sees the previous version or the new one,
 never half a partition, and a write that fails or is killed leaves the previous version readable.
-Top-level folders whose names start with ``_`` (staging, rejected data, in-flight fetches) are
-not tables: :meth:`Lake.tables` and every reader skip them.
+Top-level folders whose names start with ``_`` (staging, rejected data, in-flight fetches,
+manifests) are not tables: :meth:`Lake.tables` and every reader skip them.
+
+After the part, a commit records its manifest (part name, size, sha256) under ``<lake>/_manifests/``
+(:mod:`lake_platform.manifest`); readers take only the parts the manifests record and verify them
+first, so a stray, missing or altered file is named in an InputError and never read.
 
 A table's other files (PNG figures, the HTML report and gallery, checkpoints) live beside its
 folder, in ``<lake>/<group>/<asset>.files/[<dim>=<key>/...]`` (:meth:`Lake.files_path`), so a
