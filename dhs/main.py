@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import textwrap
 import time
@@ -101,6 +102,7 @@ def cmd_materialize(args) -> int:
     from darkhaloscope.errors import PERMANENT_ERRORS
 
     from .materialize import MaterializeError, Materializer, MaterializeUsageError
+    from .stop import STOP
 
     config = {}
     for item in args.config:
@@ -118,7 +120,8 @@ def cmd_materialize(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except MaterializeError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
+        if not STOP.requested:  # a stopped run's failure is the stop's: main says so in one line
+            print(f"FAILED: {exc}", file=sys.stderr)
         return 1
     except (*PERMANENT_ERRORS, OSError) as exc:  # the lake failed outside a run (planning what is missing)
         print(f"FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -345,6 +348,8 @@ READS: dict[str, tuple[str, ...]] = {
 #: Variables outside DHS_ a command reads: the Dagster instance it shares with the UI.
 _DAGSTER_HOME = ("DAGSTER_HOME", "the Dagster instance shared with the UI (default ./.dagster_home)")
 _USES_INSTANCE = {"materialize", "demo", "grade", "backfill", "instance", "closure"}
+#: Commands that run assets in this process: a SIGTERM or SIGINT stops them (``dhs.stop``).
+_RUNS = {"materialize", "demo", "grade", "closure"}
 
 
 def settings_read_by(command: str) -> list:
@@ -605,7 +610,9 @@ def _selection_cmds():
 
 
 def main(argv: list[str] | None = None) -> int:
-    from resources.settings import validate
+    from resources.settings import setting, validate
+
+    from .stop import STOP
 
     args = build_parser().parse_args(argv)
     try:
@@ -613,7 +620,18 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return args.func(args)
+    if args.command not in _RUNS:
+        return args.func(args)
+    STOP.install(float(setting("DHS_STOP_GRACE_S")))
+    try:
+        status = args.func(args)
+    except KeyboardInterrupt:  # a signal between runs (within one, Dagster interrupts its step)
+        if not STOP.requested:
+            STOP.signal_name, STOP.signo = "SIGINT", int(signal.SIGINT)
+        status = 0
+    finally:
+        STOP.uninstall()
+    return STOP.finish() if STOP.requested else status
 
 
 if __name__ == "__main__":

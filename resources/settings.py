@@ -390,6 +390,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DHS_SPARK_DRIVER_MEMORY", "2g", "memory of the Spark driver's JVM", "spark", _spark_memory),
     Setting("DHS_SPARK_LOG", None, "file of the Spark logs (default <DAGSTER_HOME>/logs/spark.log)", "spark"),
     Setting(
+        "DHS_STOP_GRACE_S",
+        "30",
+        "seconds a dhs command stopped by SIGTERM or SIGINT has to end before its processes are killed",
+        "orchestration",
+        _positive_number,
+    ),
+    Setting(
         "DHS_PARTITIONS_PER_RUN",
         "128",
         "sweep files one run covers in the per-sweep-file assets (sweeps, search_targets, cutouts, "

@@ -480,3 +480,48 @@ def test_an_s3_endpoint_that_never_answers_is_named_in_bounded_time(tmp_path, mo
     err = capsys.readouterr().err
     assert err.startswith("error: the S3 endpoint did not answer in time while accessing s3://silent/lake")
     assert "DHS_S3_REQUEST_TIMEOUT_S" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- a stop that stops
+def _stopped(tmp_path, grace_s: float, *flags: str):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.stop_target", str(tmp_path), str(grace_s), *flags],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "DAGSTER_HOME": str(tmp_path / "home")},
+    )
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "child").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+        time.sleep(0.2)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=grace_s + 30)
+    child = int((tmp_path / "child").read_text())
+    time.sleep(0.5)
+    gone = not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().split()[2] == "Z"
+    return proc.returncode, err, time.monotonic() - t0, (tmp_path / "attempts").read_text().count("attempt"), gone
+
+
+def test_sigterm_stops_the_step_retries_nothing_and_kills_what_it_launched(tmp_path):
+    (tmp_path / "home").mkdir()
+    status, err, seconds, attempts, child_gone = _stopped(tmp_path, 30.0)
+    assert status == 128 + 15 and err.strip().splitlines()[-1] == "stopped by SIGTERM"
+    assert attempts == 1 and child_gone  # the retry policy did not launch it again
+    assert seconds < 30
+
+
+def test_a_step_that_ignores_the_stop_is_killed_after_the_grace(tmp_path):
+    (tmp_path / "home").mkdir()
+    status, err, seconds, attempts, child_gone = _stopped(tmp_path, 2.0, "stubborn")
+    assert status == 128 + 15 and child_gone and attempts == 1
+    assert err.strip().splitlines()[-1] == (
+        "stopped by SIGTERM: the run had not ended 2 s after it (DHS_STOP_GRACE_S); its processes were killed"
+    )
+    assert 2 <= seconds < 15
