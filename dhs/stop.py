@@ -68,6 +68,9 @@ class Stop:
         handlers interrupt it) and watch for either (the first starts the grace period)."""
         self.grace_s = grace_s
         self.signal_name, self.signo = None, 0
+        self._installed = threading.current_thread() is threading.main_thread()
+        if not self._installed:  # Python delivers signals to the main thread only
+            return
         self._handlers = {
             sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGINT)
         }
@@ -79,6 +82,8 @@ class Stop:
     def uninstall(self) -> None:
         """Put back the handlers and wake-up fd that :meth:`install` replaced (a caller that runs
         ``dhs`` in its own process, as the tests do, keeps its own)."""
+        if not self._installed:
+            return
         signal.set_wakeup_fd(self._wakeup)
         for sig, handler in self._handlers.items():
             signal.signal(sig, handler)
