@@ -525,3 +525,42 @@ def test_a_step_that_ignores_the_stop_is_killed_after_the_grace(tmp_path):
         "stopped by SIGTERM: the run had not ended 2 s after it (DHS_STOP_GRACE_S); its processes were killed"
     )
     assert 2 <= seconds < 15
+
+
+# --------------------------------------------------------------------------- an asset's input that fails verification
+def test_an_asset_whose_input_was_altered_fails_naming_it_and_publishes_nothing(tmp_path):
+    import dagster as dg
+
+    from io_managers import LakeIOManager
+    from lens_assets.evaluation import cutout_scores, injection_scores, thresholds
+    from lens_assets.shared.partitions import injection_batches, sweep_partitions
+    from resources import ComputeResource, LakeResource
+    from tests.support.wap import published_files, run_assets
+    from tests.test_scores_asset import SWEEP
+    from tests.test_scores_asset import _lake as scored_lake
+
+    lake = scored_lake(tmp_path)
+    resource = LakeResource(uri=lake.uri)
+    resources = {
+        "lake": resource,
+        "io_manager": LakeIOManager(uri=resource.uri),
+        "compute": ComputeResource(device="cpu", profile="demo"),
+    }
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(sweep_partitions.name, [SWEEP])
+    instance.add_dynamic_partitions(injection_batches.name, ["batch-00000"])
+    assert run_assets([cutout_scores.key], resources, instance, partition_key=SWEEP).success
+    assert run_assets([injection_scores.key], resources, instance, partition_key="batch-00000").success
+    part = f"{lake.partition_path('evaluation', 'cutout_scores', {'sweep_file': SWEEP})}/{PART_FILE}"
+    data = bytearray(_bytes(lake, part))
+    data[len(data) // 3] ^= 0x40
+    _put(lake, part, bytes(data))
+    before = published_files(lake)
+    failed = run_assets([thresholds.key], resources, instance, raise_on_error=False)
+    assert not failed.success
+    failure = next(e for e in failed.all_events if e.event_type_value == "STEP_FAILURE")
+    assert (
+        f"evaluation/cutout_scores: sweep_file={SWEEP}/part-0.parquet: its sha256 differs from the manifest's"
+        in str(failure.step_failure_data.error)
+    )
+    assert published_files(lake) == before and not lake.exists("evaluation", "thresholds")
