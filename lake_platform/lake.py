@@ -523,7 +523,9 @@ class Lake:
         return out
 
     def part_uris(self, group: str, asset: str) -> list[str]:
-        """URIs of every committed partition file (``file://`` or ``s3://``), e.g. for Spark readers."""
+        """URIs of every committed partition file (``file://`` or ``s3://``), e.g. for Spark readers:
+        those the manifests record, sizes checked (the digests would read the whole table in the
+        driver)."""
         return [f"s3://{p}" if self.is_s3 else f"file://{p}" for p in self._part_files(group, asset)]
 
     def exists(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> bool:
@@ -857,4 +859,6 @@ class LakeTable:
         return self.lake.local_folder(self.group, self.name, partition, subfolder)
 
     def files(self) -> list[str]:
-        return [self.lake.full_uri(p) for p in self.lake._part_files(self.group, self.name)]
+        """URIs of the table's part files, each verified against its manifest (size and sha256)
+        first: what a reader in another process (the trainer) opens by itself."""
+        return [self.lake.full_uri(p) for p in self.lake._part_files(self.group, self.name, content=True)]
