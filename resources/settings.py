@@ -212,14 +212,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "DHS_S3_CONNECT_TIMEOUT_S",
         "5",
-        "seconds the lake's S3 client waits to open a connection (each attempt)",
+        "seconds the S3 clients of the lake and the survey mirror wait to open a connection (each attempt)",
         "storage",
         _positive_number,
     ),
     Setting(
         "DHS_S3_REQUEST_TIMEOUT_S",
         "30",
-        "seconds the lake's S3 client waits for an answer to a request (each attempt; the SDK tries 5 times)",
+        "seconds the S3 clients of the lake and the survey mirror wait for an answer (each attempt)",
         "storage",
         _positive_number,
     ),
