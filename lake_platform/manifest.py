@@ -52,8 +52,9 @@ def manifest_bytes(table: str, partition: Mapping[str, str] | None, parts: list[
     return json.dumps(record, sort_keys=True, indent=1).encode()
 
 
-def _parts_of(payload: bytes) -> list[dict]:
-    """The ``parts`` of a manifest's bytes; ValueError when they are not a manifest."""
+def _parts_of(payload: bytes, part_name: Callable[[str], bool]) -> list[dict]:
+    """The ``parts`` of a manifest's bytes; ValueError when they are not a manifest or name a
+    file that is not a part of its own folder (``part_name``; no path may leave the folder)."""
     record = json.loads(payload)
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise ValueError(f"not a {FORMAT} record")
@@ -61,6 +62,8 @@ def _parts_of(payload: bytes) -> list[dict]:
     for p in parts:
         if not (isinstance(p["name"], str) and isinstance(p["bytes"], int) and isinstance(p["sha256"], str)):
             raise ValueError("a part lacks its name, bytes or sha256")
+        if "/" in p["name"] or not part_name(p["name"]):
+            raise ValueError(f"{p['name']!r} is not a part file of its folder")
     return parts
 
 
@@ -110,7 +113,7 @@ def check_table(
         rel_folder = path[len(manifest_folder) + 1 : -len(MANIFEST_FILE)].rstrip("/")
         folders.append(rel_folder)
         try:
-            parts = _parts_of(payload)
+            parts = _parts_of(payload, part_name)
         except (ValueError, KeyError, TypeError) as exc:
             problems.append(
                 (

@@ -564,3 +564,15 @@ def test_an_asset_whose_input_was_altered_fails_naming_it_and_publishes_nothing(
         in str(failure.step_failure_data.error)
     )
     assert published_files(lake) == before and not lake.exists("evaluation", "thresholds")
+
+
+def test_a_manifest_naming_a_file_outside_its_folder_is_refused(lake):
+    _fill(lake)
+    path = lake.manifest_path("catalog", "negatives")
+    record = json.loads(_bytes(lake, path))
+    record["parts"][0]["name"] = "../../evaluation/cutout_scores/sweep_file=a.fits/part-0.parquet"
+    _put(lake, path, json.dumps(record).encode())
+    with pytest.raises(
+        InputError, match=r"unreadable manifest \('\.\./\.\./evaluation/.*' is not a part file of its folder\)"
+    ):
+        lake.read_table("catalog", "negatives")
