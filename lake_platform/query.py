@@ -5,9 +5,15 @@ no network extension and touches nothing but the lake. Only SELECT statements ru
 access (reading or writing other files, ATTACH, COPY) is disabled and the configuration locked
 before the user's SQL is executed.
 
-Limits: a query is interrupted (DuckDB ``interrupt()``) when it has not finished within its
-timeout, fetching included, and its rows are fetched in a stream, at most ``max_rows`` of them, so
-neither a runaway query nor a huge result can hold the caller.
+Integrity: every view holds only the parts its table's manifests record (``lake_platform.manifest``);
+the tables a query names are verified byte for byte (sha256) first, the others by size and footer.
+A table that fails is left out and a query naming it refused with the reason, so one damaged table
+never takes the others (or ``SELECT 1``) down with it.
+
+Limits: one statement at a time; a query is interrupted (DuckDB ``interrupt()``) when it has not
+finished within its timeout, fetching included, and its rows are fetched in a stream, at most
+``max_rows`` of them, printed within a byte budget (:func:`render`), so neither a runaway query nor a
+huge result can hold the caller.
 """
 
 from __future__ import annotations
