@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import textwrap
 import time
@@ -626,8 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         status = args.func(args)
     except KeyboardInterrupt:  # a signal between runs (within one, Dagster interrupts its step)
-        if not STOP.requested:
-            STOP.signal_name, STOP.signo = "SIGINT", int(signal.SIGINT)
+        STOP.interrupted()
         status = 0
     finally:
         STOP.uninstall()

@@ -58,6 +58,7 @@ class Stop:
         self.signal_name: str | None = None
         self.signo = 0
         self.grace_s = 30.0
+        self._seen = threading.Event()
 
     @property
     def requested(self) -> bool:
@@ -68,6 +69,7 @@ class Stop:
         handlers interrupt it) and watch for either (the first starts the grace period)."""
         self.grace_s = grace_s
         self.signal_name, self.signo = None, 0
+        self._seen.clear()
         self._installed = threading.current_thread() is threading.main_thread()
         if not self._installed:  # Python delivers signals to the main thread only
             return
@@ -94,8 +96,15 @@ class Stop:
             for signo in chunk:
                 if signo in (signal.SIGTERM, signal.SIGINT) and not self.requested:
                     self.signal_name, self.signo = signal.Signals(signo).name, signo
+                    self._seen.set()
                     threading.Thread(target=self._deadline, name="dhs-stop-grace", daemon=True).start()
         os.close(fd)
+
+    def interrupted(self) -> None:
+        """Record the stop behind a KeyboardInterrupt: the signal the watcher saw (it may read it
+        a moment after the main thread was interrupted), else SIGINT."""
+        if not self._seen.wait(1.0):
+            self.signal_name, self.signo = "SIGINT", int(signal.SIGINT)
 
     def _deadline(self) -> None:
         time.sleep(self.grace_s)

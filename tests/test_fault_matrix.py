@@ -576,3 +576,28 @@ def test_a_manifest_naming_a_file_outside_its_folder_is_refused(lake):
         InputError, match=r"unreadable manifest \('\.\./\.\./evaluation/.*' is not a part file of its folder\)"
     ):
         lake.read_table("catalog", "negatives")
+
+
+def test_dhs_main_says_stopped_in_one_line_and_exits_128_plus_the_signal(tmp_path):
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal, sys, time\n"
+        "import dhs.main as m\n"
+        "def slow(args):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(30)\n"
+        "    return 0\n"
+        "m.cmd_materialize = slow\n"
+        "sys.exit(m.main(['materialize', 'sweeps']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        env={**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "DHS_LAKE": str(tmp_path / "lake")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 128 + 15 and done.stderr.strip() == "stopped by SIGTERM", done.stderr
