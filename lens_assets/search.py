@@ -403,8 +403,8 @@ def visual_grades(context: dg.AssetExecutionContext, config: GradesConfig, lake:
     one round per landed grades CSV, each with what the grader saw (position, score, model
     version); earlier rounds are kept as they were. The next ``training_set`` reads them (graded
     lenses → positives, graded non-lenses → hard negatives, negatives awaiting inspection left
-    out), so no graph edge comes in from ``candidates``: the CSV is self-contained and ``dhs grade``
-    checks it against the candidates before landing."""
+    out), so no graph edge comes in from ``candidates``: the CSV is self-contained, and every
+    landing (the command line or the UI) checks it against the published candidates first."""
     grades_table = lake.lake().table(*VISUAL_GRADES.key)
     previous = grades_table.read() if grades_table.exists() else None
     candidates = lake.lake().table(*CANDIDATES.key)

@@ -8,8 +8,9 @@ position [deg], score, the lens finder's content hash and its known flag (the ga
 writes every candidate it shows). The CSV is self-contained, so ``visual_grades`` needs no
 other table: it is where the human judgement enters the lake, the way the sweeps are where the
 survey enters it, which keeps the grading loop (grades → next ``training_set`` → lens finder →
-search → candidates → gallery → grades) a DAG. ``dhs grade`` additionally checks the rows against
-the published candidates before landing them.
+search → candidates → gallery → grades) a DAG. Every landing (``dhs grade`` or the UI's
+launchpad) additionally checks the rows against the published candidates
+(:func:`checked_grades_file`), and lands only the bytes it checked.
 
 A file is landed as one round: ``visual_grades`` keeps every earlier round as it was and appends
 the new one with the next round number, so each round can be reproduced and a training set
