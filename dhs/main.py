@@ -79,6 +79,15 @@ def _lake():
     return open_lake()
 
 
+def _published_lake():
+    """The lake of a command that only reads it: InputError when DHS_LAKE names a local folder
+    that does not exist (an empty answer would hide a mistyped path; ``materialize`` creates it)."""
+    lake = _lake()
+    if not lake.is_s3 and not os.path.isdir(lake.root):
+        raise InputError(f"DHS_LAKE={lake.uri!r}: no lake there (dhs materialize creates one)")
+    return lake
+
+
 def _defs():
     """The definitions with resources from the settings as they are now (not as they were when
     ``definitions`` was first imported in this process)."""
@@ -91,7 +100,8 @@ def _defs():
 def cmd_materialize(args) -> int:
     from darkhaloscope.errors import PERMANENT_ERRORS
 
-    from .materialize import MaterializeError, Materializer
+    from .materialize import MaterializeError, Materializer, MaterializeUsageError
+    from .stop import STOP
 
     config = {}
     for item in args.config:
@@ -105,8 +115,12 @@ def cmd_materialize(args) -> int:
             return 2
     try:
         Materializer(_defs(), _instance()).run(args.assets, config)
+    except MaterializeUsageError as exc:  # a bad request: nothing ran
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except MaterializeError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
+        if not STOP.requested:  # a stopped run's failure is the stop's: main says so in one line
+            print(f"FAILED: {exc}", file=sys.stderr)
         return 1
     except (*PERMANENT_ERRORS, OSError) as exc:  # the lake failed outside a run (planning what is missing)
         print(f"FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -116,16 +130,22 @@ def cmd_materialize(args) -> int:
 
 def cmd_query(args) -> int:
     from darkhaloscope.errors import StorageError
-    from lake_platform.query import format_rows, query
+    from lake_platform.query import check_limits, query, render
 
     try:
-        result = query(_lake(), args.sql, timeout_s=args.timeout, max_rows=args.max_rows)
+        if args.max_bytes < 1024:
+            raise InputError(f"--max-bytes must be >= 1024, got {args.max_bytes}")
+        check_limits(args.timeout, args.max_rows)
+        result = query(_published_lake(), args.sql, timeout_s=args.timeout, max_rows=args.max_rows)
     except (InputError, CredentialError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(format_rows(result.columns, result.rows, args.format))
+    text, cut = render(result.columns, result.rows, args.format, args.max_bytes)
+    print(text)
     if result.truncated:
         print(f"note: output cut at {args.max_rows:,} rows (--max-rows); the query has more", file=sys.stderr)
+    if cut:
+        print(f"note: output cut at {args.max_bytes:,} bytes (--max-bytes): long cells shortened", file=sys.stderr)
     return 0
 
 
@@ -133,14 +153,34 @@ def cmd_tables(args) -> int:
     from darkhaloscope.errors import StorageError
     from lake_platform.query import describe_tables, format_rows
 
+    refused: dict[str, str] = {}
     try:
-        info = describe_tables(_lake())
+        info = describe_tables(_published_lake(), refused)
     except (InputError, CredentialError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     cols = ["table", "group", "rows", "partitions", "uri"]
     print(format_rows(cols, [tuple(d[c] for c in cols) for d in info], args.format))
-    return 0
+    for why in refused.values():
+        print(f"error: {why}", file=sys.stderr)
+    return 2 if refused else 0
+
+
+def cmd_verify(args) -> int:
+    from darkhaloscope.errors import StorageError
+
+    try:
+        lake = _published_lake()
+        tables = lake.tables()
+        problems = [p for group, asset in tables for p in lake.verify(group, asset, adopt=args.adopt)]
+    except (InputError, CredentialError, StorageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    adopted = " (parts without a manifest adopted as they are)" if args.adopt else ""
+    print(f"verified {len(tables)} tables{adopted}: {len(problems)} problems")
+    return 2 if problems else 0
 
 
 def cmd_export(args) -> int:
@@ -150,7 +190,7 @@ def cmd_export(args) -> int:
     columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
     out = args.out or f"{args.table.rsplit('/', 1)[-1]}.{args.format}"
     try:
-        done = export_table(_lake(), args.table, args.format, out, columns)
+        done = export_table(_published_lake(), args.table, args.format, out, columns)
     except (InputError, CredentialError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -203,6 +243,8 @@ def cmd_cutout(args) -> int:
         max_size = _cutout_max_size()
         check_cutout_request(args.ra, args.dec, args.size, max_size)
         cutout_format(args.out)
+        if os.path.lexists(args.out) and not args.force:
+            raise InputError(f"{args.out} exists: pass --force to replace it")
         res = build_resources()
         source = res["imaging"].source(res["survey"])
         path = cutout_to_file(source, args.ra, args.dec, args.size, args.out, max_size)
@@ -231,25 +273,24 @@ def cmd_demo(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from darkhaloscope.search.grades import UNGRADED, check_against_candidates, parse_grades_csv
-    from table_registry import VISUAL_GRADES
+    import hashlib
+
+    from darkhaloscope.search.grades import UNGRADED, checked_grades_file
+    from table_registry import CANDIDATES, VISUAL_GRADES
 
     from .materialize import failure_message, quiet_console
 
     path = os.path.abspath(args.file)
     try:
-        with open(path, "rb") as f:
-            payload = f.read()
         lake = _lake()
-        if not lake.exists("search", "candidates"):
-            raise InputError(f"{path}: no published candidates to grade in {lake.uri} (materialize candidates first)")
-        check_against_candidates(parse_grades_csv(payload, path), lake.read_table("search", "candidates"), path)
+        rounds = lake.table(*VISUAL_GRADES.key)
+        previous = rounds.read() if rounds.exists() else None
+        payload = checked_grades_file(path, "", lake.table(*CANDIDATES.key), previous, args.again)
     except (InputError, CredentialError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
-        print(f"error: {path}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+    # the run lands only the bytes checked here: it re-reads the file and compares their sha256
+    checked = {"csv_path": path, "csv_sha256": hashlib.sha256(payload).hexdigest(), "again": args.again}
     import dagster as dg
 
     result = (
@@ -259,7 +300,7 @@ def cmd_grade(args) -> int:
             instance=_instance(),
             asset_selection=[dg.AssetKey(list(VISUAL_GRADES.key))],
             raise_on_error=False,
-            run_config={"ops": {"search__visual_grades": {"config": {"csv_path": path}}}, **quiet_console()},
+            run_config={"ops": {"search__visual_grades": {"config": checked}}, **quiet_console()},
         )
     )
     if not result.success:
@@ -287,12 +328,14 @@ SETTINGS_PAGE = "docs/reference/settings.md"
 #: group is named by the commands that read the group) or single variables. ``materialize`` and
 #: ``demo`` run the pipeline, which reads them all.
 _ALL_GROUPS = ("storage", "survey", "mock survey", "compute", "spark", "orchestration", "alerts", "console")
+_LAKE_SETTINGS = ("DHS_LAKE", "DHS_S3_ENDPOINT", "DHS_S3_CONNECT_TIMEOUT_S", "DHS_S3_REQUEST_TIMEOUT_S")
 READS: dict[str, tuple[str, ...]] = {
     "materialize": _ALL_GROUPS,
     "demo": _ALL_GROUPS,
-    "query": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
-    "tables": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
-    "export": ("DHS_LAKE", "DHS_S3_ENDPOINT"),
+    "query": _LAKE_SETTINGS,
+    "tables": _LAKE_SETTINGS,
+    "verify": _LAKE_SETTINGS,
+    "export": _LAKE_SETTINGS,
     "fetch-list": ("DHS_SURVEY", "DHS_S3_ENDPOINT"),
     "cutout": ("survey", "mock survey", "DHS_PROFILE", "DHS_DEVICE"),
     "grade": ("storage", "alerts", "console"),
@@ -304,6 +347,8 @@ READS: dict[str, tuple[str, ...]] = {
 #: Variables outside DHS_ a command reads: the Dagster instance it shares with the UI.
 _DAGSTER_HOME = ("DAGSTER_HOME", "the Dagster instance shared with the UI (default ./.dagster_home)")
 _USES_INSTANCE = {"materialize", "demo", "grade", "backfill", "instance", "closure"}
+#: Commands that run assets in this process: a SIGTERM or SIGINT stops them (``dhs.stop``).
+_RUNS = {"materialize", "demo", "grade", "closure"}
 
 
 def settings_read_by(command: str) -> list:
@@ -367,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _lake_commands(command) -> None:
-    """``materialize``, ``query``, ``tables`` and ``cutout`` (``command`` adds one sub-command)."""
+    """``materialize``, ``query``, ``tables``, ``verify`` and ``cutout`` (``command`` adds one sub-command)."""
     m = command(
         "materialize",
         "materialize assets (all partitions; stale or missing upstream assets first)",
@@ -407,6 +452,13 @@ def _lake_commands(command) -> None:
         metavar="N",
         help="print at most N rows (default 10,000; a note says when cut)",
     )
+    q.add_argument(
+        "--max-bytes",
+        type=int,
+        default=16 * 2**20,
+        metavar="B",
+        help="print at most about B bytes (default 16 MiB; long cells shortened; a note says when cut)",
+    )
     q.set_defaults(func=cmd_query)
     t = command(
         "tables",
@@ -415,6 +467,16 @@ def _lake_commands(command) -> None:
     )
     t.add_argument("--format", choices=["table", "csv", "json"], default="table")
     t.set_defaults(func=cmd_tables)
+    v = command(
+        "verify",
+        "check every part of the lake against its manifest (sizes and sha256); --adopt records missing manifests",
+        "Check every table's files against the manifests their commits recorded: a stray file, a missing part or "
+        "one whose size or sha256 differs is named (error: <group>/<table>: <file>: ...) and the exit is 2. "
+        "--adopt first records a manifest, from its bytes as they are, for each part no manifest records (a "
+        "lake written before manifests); check such a lake's contents before adopting it.",
+    )
+    v.add_argument("--adopt", action="store_true", help="record a manifest for every part that has none")
+    v.set_defaults(func=cmd_verify)
     c = command(
         "cutout",
         "one g,r,z cutout as FITS cube (band, y, x) or PNG",
@@ -426,6 +488,7 @@ def _lake_commands(command) -> None:
     c.add_argument("dec", type=float, help="degrees, [-90, 90]")
     c.add_argument("--size", type=int, default=101, help="pixels, 1 to DHS_CUTOUT_MAX_SIZE")
     c.add_argument("--out", required=True, help="output file: .fits, .fit, .fits.gz or .png")
+    c.add_argument("--force", action="store_true", help="replace the output file if it exists")
     c.set_defaults(func=cmd_cutout)
 
 
@@ -507,6 +570,7 @@ def _workflow_commands(command) -> None:
         "`dhs materialize evaluation_report candidate_gallery` retrains with the grades and searches again.",
     )
     g.add_argument("file", help="CSV exported from the candidate gallery")
+    g.add_argument("--again", action="store_true", help="land a file whose bytes a round already holds")
     g.set_defaults(func=cmd_grade)
     b = command(
         "backfill",
@@ -545,7 +609,9 @@ def _selection_cmds():
 
 
 def main(argv: list[str] | None = None) -> int:
-    from resources.settings import validate
+    from resources.settings import setting, validate
+
+    from .stop import STOP
 
     args = build_parser().parse_args(argv)
     try:
@@ -553,7 +619,17 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return args.func(args)
+    if args.command not in _RUNS:
+        return args.func(args)
+    STOP.install(float(setting("DHS_STOP_GRACE_S")))
+    try:
+        status = args.func(args)
+    except KeyboardInterrupt:  # a signal between runs (within one, Dagster interrupts its step)
+        STOP.interrupted()
+        status = 0
+    finally:
+        STOP.uninstall()
+    return STOP.finish() if STOP.requested else status
 
 
 if __name__ == "__main__":

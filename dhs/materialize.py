@@ -49,6 +49,10 @@ class MaterializeError(RuntimeError):
     """An asset partition failed; the message names the asset, the partition and the error."""
 
 
+class MaterializeUsageError(MaterializeError):
+    """The request itself is wrong (an unknown asset, a bad selection or config): nothing ran."""
+
+
 @dataclass
 class Unit:
     """One step of the plan: an asset (all keys of its definition), its partitions and how many
@@ -122,9 +126,9 @@ class Materializer:
                 try:
                     parts.append(dg.AssetSelection.from_string(arg))
                 except Exception as exc:  # the parser's own error says what is wrong with the string
-                    raise MaterializeError(f"invalid asset selection {arg!r}: {exc}") from exc
+                    raise MaterializeUsageError(f"invalid asset selection {arg!r}: {exc}") from exc
             else:
-                raise MaterializeError(
+                raise MaterializeUsageError(
                     f"unknown asset {arg!r}; known assets: {', '.join(sorted(k.path[-1] for k in keys))}"
                 )
         selected = parts[0]
@@ -176,12 +180,12 @@ class Materializer:
         for name, cfg in config.items():
             keys = _named(name, targets)
             if not keys:
-                raise MaterializeError(
+                raise MaterializeUsageError(
                     f"config for {name!r}: not among the assets to materialize "
                     f"({', '.join(sorted(k.path[-1] for k in targets))}); name it too"
                 )
             if not isinstance(cfg, dict):
-                raise MaterializeError(f"config for {name!r} must be a JSON object of its fields, got {cfg!r}")
+                raise MaterializeUsageError(f"config for {name!r} must be a JSON object of its fields, got {cfg!r}")
             ops[self._op_name(keys[0])] = {"config": cfg}
         return ops
 

@@ -7,8 +7,12 @@ writer can be traced to its process; see :mod:`lake_platform.staging`) and then 
 ``part-0.parquet`` in one step: a rename on a local disk, a server-side copy on S3 (an S3 object
 becomes visible whole or not at all). A reader therefore sees the previous version or the new one,
 never half a partition, and a write that fails or is killed leaves the previous version readable.
-Top-level folders whose names start with ``_`` (staging, rejected data, in-flight fetches) are
-not tables: :meth:`Lake.tables` and every reader skip them.
+Top-level folders whose names start with ``_`` (staging, rejected data, in-flight fetches,
+manifests) are not tables: :meth:`Lake.tables` and every reader skip them.
+
+After the part, a commit records its manifest (part name, size, sha256) under ``<lake>/_manifests/``
+(:mod:`lake_platform.manifest`); readers take only the parts the manifests record and verify them
+first, so a stray, missing or altered file is named in an InputError and never read.
 
 A table's other files (PNG figures, the HTML report and gallery, checkpoints) live beside its
 folder, in ``<lake>/<group>/<asset>.files/[<dim>=<key>/...]`` (:meth:`Lake.files_path`), so a
@@ -41,7 +45,9 @@ import pyarrow.parquet as pq
 from darkhaloscope import s3_retries
 from darkhaloscope.errors import CredentialError, InputError, StorageError
 
+from . import manifest
 from .contracts import Contract, described_schema
+from .manifest import MANIFEST_DIR, MANIFEST_FILE
 
 PART_FILE = "part-0.parquet"
 #: Schema metadata key of a file's partition columns that its writer's rows held (JSON {name:
@@ -58,6 +64,8 @@ STAGING_DIR = "_staging"
 INFLIGHT_DIR = "_inflight"
 #: Prefix of a writer's temporary object in STAGING_DIR: ``w-<host>-<pid>-<start s>-<token>``.
 WRITER_PREFIX = "w-"
+#: Seconds a reader waits before checking a table's manifests once more (a publish in progress).
+_RECHECK_S = 0.2
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-]*$")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -185,6 +193,12 @@ def translate_storage_error(exc: BaseException, where: str) -> BaseException:
             f"cannot reach the S3 endpoint while accessing {where} (is DHS_S3_ENDPOINT right and the "
             f"server up?): {text}"
         )
+    if "curlCode: 28," in text:  # the SDK's timeout, after its retries: the server accepts and does not answer
+        return StorageError(
+            f"the S3 endpoint did not answer in time while accessing {where} (each attempt waits "
+            f"DHS_S3_CONNECT_TIMEOUT_S to connect and DHS_S3_REQUEST_TIMEOUT_S for an answer; is the server up?): "
+            f"{text}"
+        )
     return exc
 
 
@@ -214,6 +228,9 @@ class Lake:
         self.uri = uri.rstrip("/") if uri != "/" else uri
         self.s3_endpoint = s3_endpoint
         self.contracts = contracts
+        #: Readers refuse a part whose footer statistics break its contract's ranges; off in a
+        #: run's staging area, whose audits report such rows and reject the table.
+        self.ranges_on_read = True
         if self.uri.startswith("s3://"):
             bucket_prefix = self.uri[len("s3://") :]
             if not bucket_prefix:
@@ -276,6 +293,12 @@ class Lake:
         for dim, key in (partition or {}).items():
             path += f"/{_validate_name('partition dimension', dim)}={validate_partition_key(key)}"
         return path
+
+    def manifest_path(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> str:
+        """Filesystem path of a partition's manifest (:mod:`lake_platform.manifest`):
+        ``<lake>/_manifests/<group>/<asset>/[<dim>=<key>/...]manifest.json``."""
+        rel = self.partition_path(group, asset, partition)[len(self.root) + 1 :]
+        return f"{self.root}/{MANIFEST_DIR}/{rel}/{MANIFEST_FILE}"
 
     def full_uri(self, path: str) -> str:
         """URI of a filesystem path, with the scheme a user can paste (s3://... or an absolute path)."""
@@ -377,8 +400,26 @@ class Lake:
                 raise translate_storage_error(exc, where) from exc
             raise
         self._commit(staging, final, where)
-        size = self.fs.get_file_info(final).size or 0
+        size = self._record_manifest(group, asset, partition)
         return CommitInfo(uri=where, rows=rows, bytes=size, partition=dict(partition) if partition else None)
+
+    def _record_manifest(self, group: str, asset: str, partition: Mapping[str, str] | None) -> int:
+        """Record the manifest of a partition's committed part (its size and sha256), committed
+        like the part itself; returns the part's size in bytes."""
+        part = f"{self.partition_path(group, asset, partition)}/{PART_FILE}"
+        path = self.manifest_path(group, asset, partition)
+        try:
+            size = self.fs.get_file_info(part).size or 0
+            entry = {"name": PART_FILE, "bytes": size, "sha256": manifest.file_sha256(self.fs, part)}
+            payload = manifest.manifest_bytes(f"{group}/{asset}", partition, [entry])
+            staging = self._staging_path(path, ".json")
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            with self.fs.open_output_stream(staging) as out:
+                out.write(payload)
+        except OSError as exc:
+            raise translate_storage_error(exc, self.full_uri(path)) from exc
+        self._commit(staging, path, self.full_uri(path))
+        return size
 
     def write_bytes(
         self, group: str, asset: str, name: str, payload: bytes, partition: Mapping[str, str] | None = None
@@ -412,23 +453,79 @@ class Lake:
     def delete_partition(self, group: str, asset: str, partition: Mapping[str, str]) -> None:
         """Remove one partition folder and its files folder (used to drop partitions that no longer
         exist upstream)."""
-        for folder in (self.partition_path(group, asset, partition), self.files_path(group, asset, partition)):
+        manifests = self.manifest_path(group, asset, partition).rsplit("/", 1)[0]
+        for folder in (
+            self.partition_path(group, asset, partition),
+            self.files_path(group, asset, partition),
+            manifests,
+        ):
             try:
                 self.fs.delete_dir(folder)
             except FileNotFoundError:
                 pass
 
     # ---------------------------------------------------------------- reads
-    def _part_files(self, group: str, asset: str) -> list[str]:
+    def check(
+        self, group: str, asset: str, content: bool = True, partition: Mapping[str, str] | None = None
+    ) -> manifest.Check:
+        """Compare a table's (or one partition's) files with their manifests (sizes; sha256
+        digests too when ``content``); problems name files relative to the table's folder."""
         base = self.table_path(group, asset)
+        folder = self.partition_path(group, asset, partition)
+        manifests = self.manifest_path(group, asset, partition).rsplit("/", 1)[0]
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+            found = manifest.check_table(self.fs, folder, manifests, content, lambda name: name == PART_FILE)
         except OSError as exc:
-            raise translate_storage_error(exc, self.full_uri(base)) from exc
-        return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.base_name == PART_FILE)
+            raise translate_storage_error(exc, self.full_uri(folder)) from exc
+        prefix = folder[len(base) + 1 :]
+        if not prefix:
+            return found
+        return manifest.Check(
+            found.parts,
+            [f"{prefix}/{f}".rstrip("/") for f in found.recorded_folders],
+            [(f"{prefix}/{rel}", what) for rel, what in found.problems],
+        )
+
+    def _part_files(
+        self, group: str, asset: str, content: bool = False, partition: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """The part files of a table (or one partition) that its manifests record, checked (sizes;
+        digests when ``content``); InputError ``<group>/<asset>: <file>: <problem>`` otherwise.
+        One recheck after a short pause, so that a reader racing a publish (the part moved, its
+        manifest not yet) sees the finished commit."""
+        found = self.check(group, asset, content, partition)
+        if found.problems:
+            time.sleep(_RECHECK_S)
+            found = self.check(group, asset, content, partition)
+        return manifest.require(found, f"{group}/{asset}")
+
+    def verify(self, group: str, asset: str, adopt: bool = False) -> list[str]:
+        """Every problem of a table (``<group>/<asset>: <file>: <problem>``), digests checked. With
+        ``adopt``, a partition whose part no manifest records (a lake written before manifests)
+        first gets one recorded from its bytes as they are."""
+        if adopt:
+            found = self.check(group, asset, content=False)
+            base = self.table_path(group, asset)
+            for path in self._unrecorded_parts(found, base):
+                rel = path[len(base) + 1 : -len(PART_FILE) - 1]
+                self._record_manifest(group, asset, dict(seg.split("=", 1) for seg in rel.split("/") if seg))
+        return [f"{group}/{asset}: {rel}: {what}" for rel, what in self.check(group, asset, content=True).problems]
+
+    def _unrecorded_parts(self, found: manifest.Check, base: str) -> list[str]:
+        """Part files (paths) in hive partition folders that hold no manifest."""
+        out = []
+        for rel, _ in found.problems:
+            folder, _, name = rel.rpartition("/")
+            segments = [s for s in folder.split("/") if s]
+            hive = all("=" in s for s in segments)
+            if name == PART_FILE and hive and folder not in found.recorded_folders:
+                out.append(f"{base}/{rel}")
+        return out
 
     def part_uris(self, group: str, asset: str) -> list[str]:
-        """URIs of every committed partition file (``file://`` or ``s3://``), e.g. for Spark readers."""
+        """URIs of every committed partition file (``file://`` or ``s3://``), e.g. for Spark readers:
+        those the manifests record, sizes checked (the digests would read the whole table in the
+        driver)."""
         return [f"s3://{p}" if self.is_s3 else f"file://{p}" for p in self._part_files(group, asset)]
 
     def exists(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> bool:
@@ -453,31 +550,48 @@ class Lake:
     def dataset(self, group: str, asset: str, partitions: Iterable[Mapping[str, str]] | None = None) -> ds.Dataset:
         """A pyarrow dataset over every committed partition (or the ``partitions`` given, each of
         which must exist), with hive partition columns (strings; where the writer's rows held the
-        column, at its place among their columns)."""
-        files = self._part_files(group, asset)
-        if partitions is not None:
-            wanted = [f"{self.partition_path(group, asset, p)}/{PART_FILE}" for p in partitions]
-            missing = sorted(set(wanted) - set(files))
+        column, at its place among their columns). Only the parts the manifests record, each
+        verified (size and sha256) first."""
+        if partitions is None:
+            files = self._part_files(group, asset, content=True)
+        else:
+            files, missing = [], []
+            for p in partitions:
+                got = self._part_files(group, asset, content=True, partition=p)
+                files += got
+                missing += [] if got else [f"{self.partition_path(group, asset, p)}/{PART_FILE}"]
             if missing:
                 raise InputError(
                     f"table {group}/{asset} lacks {len(missing)} requested partition(s), "
                     f"e.g. {self.full_uri(missing[0])}"
                 )
-            files = wanted
+        return self.dataset_of(group, asset, files)
+
+    def dataset_of(self, group: str, asset: str, files: list[str]) -> ds.Dataset:
+        """A pyarrow dataset (as :meth:`dataset`) over part files already checked (``check``)."""
         if not files:
             where = self.full_uri(self.table_path(group, asset))
             raise InputError(f"table {group}/{asset} has no committed data in the lake at {where}")
-        return self._open_dataset(self.table_path(group, asset), files, every_dimension=True)
+        return self._open_dataset(group, asset, files, every_dimension=True)
 
-    def partition_dataset(self, group: str, asset: str, partition: Mapping[str, str]) -> ds.Dataset:
+    def partition_dataset(
+        self, group: str, asset: str, partition: Mapping[str, str], content: bool = True
+    ) -> ds.Dataset:
         """A pyarrow dataset over one committed partition, holding the columns its writer gave
-        (a partition column the writer's rows held comes back as a column; one they did not, not)."""
+        (a partition column the writer's rows held comes back as a column; one they did not, not);
+        its part verified against its manifest first (the sha256 too when ``content``)."""
         with self._reading_partition(group, asset, partition) as path:
-            return self._open_dataset(self.table_path(group, asset), [path], every_dimension=False)
+            files = self._part_files(group, asset, content, partition)
+            if not files:
+                raise FileNotFoundError(path)
+            return self._open_dataset(group, asset, files, every_dimension=False)
 
-    def _open_dataset(self, base: str, files: list[str], every_dimension: bool) -> ds.Dataset:
+    def _open_dataset(self, group: str, asset: str, files: list[str], every_dimension: bool) -> ds.Dataset:
+        base = self.table_path(group, asset)
         try:
-            schemas = [pq.read_schema(f, filesystem=self.fs) for f in files]
+            footers = [self._footer(group, asset, f) for f in files]
+            self._check_ranges(group, asset, files, footers)
+            schemas = [m.schema.to_arrow_schema() for m in footers]
             # partitions of one table may hold different column sets (e.g. scores per source): unify
             file_schema = pa.unify_schemas(schemas, promote_options="permissive")
             places: dict[str, dict] = {}
@@ -506,6 +620,50 @@ class Lake:
             raise
         except OSError as exc:
             raise translate_storage_error(exc, self.full_uri(base)) from exc
+
+    def _footer(self, group: str, asset: str, path: str) -> pq.FileMetaData:
+        """A part's Parquet footer; InputError naming the file when it does not parse."""
+        try:
+            return pq.read_metadata(path, filesystem=self.fs)
+        except (pa.ArrowInvalid, OSError) as exc:
+            # pyarrow reports a footer that does not parse as an OSError ("Couldn't deserialize
+            # thrift") or ArrowInvalid ("Parquet magic bytes not found"); storage faults stay theirs
+            if isinstance(exc, OSError) and "thrift" not in str(exc) and "Parquet" not in str(exc):
+                raise
+            rel = path[len(self.table_path(group, asset)) + 1 :]
+            raise InputError(f"{group}/{asset}: {rel}: unreadable Parquet footer ({exc}): not read") from exc
+
+    def _check_ranges(self, group: str, asset: str, files: list[str], footers: list[pq.FileMetaData]) -> None:
+        """Refuse a part whose footer statistics (each row group's min and max) put a value
+        outside a range of the table's contract (a score outside [0, 1]): InputError naming the
+        file, the column and the value. Costs no data read; NaN, which Parquet statistics leave
+        out, is the audits' to find."""
+        contract = self.contracts(group, asset) if self.contracts and self.ranges_on_read else None
+        if contract is None or not contract.ranges:
+            return
+        base = self.table_path(group, asset)
+        for path, meta in zip(files, footers):
+            names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+            for rule in contract.ranges:
+                if rule.column not in names:
+                    continue
+                column = names.index(rule.column)
+                for rg in range(meta.num_row_groups):
+                    stats = meta.row_group(rg).column(column).statistics
+                    if stats is None or not stats.has_min_max:
+                        continue
+                    low = rule.lo is not None and (
+                        stats.min < rule.lo or (not rule.lo_inclusive and stats.min == rule.lo)
+                    )
+                    high = rule.hi is not None and (
+                        stats.max > rule.hi or (not rule.hi_inclusive and stats.max == rule.hi)
+                    )
+                    if low or high:
+                        raise InputError(
+                            f"{group}/{asset}: {path[len(base) + 1 :]}: column {rule.column} holds "
+                            f"{stats.min if low else stats.max!r} (row group {rg}), outside the contract's "
+                            f"[{rule.lo}, {rule.hi}]: not read"
+                        )
 
     @contextmanager
     def _reading_partition(self, group: str, asset: str, partition: Mapping[str, str]) -> Iterator[str]:
@@ -556,28 +714,36 @@ class Lake:
     def read_schema(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> pa.Schema:
         """Schema of a table (or one partition) from Parquet footers (no data read)."""
         if partition is not None:
-            return self.partition_dataset(group, asset, partition).schema
+            return self.partition_dataset(group, asset, partition, content=False).schema
         files = self._part_files(group, asset)
         if not files:
             raise InputError(f"table {group}/{asset} has no committed data")
-        return self._open_dataset(self.table_path(group, asset), files[:1], every_dimension=False).schema
+        return self._open_dataset(group, asset, files[:1], every_dimension=False).schema
 
     def count_rows(self, group: str, asset: str) -> int:
         """Row count from Parquet footers."""
-        return sum(pq.ParquetFile(f, filesystem=self.fs).metadata.num_rows for f in self._part_files(group, asset))
+        files = self._part_files(group, asset)
+        try:
+            return sum(self._footer(group, asset, f).num_rows for f in files)
+        except OSError as exc:
+            raise translate_storage_error(exc, self.full_uri(self.table_path(group, asset))) from exc
 
     def tables(self) -> list[tuple[str, str]]:
-        """(group, asset) of every table with committed data."""
+        """(group, asset) of every table with committed data, or with a manifest (a table whose
+        parts went missing is listed, so that its readers name what is missing)."""
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True, allow_not_found=True))
         except OSError as exc:
             raise translate_storage_error(exc, self.full_uri(self.root)) from exc
         found = set()
         for i in infos:
+            rel = i.path[len(self.root) + 1 :].split("/")
             if i.type == pafs.FileType.File and i.base_name == PART_FILE:
-                rel = i.path[len(self.root) + 1 :].split("/")
                 if len(rel) >= 3 and not rel[0].startswith("_"):
                     found.add((rel[0], rel[1]))
+            elif i.type == pafs.FileType.File and i.base_name == MANIFEST_FILE:
+                if len(rel) >= 4 and rel[0] == MANIFEST_DIR:
+                    found.add((rel[1], rel[2]))
         return sorted(found)
 
     def remove_partitions(self, dimension: str, keep: Iterable[str], probe: tuple[str, str]) -> list[dict]:
@@ -693,4 +859,6 @@ class LakeTable:
         return self.lake.local_folder(self.group, self.name, partition, subfolder)
 
     def files(self) -> list[str]:
-        return [self.lake.full_uri(p) for p in self.lake._part_files(self.group, self.name)]
+        """URIs of the table's part files, each verified against its manifest (size and sha256)
+        first: what a reader in another process (the trainer) opens by itself."""
+        return [self.lake.full_uri(p) for p in self.lake._part_files(self.group, self.name, content=True)]

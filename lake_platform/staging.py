@@ -53,6 +53,7 @@ from .lake import (
     translate_storage_error,
     validate_partition_key,
 )
+from .manifest import MANIFEST_FILE
 
 REJECTED_DIR = "_rejected"
 OWNER_FILE = "owner.json"
@@ -113,8 +114,8 @@ def _files_under(lake: Lake, folder: str) -> list[str]:
 
 
 def _part_key(path: str) -> tuple[int, str]:
-    # part-0.parquet is published last: its arrival means every artifact beside it has arrived
-    return (1 if path.endswith("/" + PART_FILE) else 0, path)
+    # part-0.parquet is published after its artifacts, and its manifest (the commit record) last
+    return (2 if path.endswith("/" + MANIFEST_FILE) else 1 if path.endswith("/" + PART_FILE) else 0, path)
 
 
 @dataclass
@@ -216,9 +217,18 @@ class StagedTable:
         part = {**(self.partition or {}), **(subfolder or {})}
         return self.area.read_bytes(self.group, self.table, name, partition=part or None)
 
+    @property
+    def staged_manifest(self) -> str:
+        return self.area.manifest_path(self.group, self.table, self.partition)
+
     def staged_files(self) -> list[str]:
-        """Every staged file of this table (or partition), its other files included, ``part-0.parquet`` last."""
-        return sorted((f for folder, _ in self._folders() for f in _files_under(self.area, folder)), key=_part_key)
+        """Every staged file of this table (or partition), its other files included, ``part-0.parquet``
+        and then its manifest last."""
+        files = [f for folder, _ in self._folders() for f in _files_under(self.area, folder)]
+        manifest = [
+            m for m in _files_under(self.area, self.staged_manifest.rsplit("/", 1)[0]) if m == self.staged_manifest
+        ]
+        return sorted(files + manifest, key=_part_key)
 
     def _relative(self, path: str) -> str:
         """A staged file's path relative to its folder, files of the files folder marked as such."""
@@ -227,17 +237,22 @@ class StagedTable:
             return FILES_SUFFIX + path[len(files) :]
         return path[len(data) :]
 
-    def _destination(self, path: str, root: tuple[str, str]) -> str:
-        """Where the staged file ``path`` goes under ``root`` (its table folder, its files folder)."""
+    def _destination(self, path: str, target: Lake) -> str:
+        """Where the staged file ``path`` goes in ``target`` (the lake, or a rejected area)."""
+        if path == self.staged_manifest:
+            return target.manifest_path(self.group, self.table, self.partition)
         (data, _), (files, _) = self._folders()
         if path.startswith(files + "/"):
-            return root[1] + path[len(files) :]
-        return root[0] + path[len(data) :]
+            return target.files_path(self.group, self.table, self.partition) + path[len(files) :]
+        return target.partition_path(self.group, self.table, self.partition) + path[len(data) :]
 
     def content_hash(self) -> str:
-        """sha256 (16 hex digits) of the staged files' relative paths and bytes: the data version."""
+        """sha256 (16 hex digits) of the staged files' relative paths and bytes (the manifest, made
+        from them, left out): the data version."""
         h = hashlib.sha256()
         for path in self.staged_files():
+            if path == self.staged_manifest:
+                continue
             h.update(self._relative(path).encode() + b"\0")
             with self.area.fs.open_input_stream(path) as f:
                 while chunk := f.read(1 << 22):
@@ -255,14 +270,14 @@ class StagedTable:
         dest = (self.published_folder, self.published_files_folder)
         size = 0
         for src in files:
-            target = self._destination(src, dest)
+            target = self._destination(src, self.lake)
             try:
                 self.lake.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-                size += self.area.fs.get_file_info(src).size or 0
+                size += 0 if src == self.staged_manifest else self.area.fs.get_file_info(src).size or 0
                 self.lake.fs.move(src, target)
             except OSError as exc:
                 raise translate_storage_error(exc, self.lake.full_uri(target)) from exc
-        published = {self._destination(src, dest) for src in files}
+        published = {self._destination(src, self.lake) for src in files}
         for folder in dest:
             for stale in _files_under(self.lake, folder):
                 if stale not in published:
@@ -270,6 +285,8 @@ class StagedTable:
                         self.lake.fs.delete_file(stale)
                     except OSError as exc:
                         raise translate_storage_error(exc, self.lake.full_uri(stale)) from exc
+        if self.staged_manifest not in files:  # staged by other means than Lake.write_table
+            self.lake._record_manifest(self.group, self.table, self.partition)
         part = f"{dest[0]}/{PART_FILE}"
         rows = pq.ParquetFile(part, filesystem=self.lake.fs).metadata.num_rows
         return CommitInfo(uri=self.lake.full_uri(part), rows=rows, bytes=size, partition=self.partition)
@@ -279,9 +296,8 @@ class StagedTable:
         URI of that folder. The published version is not touched."""
         rejected = self.lake.subtree(f"{REJECTED_DIR}/{self.owner}")
         dest = rejected.partition_path(self.group, self.table, self.partition)
-        roots = (dest, rejected.files_path(self.group, self.table, self.partition))
         for src in self.staged_files():
-            target = self._destination(src, roots)
+            target = self._destination(src, rejected)
             try:
                 self.lake.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
                 self.lake.fs.move(src, target)
@@ -307,6 +323,7 @@ class Stage:
         self.lake = lake
         self.owner = owner
         self.area = lake.subtree(f"{STAGING_DIR}/{owner}")
+        self.area.ranges_on_read = False
 
     @property
     def owner_path(self) -> str:

@@ -31,7 +31,7 @@ from darkhaloscope.evaluation.scoring import injection_rows
 from darkhaloscope.imaging.sources import ImageSourceOpener
 from darkhaloscope.search.candidates import DEFAULT_DEDUP_ARCSEC, SCORE_COLUMNS, build_candidates
 from darkhaloscope.search.gallery import GALLERY_FILE, gallery_files, gallery_stamps
-from darkhaloscope.search.grades import UNGRADED, changed_earlier_rows, new_round, parse_grades_csv
+from darkhaloscope.search.grades import UNGRADED, changed_earlier_rows, checked_grades_file, new_round, parse_grades_csv
 from darkhaloscope.search.launch import search_with_published_finder
 from darkhaloscope.search.spark import search_on_spark
 from darkhaloscope.search.streaming import STAMP_SCHEMA, InflightSearch, SearchSettings, coverage_problems, score_schema
@@ -388,9 +388,13 @@ def _kept_ids(search_stamps: ds.Dataset) -> pa.Array:
 
 class GradesConfig(dg.Config):
     """``csv_path``: the grades CSV to land as the next round (``dhs grade FILE.csv`` sets it);
-    empty: land nothing (the published rounds stay as they are, or an empty table on the first run)."""
+    empty: land nothing (the published rounds stay as they are, or an empty table on the first run).
+    ``csv_sha256``: the sha256 of the bytes ``dhs grade`` checked (the run lands only those);
+    ``again``: land a file whose bytes a round already holds."""
 
     csv_path: str = ""
+    csv_sha256: str = ""
+    again: bool = False
 
 
 @lake_asset(VISUAL_GRADES, code_version="3", kinds={"parquet"})
@@ -399,11 +403,16 @@ def visual_grades(context: dg.AssetExecutionContext, config: GradesConfig, lake:
     one round per landed grades CSV, each with what the grader saw (position, score, model
     version); earlier rounds are kept as they were. The next ``training_set`` reads them (graded
     lenses → positives, graded non-lenses → hard negatives, negatives awaiting inspection left
-    out), so no graph edge comes in from ``candidates``: the CSV is self-contained and ``dhs grade``
-    checks it against the candidates before landing."""
+    out), so no graph edge comes in from ``candidates``: the CSV is self-contained, and every
+    landing (the command line or the UI) checks it against the published candidates first."""
     grades_table = lake.lake().table(*VISUAL_GRADES.key)
     previous = grades_table.read() if grades_table.exists() else None
-    payload = _read_csv(config.csv_path) if config.csv_path else b""
+    candidates = lake.lake().table(*CANDIDATES.key)
+    payload = (
+        checked_grades_file(config.csv_path, config.csv_sha256, candidates, previous, config.again)
+        if config.csv_path
+        else b""
+    )
     grades = parse_grades_csv(payload, config.csv_path) if config.csv_path else None
     table = new_round(previous, grades, config.csv_path.rsplit("/", 1)[-1], payload)
     outcomes = [
@@ -421,14 +430,6 @@ def visual_grades(context: dg.AssetExecutionContext, config: GradesConfig, lake:
         else {str(d["values"]): int(d["counts"]) for d in grades.column("grade").value_counts().to_pylist()},
     }
     return Publish({VISUAL_GRADES: table}, audits={VISUAL_GRADES: outcomes}, metadata={VISUAL_GRADES: md})
-
-
-def _read_csv(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise InputError(f"grades file {path}: {exc.strerror or exc}") from exc
 
 
 def search_defs(search_launch: str) -> dg.Definitions:

@@ -75,6 +75,37 @@ def _url(value: str) -> None:
         raise ValueError("expected an http:// or https:// URL")
 
 
+def _s3_uri(value: str) -> None:
+    """An ``s3://`` URI must name its bucket (``s3://`` alone would be taken as a folder ``s3:``)."""
+    if not re.match(r"^s3://[^/\s]+", value):
+        raise ValueError("expected s3://bucket/prefix (no bucket named)")
+
+
+def _lake_uri(value: str) -> None:
+    if value.startswith("s3://"):
+        _s3_uri(value)
+    elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value) and not value.startswith("file://"):
+        raise ValueError("expected a local folder or s3://bucket/prefix")
+
+
+def _survey(value: str) -> None:
+    if value == "mock":
+        return
+    if value.startswith("s3://"):
+        _s3_uri(value)
+    elif not os.path.isdir(value.removeprefix("file://")):
+        raise ValueError("no such folder (expected mock, a DR10 mirror's folder or s3://bucket/prefix)")
+
+
+def _mock_dir(value: str) -> None:
+    """The mock cache folder need not exist yet (it is made on first use), its parent must."""
+    path = os.path.abspath(value)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError("is not a folder")
+    if not os.path.isdir(os.path.dirname(path)):
+        raise ValueError(f"its parent folder {os.path.dirname(path)} does not exist")
+
+
 def _cutout_source(value: str) -> None:
     if value != "auto":
         _url(value)
@@ -176,13 +207,27 @@ def _spark_memory(value: str) -> None:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("DHS_LAKE", "./lakehouse", "lake root: a local folder or s3://bucket/prefix", "storage"),
+    Setting("DHS_LAKE", "./lakehouse", "lake root: a local folder or s3://bucket/prefix", "storage", _lake_uri),
     Setting(
         "DHS_S3_ENDPOINT",
         None,
         "S3 endpoint override (any S3-compatible server), e.g. http://127.0.0.1:9000",
         "storage",
         _url,
+    ),
+    Setting(
+        "DHS_S3_CONNECT_TIMEOUT_S",
+        "5",
+        "seconds the S3 clients of the lake and the survey mirror wait to open a connection (each attempt)",
+        "storage",
+        _positive_number,
+    ),
+    Setting(
+        "DHS_S3_REQUEST_TIMEOUT_S",
+        "30",
+        "seconds the S3 clients of the lake and the survey mirror wait for an answer (each attempt)",
+        "storage",
+        _positive_number,
     ),
     Setting(
         "DHS_REJECTED_KEEP_DAYS",
@@ -192,7 +237,11 @@ SETTINGS: tuple[Setting, ...] = (
         _positive_number,
     ),
     Setting(
-        "DHS_SURVEY", "mock", "mock (the embedded survey) or the root of a DR10 mirror, a folder or s3://", "survey"
+        "DHS_SURVEY",
+        "mock",
+        "mock (the embedded survey) or the root of a DR10 mirror, a folder or s3://",
+        "survey",
+        _survey,
     ),
     Setting(
         "DHS_SURVEY_S3_ANONYMOUS",
@@ -223,7 +272,7 @@ SETTINGS: tuple[Setting, ...] = (
         "mock survey",
         _whole(0),
     ),
-    Setting("DHS_MOCK_DIR", DEFAULT_MOCK_DIR, "cache folder of the generated mock surveys", "mock survey"),
+    Setting("DHS_MOCK_DIR", DEFAULT_MOCK_DIR, "cache folder of the generated mock surveys", "mock survey", _mock_dir),
     Setting(
         "DHS_MOCK_SWEEP_FILES",
         None,
@@ -356,6 +405,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DHS_SPARK_DRIVER_MEMORY", "2g", "memory of the Spark driver's JVM", "spark", _spark_memory),
     Setting("DHS_SPARK_LOG", None, "file of the Spark logs (default <DAGSTER_HOME>/logs/spark.log)", "spark"),
     Setting(
+        "DHS_STOP_GRACE_S",
+        "30",
+        "seconds a dhs command stopped by SIGTERM or SIGINT has to end before its processes are killed",
+        "orchestration",
+        _positive_number,
+    ),
+    Setting(
         "DHS_PARTITIONS_PER_RUN",
         "128",
         "sweep files one run covers in the per-sweep-file assets (sweeps, search_targets, cutouts, "
@@ -417,10 +473,10 @@ BY_NAME = {s.name: s for s in SETTINGS}
 
 
 def setting(name: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """The value of ``name`` (a declared setting): the environment's, else its default; an empty
-    value counts as unset."""
+    """The value of ``name`` (a declared setting): the environment's, stripped of surrounding
+    white space as :func:`validate` checks it, else its default; an empty value counts as unset."""
     env = os.environ if environ is None else environ
-    return env.get(name) or BY_NAME[name].default
+    return (env.get(name) or "").strip() or BY_NAME[name].default
 
 
 def default(name: str) -> str | None:

@@ -23,4 +23,6 @@ def open_lake(uri: str | None = None, s3_endpoint: str | None = None, **s3_optio
     unless ``s3_endpoint`` is given, ``DHS_S3_ENDPOINT``."""
     if uri is None:
         uri, s3_endpoint = setting("DHS_LAKE"), s3_endpoint or setting("DHS_S3_ENDPOINT")
+    s3_options.setdefault("s3_connect_timeout_s", float(setting("DHS_S3_CONNECT_TIMEOUT_S")))
+    s3_options.setdefault("s3_request_timeout_s", float(setting("DHS_S3_REQUEST_TIMEOUT_S")))
     return Lake(uri, s3_endpoint=s3_endpoint, contracts=contract_of, **s3_options)

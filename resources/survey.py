@@ -14,7 +14,7 @@ from darkhaloscope.survey.location import SurveyLocation
 from lake_platform.lake import translate_storage_error, validate_partition_key
 from mock_survey.survey import MockSurvey, MockSurveyManifest
 
-from .settings import default
+from .settings import default, setting
 
 
 class SurveyResource(dg.ConfigurableResource):
@@ -58,7 +58,13 @@ class SurveyResource(dg.ConfigurableResource):
         if self.is_mock:
             return self.mock().location()
         root = self.survey if "://" in self.survey else os.path.abspath(self.survey)
-        return SurveyLocation(root=root, s3_endpoint=self.s3_endpoint, s3_anonymous=self.s3_anonymous)
+        return SurveyLocation(
+            root=root,
+            s3_endpoint=self.s3_endpoint,
+            s3_anonymous=self.s3_anonymous,
+            s3_connect_timeout_s=float(setting("DHS_S3_CONNECT_TIMEOUT_S")),
+            s3_request_timeout_s=float(setting("DHS_S3_REQUEST_TIMEOUT_S")),
+        )
 
     def origin(self) -> dict:
         """What the lake's catalogs come from: the mock survey's realisation or the mirror's root."""

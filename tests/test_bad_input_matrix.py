@@ -623,5 +623,9 @@ def test_snapshot_sees_a_commit(env):
     rows["FLUX_R"] += 1
     _sweep_into_lake(env.lake, _write_sweep(env.tmp / "valid2" / SWEEP, rows))
     after = _snapshot(env.lake)
-    changed = [k for k in before if after.get(k) != before[k]]
-    assert changed == [f"survey/sweeps/sweep_file={SWEEP}/part-0.parquet"]
+    changed = sorted(k for k in before if after.get(k) != before[k])
+    # the part and its manifest (lake_platform.manifest), the commit record beside it
+    assert changed == [
+        f"_manifests/survey/sweeps/sweep_file={SWEEP}/manifest.json",
+        f"survey/sweeps/sweep_file={SWEEP}/part-0.parquet",
+    ]

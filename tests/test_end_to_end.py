@@ -115,7 +115,7 @@ def test_demo_runs_end_to_end(tmp_path):
     ]
     assert undeclared == [], undeclared
 
-    # a failing materialization names the asset and exits non-zero
+    # a request naming no asset is refused naming it, exit 2 (a user error: nothing ran)
     bad = subprocess.run(
         [sys.executable, "-m", "dhs.main", "materialize", "no_such_asset"],
         cwd=tmp_path,
@@ -123,7 +123,7 @@ def test_demo_runs_end_to_end(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert bad.returncode == 1 and "unknown asset 'no_such_asset'" in bad.stderr
+    assert bad.returncode == 2 and "unknown asset 'no_such_asset'" in bad.stderr
 
     # last, so that without Chromium everything else has been checked before the test is marked
     # skipped (failed in CI): the lake's own report, every figure decodes in a browser

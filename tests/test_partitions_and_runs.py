@@ -102,8 +102,10 @@ def test_materialize_takes_dagster_selections_and_reruns_only_what_dagster_calls
     again = io.StringIO()
     Materializer(defs, instance, out=again).run(["survey/sweeps"])  # upstream fresh: only the target runs
     assert "[1/2] sweep_files: up to date, skipped" in again.getvalue() and f"[2/2] sweeps [{A}] ok" in again.getvalue()
-    # a table gone from the lake runs again, though the instance still records it
+    # a table gone from the lake (its folder and its manifests: a part gone alone is named as
+    # missing, lake_platform.manifest) runs again, though the instance still records it
     shutil.rmtree(tmp_path / "lake" / "survey" / "sweep_files")
+    shutil.rmtree(tmp_path / "lake" / "_manifests" / "survey" / "sweep_files")
     gone = io.StringIO()
     Materializer(defs, instance, out=gone).run(["survey/sweeps"])
     assert "[1/2] sweep_files ok" in gone.getvalue() and lake.exists("survey", "sweep_files")

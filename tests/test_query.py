@@ -117,6 +117,7 @@ def test_a_runaway_query_is_interrupted_at_its_timeout(tmp_path, monkeypatch, ca
 
 def test_results_are_capped_with_a_note(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DHS_LAKE", str(tmp_path / "lake"))
+    (tmp_path / "lake").mkdir()  # an empty lake: a read command refuses one that does not exist
     # a trillion-row result is streamed: only the first rows are ever produced
     assert main(["query", "SELECT range AS i FROM range(1000000000000)", "--format", "csv", "--max-rows", "5"]) == 0
     captured = capsys.readouterr()

@@ -265,7 +265,9 @@ def test_dhs_grade_lands_rounds_and_refuses_bad_files(tmp_path, monkeypatch, cap
     assert main(["grade", str(tmp_path / "missing.csv")]) == 2
     good = tmp_path / "good.csv"
     good.write_text(header + "7,A,150.0,1.0,0.9,v1,false\n8,not_a_lens,150.1,1.0,0.8,v1,true\n")
-    assert main(["grade", str(good)]) == 0 and main(["grade", str(good)]) == 0
+    assert main(["grade", str(good)]) == 0 and main(["grade", str(good)]) == 2  # the same bytes twice
+    assert f"{good}: already landed as round 1 (the same bytes, sha256 " in capsys.readouterr().err
+    assert main(["grade", str(good), "--again"]) == 0
     assert "as round 2 of visual_grades" in capsys.readouterr().out
     grades = lake.read_table(*GRADES)
     assert (

@@ -27,6 +27,9 @@ RGB_OFFSET = 0.03
 #: Largest cutout side (pixels) ``dhs cutout`` cuts by default: 3 bands x image + invvar of 1024²
 #: float32 is 25 MB; the limit keeps a mistyped size from allocating the machine's memory.
 MAX_CUTOUT_SIZE = 1024
+#: Bytes a cutout may take in memory, its image and inverse variance (3 bands, float32 each)
+#: together: whatever DHS_CUTOUT_MAX_SIZE allows, a request past it is refused before allocating.
+MAX_CUTOUT_BYTES = 2**30
 #: Output file endings and the format written for each.
 CUTOUT_FORMATS = {".fits": "fits", ".fit": "fits", ".fits.gz": "fits", ".png": "png"}
 
@@ -52,6 +55,12 @@ def check_cutout_request(ra: float, dec: float, size: int, max_size: int = MAX_C
         raise InputError(f"DEC {dec} deg is outside [-90, 90]")
     if not 1 <= size <= max_size:
         raise InputError(f"size {size} pixels is outside [1, {max_size}] (the limit is DHS_CUTOUT_MAX_SIZE)")
+    needed = 2 * len(BANDS) * 4 * size * size
+    if needed > MAX_CUTOUT_BYTES:
+        raise InputError(
+            f"size {size} pixels needs {needed / 2**30:.1f} GiB for its image and inverse variance "
+            f"({len(BANDS)} bands, float32), over the {MAX_CUTOUT_BYTES / 2**30:g} GiB a cutout may take"
+        )
 
 
 def cutout_to_file(

@@ -8,8 +8,9 @@ position [deg], score, the lens finder's content hash and its known flag (the ga
 writes every candidate it shows). The CSV is self-contained, so ``visual_grades`` needs no
 other table: it is where the human judgement enters the lake, the way the sweeps are where the
 survey enters it, which keeps the grading loop (grades → next ``training_set`` → lens finder →
-search → candidates → gallery → grades) a DAG. ``dhs grade`` additionally checks the rows against
-the published candidates before landing them.
+search → candidates → gallery → grades) a DAG. Every landing (``dhs grade`` or the UI's
+launchpad) additionally checks the rows against the published candidates
+(:func:`checked_grades_file`), and lands only the bytes it checked.
 
 A file is landed as one round: ``visual_grades`` keeps every earlier round as it was and appends
 the new one with the next round number, so each round can be reproduced and a training set
@@ -25,6 +26,9 @@ import csv
 import hashlib
 import io
 import json
+import os
+import re
+import stat
 
 import numpy as np
 import pyarrow as pa
@@ -57,10 +61,48 @@ GRADES_SCHEMA = pa.schema(
     ]
 )
 _BOOLS = {"true": True, "1": True, "false": False, "0": False}
+#: Bytes a grades file may hold: some 200,000 rows of the gallery's export, far more than a
+#: grader sees in a round; a larger file is not one.
+MAX_GRADES_BYTES = 16 * 2**20
+#: An object id as the gallery writes it: ASCII digits, an optional minus (``str.isdigit`` would
+#: take superscripts and other scripts' digits).
+_ID_RE = re.compile(r"-?[0-9]+", re.ASCII)
+
+
+def read_grades_file(path: str, max_bytes: int = MAX_GRADES_BYTES) -> bytes:
+    """The bytes of the grades file ``path``: InputError naming it when it cannot be read, is not a
+    regular file (a device, a pipe, a folder) or holds more than ``max_bytes`` bytes."""
+    try:
+        with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise InputError(f"{path}: not a regular file")
+            payload = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError(f"{path}: {exc.strerror or exc}") from exc
+    if len(payload) > max_bytes:
+        raise InputError(f"{path}: larger than {max_bytes:,} bytes, the most a grades file may hold")
+    return payload
+
+
+def check_not_landed(previous: pa.Table | None, payload: bytes, where: str) -> None:
+    """InputError when a round of ``previous`` (the published rounds) was landed from the same
+    bytes (sha256) as ``payload``: landing it again would add a second identical round."""
+    if previous is None or previous.num_rows == 0:
+        return
+    digest = hashlib.sha256(payload).hexdigest()
+    same = pc.equal(previous.column("source_sha256"), digest)
+    if pc.any(same).as_py():
+        landed = int(pc.min(previous.column("round").filter(same)).as_py())
+        raise InputError(
+            f"{where}: already landed as round {landed} (the same bytes, sha256 {digest[:16]}…): "
+            "pass --again to land it as a new round"
+        )
 
 
 def _number(value: str, where: str, column: str, lo: float, hi: float) -> float:
     try:
+        if not value.isascii():  # float() reads other scripts' digits too
+            raise ValueError(value)
         x = float(value)
     except ValueError:
         raise InputError(f"{where}: {column} {value!r} is not a number") from None
@@ -72,10 +114,13 @@ def _number(value: str, where: str, column: str, lo: float, hi: float) -> float:
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def _parse_row(row: dict, where: str) -> tuple:
+def _parse_row(row: dict, where: str, n_fields: int) -> tuple:
+    if None in row or None in row.values():  # csv.DictReader's marks of a long and a short row
+        n = n_fields + len(row.get(None) or ()) - sum(v is None for v in row.values())
+        raise InputError(f"{where}: {n} fields, the header has {n_fields}")
     oid, grade = (row.get("object_id") or "").strip(), (row.get("grade") or "").strip()
-    if not oid.lstrip("-").isdigit():
-        raise InputError(f"{where}: object_id {oid!r} is not an integer")
+    if not _ID_RE.fullmatch(oid):
+        raise InputError(f"{where}: object_id {oid!r} is not an integer (ASCII digits)")
     if not _INT64_MIN <= int(oid) <= _INT64_MAX:
         raise InputError(f"{where}: object_id {oid} out of range: object ids are 64-bit signed integers")
     if grade not in (*GRADES, UNGRADED):
@@ -111,7 +156,10 @@ def parse_grades_csv(payload: bytes, where: str) -> pa.Table:
             f"{where}: missing column(s) {missing}; the header must name {list(GRADE_COLUMNS)} "
             f"(the gallery's 'Export grades' writes them; got {reader.fieldnames})"
         )
-    rows = [_parse_row(row, f"{where}:{line}") for line, row in enumerate(reader, start=2)]
+    try:
+        rows = [_parse_row(row, f"{where}:{reader.line_num}", len(reader.fieldnames)) for row in reader]
+    except csv.Error as exc:  # raised inside a record, before the reader counts its line
+        raise InputError(f"{where}:{reader.line_num + 1}: {exc}") from exc
     if not rows:
         raise InputError(f"{where}: no grades (only a header)")
     values, counts = np.unique([r[0] for r in rows], return_counts=True)
@@ -119,6 +167,28 @@ def parse_grades_csv(payload: bytes, where: str) -> pa.Table:
         raise InputError(f"{where}: object_id {int(values[counts > 1][0])} is graded more than once")
     fields = [GRADES_SCHEMA.field(c) for c in GRADE_COLUMNS]
     return pa.Table.from_pylist([dict(zip(GRADE_COLUMNS, r)) for r in rows], schema=pa.schema(fields))
+
+
+def checked_grades_file(
+    path: str, expected_sha256: str, candidates: PartitionedTable, previous: pa.Table | None, again: bool = False
+) -> bytes:
+    """The bytes of the grades file ``path``, checked as ``dhs grade`` checks them, whichever path
+    launched the landing (the command line or the UI): the bytes that were checked
+    (``expected_sha256``, when given), every row a published candidate (``candidates``), not a file
+    a round of ``previous`` already holds unless ``again``. InputError naming the file otherwise."""
+    payload = read_grades_file(path)
+    digest = hashlib.sha256(payload).hexdigest()
+    if expected_sha256 and digest != expected_sha256:
+        raise InputError(
+            f"{path}: changed since it was checked (sha256 {digest[:16]}…, checked {expected_sha256[:16]}…): "
+            "nothing landed; run dhs grade again"
+        )
+    if not candidates.exists():
+        raise InputError(f"{path}: no published candidates to check the grades against (materialize candidates)")
+    check_against_candidates(parse_grades_csv(payload, path), candidates.read(), path)
+    if not again:
+        check_not_landed(previous, payload, path)
+    return payload
 
 
 def check_against_candidates(grades: pa.Table, candidates: pa.Table, where: str, tolerance_arcsec: float = 0.1) -> None:

@@ -312,11 +312,16 @@ def gate(
 def fail_fast_on_bad_input() -> Iterator[None]:
     """Permanent errors (bad input, refused credentials, a lake that is not a writable folder)
     fail the step once, without retries: retrying only repeats the error (and could hammer a
-    service with bad credentials)."""
+    service with bad credentials). So does a stop (SIGTERM, SIGINT: Dagster interrupts the step):
+    a retry policy would otherwise launch the step again after the operator stopped it."""
     try:
         yield
     except PERMANENT_ERRORS as exc:
         raise dg.Failure(description=f"{type(exc).__name__}: {exc}", allow_retries=False) from exc
+    except dg.DagsterExecutionInterruptedError as exc:
+        raise dg.Failure(
+            description="stopped by a signal (SIGTERM or SIGINT): not retried", allow_retries=False
+        ) from exc
 
 
 def file_link(uri: str):
