@@ -158,7 +158,13 @@ def search_scores(
         )
     elif launch == "spark":
         retries.include_tasks(pyspark.spark_session)
-        runs = search_on_spark(pyspark.spark_session, finder, inflight_area, targets, source, compute.device, settings)
+
+        def task_done(done: int, total: int) -> None:
+            report_progress(context.log, f"search on Spark: {done}/{total} tasks done")
+
+        runs = search_on_spark(
+            pyspark.spark_session, finder, inflight_area, targets, source, compute.device, settings, progress=task_done
+        )
     else:
         runs = _search_through_pipes(
             context, pipes_subprocess_client, store, lake.s3_endpoint, source, compute.device, settings

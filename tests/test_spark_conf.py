@@ -204,3 +204,23 @@ def test_a_bad_setting_is_refused_before_anything_runs(tmp_path, monkeypatch, ca
         validate()
     assert main(["materialize", "negatives"]) == 2
     assert expected in capsys.readouterr().err and not (tmp_path / "lake").exists()
+
+
+def test_task_progress_follows_the_tasks_of_its_job_group_to_the_end(spark):
+    """Four tasks that each take a while: the reports count completed tasks, never fall, and the
+    last is every task done; a job outside the block is not in the group."""
+    from darkhaloscope.catalog.spark_conf import _group_tasks, task_progress
+
+    reports = []
+
+    def slow(rows):
+        time.sleep(0.3)
+        yield sum(rows)
+
+    with task_progress(spark, "progress-test", lambda done, total: reports.append((done, total)), interval_s=0.05):
+        spark.sparkContext.parallelize(range(8), 4).mapPartitions(slow).collect()
+    spark.sparkContext.parallelize(range(4), 2).count()
+    assert reports and reports[-1] == (4, 4)
+    assert [d for d, _ in reports] == sorted(d for d, _ in reports)
+    assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None
+    assert _group_tasks(spark.sparkContext, "progress-test") == (4, 4)

@@ -51,8 +51,9 @@ import socket
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from .. import s3_retries
 from ..errors import InputError
@@ -403,6 +404,56 @@ def _stopped(sc) -> bool:
         return bool(sc._jsc.sc().isStopped())
     except Py4JError:
         return True  # the gateway to the JVM is closed: no context is running
+
+
+# ------------------------------------------------------------------------- progress of jobs
+
+#: Seconds between two looks at the tasks a job group has completed.
+PROGRESS_INTERVAL_S = 10.0
+
+
+def _group_tasks(sc, group: str) -> tuple[int, int]:
+    """(tasks completed, tasks) over the stages of the jobs of job group ``group`` so far."""
+    tracker = sc.statusTracker()
+    done = total = 0
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        for stage in info.stageIds if info is not None else ():
+            st = tracker.getStageInfo(stage)
+            if st is not None:
+                done, total = done + st.numCompletedTasks, total + st.numTasks
+    return done, total
+
+
+@contextmanager
+def task_progress(spark, group: str, report, interval_s: float = PROGRESS_INTERVAL_S) -> Iterator[None]:
+    """Run the body's Spark jobs in job group ``group`` and call ``report(done, total)`` with the
+    tasks they have completed whenever that changed, every ``interval_s`` seconds and once at the
+    end (Spark's status tracker: the driver learns of each task as it ends, wherever it ran)."""
+    sc = spark.sparkContext
+    sc.setJobGroup(group, group)
+    stop = threading.Event()
+    last: list[tuple[int, int]] = []
+
+    def look() -> None:
+        now = _group_tasks(sc, group)
+        if now[1] and (not last or now != last[-1]):
+            last.append(now)
+            report(*now)
+
+    def poll() -> None:
+        while not stop.wait(interval_s):
+            look()
+
+    watcher = threading.Thread(target=poll, name=f"progress-{group}", daemon=True)
+    watcher.start()
+    try:
+        yield
+        look()
+    finally:
+        stop.set()
+        watcher.join()
+        sc.setLocalProperty("spark.jobGroup.id", None)
 
 
 # ------------------------------------------------------------------------- S3 retries of tasks

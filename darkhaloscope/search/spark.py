@@ -18,11 +18,11 @@ cache path, or network access to the cutout service.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
-from ..catalog.spark_conf import counting_s3_retries
+from ..catalog.spark_conf import counting_s3_retries, task_progress
 from ..imaging.sources import ImageSourceOpener
 from ..storage import PartitionedTable, TableStore
 from .launch import search_with_published_finder
@@ -37,12 +37,14 @@ def search_on_spark(
     source: ImageSourceOpener,
     device: str,
     settings: SearchSettings,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, dict]:
     """Score and commit every chunk of the targets of each sweep file in ``partitions`` (sweep file
     -> targets) not yet in flight, in Spark tasks of contiguous chunks (of one sweep file or of
     neighbouring ones), on each executor's ``device``. Returns per sweep file the counts of
     :func:`.launch.search_with_published_finder` summed over the tasks, with the one
-    ``model_version`` every task scored with and the devices they used (comma-separated)."""
+    ``model_version`` every task scored with and the devices they used (comma-separated).
+    ``progress(tasks done, tasks)`` follows the tasks as they end (:func:`..catalog.spark_conf.task_progress`)."""
     sc = spark.sparkContext
     # (sweep file, chunk) in order; a sweep file without targets gets a task entry without a chunk
     # (-1), so it still reports the model it would have scored with
@@ -63,7 +65,8 @@ def search_on_spark(
 
     try:
         parts = sc.parallelize(work, max(1, min(len(work), sc.defaultParallelism)))
-        runs = parts.mapPartitions(counting_s3_retries(spark, task)).collect()
+        with task_progress(spark, f"search-{sc.applicationId}", progress or (lambda done, total: None)):
+            runs = parts.mapPartitions(counting_s3_retries(spark, task)).collect()
     finally:
         shared.destroy()
     versions = sorted({r["model_version"] for run in runs for r in run.values()})
