@@ -114,6 +114,8 @@ def injection_plan(
         config.min_hosts_per_cell,
         config.proposal or compute.selection_proposal,
         compute.lens_profiles(),
+        compute.source_model,
+        compute.nuisance,
     )
     ids = hosts.column("object_id")
     wanted = pc.field("object_id").isin(ids)

@@ -153,7 +153,11 @@ def pixel_flux_fraction(lens: LensBatch, src: SourceBatch, cfg: RenderConfig):
     out = 0.25 * (sb_c[:, :-1, :-1] + sb_c[:, :-1, 1:] + sb_c[:, 1:, :-1] + sb_c[:, 1:, 1:]) * pix * pix
 
     if cfg.adaptive:
-        r_cut = (cfg.cut_radius * src.extent_arcsec()).maximum(src.clump_extent_arcsec()) + pix
+        r_cut = (cfg.cut_radius * src.extent_arcsec()).maximum(src.clump_extent_arcsec())
+        if src.images is not None:
+            # a template's light ends at its edge: refine wherever its footprint may reach
+            r_cut = r_cut.maximum(src.image_extent_arcsec())
+        r_cut = r_cut + pix
         ex = lambda p: p.reshape(-1, 1, 1)  # noqa: E731
         dx = torch.clamp(torch.maximum(_min2x2(bx) - ex(src.center_x), ex(src.center_x) - _max2x2(bx)), min=0)
         dy = torch.clamp(torch.maximum(_min2x2(by) - ex(src.center_y), ex(src.center_y) - _max2x2(by)), min=0)
@@ -306,6 +310,7 @@ def lenstronomy_reference(
     psf_kernel: np.ndarray | None = None,
     with_mu: bool = True,
     profiles: tuple[str, ...] = DEFAULT_PROFILES,
+    image: dict | None = None,
 ) -> tuple[np.ndarray, float]:
     """The same system rendered by lenstronomy ImageModel (the reference this engine is tested against).
 
@@ -314,9 +319,12 @@ def lenstronomy_reference(
     ``to_lenstronomy`` says; src: r_sersic,
     n_sersic, e1, e2, center_x, center_y; band_flux [nmgy]; psf_fwhm [arcsec]. The PSF is lenstronomy's
     GAUSSIAN with truncation set so its radius equals ``kernel_radius_pix``, or ``psf_kernel`` as a
-    PIXEL kernel when given. Returns (image [nmgy/pixel] in this module's [y, x] layout, extended mu
-    as this module defines it, the unconvolved lensed image's flux over ``band_flux``, the source's
-    total flux; NaN when ``with_mu`` is False).
+    PIXEL kernel when given. ``image``: instead of the Sérsic, lenstronomy's INTERPOL source with
+    keys template (a unit-sum 2-d array, already mirrored if the source is flipped), scale [arcsec
+    per template pixel], phi [rad], center_x, center_y (``src`` is then unused). Returns (image
+    [nmgy/pixel] in this module's [y, x] layout, extended mu as this module defines it, the
+    unconvolved lensed image's flux over ``band_flux``, the source's total flux; NaN when
+    ``with_mu`` is False).
     """
     import lenstronomy.Util.util as lutil
     from lenstronomy.Data.pixel_grid import PixelGrid
@@ -336,7 +344,7 @@ def lenstronomy_reference(
         psf = PSF(psf_type="GAUSSIAN", fwhm=psf_fwhm, truncation=r * pix / sigma, pixel_size=pix)
     names, kw_lens = zip(*(get_profile(name).to_lenstronomy(lens) for name in profiles))
     lens_model = LensModel(list(names))
-    light = LightModel(["SERSIC_ELLIPSE"])
+    light = LightModel(["INTERPOL" if image is not None else "SERSIC_ELLIPSE"])
     im = ImageModel(
         grid,
         psf,
@@ -344,18 +352,31 @@ def lenstronomy_reference(
         source_model_class=light,
         kwargs_numerics={"supersampling_factor": cfg.supersample},
     )
-    kw_src = [
-        {
-            "amp": 1.0,
-            "R_sersic": src["r_sersic"],
-            "n_sersic": src["n_sersic"],
-            "e1": src["e1"],
-            "e2": src["e2"],
-            "center_x": src["center_x"],
-            "center_y": src["center_y"],
-        }
-    ]
-    kw_src[0]["amp"] = band_flux / light.total_flux(kw_src, norm=True)[0]
+    if image is not None:
+        # INTERPOL's image is a surface brightness: the unit-sum template over the pixel area
+        kw_src = [
+            {
+                "image": np.asarray(image["template"], dtype=np.float64) / image["scale"] ** 2,
+                "amp": band_flux,
+                "center_x": image["center_x"],
+                "center_y": image["center_y"],
+                "phi_G": image["phi"],
+                "scale": image["scale"],
+            }
+        ]
+    else:
+        kw_src = [
+            {
+                "amp": 1.0,
+                "R_sersic": src["r_sersic"],
+                "n_sersic": src["n_sersic"],
+                "e1": src["e1"],
+                "e2": src["e2"],
+                "center_x": src["center_x"],
+                "center_y": src["center_y"],
+            }
+        ]
+        kw_src[0]["amp"] = band_flux / light.total_flux(kw_src, norm=True)[0]
     img = im.image(kwargs_lens=list(kw_lens), kwargs_source=kw_src)
     if not with_mu:
         return np.asarray(img), float("nan")
