@@ -86,10 +86,10 @@ class SourceBatch:
         dtype, device = self.r_sersic.dtype, self.r_sersic.device
 
         def vec(v):
-            return torch.as_tensor(np.asarray(v, dtype=np.float64), dtype=dtype, device=device).reshape(len(self))
+            return torch.as_tensor(np.array(v, dtype=np.float64), dtype=dtype, device=device).reshape(len(self))
 
         kw = {name: v for name, v in self._row_fields()}
-        ims = tuple(torch.as_tensor(np.asarray(im, dtype=np.float64), dtype=dtype, device=device) for im in images)
+        ims = tuple(torch.as_tensor(np.array(im, dtype=np.float64), dtype=dtype, device=device) for im in images)
         out = SourceBatch(
             **kw, image_index=vec(index), image_scale=vec(scale), image_phi=vec(phi), image_flip=vec(flip), images=ims
         )
