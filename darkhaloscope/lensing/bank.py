@@ -710,6 +710,16 @@ def plan_lens_profiles(tasks: pa.Table) -> tuple[str, ...]:
     return tuple((table_conditioning(tasks) or {}).get("lens_profiles") or DEFAULT_PROFILES)
 
 
+def plan_source_models(tasks: pa.Table, config: InjectionConfig) -> tuple[str, str]:
+    """(source model, nuisance model) a plan (or its bank) was drawn with, as its conditioning
+    records them; ``config``'s for a plan that records none (a plan built outside the assets)."""
+    recorded = table_conditioning(tasks) or {}
+    source_model = recorded.get("source_model") or config.source_model
+    nuisance = recorded.get("nuisance") or config.nuisance
+    check_nuisance(nuisance)
+    return canonical_source_model(source_model), nuisance
+
+
 def plan_grid(tasks: pa.Table) -> tuple[list[float], list[float]]:
     """(θ_E values [arcsec], z_l values) of the grid a plan was built on (cells left empty
     included), from its planning summary: what the selection function is measured on."""
@@ -873,16 +883,18 @@ def render_arc_chunks(
     tasks: pa.Table, iv: np.ndarray, rows: np.ndarray, device, config: InjectionConfig
 ) -> Iterator[RenderedArcs]:
     """The arcs of task ``rows`` (the renderable ones, :func:`host_failures`), ``config.render_chunk``
-    rows per render call, in order; ``iv``: the hosts' invvar (N, 3, S, S) [1/nmgy^2], the arc S/N's noise."""
+    rows per render call, in order; ``iv``: the hosts' invvar (N, 3, S, S) [1/nmgy^2], the arc S/N's noise;
+    the source and nuisance models are the plan's (:func:`plan_source_models`)."""
     psf = np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1)
     seeds = _col(tasks, "seed", np.int64)
     profiles = plan_lens_profiles(tasks)
+    source_model, nuisance = plan_source_models(tasks, config)
     for start in range(0, len(rows), config.render_chunk):
         sel = rows[start : start + config.render_chunk]
         lens, src = task_batches(
-            tasks.take(pa.array(sel)), device, torch.float32, config.priors, profiles, config.source_model
+            tasks.take(pa.array(sel)), device, torch.float32, config.priors, profiles, source_model
         )
-        e1, e2 = arc_psf_anisotropy(config.nuisance, seeds[sel], device, torch.float32)
+        e1, e2 = arc_psf_anisotropy(nuisance, seeds[sel], device, torch.float32)
         res = render_lensed_sources(
             lens, src, torch.as_tensor(psf[sel], dtype=torch.float32, device=device), config.render, e1, e2
         )

@@ -301,6 +301,44 @@ def add_poisson_noise(arc: torch.Tensor, gain_e_per_nmgy: float, generators) -> 
     return torch.stack([torch.poisson(rate[i], generator=g) for i, g in enumerate(generators)]) / gain_e_per_nmgy
 
 
+def _lenstronomy_source_kwargs(light, src: dict, band_flux: float, image: dict | None) -> list[dict]:
+    """lenstronomy's source kwargs of ``lenstronomy_reference``: its INTERPOL ``image`` or the Sérsic ``src``,
+    normalised to ``band_flux`` [nmgy]."""
+    if image is not None:
+        # INTERPOL's image is a surface brightness: the unit-sum template over the pixel area
+        kw_src = [
+            {
+                "image": np.asarray(image["template"], dtype=np.float64) / image["scale"] ** 2,
+                "amp": band_flux,
+                "center_x": image["center_x"],
+                "center_y": image["center_y"],
+                "phi_G": image["phi"],
+                "scale": image["scale"],
+            }
+        ]
+    else:
+        kw_src = [
+            {
+                "amp": 1.0,
+                "R_sersic": src["r_sersic"],
+                "n_sersic": src["n_sersic"],
+                "e1": src["e1"],
+                "e2": src["e2"],
+                "center_x": src["center_x"],
+                "center_y": src["center_y"],
+            }
+        ]
+        clumps = src.get("clumps", ())
+        # lenstronomy's GAUSSIAN takes its total flux as amp
+        kw_src += [
+            {"amp": c["flux_frac"] * band_flux, "sigma": c["sigma"], "center_x": c["x"], "center_y": c["y"]}
+            for c in clumps
+        ]
+        frac = sum(c["flux_frac"] for c in clumps)
+        kw_src[0]["amp"] = (1.0 - frac) * band_flux / light.total_flux(kw_src, norm=True)[0]
+    return kw_src
+
+
 def lenstronomy_reference(
     lens: dict,
     src: dict,
@@ -317,7 +355,9 @@ def lenstronomy_reference(
     lens: the parameters of the composition ``profiles`` (floats, the profiles' units; by default
     theta_e, e1, e2, center_x, center_y, gamma1, gamma2), each profile given to lenstronomy as its
     ``to_lenstronomy`` says; src: r_sersic,
-    n_sersic, e1, e2, center_x, center_y; band_flux [nmgy]; psf_fwhm [arcsec]. The PSF is lenstronomy's
+    n_sersic, e1, e2, center_x, center_y and optional clumps (a list of dicts flux_frac, x, y [arcsec,
+    absolute], sigma [arcsec]: Gaussians holding those fractions of the flux); band_flux [nmgy];
+    psf_fwhm [arcsec]. The PSF is lenstronomy's
     GAUSSIAN with truncation set so its radius equals ``kernel_radius_pix``, or ``psf_kernel`` as a
     PIXEL kernel when given. ``image``: instead of the Sérsic, lenstronomy's INTERPOL source with
     keys template (a unit-sum 2-d array, already mirrored if the source is flipped), scale [arcsec
@@ -344,7 +384,9 @@ def lenstronomy_reference(
         psf = PSF(psf_type="GAUSSIAN", fwhm=psf_fwhm, truncation=r * pix / sigma, pixel_size=pix)
     names, kw_lens = zip(*(get_profile(name).to_lenstronomy(lens) for name in profiles))
     lens_model = LensModel(list(names))
-    light = LightModel(["INTERPOL" if image is not None else "SERSIC_ELLIPSE"])
+    light = LightModel(
+        ["INTERPOL"] if image is not None else ["SERSIC_ELLIPSE"] + ["GAUSSIAN"] * len(src.get("clumps", ()))
+    )
     im = ImageModel(
         grid,
         psf,
@@ -352,31 +394,7 @@ def lenstronomy_reference(
         source_model_class=light,
         kwargs_numerics={"supersampling_factor": cfg.supersample},
     )
-    if image is not None:
-        # INTERPOL's image is a surface brightness: the unit-sum template over the pixel area
-        kw_src = [
-            {
-                "image": np.asarray(image["template"], dtype=np.float64) / image["scale"] ** 2,
-                "amp": band_flux,
-                "center_x": image["center_x"],
-                "center_y": image["center_y"],
-                "phi_G": image["phi"],
-                "scale": image["scale"],
-            }
-        ]
-    else:
-        kw_src = [
-            {
-                "amp": 1.0,
-                "R_sersic": src["r_sersic"],
-                "n_sersic": src["n_sersic"],
-                "e1": src["e1"],
-                "e2": src["e2"],
-                "center_x": src["center_x"],
-                "center_y": src["center_y"],
-            }
-        ]
-        kw_src[0]["amp"] = band_flux / light.total_flux(kw_src, norm=True)[0]
+    kw_src = _lenstronomy_source_kwargs(light, src, band_flux, image)
     img = im.image(kwargs_lens=list(kw_lens), kwargs_source=kw_src)
     if not with_mu:
         return np.asarray(img), float("nan")
