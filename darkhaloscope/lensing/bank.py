@@ -773,11 +773,8 @@ def _source_model_arrays(seeds: np.ndarray, r_e: np.ndarray, registry: PriorRegi
     if source_model == DEFAULT_SOURCE_MODEL:
         return _clump_arrays(seeds, r_e, registry), None
     model = assign_source_models(seeds, source_model)
-    clumpy = model == "sersic_clumps"
-    draws = [
-        draw_clumps(int(s), float(r), replace(registry, clump_prob=1.0) if c else registry)
-        for s, r, c in zip(seeds, r_e, clumpy)
-    ]
+    clumpy, every = model == "sersic_clumps", replace(registry, clump_prob=1.0)
+    draws = [draw_clumps(int(s), float(r), every if c else registry) for s, r, c in zip(seeds, r_e, clumpy)]
     clumps = _pad_clumps(draws)
     is_image = model == "cosmos"
     if not is_image.any():
