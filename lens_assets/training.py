@@ -100,6 +100,10 @@ def training_set(
             "but injections is false: there is no stream"
         )
     stream = replace(profile.stream, **overrides)
+    # the source and nuisance models are the deployment's (DHS_SOURCE_MODEL, DHS_NUISANCE), recorded with the stream
+    stream = replace(
+        stream, injection=replace(stream.injection, source_model=compute.source_model, nuisance=compute.nuisance)
+    )
     cutouts = store.table(*CUTOUTS.key)
     rows = training_rows(cutouts.read(columns=list(CUTOUT_COLUMNS)))
     (images, invvar), _ = load_stamps(cutouts.dataset(), rows.column("object_id").to_numpy(), ("image", "invvar"))

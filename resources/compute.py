@@ -16,7 +16,9 @@ class ComputeResource(dg.ConfigurableResource):
     ``search_launch`` is the default launch of ``search_scores`` (one of ``SEARCH_LAUNCHES``);
     ``selection_proposal`` names the injections' proposal (``lensing.priors.PROPOSALS``) and
     ``selection_population`` is a user population's Parquet file ("" for none); ``lens_model`` is
-    the injections' lens, profile names joined by + (``lensing.profiles``)."""
+    the injections' lens, profile names joined by + (``lensing.profiles``); ``source_model`` and
+    ``nuisance`` the injections' source light and imaging nuisance (``lensing.source_models``,
+    ``lensing.nuisance``), in the selection bank and the training stream alike."""
 
     device: str = default("DHS_DEVICE")
     profile: str = default("DHS_PROFILE")
@@ -24,6 +26,8 @@ class ComputeResource(dg.ConfigurableResource):
     selection_proposal: str = default("DHS_SELECTION_PROPOSAL")
     selection_population: str = default("DHS_SELECTION_POPULATION")
     lens_model: str = default("DHS_LENS_MODEL")
+    source_model: str = default("DHS_SOURCE_MODEL")
+    nuisance: str = default("DHS_NUISANCE")
 
     def lens_profiles(self) -> tuple[str, ...]:
         """``lens_model`` as a tuple of profile names."""

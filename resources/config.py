@@ -50,6 +50,8 @@ def build_resources() -> dict:
             selection_proposal=setting("DHS_SELECTION_PROPOSAL"),
             selection_population=setting("DHS_SELECTION_POPULATION") or "",
             lens_model=setting("DHS_LENS_MODEL"),
+            source_model=setting("DHS_SOURCE_MODEL"),
+            nuisance=setting("DHS_NUISANCE"),
         ),
         "pyspark": QuietPySparkResource(spark_config=spark_config()),
         "pipes_subprocess_client": PipesLaunchClient(**launch),

@@ -117,6 +117,15 @@ def _lens_model(value: str) -> None:
     lens_model(tuple(value.split("+")))
 
 
+def _source_model(value: str) -> None:
+    from darkhaloscope.lensing.source_models import parse_source_model
+
+    try:
+        parse_source_model(value)
+    except InputError as exc:  # a ValueError here, so validate() names the variable
+        raise ValueError(str(exc)) from None
+
+
 def _device(value: str) -> None:
     _one_of(*DEVICES)(value)
     if value == "cuda":
@@ -315,6 +324,24 @@ SETTINGS: tuple[Setting, ...] = (
         "the priors the profiles declare and the composition is recorded with the injection plan",
         "compute",
         _lens_model,
+    ),
+    Setting(
+        "DHS_SOURCE_MODEL",
+        "sersic",
+        "the injections' source light, in the selection bank and the training stream alike: sersic, "
+        "sersic_clumps (Sérsic + 2–6 star-forming clumps), cosmos (real HST COSMOS galaxies, rotated, "
+        "flipped and rescaled) or a mix such as sersic:0.5,cosmos:0.5; recorded with every table it shapes",
+        "compute",
+        _source_model,
+    ),
+    Setting(
+        "DHS_NUISANCE",
+        "none",
+        "imaging nuisance on the injected arcs, in the selection bank and the training stream alike: none, "
+        "or survey (PSF anisotropy with its spread measured on the shipped DECam PSFEx models); recorded "
+        "with every table it shapes",
+        "compute",
+        _one_of("none", "survey"),
     ),
     Setting(
         "DHS_SELECTION_POPULATION",

@@ -13,7 +13,7 @@ time, so rendering is a pure function of (task row, host pixels) and reruns give
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 import numpy as np
@@ -24,6 +24,7 @@ from ..constants import BANDS, PIXEL_SCALE_ARCSEC, flux_to_mag
 from ..errors import InputError
 from ..seeding import torch_generator_for, unit_hash_array
 from .cosmology import DEFAULT_COSMOLOGY, sigma_v_from_theta_e
+from .nuisance import DEFAULT_NUISANCE, arc_psf_anisotropy, check_nuisance
 from .priors import (
     DEFAULT_PRIORS,
     PriorRegistry,
@@ -36,6 +37,13 @@ from .profiles import DEFAULT_PROFILES, lens_model, lens_parameters_from_columns
 from .render import RenderConfig, add_poisson_noise, arc_snr, render_lensed_sources
 from .sie import LensBatch, ellipticity_from_phi_q
 from .source import SourceBatch, band_fluxes
+from .source_models import (
+    DEFAULT_SOURCE_MODEL,
+    assign_source_models,
+    canonical_source_model,
+    cosmos_draws,
+    packaged_templates,
+)
 
 #: Kolmogorov scaling of the seeing FWHM (lambda^-1/5) used when a band's psfsize is missing
 #: (DR10 bricks without g coverage carry psfsize_g = 0, which would render an unblurred arc):
@@ -102,7 +110,10 @@ class InjectionConfig:
     cell is left insufficient (``plan_injection_grid``); proposal_name: the name of ``priors`` in
     ``priors.PROPOSALS`` (recorded with every selection table); lens_profiles: the lens's composition
     of mass profiles (``lensing.profiles``), its parameters beyond SIE + shear drawn from
-    the priors the profiles declare (``priors.lens_profile_priors``) and recorded with the plan.
+    the priors the profiles declare (``priors.lens_profile_priors``) and recorded with the plan;
+    source_model: the sources' model (``source_models``: sersic | sersic_clumps | cosmos | a mix
+    name:weight,...); nuisance: the imaging nuisance (``nuisance``: none | survey); both recorded
+    with every table they shape.
     """
 
     theta_e_grid: tuple[float, float, float] = (0.5, 3.0, 0.25)
@@ -121,6 +132,13 @@ class InjectionConfig:
     max_tries_per_injection: int = 400
     proposal_name: str = "training"
     lens_profiles: tuple[str, ...] = DEFAULT_PROFILES
+    source_model: str = DEFAULT_SOURCE_MODEL
+    nuisance: str = DEFAULT_NUISANCE
+
+    def __post_init__(self) -> None:
+        # checked before any work: an unknown name fails here, not after a plan was drawn
+        object.__setattr__(self, "source_model", canonical_source_model(self.source_model))
+        check_nuisance(self.nuisance)
 
     def theta_e_values(self) -> tuple[float, ...]:
         return _grid(*self.theta_e_grid)
@@ -145,13 +163,16 @@ def injection_config(
     min_hosts_per_cell: int = 0,
     proposal_name: str = "broad",
     lens_profiles: tuple[str, ...] = DEFAULT_PROFILES,
+    source_model: str = DEFAULT_SOURCE_MODEL,
+    nuisance: str = DEFAULT_NUISANCE,
 ) -> InjectionConfig:
     """The injection settings of a profile (``demo`` or ``full``); 0 / None keep the profile's
     size and :class:`InjectionConfig`'s grids. ``realisation`` n > 0 draws every source, lens and
     host assignment afresh (its own seed salt), so the selection function can be measured again on
     independent injections into the same hosts; 0 is the default draw. ``proposal_name``: the
     selection proposal q(ψ) the sources are drawn from (``priors.PROPOSALS``); ``lens_profiles``: the
-    lens's composition of mass profiles (default SIE + SHEAR)."""
+    lens's composition of mass profiles (default SIE + SHEAR); ``source_model``, ``nuisance``: the
+    sources' and the imaging nuisance's models (:class:`InjectionConfig`)."""
     if isinstance(realisation, bool) or not isinstance(realisation, (int, np.integer)) or realisation < 0:
         raise InputError(f"injection realisation must be an integer >= 0, got {realisation!r}")
     sizes = PROFILE_SIZES.get(profile, PROFILE_SIZES["demo"])
@@ -167,6 +188,8 @@ def injection_config(
         priors=proposal(proposal_name),
         proposal_name=proposal_name,
         lens_profiles=tuple(lens_model(tuple(lens_profiles)).names),
+        source_model=source_model,
+        nuisance=nuisance,
     )
 
 
@@ -641,6 +664,8 @@ def selection_conditioning(cfg: InjectionConfig, host_types, relation: dict, hos
         },
         "sigma_v_relation": relation,
         "proposal": cfg.proposal_name,
+        "source_model": cfg.source_model,
+        "nuisance": cfg.nuisance,
         "priors": {k: [p.kind, p.lo, p.hi, p.mu, p.sigma] for k, p in sorted(cfg.priors.priors.items())},
         "seed_salt": cfg.salt,
         # recorded only for another lens than SIE + SHEAR, so a default plan's conditioning is as before
@@ -685,6 +710,16 @@ def plan_lens_profiles(tasks: pa.Table) -> tuple[str, ...]:
     return tuple((table_conditioning(tasks) or {}).get("lens_profiles") or DEFAULT_PROFILES)
 
 
+def plan_source_models(tasks: pa.Table, config: InjectionConfig) -> tuple[str, str]:
+    """(source model, nuisance model) a plan (or its bank) was drawn with, as its conditioning
+    records them; ``config``'s for a plan that records none (a plan built outside the assets)."""
+    recorded = table_conditioning(tasks) or {}
+    source_model = recorded.get("source_model") or config.source_model
+    nuisance = recorded.get("nuisance") or config.nuisance
+    check_nuisance(nuisance)
+    return canonical_source_model(source_model), nuisance
+
+
 def plan_grid(tasks: pa.Table) -> tuple[list[float], list[float]]:
     """(θ_E values [arcsec], z_l values) of the grid a plan was built on (cells left empty
     included), from its planning summary: what the selection function is measured on."""
@@ -715,7 +750,11 @@ def batch_keys(tasks: pa.Table) -> list[str]:
 
 
 def _clump_arrays(seeds: np.ndarray, r_sersic: np.ndarray, registry: PriorRegistry):
-    draws = [draw_clumps(int(s), float(r), registry) for s, r in zip(seeds, r_sersic)]
+    return _pad_clumps([draw_clumps(int(s), float(r), registry) for s, r in zip(seeds, r_sersic)])
+
+
+def _pad_clumps(draws: list):
+    """Clump draws (``draw_clumps``) as (B,) fractions and (B, K) arrays padded with weight-0 clumps."""
     k = max((len(d[1]) for d in draws), default=0)
     n = len(draws)
     frac = np.array([d[0] for d in draws])
@@ -727,11 +766,36 @@ def _clump_arrays(seeds: np.ndarray, r_sersic: np.ndarray, registry: PriorRegist
     return frac, x, y, sig, w
 
 
+def _source_model_arrays(seeds: np.ndarray, r_e: np.ndarray, registry: PriorRegistry, source_model: str):
+    """(clump arrays of ``_clump_arrays``, image arguments of ``SourceBatch.with_images`` or None) of
+    task seeds under ``source_model`` (``source_models``); ``sersic`` rows draw their clumps from
+    ``registry`` as before, ``sersic_clumps`` rows from it with clump_prob 1."""
+    if source_model == DEFAULT_SOURCE_MODEL:
+        return _clump_arrays(seeds, r_e, registry), None
+    model = assign_source_models(seeds, source_model)
+    clumpy, every = model == "sersic_clumps", replace(registry, clump_prob=1.0)
+    draws = [draw_clumps(int(s), float(r), every if c else registry) for s, r, c in zip(seeds, r_e, clumpy)]
+    clumps = _pad_clumps(draws)
+    is_image = model == "cosmos"
+    if not is_image.any():
+        return clumps, None
+    templates = packaged_templates()
+    idx, flip, scale = cosmos_draws(seeds, r_e, templates)
+    return clumps, (templates.images, np.where(is_image, idx, -1), scale, flip.astype(np.float64))
+
+
 def task_batches(
-    tasks: pa.Table, device, dtype, registry: PriorRegistry, profiles: tuple[str, ...] = DEFAULT_PROFILES
+    tasks: pa.Table,
+    device,
+    dtype,
+    registry: PriorRegistry,
+    profiles: tuple[str, ...] = DEFAULT_PROFILES,
+    source_model: str = DEFAULT_SOURCE_MODEL,
 ) -> tuple[LensBatch, SourceBatch]:
     """The lens and source batches of task rows (on ``device`` in ``dtype``), clumps drawn from each
-    seed; the lens is the composition ``profiles``, its parameters read from the columns they declare."""
+    seed; the lens is the composition ``profiles``, its parameters read from the columns they declare;
+    each source is the model ``source_model`` assigns its seed (``source_models``), a COSMOS one
+    rotated by its drawn ``src_phi_rad``."""
     lens_columns = {
         name: _col(tasks, name) for name in lens_model(profiles).columns().values() if name in tasks.column_names
     }
@@ -757,7 +821,10 @@ def task_batches(
             "src_y_arcsec",
         )
     }
-    frac, cx, cy, cs, cw = _clump_arrays(_col(tasks, "seed", np.int64), c["src_r_sersic_arcsec"], registry)
+    clumps, image = _source_model_arrays(
+        _col(tasks, "seed", np.int64), c["src_r_sersic_arcsec"], registry, source_model
+    )
+    frac, cx, cy, cs, cw = clumps
     src = SourceBatch.from_arrays(
         flux=band_fluxes(c["src_mag_r"], c["src_g_minus_r"], c["src_r_minus_z"]),
         r_sersic=c["src_r_sersic_arcsec"],
@@ -774,6 +841,9 @@ def task_batches(
         device=device,
         dtype=dtype,
     )
+    if image is not None:
+        images, idx, scale, flip = image
+        src = src.with_images(images, idx, scale, _col(tasks, "src_phi_rad"), flip)
     return lens, src
 
 
@@ -810,15 +880,20 @@ def render_arc_chunks(
     tasks: pa.Table, iv: np.ndarray, rows: np.ndarray, device, config: InjectionConfig
 ) -> Iterator[RenderedArcs]:
     """The arcs of task ``rows`` (the renderable ones, :func:`host_failures`), ``config.render_chunk``
-    rows per render call, in order; ``iv``: the hosts' invvar (N, 3, S, S) [1/nmgy^2], the arc S/N's noise."""
+    rows per render call, in order; ``iv``: the hosts' invvar (N, 3, S, S) [1/nmgy^2], the arc S/N's noise;
+    the source and nuisance models are the plan's (:func:`plan_source_models`)."""
     psf = np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1)
     seeds = _col(tasks, "seed", np.int64)
     profiles = plan_lens_profiles(tasks)
+    source_model, nuisance = plan_source_models(tasks, config)
     for start in range(0, len(rows), config.render_chunk):
         sel = rows[start : start + config.render_chunk]
-        lens, src = task_batches(tasks.take(pa.array(sel)), device, torch.float32, config.priors, profiles)
+        lens, src = task_batches(
+            tasks.take(pa.array(sel)), device, torch.float32, config.priors, profiles, source_model
+        )
+        e1, e2 = arc_psf_anisotropy(nuisance, seeds[sel], device, torch.float32)
         res = render_lensed_sources(
-            lens, src, torch.as_tensor(psf[sel], dtype=torch.float32, device=device), config.render
+            lens, src, torch.as_tensor(psf[sel], dtype=torch.float32, device=device), config.render, e1, e2
         )
         a = res.arc
         snr = arc_snr(a, torch.as_tensor(iv[sel], dtype=torch.float32, device=device)).double().cpu().numpy()

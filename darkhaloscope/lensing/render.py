@@ -153,7 +153,11 @@ def pixel_flux_fraction(lens: LensBatch, src: SourceBatch, cfg: RenderConfig):
     out = 0.25 * (sb_c[:, :-1, :-1] + sb_c[:, :-1, 1:] + sb_c[:, 1:, :-1] + sb_c[:, 1:, 1:]) * pix * pix
 
     if cfg.adaptive:
-        r_cut = (cfg.cut_radius * src.extent_arcsec()).maximum(src.clump_extent_arcsec()) + pix
+        r_cut = (cfg.cut_radius * src.extent_arcsec()).maximum(src.clump_extent_arcsec())
+        if src.images is not None:
+            # a template's light ends at its edge: refine wherever its footprint may reach
+            r_cut = r_cut.maximum(src.image_extent_arcsec())
+        r_cut = r_cut + pix
         ex = lambda p: p.reshape(-1, 1, 1)  # noqa: E731
         dx = torch.clamp(torch.maximum(_min2x2(bx) - ex(src.center_x), ex(src.center_x) - _max2x2(bx)), min=0)
         dy = torch.clamp(torch.maximum(_min2x2(by) - ex(src.center_y), ex(src.center_y) - _max2x2(by)), min=0)
@@ -297,6 +301,44 @@ def add_poisson_noise(arc: torch.Tensor, gain_e_per_nmgy: float, generators) -> 
     return torch.stack([torch.poisson(rate[i], generator=g) for i, g in enumerate(generators)]) / gain_e_per_nmgy
 
 
+def _lenstronomy_source_kwargs(light, src: dict, band_flux: float, image: dict | None) -> list[dict]:
+    """lenstronomy's source kwargs of ``lenstronomy_reference``: its INTERPOL ``image`` or the Sérsic ``src``,
+    normalised to ``band_flux`` [nmgy]."""
+    if image is not None:
+        # INTERPOL's image is a surface brightness: the unit-sum template over the pixel area
+        kw_src = [
+            {
+                "image": np.asarray(image["template"], dtype=np.float64) / image["scale"] ** 2,
+                "amp": band_flux,
+                "center_x": image["center_x"],
+                "center_y": image["center_y"],
+                "phi_G": image["phi"],
+                "scale": image["scale"],
+            }
+        ]
+    else:
+        kw_src = [
+            {
+                "amp": 1.0,
+                "R_sersic": src["r_sersic"],
+                "n_sersic": src["n_sersic"],
+                "e1": src["e1"],
+                "e2": src["e2"],
+                "center_x": src["center_x"],
+                "center_y": src["center_y"],
+            }
+        ]
+        clumps = src.get("clumps", ())
+        # lenstronomy's GAUSSIAN takes its total flux as amp
+        kw_src += [
+            {"amp": c["flux_frac"] * band_flux, "sigma": c["sigma"], "center_x": c["x"], "center_y": c["y"]}
+            for c in clumps
+        ]
+        frac = sum(c["flux_frac"] for c in clumps)
+        kw_src[0]["amp"] = (1.0 - frac) * band_flux / light.total_flux(kw_src, norm=True)[0]
+    return kw_src
+
+
 def lenstronomy_reference(
     lens: dict,
     src: dict,
@@ -306,17 +348,23 @@ def lenstronomy_reference(
     psf_kernel: np.ndarray | None = None,
     with_mu: bool = True,
     profiles: tuple[str, ...] = DEFAULT_PROFILES,
+    image: dict | None = None,
 ) -> tuple[np.ndarray, float]:
     """The same system rendered by lenstronomy ImageModel (the reference this engine is tested against).
 
     lens: the parameters of the composition ``profiles`` (floats, the profiles' units; by default
     theta_e, e1, e2, center_x, center_y, gamma1, gamma2), each profile given to lenstronomy as its
     ``to_lenstronomy`` says; src: r_sersic,
-    n_sersic, e1, e2, center_x, center_y; band_flux [nmgy]; psf_fwhm [arcsec]. The PSF is lenstronomy's
+    n_sersic, e1, e2, center_x, center_y and optional clumps (a list of dicts flux_frac, x, y [arcsec,
+    absolute], sigma [arcsec]: Gaussians holding those fractions of the flux); band_flux [nmgy];
+    psf_fwhm [arcsec]. The PSF is lenstronomy's
     GAUSSIAN with truncation set so its radius equals ``kernel_radius_pix``, or ``psf_kernel`` as a
-    PIXEL kernel when given. Returns (image [nmgy/pixel] in this module's [y, x] layout, extended mu
-    as this module defines it, the unconvolved lensed image's flux over ``band_flux``, the source's
-    total flux; NaN when ``with_mu`` is False).
+    PIXEL kernel when given. ``image``: instead of the Sérsic, lenstronomy's INTERPOL source with
+    keys template (a unit-sum 2-d array, already mirrored if the source is flipped), scale [arcsec
+    per template pixel], phi [rad], center_x, center_y (``src`` is then unused). Returns (image
+    [nmgy/pixel] in this module's [y, x] layout, extended mu as this module defines it, the
+    unconvolved lensed image's flux over ``band_flux``, the source's total flux; NaN when
+    ``with_mu`` is False).
     """
     import lenstronomy.Util.util as lutil
     from lenstronomy.Data.pixel_grid import PixelGrid
@@ -336,7 +384,9 @@ def lenstronomy_reference(
         psf = PSF(psf_type="GAUSSIAN", fwhm=psf_fwhm, truncation=r * pix / sigma, pixel_size=pix)
     names, kw_lens = zip(*(get_profile(name).to_lenstronomy(lens) for name in profiles))
     lens_model = LensModel(list(names))
-    light = LightModel(["SERSIC_ELLIPSE"])
+    light = LightModel(
+        ["INTERPOL"] if image is not None else ["SERSIC_ELLIPSE"] + ["GAUSSIAN"] * len(src.get("clumps", ()))
+    )
     im = ImageModel(
         grid,
         psf,
@@ -344,18 +394,7 @@ def lenstronomy_reference(
         source_model_class=light,
         kwargs_numerics={"supersampling_factor": cfg.supersample},
     )
-    kw_src = [
-        {
-            "amp": 1.0,
-            "R_sersic": src["r_sersic"],
-            "n_sersic": src["n_sersic"],
-            "e1": src["e1"],
-            "e2": src["e2"],
-            "center_x": src["center_x"],
-            "center_y": src["center_y"],
-        }
-    ]
-    kw_src[0]["amp"] = band_flux / light.total_flux(kw_src, norm=True)[0]
+    kw_src = _lenstronomy_source_kwargs(light, src, band_flux, image)
     img = im.image(kwargs_lens=list(kw_lens), kwargs_source=kw_src)
     if not with_mu:
         return np.asarray(img), float("nan")

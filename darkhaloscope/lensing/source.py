@@ -1,4 +1,5 @@
-"""Lensed-source light: an elliptical Sérsic (lenstronomy convention) plus optional Gaussian clumps.
+"""Lensed-source light: an elliptical Sérsic (lenstronomy convention) plus optional Gaussian clumps,
+or a pixelised image (a real galaxy, ``source_models``) sampled bilinearly like lenstronomy's INTERPOL.
 
 Units: positions in arcsec (source plane), fluxes in nanomaggies (AB ZP 22.5), surface brightness
 in nanomaggies/arcsec^2.
@@ -15,7 +16,7 @@ in g, r, z and one evaluation serves all three bands.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
@@ -47,6 +48,11 @@ class SourceBatch:
     position [arcsec]; clump_flux_frac: (B,) in [0, 1); clump_x, clump_y: (B, K) clump centres
     [arcsec, relative to the source centre]; clump_sigma: (B, K) Gaussian sigma [arcsec];
     clump_weight: (B, K) >= 0 relative clump fluxes (K may be 0).
+
+    Image sources (all None for analytic batches): images: tuple of G unit-sum templates (H_g, W_g),
+    shared by the batch (never indexed by row); image_index: (B,) template of each row (-1: the
+    analytic Sérsic + clumps); image_scale: (B,) [arcsec per template pixel]; image_phi: (B,)
+    rotation [rad]; image_flip: (B,) 1 mirrors the template's columns, 0 not.
     """
 
     flux: torch.Tensor
@@ -61,6 +67,34 @@ class SourceBatch:
     clump_y: torch.Tensor
     clump_sigma: torch.Tensor
     clump_weight: torch.Tensor
+    image_index: torch.Tensor | None = None
+    image_scale: torch.Tensor | None = None
+    image_phi: torch.Tensor | None = None
+    image_flip: torch.Tensor | None = None
+    images: tuple | None = field(default=None, metadata={"shared": True})
+
+    def _row_fields(self):
+        """(name, tensor) of the per-row parameters that are set."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is not None and not f.metadata.get("shared"):
+                yield f.name, v
+
+    def with_images(self, images, index, scale, phi, flip) -> "SourceBatch":
+        """This batch with image sources (class docstring): ``images`` a sequence of 2-d arrays
+        (unit sum), the rest (B,) array-likes; rows with index -1 stay analytic."""
+        dtype, device = self.r_sersic.dtype, self.r_sersic.device
+
+        def vec(v):
+            return torch.as_tensor(np.array(v, dtype=np.float64), dtype=dtype, device=device).reshape(len(self))
+
+        kw = {name: v for name, v in self._row_fields()}
+        ims = tuple(torch.as_tensor(np.array(im, dtype=np.float64), dtype=dtype, device=device) for im in images)
+        out = SourceBatch(
+            **kw, image_index=vec(index), image_scale=vec(scale), image_phi=vec(phi), image_flip=vec(flip), images=ims
+        )
+        out.validate()
+        return out
 
     @classmethod
     def from_arrays(
@@ -113,10 +147,9 @@ class SourceBatch:
 
     def validate(self) -> None:
         """Raise InputError on non-finite or out-of-range parameters."""
-        for f in fields(self):
-            v = getattr(self, f.name)
+        for name, v in self._row_fields():
             if not torch.all(torch.isfinite(v)):
-                raise InputError(f"source parameter {f.name} has non-finite values")
+                raise InputError(f"source parameter {name} has non-finite values")
         checks = (
             ("r_sersic", self.r_sersic <= 0, "> 0 arcsec"),
             ("n_sersic", (self.n_sersic < 0.2) | (self.n_sersic > 8), "in [0.2, 8]"),
@@ -137,13 +170,24 @@ class SourceBatch:
                 )
         if k and torch.any((self.clump_flux_frac > 0) & (self.clump_weight.sum(1) <= 0)):
             raise InputError("sources with clump_flux_frac > 0 need a positive clump_weight sum")
+        if self.images is not None:
+            idx = self.image_index
+            if torch.any((idx < -1) | (idx >= len(self.images)) | (idx != torch.round(idx))):
+                raise InputError(f"source image_index must be -1 or a template index < {len(self.images)}")
+            if torch.any((idx >= 0) & ~(self.image_scale > 0)):
+                raise InputError("source image_scale must be > 0 arcsec per template pixel")
+            for g, im in enumerate(self.images):
+                if im.ndim != 2 or not torch.all(torch.isfinite(im)):
+                    raise InputError(f"source template {g} must be a finite 2-d image, got shape {tuple(im.shape)}")
 
     def index(self, idx: torch.Tensor) -> "SourceBatch":
         """Gather rows ``idx`` (any integer tensor shape)."""
-        return SourceBatch(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
+        return SourceBatch(**{name: v[idx] for name, v in self._row_fields()}, images=self.images)
 
     def to(self, device=None, dtype=None) -> "SourceBatch":
-        return SourceBatch(**{f.name: getattr(self, f.name).to(device=device, dtype=dtype) for f in fields(self)})
+        ims = None if self.images is None else tuple(im.to(device=device, dtype=dtype) for im in self.images)
+        kw = {name: v.to(device=device, dtype=dtype) for name, v in self._row_fields()}
+        return SourceBatch(**kw, images=ims)
 
     def __len__(self) -> int:
         return int(self.flux.shape[0])
@@ -161,6 +205,16 @@ class SourceBatch:
         d = torch.sqrt(self.clump_x**2 + self.clump_y**2) + 4.0 * self.clump_sigma
         d = torch.where(self.clump_weight > 0, d, torch.zeros_like(d))
         return torch.where(self.clump_flux_frac > 0, d.max(dim=1).values, torch.zeros_like(self.r_sersic))
+
+    def image_extent_arcsec(self) -> torch.Tensor:
+        """(B,) half-diagonal [arcsec] of each row's rescaled template (0 for analytic rows)."""
+        out = torch.zeros_like(self.r_sersic)
+        if self.images is None:
+            return out
+        for g, im in enumerate(self.images):
+            half = 0.5 * math.hypot(im.shape[0] + 1, im.shape[1] + 1)
+            out = torch.where(self.image_index == g, half * self.image_scale, out)
+        return out
 
 
 def unit_flux_surface_brightness(bx: torch.Tensor, by: torch.Tensor, src: SourceBatch) -> torch.Tensor:
@@ -188,4 +242,39 @@ def unit_flux_surface_brightness(bx: torch.Tensor, by: torch.Tensor, src: Source
             dx = bx - ex(src.center_x + src.clump_x[:, j])
             dy = by - ex(src.center_y + src.clump_y[:, j])
             sb = sb + ex(clump_flux[:, j]) / (2.0 * math.pi * s2) * torch.exp(-0.5 * (dx * dx + dy * dy) / s2)
+    if src.images is not None:
+        sb = _with_image_sources(sb, bx, by, src)
     return sb
+
+
+def _with_image_sources(sb: torch.Tensor, bx: torch.Tensor, by: torch.Tensor, src: SourceBatch) -> torch.Tensor:
+    """``sb`` with the rows of image sources replaced by their templates' bilinear interpolation.
+
+    lenstronomy INTERPOL's convention: template pixel (row j, column i) sits at u = i - (W-1)/2,
+    v = j - (H-1)/2 template pixels, where (u, v) = R(phi) (x - x_c, y - y_c) / scale with
+    R(phi) = [[cos, sin], [-sin, cos]] (lenstronomy ``util.rotate``); a flip mirrors u. Outside the
+    template the light falls linearly to 0 over one pixel (INTERPOL's zero border, grid_sample's
+    zero padding with align_corners). Unit flux: a unit-sum template over scale^2 [1/arcsec^2].
+    """
+    import torch.nn.functional as F
+
+    out = sb.clone()
+    b = len(src)
+    flat_x, flat_y = bx.reshape(b, -1), by.reshape(b, -1)
+    flat_out = out.reshape(b, -1)
+    for g, im in enumerate(src.images):
+        rows = (src.image_index == g).nonzero().reshape(-1)
+        if rows.numel() == 0:
+            continue
+        h, w = im.shape
+        scale, phi = src.image_scale[rows, None], src.image_phi[rows, None]
+        dx, dy = flat_x[rows] - src.center_x[rows, None], flat_y[rows] - src.center_y[rows, None]
+        c, s = torch.cos(phi), torch.sin(phi)
+        u = (c * dx + s * dy) / scale
+        v = (-s * dx + c * dy) / scale
+        u = torch.where(src.image_flip[rows, None] > 0.5, -u, u)
+        # align_corners=True maps -1 and +1 to the centres of the first and last pixels
+        grid = torch.stack([2.0 * u / max(w - 1, 1), 2.0 * v / max(h - 1, 1)], dim=-1).reshape(1, 1, -1, 2)
+        val = F.grid_sample(im[None, None], grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+        flat_out[rows] = val.reshape(rows.numel(), -1) / (scale * scale)
+    return out

@@ -40,8 +40,10 @@ from ..constants import BANDS
 from ..errors import InputError
 from ..seeding import stable_hash64, torch_generator_for
 from .bank import HOST_COLUMNS, InjectionConfig, _build_tasks, _col, task_batches
+from .nuisance import DEFAULT_NUISANCE, arc_psf_anisotropy
 from .priors import Prior, PriorRegistry, draw_system_parameters
 from .render import RenderConfig, add_poisson_noise, arc_snr, render_lensed_sources
+from .source_models import DEFAULT_SOURCE_MODEL
 
 #: Tries per injection slot before it keeps its brightest. On a typical host most tries pass the S/N
 #: cut and the physical cuts (the tries per accepted arc: BENCHMARKS.md, summary table, row *training
@@ -62,7 +64,7 @@ class StreamSpec:
     window: side [pixels, odd] of the central window the arcs are rendered in; render_chunk:
     candidates per render call (memory bound; it changes the arcs by float round-off only);
     injection: priors, render numerics (its n_pix is replaced by ``window``), sigma_v range [km/s],
-    cosmology, Poisson gain and the seed salt.
+    cosmology, Poisson gain, the seed salt, the source model and the nuisance model.
     """
 
     injections_per_host: int = 1
@@ -105,6 +107,8 @@ class StreamSpec:
             poisson_gain=self.injection.poisson_gain,
             salt=self.injection.salt,
             host_splits=None,
+            source_model=self.injection.source_model,
+            nuisance=self.injection.nuisance,
         )
 
     def to_dict(self) -> dict:
@@ -125,6 +129,8 @@ class StreamSpec:
             "cosmology": inj.cosmology,
             "poisson_gain": inj.poisson_gain,
             "salt": inj.salt,
+            "source_model": inj.source_model,
+            "nuisance": inj.nuisance,
         }
 
     @classmethod
@@ -145,6 +151,8 @@ class StreamSpec:
             "cosmology",
             "poisson_gain",
             "salt",
+            "source_model",
+            "nuisance",
         }
         if not isinstance(d, dict) or set(d) - known:
             raise InputError(
@@ -163,6 +171,9 @@ class StreamSpec:
                 cosmology=d["cosmology"],
                 poisson_gain=d["poisson_gain"],
                 salt=d["salt"],
+                # streams recorded before the source and nuisance models existed used the defaults
+                source_model=d.get("source_model", DEFAULT_SOURCE_MODEL),
+                nuisance=d.get("nuisance", DEFAULT_NUISANCE),
             )
             return cls(
                 injections_per_host=int(d["injections_per_host"]),
@@ -241,9 +252,11 @@ def render_arcs(
     """(arcs (n, 3, W, W) float32 [nmgy/pixel], r-band arc S/N (n,)) of n systems in the central
     W = ``cfg.render.n_pix`` pixels, the stream's render of one chunk on ``device``: lens and source
     batches on ``device``, PSF FWHM (n, 3) [arcsec], the hosts' inverse variance in that window
-    (n, 3, W, W) [1/nmgy²], system seeds (n,) (the Poisson noise's, when ``cfg.poisson_gain`` is set)."""
+    (n, 3, W, W) [1/nmgy²], system seeds (n,) (the Poisson noise's, when ``cfg.poisson_gain`` is set,
+    and the PSF anisotropy's under ``cfg.nuisance``)."""
     psf = torch.as_tensor(psf_fwhm, dtype=torch.float32, device=device)
-    arc = render_lensed_sources(lens, src, psf, cfg.render).arc
+    e1, e2 = arc_psf_anisotropy(cfg.nuisance, seeds, device, torch.float32)
+    arc = render_lensed_sources(lens, src, psf, cfg.render, e1, e2).arc
     iv = torch.as_tensor(np.ascontiguousarray(invvar_window), dtype=torch.float32, device=device)
     snr = arc_snr(arc, iv)[:, 1]
     if cfg.poisson_gain is not None:
@@ -256,7 +269,7 @@ def _render_chunk(
     tasks: pa.Table, invvar_window: np.ndarray, cfg: InjectionConfig, device
 ) -> tuple[np.ndarray, np.ndarray]:
     """(arcs (n, 3, W, W) float32, r-band arc S/N (n,)) of task rows against their hosts' noise."""
-    lens, src = task_batches(tasks, device, torch.float32, cfg.priors, cfg.lens_profiles)
+    lens, src = task_batches(tasks, device, torch.float32, cfg.priors, cfg.lens_profiles, cfg.source_model)
     psf = np.stack([_col(tasks, f"psf_fwhm_{b}") for b in BANDS], axis=1)
     return render_arcs(lens, src, psf, invvar_window, _col(tasks, "seed", np.int64), cfg, device)
 

@@ -9,6 +9,8 @@ and the arc flux measured in the stamp against the source flux × μ recorded fo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,9 +46,46 @@ def lenstronomy_arguments(row: dict, profiles: tuple[str, ...] = DEFAULT_PROFILE
     return lens, src, float(row["psf_fwhm_r"]), float(mag_to_flux(row["src_mag_r"]))
 
 
-def lenstronomy_agreement(bank: pa.Table, n_sample: int = 3, cfg: RenderConfig = RenderConfig()) -> dict:
+def source_reference(row: dict, src: dict, source_model: str, priors: PriorRegistry) -> tuple[dict, dict | None]:
+    """(``src`` with the row's clumps, its INTERPOL image or None) of one bank row drawn under
+    ``source_model``, re-drawn from its seed as the bank drew them (``bank._source_model_arrays``),
+    in the form :func:`render.lenstronomy_reference` takes."""
+    from .priors import draw_clumps
+    from .source_models import assign_source_models, cosmos_draws, packaged_templates
+
+    seed = np.array([int(row["seed"])], dtype=np.int64)
+    model = assign_source_models(seed, source_model)[0]
+    if model == "cosmos":
+        t = packaged_templates()
+        idx, flip, scale = cosmos_draws(seed, np.array([row["src_r_sersic_arcsec"]]), t)
+        tmpl = t.images[int(idx[0])]
+        image = dict(
+            template=tmpl[:, ::-1] if flip[0] else tmpl,
+            scale=float(scale[0]),
+            phi=float(row["src_phi_rad"]),
+            center_x=src["center_x"],
+            center_y=src["center_y"],
+        )
+        return src, image
+    registry = replace(priors, clump_prob=1.0) if model == "sersic_clumps" else priors
+    frac, x, y, sig, w = draw_clumps(int(seed[0]), float(row["src_r_sersic_arcsec"]), registry)
+    if frac > 0:
+        share = frac * np.asarray(w) / np.sum(w)
+        src = dict(src)
+        src["clumps"] = [
+            dict(flux_frac=float(f), x=src["center_x"] + float(cx), y=src["center_y"] + float(cy), sigma=float(s))
+            for f, cx, cy, s in zip(share, x, y, sig)
+        ]
+    return src, None
+
+
+def lenstronomy_agreement(
+    bank: pa.Table, n_sample: int = 3, cfg: RenderConfig = RenderConfig(), priors: PriorRegistry = DEFAULT_PRIORS
+) -> dict:
     """Re-render ``n_sample`` successful rows (evenly spread) with lenstronomy and compare, the lens
-    being the composition its plan records (``bank.plan_lens_profiles``).
+    being the composition its plan records (``bank.plan_lens_profiles``), each source the model its
+    plan's source model gave it (:func:`source_reference`; ``priors``: the clumps' priors the bank
+    rendered with) and the PSF made anisotropic as its nuisance model made it.
 
     Returns {"max_pixel_err_over_peak", "flux_rel_err" (worst cases), "cases": per row, "ok"}.
     ``ok`` is False when no row could be compared.
@@ -54,10 +93,12 @@ def lenstronomy_agreement(bank: pa.Table, n_sample: int = 3, cfg: RenderConfig =
     import torch
 
     from ..psf import kernel_radius_pix, psf_kernels
-    from .bank import plan_lens_profiles
+    from .bank import InjectionConfig, plan_lens_profiles, plan_source_models
+    from .nuisance import arc_psf_anisotropy
     from .render import lenstronomy_reference
 
     profiles = plan_lens_profiles(bank)
+    source_model, nuisance = plan_source_models(bank, InjectionConfig())
     ok_rows = bank.filter(pc.field("success"))
     take = np.linspace(0, ok_rows.num_rows - 1, min(n_sample, ok_rows.num_rows)).astype(int) if ok_rows.num_rows else []
     sample = ok_rows.take(pa.array(take, pa.int64()))
@@ -69,10 +110,19 @@ def lenstronomy_agreement(bank: pa.Table, n_sample: int = 3, cfg: RenderConfig =
     worst_pix, worst_flux, cases = 0.0, 0.0, []
     for i, row in enumerate(sample.drop_columns(["image", "control"]).to_pylist()):
         lens, src, fwhm, flux_r = lenstronomy_arguments(row, profiles)
+        src, image = source_reference(row, src, source_model, priors)
+        e1, e2 = arc_psf_anisotropy(nuisance, np.array([int(row["seed"])]), "cpu", torch.float64)
         radius = kernel_radius_pix(fwhm, cfg.pixel_scale, cfg.psf_n_fwhm)
-        kernel = psf_kernels(torch.tensor([fwhm], dtype=torch.float64), radius, profile=cfg.psf_profile)[0].numpy()
+        kernel = psf_kernels(
+            torch.tensor([fwhm], dtype=torch.float64),
+            radius,
+            profile=cfg.psf_profile,
+            e1=None if e1 is None else e1[:, 1],
+            e2=None if e2 is None else e2[:, 1],
+            pixel_scale=cfg.pixel_scale,
+        )[0].numpy()
         ref, _ = lenstronomy_reference(
-            lens, src, fwhm, flux_r, cfg, psf_kernel=kernel, with_mu=False, profiles=profiles
+            lens, src, fwhm, flux_r, cfg, psf_kernel=kernel, with_mu=False, profiles=profiles, image=image
         )
         ours = arcs[i, 1].astype(np.float64)
         pix = float(np.abs(ours - ref).max() / ref.max())
