@@ -105,10 +105,12 @@ def cell_index(theta_e: np.ndarray, z_l: np.ndarray, cells: dict[str, np.ndarray
 
     A cell holds [lo, hi) in both axes; a value on the grid's outer upper edge belongs to the last
     cell, so the grid's closed extent is covered."""
-    te, zl = theta_e[:, None], z_l[:, None]
-    in_te = (te >= cells["theta_e_lo"]) & ((te < cells["theta_e_hi"]) | (te == cells["theta_e_hi"].max()))
-    in_zl = (zl >= cells["z_l_lo"]) & ((zl < cells["z_l_hi"]) | (zl == cells["z_l_hi"].max()))
-    hit = in_te & in_zl
+
+    def inside(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        x = x[:, None]
+        return (x >= lo) & ((x < hi) | ((x == hi) & (hi == hi.max())))
+
+    hit = inside(theta_e, cells["theta_e_lo"], cells["theta_e_hi"]) & inside(z_l, cells["z_l_lo"], cells["z_l_hi"])
     return np.where(hit.any(axis=1), hit.argmax(axis=1), -1)
 
 
