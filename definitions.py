@@ -14,6 +14,7 @@ import lens_assets.ops as ops
 import lens_assets.search as search
 import lens_assets.survey as survey
 import lens_assets.training as training
+import lens_assets.validation as validation
 from io_managers import LakeIOManager
 from resources import build_resources
 
@@ -24,6 +25,7 @@ STAGES = (
     injection.injection_defs,
     training.training_defs,
     evaluation.evaluation_defs,
+    validation.validation_defs,
     ops.ops_defs,
 )
 

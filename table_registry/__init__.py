@@ -17,7 +17,7 @@ audits from its stage's module (``from table_registry import catalog as checks``
 
 from lake_platform.contracts import Contract
 
-from . import catalog, closure, evaluation, imaging, injection, ops, search, selection, survey, training
+from . import catalog, closure, evaluation, imaging, injection, ops, search, selection, survey, training, validation
 from .catalog import NEGATIVES, POSITIVES, SELECTION_FUNNEL, TRAINING_CATALOG, TRAINING_STRATA
 from .closure import LENS_FORECAST, SELECTION_CLOSURE
 from .evaluation import (
@@ -42,6 +42,7 @@ from .selection import (
 from .survey import KNOWN_LENSES, PHOTO_Z, SPECTRA, SWEEP_FILES, SWEEPS
 from .table import Table
 from .training import LENS_FINDER, TRAINING_SET
+from .validation import REAL_LENS_VALIDATION
 
 #: Every table, in the order of the pipeline (stage by stage).
 TABLES: tuple[Table, ...] = (
@@ -53,6 +54,7 @@ TABLES: tuple[Table, ...] = (
     *evaluation.TABLES,
     *selection.TABLES,
     *closure.TABLES,
+    *validation.TABLES,
     *search.TABLES,
     *ops.TABLES,
 )
@@ -96,6 +98,7 @@ __all__ = [
     "PHOTO_Z",
     "POSITIVES",
     "REAL_LENS_RECALL",
+    "REAL_LENS_VALIDATION",
     "SEARCH_SCORES",
     "SEARCH_STAMPS",
     "SEARCH_TARGETS",
