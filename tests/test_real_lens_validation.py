@@ -141,3 +141,98 @@ def test_with_lens_truth_joins_by_object_id_and_never_fills():
         with_lens_truth(scores, pa.table({"object_id": [1, 1], "z_lens": [0.3, 0.4]}))
     with pytest.raises(InputError, match="z_lens"):
         with_lens_truth(scores, pa.table({"object_id": [1]}))
+
+
+def _mock_lake(tmp_path, c: float):
+    """A lake with the validation's inputs: 6 test-split and 1 training lens, a 2 x 2 selection
+    function of C = ``c`` everywhere, two thresholds."""
+    from lake_platform.lake import Lake
+
+    lake = Lake(str(tmp_path / "lake"))
+    ids = np.arange(1, 8, dtype=np.int64)
+    scores = pa.table(
+        {
+            "object_id": np.concatenate([ids, [10**9]]),
+            "label": np.array([1] * 7 + [0], np.int8),
+            "split": ["test"] * 6 + ["train", "test"],
+            "tier": ["A", "A", "A", "B", "B", "B", "A", None],
+            "score": [0.95, 0.95, 0.6, 0.95, 0.2, 0.1, 0.99, 0.3],
+            "valid": [True] * 8,
+        }
+    )
+    lake.write_table("evaluation", "cutout_scores", scores, partition={"sweep_file": "sweep-000p000-010p005.fits"})
+    lake.write_table("evaluation", "thresholds", THR)
+    lake.write_table("evaluation", "selection_function", _selection(c=c, half=0.0))
+    lake.write_table("training", "training_set", pa.table({"object_id": np.array([7], np.int64)}))
+    lake.write_table(
+        "catalog", "positives", pa.table({"object_id": ids, "z_lens": [0.2, 0.5, None, 0.3, 0.6, 0.3, 0.2]})
+    )
+    truth = pa.table(
+        {
+            "object_id": ids,
+            "z_lens": [0.2, 0.5, 0.3, 0.3, 0.6, 0.3, 0.2],
+            "theta_e_arcsec": [1.0, 2.0, 1.2, 3.5, 1.8, 0.9, 1.0],  # the fourth outside the grid
+        }
+    )
+    return lake, truth
+
+
+def test_the_asset_on_the_mock_uses_the_known_lens_truth_and_warns_on_a_large_pull(tmp_path):
+    import types
+
+    import dagster as dg
+    import pyarrow.parquet as pq
+
+    from io_managers import LakeIOManager
+    from resources import LakeResource, SurveyResource
+    from tests.support.wap import run_assets
+
+    lake, truth = _mock_lake(tmp_path, c=0.05)
+    pq.write_table(truth, tmp_path / "known_lens_truth.parquet")
+
+    class TruthSurvey(SurveyResource):
+        """The mock survey, its manifest reduced to the known-lens truth written above."""
+
+        truth_file: str = ""
+
+        @property
+        def is_mock(self) -> bool:
+            return True
+
+        def mock_manifest(self):
+            import pathlib
+
+            return types.SimpleNamespace(truth_path=pathlib.Path(self.truth_file))
+
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("sweep_file", ["sweep-000p000-010p005.fits"])
+    resource = LakeResource(uri=lake.uri)
+    resources = {
+        "lake": resource,
+        "io_manager": LakeIOManager(uri=resource.uri),
+        "survey": TruthSurvey(truth_file=str(tmp_path / "known_lens_truth.parquet")),
+    }
+    result = run_assets([("evaluation", "real_lens_validation")], resources, instance)
+    table = lake.read_table("evaluation", "real_lens_validation")
+    row = _row(table, "t0.5", "all")
+    assert (row["n"], row["n_with_truth"], row["n_outside_grid"], row["n_compared"]) == (6, 6, 1, 5)
+    assert row["n_detected"] == 3 and row["n_expected"] == pytest.approx(0.25)
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert checks["real_lens_validation_contract"].passed
+    # tier A at t0.5: 3 of 3 detected against 0.15 ± sqrt(3 · 0.05 · 0.95): a pull of 7.6, warned
+    pull = checks["real_lens_validation_pull"]
+    assert not pull.passed and pull.severity == dg.AssetCheckSeverity.WARN
+    assert _row(table, "t0.5", "A")["pull"] == pytest.approx((3 - 0.15) / np.sqrt(3 * 0.05 * 0.95))
+
+
+def test_on_a_real_survey_the_truth_is_lenscats_z_lens_without_theta_e(tmp_path):
+    from lens_assets.validation import _lens_truth
+    from resources import SurveyResource
+
+    positives = pa.table({"object_id": [1, 2], "z_lens": [0.2, None], "tier": ["A", "B"]})
+    truth, source = _lens_truth(SurveyResource(survey=str(tmp_path / "mirror")), positives)
+    assert truth.column_names == ["object_id", "z_lens"] and "lenscat" in source
+    scores = _lenses([1.0, 1.0], [0.2, 0.2]).drop_columns(["theta_e_arcsec", "z_l"])
+    scores = scores.set_column(0, "object_id", pa.array([1, 2], pa.int64()))
+    row = _row(real_lens_validation(with_lens_truth(scores, truth), THR, _selection(), []), "t0.5", "all")
+    assert (row["n"], row["n_with_truth"], row["n_compared"], row["pull"]) == (2, 0, 0, None)
