@@ -3,16 +3,16 @@ split, spatially disjoint from training by HEALPix pixel) detected against the n
 function predicts at their Einstein radii and lens redshifts (``evaluation.validation``).
 
 On the mock the θ_E and z_l are the known lenses' truth (``truth/known_lens_truth.parquet``); on a
-real survey they are lenscat's, through the positives' ``z_lens``: lenscat carries no Einstein
-radius, so there every lens is counted in ``n`` and none in ``n_with_truth`` until a θ_E is
-joined (docs/how-to/real-lens-validation.md).
+real survey the redshifts are lenscat's (the positives' ``z_lens``) and, lenscat carrying no
+Einstein radius, the θ_E are those of the table DHS_KNOWN_LENS_THETA_E names, by lenscat name;
+without one no lens has both and none is compared (docs/how-to/real-lens-validation.md).
 """
 
 import dagster as dg
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from darkhaloscope.evaluation.validation import largest_pull, with_lens_truth
+from darkhaloscope.evaluation.validation import largest_pull, lenscat_truth, read_theta_e_table, with_lens_truth
 from darkhaloscope.evaluation.validation import real_lens_validation as validation_table
 from resources import LakeResource, SurveyResource
 from table_registry import CUTOUT_SCORES, POSITIVES, REAL_LENS_VALIDATION, SELECTION_FUNCTION, THRESHOLDS, TRAINING_SET
@@ -25,14 +25,17 @@ PULL_WARNING = 3.0
 
 
 def _lens_truth(survey: SurveyResource, positives: pa.Table) -> tuple[pa.Table, str]:
-    """(``object_id``, ``z_lens`` and, on the mock, ``theta_e_arcsec``) of the known lenses, and
-    where they come from."""
+    """(``object_id``, ``z_lens``, ``theta_e_arcsec``) of the known lenses, and where they come from:
+    the mock's truth, or lenscat's z_lens with the θ_E of DHS_KNOWN_LENS_THETA_E where it names one."""
     if survey.is_mock:
         import pyarrow.parquet as pq
 
         path = survey.mock_manifest().truth_path
         return pq.read_table(path, columns=["object_id", "z_lens", "theta_e_arcsec"]), f"mock truth {path.name}"
-    return positives.select(["object_id", "z_lens"]), "lenscat (z_lens only; lenscat has no θ_E)"
+    if survey.known_lens_theta_e:
+        theta_e = read_theta_e_table(survey.known_lens_theta_e)
+        return lenscat_truth(positives, theta_e), f"lenscat z_lens, θ_E of {survey.known_lens_theta_e}"
+    return lenscat_truth(positives), "lenscat z_lens; no θ_E (lenscat has none; DHS_KNOWN_LENS_THETA_E unset)"
 
 
 @lake_asset(

@@ -225,14 +225,47 @@ def test_the_asset_on_the_mock_uses_the_known_lens_truth_and_warns_on_a_large_pu
     assert _row(table, "t0.5", "A")["pull"] == pytest.approx((3 - 0.15) / np.sqrt(3 * 0.05 * 0.95))
 
 
-def test_on_a_real_survey_the_truth_is_lenscats_z_lens_without_theta_e(tmp_path):
+def test_on_a_real_survey_the_truth_is_lenscats_z_lens_and_a_measured_theta_e_by_name(tmp_path):
     from lens_assets.validation import _lens_truth
     from resources import SurveyResource
 
-    positives = pa.table({"object_id": [1, 2], "z_lens": [0.2, None], "tier": ["A", "B"]})
-    truth, source = _lens_truth(SurveyResource(survey=str(tmp_path / "mirror")), positives)
-    assert truth.column_names == ["object_id", "z_lens"] and "lenscat" in source
-    scores = _lenses([1.0, 1.0], [0.2, 0.2]).drop_columns(["theta_e_arcsec", "z_l"])
-    scores = scores.set_column(0, "object_id", pa.array([1, 2], pa.int64()))
+    positives = pa.table(
+        {"object_id": pa.array([1, 2, 3], pa.int64()), "name": ["J1", "J2", "J3"], "z_lens": [0.2, None, 0.5]}
+    )
+    mirror = str(tmp_path / "mirror")
+    truth, source = _lens_truth(SurveyResource(survey=mirror), positives)
+    assert truth.column("theta_e_arcsec").null_count == 3 and "no θ_E" in source
+    scores = _lenses([1.0, 1.0, 1.0], [0.2, 0.2, 0.2]).drop_columns(["theta_e_arcsec", "z_l"])
+    scores = scores.set_column(0, "object_id", pa.array([1, 2, 3], pa.int64()))
     row = _row(real_lens_validation(with_lens_truth(scores, truth), THR, _selection(), []), "t0.5", "all")
-    assert (row["n"], row["n_with_truth"], row["n_compared"], row["pull"]) == (2, 0, 0, None)
+    assert (row["n"], row["n_with_truth"], row["n_compared"], row["pull"]) == (3, 0, 0, None)
+
+    radii = tmp_path / "theta_e.csv"
+    radii.write_text("name,theta_e_arcsec\nJ1,1.1\nJ2,1.3\nJ9,2.0\n")
+    truth, source = _lens_truth(SurveyResource(survey=mirror, known_lens_theta_e=str(radii)), positives)
+    assert truth.column("theta_e_arcsec").to_pylist() == [1.1, 1.3, None] and "theta_e.csv" in source
+    row = _row(real_lens_validation(with_lens_truth(scores, truth), THR, _selection(), []), "t0.5", "all")
+    # J2 has no z_lens, J3 no θ_E: one lens compared
+    assert (row["n_with_truth"], row["n_compared"], row["n_expected"]) == (1, 1, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("name,theta\nJ1,1.0\n", "theta_e_arcsec"),
+        ("name,theta_e_arcsec\nJ1,-1.0\n", "'theta_e_arcsec' has 1 value"),
+        ("name,theta_e_arcsec\nJ1,1.0\nJ1,2.0\n", "'name' repeats"),
+        ("name,theta_e_arcsec\n,1.0\n", "'name' is empty"),
+        ("name,theta_e_arcsec\nJ1,big\n", "'theta_e_arcsec' is string"),
+    ],
+)
+def test_a_bad_theta_e_table_names_the_file_and_column(tmp_path, text, match):
+    from darkhaloscope.evaluation.validation import read_theta_e_table
+
+    path = tmp_path / "radii.csv"
+    path.write_text(text)
+    with pytest.raises(InputError, match=match) as err:
+        read_theta_e_table(str(path))
+    assert "radii.csv" in str(err.value)
+    with pytest.raises(InputError, match="no such file"):
+        read_theta_e_table(str(tmp_path / "absent.parquet"))

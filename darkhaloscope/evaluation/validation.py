@@ -88,6 +88,58 @@ def with_lens_truth(real_scores: pa.Table, truth: pa.Table, what: str = "lens tr
     return real_scores.append_column("theta_e_arcsec", pick(te)).append_column("z_l", pick(z))
 
 
+def read_theta_e_table(path: str) -> pa.Table:
+    """A table of measured Einstein radii of known lenses: ``name`` (the lenscat name) and
+    ``theta_e_arcsec`` [arcsec], from a Parquet or CSV file (by its suffix).
+
+    Raises InputError naming the file and the column when a column is missing, ``theta_e_arcsec``
+    is not numeric, not finite or not positive, or a name is empty or repeated.
+    """
+    import os
+
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file (the Einstein-radius table of the known lenses)")
+    try:
+        table = pacsv.read_csv(path) if path.lower().endswith(".csv") else pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"{path}: cannot read the Einstein-radius table: {exc}") from exc
+    require_columns(table, ("name", "theta_e_arcsec"), path)
+    te = _floats(table, "theta_e_arcsec", path)
+    bad = ~(np.isfinite(te) & (te > 0))
+    if bad.any():
+        raise InputError(
+            f"{path}: column 'theta_e_arcsec' has {int(bad.sum())} value(s) not a positive number, "
+            f"e.g. row {int(np.flatnonzero(bad)[0])}"
+        )
+    names = [str(n).strip() if n is not None else "" for n in table.column("name").to_pylist()]
+    if "" in names:
+        raise InputError(f"{path}: column 'name' is empty in row {names.index('')}")
+    if len(set(names)) != len(names):
+        raise InputError(f"{path}: column 'name' repeats values")
+    return pa.table({"name": names, "theta_e_arcsec": pa.array(te, pa.float64())})
+
+
+def lenscat_truth(positives: pa.Table, theta_e: pa.Table | None = None) -> pa.Table:
+    """``object_id``, ``z_lens`` and ``theta_e_arcsec`` [arcsec] of the positives (the known lenses
+    cross-matched to the survey): lenscat's redshift and, where ``theta_e``
+    (:func:`read_theta_e_table`) names the lens, its Einstein radius; null otherwise."""
+    require_columns(positives, ("object_id", "name", "z_lens"), "positives")
+    radius = (
+        dict(zip(theta_e.column("name").to_pylist(), theta_e.column("theta_e_arcsec").to_pylist())) if theta_e else {}
+    )
+    names = positives.column("name").to_pylist()
+    return pa.table(
+        {
+            "object_id": positives.column("object_id"),
+            "z_lens": positives.column("z_lens"),
+            "theta_e_arcsec": pa.array([radius.get(n) for n in names], pa.float64()),
+        }
+    )
+
+
 def _cells(selection: pa.Table, name: str) -> dict[str, np.ndarray]:
     """Edges, completeness, 68 % half-width and usability of the cells at threshold ``name``."""
     rows = selection.filter(pc.equal(selection.column("threshold_name"), name))
