@@ -9,6 +9,10 @@ variance is the binomial term Σ_i C_i (1 − C_i) plus the cells' own uncertain
 by every lens in a cell: Σ_cells (k_cell σ_cell)², σ_cell the half-width of the cell's 68 %
 interval (the population method of :func:`darkhaloscope.evaluation.closure.closure_table`). The
 pull is (k − E) / sd, k the compared lenses detected.
+
+On the mock the θ_E and z_l are the known lenses' truth; on a real survey z_l is lenscat's and θ_E,
+which lenscat does not carry, comes from a table of measured radii by lenscat name
+(:func:`read_theta_e_table`, :func:`lenscat_truth`).
 """
 
 from __future__ import annotations
@@ -127,9 +131,9 @@ def lenscat_truth(positives: pa.Table, theta_e: pa.Table | None = None) -> pa.Ta
     cross-matched to the survey): lenscat's redshift and, where ``theta_e``
     (:func:`read_theta_e_table`) names the lens, its Einstein radius; null otherwise."""
     require_columns(positives, ("object_id", "name", "z_lens"), "positives")
-    radius = (
-        dict(zip(theta_e.column("name").to_pylist(), theta_e.column("theta_e_arcsec").to_pylist())) if theta_e else {}
-    )
+    radius = {}
+    if theta_e is not None:
+        radius = dict(zip(theta_e.column("name").to_pylist(), theta_e.column("theta_e_arcsec").to_pylist()))
     names = positives.column("name").to_pylist()
     return pa.table(
         {
