@@ -15,6 +15,7 @@ import lens_assets.realism as realism
 import lens_assets.search as search
 import lens_assets.survey as survey
 import lens_assets.training as training
+import lens_assets.validation as validation
 from io_managers import LakeIOManager
 from resources import build_resources
 
@@ -26,6 +27,7 @@ STAGES = (
     training.training_defs,
     evaluation.evaluation_defs,
     realism.realism_defs,
+    validation.validation_defs,
     ops.ops_defs,
 )
 

@@ -31,6 +31,9 @@ def print_demo_summary(lake, seconds: float) -> None:
     print("\nReal-lens recall by tier (test split):")
     cols, rows = run_query(lake, DEMO_RECALL_SQL)
     print(format_rows(cols, rows))
+    print("\nReal lenses detected against C(θ_E, z_l) at their truth (test split):")
+    cols, rows = run_query(lake, DEMO_VALIDATION_SQL)
+    print(format_rows(cols, rows))
     print("\nTop 10 search candidates:")
     cols, rows = run_query(lake, DEMO_CANDIDATES_SQL)
     print(format_rows(cols, rows))
@@ -228,4 +231,9 @@ DEMO_RECALL_SQL = """
 SELECT threshold_name, tier, n, n_detected, round(recall, 3) AS recall, round(ci68_lo, 3) AS ci68_lo, round(ci68_hi, 3)
 AS ci68_hi
 FROM real_lens_recall ORDER BY threshold_name, tier
+"""
+DEMO_VALIDATION_SQL = """
+SELECT threshold_name, tier, n, n_compared, n_outside_grid + n_insufficient_cell AS apart, n_detected,
+       round(n_expected, 1) AS n_expected, round(n_expected_sd, 1) AS sd, round(pull, 2) AS pull
+FROM real_lens_validation ORDER BY threshold_name, tier
 """

@@ -264,7 +264,7 @@ def cmd_demo(args) -> int:
 
     t0 = time.monotonic()
     try:
-        Materializer(_defs(), _instance()).run(["evaluation_report", "candidate_gallery"])
+        Materializer(_defs(), _instance()).run(["evaluation_report", "candidate_gallery", "real_lens_validation"])
     except MaterializeError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
@@ -595,8 +595,9 @@ def _workflow_commands(command) -> None:
     d = command(
         "demo",
         "run the whole graph on the embedded mock survey and print the headline numbers",
-        "Materialize the whole graph (through evaluation_report and candidate_gallery) and print the lens "
-        "finder's headline numbers, the selection function, the real-lens recall, the top search candidates "
+        "Materialize the whole graph (through evaluation_report, candidate_gallery and real_lens_validation) and "
+        "print the lens finder's headline numbers, the selection function, the real-lens recall and its "
+        "validation against C, the top search candidates "
         "and the paths of the evaluation report and the candidate gallery.",
     )
     d.set_defaults(func=cmd_demo)

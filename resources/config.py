@@ -41,6 +41,7 @@ def build_resources() -> dict:
             mock_hidden_lenses=_optional_int("DHS_MOCK_HIDDEN_LENSES"),
             s3_endpoint=s3_endpoint,
             s3_anonymous=setting("DHS_SURVEY_S3_ANONYMOUS") == "true",
+            known_lens_theta_e=setting("DHS_KNOWN_LENS_THETA_E"),
         ),
         "imaging": ImagingResource(cutout_source=setting("DHS_CUTOUT_SOURCE")),
         "compute": ComputeResource(

@@ -261,6 +261,13 @@ SETTINGS: tuple[Setting, ...] = (
         _one_of("false", "true"),
     ),
     Setting(
+        "DHS_KNOWN_LENS_THETA_E",
+        None,
+        "a Parquet or CSV table of measured Einstein radii of known lenses (columns name, the lenscat name, and "
+        "theta_e_arcsec) that real_lens_validation joins on a real survey, where lenscat has none",
+        "survey",
+    ),
+    Setting(
         "DHS_CUTOUT_SOURCE",
         "auto",
         "auto (coadd bricks of the survey, or the mock sky) or the base URL of a cutout service",

@@ -22,7 +22,9 @@ class SurveyResource(dg.ConfigurableResource):
     ``s3://bucket/prefix`` (``s3_endpoint`` overrides its S3 endpoint); for the mock survey,
     ``profile`` and ``mock_seed`` pick the realisation, ``mock_sweep_files``, ``mock_rows_per_file``
     and ``mock_hidden_lenses`` its sizes (None: the profile's), and ``mock_dir`` caches its files;
-    ``s3_anonymous``: read a mirror in a public bucket without credentials (unsigned requests)."""
+    ``s3_anonymous``: read a mirror in a public bucket without credentials (unsigned requests);
+    ``known_lens_theta_e``: a local table of measured Einstein radii of known lenses by lenscat name
+    (DHS_KNOWN_LENS_THETA_E; None: none), read by ``real_lens_validation`` on a real survey."""
 
     survey: str = default("DHS_SURVEY")
     profile: str = default("DHS_PROFILE")
@@ -33,6 +35,7 @@ class SurveyResource(dg.ConfigurableResource):
     mock_hidden_lenses: int | None = None
     s3_endpoint: str | None = None
     s3_anonymous: bool = False
+    known_lens_theta_e: str | None = None
 
     @property
     def is_mock(self) -> bool:

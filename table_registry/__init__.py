@@ -17,7 +17,7 @@ audits from its stage's module (``from table_registry import catalog as checks``
 
 from lake_platform.contracts import Contract
 
-from . import catalog, closure, evaluation, imaging, injection, ops, search, selection, survey, training
+from . import catalog, closure, evaluation, imaging, injection, ops, search, selection, survey, training, validation
 from .catalog import NEGATIVES, POSITIVES, SELECTION_FUNNEL, TRAINING_CATALOG, TRAINING_STRATA
 from .closure import LENS_FORECAST, SELECTION_CLOSURE
 from .evaluation import (
@@ -43,6 +43,7 @@ from .selection import (
 from .survey import KNOWN_LENSES, PHOTO_Z, SPECTRA, SWEEP_FILES, SWEEPS
 from .table import Table
 from .training import LENS_FINDER, TRAINING_SET
+from .validation import REAL_LENS_VALIDATION
 
 #: Every table, in the order of the pipeline (stage by stage).
 TABLES: tuple[Table, ...] = (
@@ -54,6 +55,7 @@ TABLES: tuple[Table, ...] = (
     *evaluation.TABLES,
     *selection.TABLES,
     *closure.TABLES,
+    *validation.TABLES,
     *search.TABLES,
     *ops.TABLES,
 )
@@ -98,6 +100,7 @@ __all__ = [
     "POSITIVES",
     "REAL_LENS_RECALL",
     "REALISM_PROBE",
+    "REAL_LENS_VALIDATION",
     "SEARCH_SCORES",
     "SEARCH_STAMPS",
     "SEARCH_TARGETS",

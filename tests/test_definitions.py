@@ -38,6 +38,7 @@ EXPECTED_ASSETS = {
     "evaluation/selection_closure",
     "evaluation/lens_forecast",
     "evaluation/real_lens_recall",
+    "evaluation/real_lens_validation",
     "evaluation/fpr_by_confuser",
     "evaluation/realism_probe",
     "evaluation/evaluation_report",

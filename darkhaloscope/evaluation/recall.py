@@ -105,6 +105,36 @@ def check_no_training_leak(object_ids: Iterable, training_object_ids: Iterable, 
         raise InputError(f"{what}: {len(leaked)} evaluated object(s) were seen in training: object_id {shown}{more}")
 
 
+def held_out_lenses(
+    real_scores: pa.Table, training_object_ids: Iterable, split: str | None, what: str
+) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+    """(rows of ``split``, their tiers, scores with NaN where unusable, usable mask) of real lenses.
+
+    ``real_scores`` needs ``object_id``, ``tier`` ('A' | 'B'), ``split``, ``score``, ``valid``;
+    ``split`` None keeps every row. Raises InputError when a kept lens is in
+    ``training_object_ids`` or has ``split = 'train'``, naming the object ids.
+    """
+    require_columns(real_scores, ("object_id", "tier", "split", "score", "valid"), what)
+    if split is not None:
+        real_scores = real_scores.filter(pc.fill_null(pc.equal(real_scores.column("split"), pa.scalar(split)), False))
+    oid = _ids(real_scores, "object_id")
+    tier = _ids(real_scores, "tier")
+    bad_tier = sorted({str(t) for t in tier if t not in _TIERS})
+    if bad_tier:
+        raise InputError(f"{what}: column 'tier' has values {bad_tier}; expected 'A' or 'B'")
+    splits = np.asarray(real_scores.column("split").to_pylist(), dtype=object)
+    # a row labelled split='train' was seen in training even if the id list given omits it
+    seen = _plain(training_object_ids) + oid[splits == "train"].tolist()
+    check_no_training_leak(oid, seen, what)
+    score, usable = valid_scores(real_scores, what)
+    return real_scores, tier, score, usable
+
+
+def tier_groups(tier: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """[(label, mask)] for tier 'A', tier 'B' and 'all' of the ``tier`` column's values."""
+    return [("A", tier == "A"), ("B", tier == "B"), ("all", np.ones(tier.size, dtype=bool))]
+
+
 def real_lens_recall(
     real_scores: pa.Table,
     thresholds: pa.Table,
@@ -125,23 +155,9 @@ def real_lens_recall(
     ``split = 'train'``, naming the object ids. ``n`` counts scorable lenses; ``n_unscorable`` the
     rest; ``recall = n_detected / n`` (null when n = 0); ``median_score`` over scorable lenses.
     """
-    what = "real-lens scores"
-    require_columns(real_scores, ("object_id", "tier", "split", "score", "valid"), what)
-    if split is not None:
-        real_scores = real_scores.filter(pc.fill_null(pc.equal(real_scores.column("split"), pa.scalar(split)), False))
-    oid = _ids(real_scores, "object_id")
-    tier = _ids(real_scores, "tier")
-    bad_tier = sorted({str(t) for t in tier if t not in _TIERS})
-    if bad_tier:
-        raise InputError(f"{what}: column 'tier' has values {bad_tier}; expected 'A' or 'B'")
-    splits = np.asarray(real_scores.column("split").to_pylist(), dtype=object)
-    # a row labelled split='train' was seen in training even if the id list given omits it
-    seen = _plain(training_object_ids) + oid[splits == "train"].tolist()
-    check_no_training_leak(oid, seen, what)
-    score, usable = valid_scores(real_scores, what)
-
+    _, tier, score, usable = held_out_lenses(real_scores, training_object_ids, split, "real-lens scores")
     cols: dict[str, list] = {f.name: [] for f in RECALL_SCHEMA}
-    groups = [("A", tier == "A"), ("B", tier == "B"), ("all", np.ones(tier.size, dtype=bool))]
+    groups = tier_groups(tier)
     for name, thr in usable_thresholds(thresholds):
         n = [int(np.sum(g & usable)) for _, g in groups]
         k = [int(np.sum(g & usable & (np.where(usable, score, -np.inf) > thr))) for _, g in groups]
