@@ -533,9 +533,12 @@ def test_an_asset_whose_input_was_altered_fails_naming_it_and_publishes_nothing(
 
     from io_managers import LakeIOManager
     from lens_assets.evaluation import cutout_scores, injection_scores, thresholds
+    from lens_assets.ops import deliver_run_alerts
     from lens_assets.shared.partitions import injection_batches, sweep_partitions
     from resources import ComputeResource, LakeResource
+    from resources.alert_sinks import AlertSinksResource
     from tests.support.wap import published_files, run_assets
+    from tests.support.webhook_receiver import WebhookReceiver
     from tests.test_scores_asset import SWEEP
     from tests.test_scores_asset import _lake as scored_lake
 
@@ -564,6 +567,17 @@ def test_an_asset_whose_input_was_altered_fails_naming_it_and_publishes_nothing(
         in str(failure.step_failure_data.error)
     )
     assert published_files(lake) == before and not lake.exists("evaluation", "thresholds")
+    # the failure reaches the configured alert sink, as dhs materialize delivers it after the run
+    with WebhookReceiver(lifetime_s=60) as receiver:
+        sinks = AlertSinksResource(webhook_url=receiver.url, lake_uri=lake.uri, webhook_backoff_s=0.05).build_sinks()
+        outcomes = deliver_run_alerts(instance, failed.run_id, sinks)
+        bodies = [r.json() for r in receiver.accepted()]
+    assert len(outcomes) == 1 and outcomes[0].ok
+    assert [(b["kind"], b["asset"], b["severity"]) for b in bodies] == [
+        ("run_failed", "evaluation/thresholds", "ERROR")
+    ]
+    assert f"sweep_file={SWEEP}/part-0.parquet: its sha256 differs from the manifest's" in bodies[0]["description"]
+    assert published_files(lake) == before  # the alert log (ops/) is all the delivery wrote
 
 
 def test_a_manifest_naming_a_file_outside_its_folder_is_refused(lake):
