@@ -615,3 +615,33 @@ def test_dhs_main_says_stopped_in_one_line_and_exits_128_plus_the_signal(tmp_pat
         timeout=60,
     )
     assert done.returncode == 128 + 15 and done.stderr.strip() == "stopped by SIGTERM", done.stderr
+
+
+def test_after_a_stop_dagster_console_records_stay_off_the_terminal(tmp_path):
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal, sys, time\n"
+        "import dhs.main as m\n"
+        "def slow(args):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(30)\n"
+        "    finally:\n"
+        "        time.sleep(0.5)\n"  # the stop's watcher has seen the signal
+        "        sys.stderr.write('2026-12-02 07:19:28 +0000 - dagster - ERROR - STEP_FAILURE\\nStack Trace:\\n')\n"
+        "        print('a line of the command itself', file=sys.stderr)\n"
+        "m.cmd_materialize = slow\n"
+        "sys.exit(m.main(['materialize', 'sweeps']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        env={**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "DHS_LAKE": str(tmp_path / "lake")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 128 + 15
+    assert done.stderr.splitlines() == ["a line of the command itself", "stopped by SIGTERM"], done.stderr
