@@ -27,7 +27,7 @@ from lake_platform.lake import Lake
 from tests.support.stop_trainer import ROOT, TRAINER, write_training_set
 from tests.support.wap import published_files
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.timeout(400)  # ≈ 10 s and 30 s on two shared cores
 GRACE_S = 20.0
 LONG = 500  # epochs: a run the stop interrupts
 
