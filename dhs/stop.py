@@ -10,12 +10,16 @@ Python handler is installed, the signal's number reaches a watcher thread throug
 ``signal.set_wakeup_fd``; the first one starts a watchdog: if the command has not ended
 ``grace_s`` seconds later, every process it started (its descendants, whichever session or group
 they are in) is killed and the command exits. Either way the command says ``stopped by
-SIGTERM`` (or SIGINT) in one line and exits ``128 + signal``.
+SIGTERM`` (or SIGINT) in one line and exits ``128 + signal``: from the signal on, Dagster's
+console log (the interruption, the stopped step's and run's failures with their stacks) stays
+out of the terminal, in the run's event log in the instance (the UI shows it); whatever else
+the command writes to stderr still shows.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -49,6 +53,27 @@ def _kill(pids: list[int], sig: int) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+#: A record of Dagster's console logger (``dagster._utils.log.default_format_string``; coloredlogs
+#: may wrap its fields in ANSI colours): one ``write`` per record, its stack included.
+_DAGSTER_RECORD = re.compile(
+    r"^(?:\x1b\[[0-9;]*m)?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}(?:\x1b\[[0-9;]*m)? - dagster - "
+)
+
+
+class _WithoutDagsterLog:
+    """``stream`` without the records of Dagster's console logger (which looks ``sys.stderr`` up for
+    every record: coloredlogs' ``StandardErrorHandler``)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return len(text) if _DAGSTER_RECORD.match(text) else self.stream.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
 
 
 class Stop:
@@ -86,6 +111,8 @@ class Stop:
         ``dhs`` in its own process, as the tests do, keeps its own)."""
         if not self._installed:
             return
+        if isinstance(sys.stderr, _WithoutDagsterLog):
+            sys.stderr = sys.stderr.stream
         signal.set_wakeup_fd(self._wakeup)
         for sig, handler in self._handlers.items():
             signal.signal(sig, handler)
@@ -96,6 +123,7 @@ class Stop:
             for signo in chunk:
                 if signo in (signal.SIGTERM, signal.SIGINT) and not self.requested:
                     self.signal_name, self.signo = signal.Signals(signo).name, signo
+                    sys.stderr = _WithoutDagsterLog(sys.stderr)
                     self._seen.set()
                     threading.Thread(target=self._deadline, name="dhs-stop-grace", daemon=True).start()
         os.close(fd)

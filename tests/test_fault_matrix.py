@@ -533,9 +533,12 @@ def test_an_asset_whose_input_was_altered_fails_naming_it_and_publishes_nothing(
 
     from io_managers import LakeIOManager
     from lens_assets.evaluation import cutout_scores, injection_scores, thresholds
+    from lens_assets.ops import deliver_run_alerts
     from lens_assets.shared.partitions import injection_batches, sweep_partitions
     from resources import ComputeResource, LakeResource
+    from resources.alert_sinks import AlertSinksResource
     from tests.support.wap import published_files, run_assets
+    from tests.support.webhook_receiver import WebhookReceiver
     from tests.test_scores_asset import SWEEP
     from tests.test_scores_asset import _lake as scored_lake
 
@@ -564,6 +567,17 @@ def test_an_asset_whose_input_was_altered_fails_naming_it_and_publishes_nothing(
         in str(failure.step_failure_data.error)
     )
     assert published_files(lake) == before and not lake.exists("evaluation", "thresholds")
+    # the failure reaches the configured alert sink, as dhs materialize delivers it after the run
+    with WebhookReceiver(lifetime_s=60) as receiver:
+        sinks = AlertSinksResource(webhook_url=receiver.url, lake_uri=lake.uri, webhook_backoff_s=0.05).build_sinks()
+        outcomes = deliver_run_alerts(instance, failed.run_id, sinks)
+        bodies = [r.json() for r in receiver.accepted()]
+    assert len(outcomes) == 1 and outcomes[0].ok
+    assert [(b["kind"], b["asset"], b["severity"]) for b in bodies] == [
+        ("run_failed", "evaluation/thresholds", "ERROR")
+    ]
+    assert f"sweep_file={SWEEP}/part-0.parquet: its sha256 differs from the manifest's" in bodies[0]["description"]
+    assert published_files(lake) == before  # the alert log (ops/) is all the delivery wrote
 
 
 def test_a_manifest_naming_a_file_outside_its_folder_is_refused(lake):
@@ -601,3 +615,33 @@ def test_dhs_main_says_stopped_in_one_line_and_exits_128_plus_the_signal(tmp_pat
         timeout=60,
     )
     assert done.returncode == 128 + 15 and done.stderr.strip() == "stopped by SIGTERM", done.stderr
+
+
+def test_after_a_stop_dagster_console_records_stay_off_the_terminal(tmp_path):
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal, sys, time\n"
+        "import dhs.main as m\n"
+        "def slow(args):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(30)\n"
+        "    finally:\n"
+        "        time.sleep(0.5)\n"  # the stop's watcher has seen the signal
+        "        sys.stderr.write('2026-12-02 07:19:28 +0000 - dagster - ERROR - STEP_FAILURE\\nStack Trace:\\n')\n"
+        "        print('a line of the command itself', file=sys.stderr)\n"
+        "m.cmd_materialize = slow\n"
+        "sys.exit(m.main(['materialize', 'sweeps']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        env={**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "DHS_LAKE": str(tmp_path / "lake")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 128 + 15
+    assert done.stderr.splitlines() == ["a line of the command itself", "stopped by SIGTERM"], done.stderr
