@@ -26,6 +26,7 @@ from .evaluation import (
     FPR_BY_CONFUSER,
     INJECTION_SCORES,
     REAL_LENS_RECALL,
+    REALISM_ABLATION,
     REALISM_PROBE,
     THRESHOLDS,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "PHOTO_Z",
     "POSITIVES",
     "REAL_LENS_RECALL",
+    "REALISM_ABLATION",
     "REALISM_PROBE",
     "SEARCH_SCORES",
     "SEARCH_STAMPS",
