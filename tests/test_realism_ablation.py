@@ -3,6 +3,7 @@ at the fpr=1e-2 threshold of an arm's own negatives, the paired ΔC and its boot
 trainer's per-arm injection models (lens_assets/pipes/train_lens_finder.py)."""
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from darkhaloscope.errors import InputError
@@ -119,3 +120,129 @@ def test_trainer_renders_the_arms_models_as_its_own_run():
     assert arrays.stream.injection.source_model == "sersic"
     with pytest.raises(InputError, match="not \\['seed'\\]"):
         with_injection_models(arrays, "v", {"seed": 1})
+
+
+def _training_set_table(rng):
+    """A training set of 101 px stamps: real positives (an arc) and Gaussian-host negatives that
+    host the injection stream (train and val), with a small stream spec."""
+    from darkhaloscope.lensing.stream import StreamSpec
+    from darkhaloscope.training.preprocess import PreprocessSpec
+    from darkhaloscope.training.training_set import assemble_training_set
+
+    split = ["train"] * 24 + ["val"] * 16
+    label = ([1] * 8 + [0] * 16) + ([1] * 6 + [0] * 10)
+    n, sigma = len(label), 0.004
+    yy, xx = np.mgrid[:101, :101] - 50.0
+    host = np.exp(-0.5 * (xx**2 + yy**2) / 4.0)[None] * np.array([0.2, 0.5, 0.8])[:, None, None]
+    arc = (np.abs(np.hypot(xx, yy) - 8.0) < 1.0) & (xx > 0)
+    images = (host[None] + rng.normal(0, sigma, (n, 3, 101, 101))).astype(np.float32)
+    images[np.array(label) == 1] += 0.05 * arc.astype(np.float32)
+    rows = pa.table(
+        {
+            "object_id": pa.array(np.arange(n) + 500, pa.int64()),
+            "label": pa.array(label, pa.int8()),
+            "split": split,
+            "tier": ["A" if v else None for v in label],
+            "pool": pa.nulls(n, pa.string()),
+            "ra": np.linspace(150, 151, n),
+            "dec": np.zeros(n),
+            "type": ["DEV"] * n,
+            "psfsize_g": np.full(n, 1.3, np.float32),
+            "psfsize_r": np.linspace(1.0, 1.5, n).astype(np.float32),
+            "psfsize_z": np.full(n, 1.1, np.float32),
+            "psfdepth_g": np.full(n, 2e3, np.float32),
+            "psfdepth_r": np.full(n, 1e3, np.float32),
+            "psfdepth_z": np.full(n, 2e2, np.float32),
+            "dx_pix": np.zeros(n, np.float32),
+            "dy_pix": np.zeros(n, np.float32),
+        }
+    )
+    stream = StreamSpec(injections_per_host=1, val_injections_per_host=1, min_arc_snr=8.0, window=33, render_chunk=8)
+    return assemble_training_set(
+        rows, images, np.full_like(images, 1.0 / sigma**2), preprocess=PreprocessSpec(crop=65), stream=stream
+    )
+
+
+def test_two_arms_materialize_on_the_same_truth_world(tmp_path, monkeypatch):
+    """Two arms (sersic, sersic + clumps) trained one epoch each by the lens finder's trainer
+    through Pipes, scored on the same truth lenses and held-out negatives: one row per arm, the
+    Sérsic arm its own baseline (ΔC 0), the contract passed; each arm is its own training run."""
+    import os
+    from pathlib import Path
+
+    import dagster as dg
+
+    from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META
+    from darkhaloscope.stamps import to_tensor_array
+    from darkhaloscope.training.loop import TrainConfig
+    from darkhaloscope.training.profiles import TrainingProfile, training_profile
+    from io_managers import LakeIOManager
+    from lake_platform.lake import Lake
+    from lens_assets import training as training_assets
+    from lens_assets.realism import realism_ablation
+    from lens_assets.shared.partitions import injection_batches, sweep_partitions
+    from resources import ComputeResource, LakeResource, SurveyResource
+    from tests.support.wap import run_assets
+
+    root = Path(__file__).resolve().parents[1]
+    demo = training_profile("demo")
+    member = TrainConfig(
+        arch="bottleneck_resnet_tiny", epochs=1, batch_size=32, lr=1e-2, patience=0, checkpoint_every_steps=0
+    )
+    monkeypatch.setattr(
+        training_assets, "training_profile", lambda name: TrainingProfile(demo.preprocess, demo.stream, (member,))
+    )
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("PYTHONPATH", str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    rng = np.random.default_rng(0)
+    sweep, batch = "sweep-030m005-035p000.fits", "batch-00000"
+    lake = Lake(str(tmp_path / "lake"))
+    lake.write_table("training", "training_set", _training_set_table(rng))
+    n_truth, n_neg = 12, 100
+    n = n_truth + n_neg
+    images = rng.normal(0.0, 0.02, (n, 3, 101, 101)).astype(np.float32)
+    images[:n_truth, :, 40:44, 45:56] += 0.5
+    cut = {name: pa.nulls(n, pa.string()) for name in CUTOUT_META}
+    cut.update(
+        object_id=pa.array(np.arange(n), pa.int64()),
+        label=pa.array([1] * n_truth + [0] * n_neg, pa.int8()),
+        split=pa.array(["test"] * n),
+        image=to_tensor_array(images),
+    )
+    lake.write_table("imaging", "cutouts", pa.table(cut), partition={"sweep_file": sweep})
+    m = 20
+    inj = {name: pa.array(np.full(m, 1.0)) for name in INJECTION_META}
+    inj.update(
+        injection_id=pa.array(np.arange(1000, 1000 + m), pa.int64()),
+        host_z_source=pa.array(["spec"] * m),
+        sigma_v_source=pa.array(["measured"] * m),
+        host_object_id=pa.array(np.arange(m) // 2, pa.int64()),
+        success=pa.array([True] * m),
+        failure_reason=pa.array([""] * m),
+        arc_snr=pa.array(np.full(m, 20.0)),
+        image=to_tensor_array(rng.normal(0.0, 0.02, (m, 3, 101, 101)).astype(np.float32)),
+        control=to_tensor_array(rng.normal(0.0, 0.02, (m, 3, 101, 101)).astype(np.float32)),
+    )
+    lake.write_table("injection", "injection_bank", pa.table(inj), partition={"injection_batch": batch})
+    resources = {
+        "lake": LakeResource(uri=lake.uri),
+        "io_manager": LakeIOManager(uri=lake.uri),
+        "compute": ComputeResource(device="cpu", profile="demo"),
+        "survey": SurveyResource(survey=str(tmp_path / "mirror")),
+        "pipes_subprocess_client": dg.PipesSubprocessClient(cwd=str(root)),
+    }
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(sweep_partitions.name, [sweep])
+    instance.add_dynamic_partitions(injection_batches.name, [batch])
+    arms = ["sersic/none", "sersic_clumps/none"]
+    config = {"ops": {"evaluation__realism_ablation": {"config": {"arms": arms, "epochs": 1}}}}
+    result = run_assets([realism_ablation.key], resources, instance, run_config=config)
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert checks["realism_ablation_contract"].passed
+    rows = {r["arm"]: r for r in lake.read_table("evaluation", "realism_ablation").to_pylist()}
+    assert list(rows) == arms
+    assert rows["sersic/none"]["delta_c"] == 0.0 and rows["sersic_clumps/none"]["baseline_arm"] == "sersic/none"
+    for r in rows.values():
+        assert r["n_truth"] == n_truth and r["n_negatives"] == n_neg
+        assert 0.0 <= r["auroc_truth"] <= 1.0 and r["probe_auroc"] is not None
+    assert len(list((tmp_path / "lake").rglob("complete.json"))) == 2  # each arm its own run
