@@ -19,7 +19,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from darkhaloscope.evaluation.ablation import ablation_table, arm_name, parse_arm, profile_arms, truth_detections
+from darkhaloscope.evaluation.ablation import (
+    ablation_table,
+    arm_name,
+    parse_arm,
+    profile_arms,
+    stream_injections,
+    truth_detections,
+)
 from darkhaloscope.evaluation.realism import PROBE_WARN_AUROC, probe_comparison, probe_warns, realism_table
 from darkhaloscope.evaluation.scoring import published_lens_finder
 from darkhaloscope.stamps import from_tensor_column
@@ -59,25 +66,6 @@ def _truth_lenses(cutouts: ds.Dataset, training_set: ds.Dataset, survey: SurveyR
     return truth, images
 
 
-def _probe_injections(injection_bank: ds.Dataset, survey: SurveyResource):
-    """(comparison name, the bank's successful injections, a function of injection ids returning
-    their stamps in that order): the realism probe's injection side."""
-    injections = injection_bank.to_table(
-        columns=["injection_id", "host_object_id", "theta_e_arcsec", "arc_snr"], filter=pc.field("success")
-    )
-    comparison = (
-        "mock known lenses (truth renderer) vs injections"
-        if survey.is_mock
-        else "lenscat test-split lenses vs injections"
-    )
-
-    def stamps(ids):
-        found = injection_images(injection_bank, ids)
-        return np.stack([found[i] for i in ids]) if ids else np.zeros((0, 3, 1, 1), np.float32)
-
-    return comparison, injections, stamps
-
-
 @lake_asset(
     REALISM_PROBE,
     code_version="2",
@@ -100,8 +88,20 @@ def realism_probe(
     and arc S/N (mock) or drawn at random (DR10), AUROC with a 95 % bootstrap interval. Warns above 0.70:
     the finder's representation then tells the world it is applied to from the one it trained on."""
     truth, images = _truth_lenses(cutouts, training_set, survey)
-    comparison, injections, stamps = _probe_injections(injection_bank, survey)
+    injections = injection_bank.to_table(
+        columns=["injection_id", "host_object_id", "theta_e_arcsec", "arc_snr"], filter=pc.field("success")
+    )
+    comparison = (
+        "mock known lenses (truth renderer) vs injections"
+        if survey.is_mock
+        else "lenscat test-split lenses vs injections"
+    )
     device = compute.torch_device()
+
+    def stamps(ids):
+        found = injection_images(injection_bank, ids)
+        return np.stack([found[i] for i in ids]) if ids else np.zeros((0, 3, 1, 1), np.float32)
+
     with published_lens_finder(lake.lake().table(*LENS_FINDER.key), device) as (model, spec):
         row = probe_comparison(comparison, truth, images, injections, stamps, model, spec, device)
     table = realism_table([row])
@@ -146,7 +146,7 @@ class RealismAblationConfig(dg.Config):
     code_version="1",
     kinds={"pytorch", "parquet"},
     pool="gpu",
-    ins=inputs(cutouts=CUTOUTS, injection_bank=INJECTION_BANK, training_set=TRAINING_SET),
+    ins=inputs(cutouts=CUTOUTS, training_set=TRAINING_SET),
 )
 def realism_ablation(
     context: dg.AssetExecutionContext,
@@ -156,22 +156,26 @@ def realism_ablation(
     survey: SurveyResource,
     pipes_subprocess_client: dg.PipesSubprocessClient,
     cutouts: ds.Dataset,
-    injection_bank: ds.Dataset,
     training_set: ds.Dataset,
 ) -> Publish:
     """One finder per arm, trained by the lens finder's trainer on the published training set with
     the arm's source and nuisance models (``injection_models``: each arm its own run, reused when
     complete), scored on the same truth lenses and held-out negatives: AUROC, recall at fpr 1e-2 of
-    the arm's negatives, the realism probe in the arm's features, ΔC against the Sérsic arm with
-    its paired bootstrap sd. Publishes nothing of the arms' checkpoints."""
+    the arm's negatives, the realism probe in the arm's features (truth lenses against the arm's own
+    fixed validation injections, matched in θ_E and arc S/N where the truth records them), ΔC
+    against the Sérsic arm with its paired bootstrap sd. Publishes none of the arms' checkpoints."""
     from darkhaloscope.training.checkpoint import load_checkpoint
+    from darkhaloscope.training.data import load_training_set
     from darkhaloscope.training.inference import score_stamps
+
+    from .pipes.train_lens_finder import with_injection_models
 
     arms = [arm_name(*parse_arm(a)) for a in config.arms] or profile_arms(compute.profile)
     store, device = lake.lake(), compute.torch_device()
     truth, images = _truth_lenses(cutouts, training_set, survey)
-    comparison, injections, stamps = _probe_injections(injection_bank, survey)
-    results = {}
+    # the val split's hosts, whose fixed validation injections in each arm's stream the probe takes
+    val = load_training_set(store.table(*TRAINING_SET.key).read(filter=pc.field("split") == "val"))
+    results, gates = {}, {}
     for arm in arms:
         source, nuisance = parse_arm(arm)
         extras = trainer_extras(store, lake, compute, config.epochs, config.core_threshold)
@@ -179,15 +183,27 @@ def realism_ablation(
         context.log.info(f"realism_ablation: training arm {arm}")
         result = pipes_subprocess_client.run(context=context, command=list(TRAINER_COMMAND), extras=extras)
         md = {k: getattr(v, "value", v) for k, v in (result.get_materialize_result().metadata or {}).items()}
+        gates[arm] = bool(md["blocking_gates_passed"])  # shown: an arm that fails a shortcut gate is still scored
         with run_folder(store, extras["out_dir"], str(md["run_dir"])) as run_dir:
             model, spec = load_checkpoint(run_dir, "best", device=device)
         truth_scores = score_stamps(model, spec, images, device=device)[0]
         results[arm] = truth_detections(truth_scores, _negative_scores(cutouts, training_set, model, spec, device))
-        probe = probe_comparison(f"{comparison} ({arm})", truth, images, injections, stamps, model, spec, device)
+        injections, stamps = stream_injections(with_injection_models(val, "", extras["injection_models"])[0], device)
+        probe = probe_comparison(
+            f"truth lenses vs {arm} validation injections",
+            truth,
+            images,
+            injections,
+            lambda ids: stamps[ids],
+            model,
+            spec,
+            device,
+        )
         results[arm]["probe_auroc"] = probe["probe_auroc"]
     table = ablation_table(results)
     md = {
         "arms": arms,
+        "blocking_gates_passed": gates,
         "n_truth": int(len(images)),
         "table": table.select(["arm", "recall_truth", "delta_c"]).to_pylist(),
     }

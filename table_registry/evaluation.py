@@ -268,7 +268,7 @@ REALISM_ABLATION = Table(
                 "probe_auroc": (
                     "",
                     "the realism probe's AUROC in the arm's features: truth lenses against matched "
-                    "injection_bank injections; null when too few rows to cross-validate",
+                    "injections of the arm's own stream (its fixed validation injections); null when too few rows",
                 ),
                 "closure_pull": ("", "null: the selection closure is not rerun per arm"),
                 "delta_c": ("", "recall_truth minus the baseline arm's, on the same lenses"),

@@ -23,6 +23,7 @@ from ..lensing.nuisance import check_nuisance
 from ..lensing.source_models import canonical_source_model
 from ..seeding import rng_for
 from ..stats import roc_auc
+from ..training.data import VAL_STREAM_KEY, TrainingArrays, injected_arrays
 from .thresholds import order_statistic_threshold
 
 #: The false-positive rate on an arm's own held-out negatives that sets its recall threshold.
@@ -80,6 +81,34 @@ def profile_arms(profile: str) -> list[str]:
     if profile not in PROFILE_ARMS:
         raise InputError(f"the ablation has arms for the profiles {sorted(PROFILE_ARMS)}, not {profile!r}")
     return [arm_name(s, n) for s, n in PROFILE_ARMS[profile]]
+
+
+def stream_injections(val: TrainingArrays, device: str = "cpu") -> tuple[pa.Table, np.ndarray]:
+    """The realism probe's injections of an arm: its stream's fixed validation injections into the
+    val split's hosts (``val``: the val rows of the training set with the arm's stream; the draw
+    the trainer validates on, ``training.data.validation_arrays``). Returns (rows with
+    ``injection_id`` (row index), ``host_object_id``, ``theta_e_arcsec`` [arcsec], ``arc_snr``;
+    their stamps (n, 3, H, W) [nmgy/pixel]). InputError without a stream or val-split hosts."""
+    from ..lensing.stream import draw_injections
+
+    if val.stream is None or not val.n_hosts:
+        raise InputError(
+            f"training set {val.source}: the ablation's probe needs val-split injection hosts and a stream"
+        )
+    draw = draw_injections(
+        val.host_columns, val.invvar, val.stream.validation, VAL_STREAM_KEY, val.stream.val_injections_per_host, device
+    )
+    inj = injected_arrays(val, draw)
+    hosts = val.host_columns.column("object_id").to_numpy(zero_copy_only=False)[draw.host_row]
+    rows = pa.table(
+        {
+            "injection_id": pa.array(np.arange(len(inj)), pa.int64()),
+            "host_object_id": pa.array(hosts, pa.int64()),
+            "theta_e_arcsec": pa.array(inj.theta_e_arcsec, pa.float64()),
+            "arc_snr": pa.array(inj.arc_snr, pa.float64()),
+        }
+    )
+    return rows, inj.image
 
 
 def truth_detections(truth_scores, negative_scores, fpr: float = ABLATION_FPR) -> dict:
