@@ -112,8 +112,9 @@ def test_trainer_renders_the_arms_models_as_its_own_run():
     from dataclasses import replace
 
     arrays = replace(arrays, stream=StreamSpec())
-    same, v = with_injection_models(arrays, "v", {})
-    assert same is arrays and v == "v"
+    for recorded in ({}, {"source_model": "sersic", "nuisance": "none"}):  # the lens finder's own run
+        same, v = with_injection_models(arrays, "v", recorded)
+        assert same is arrays and v == "v"
     arm, v = with_injection_models(arrays, "v", {"source_model": "cosmos", "nuisance": "survey"})
     assert v == "v+cosmos/survey"
     assert arm.stream.config.source_model == "cosmos" and arm.stream.config.nuisance == "survey"

@@ -70,7 +70,8 @@ def _json(value, what: str, kind=dict):
 
 def with_injection_models(arrays, version: str, models: dict):
     """(arrays, version) whose injection stream renders with ``models`` (keys ``source_model``,
-    ``nuisance``) and whose version names them; unchanged for an empty ``models``. InputError for
+    ``nuisance``) and whose version names them; unchanged for an empty ``models`` or the models the
+    training set records. InputError for
     another key or a training set without an injection stream."""
     if not models:
         return arrays, version
@@ -82,6 +83,8 @@ def with_injection_models(arrays, version: str, models: dict):
             f"injection_models {models} needs a training set with an injection stream; {arrays.source} has none"
         )
     stream = replace(arrays.stream, injection=replace(arrays.stream.injection, **models))
+    if stream == arrays.stream:  # the recorded models: the lens finder's own run, reused when complete
+        return arrays, version
     inj = stream.injection
     return replace(arrays, stream=stream), f"{version}+{inj.source_model}/{inj.nuisance}"
 
