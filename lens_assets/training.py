@@ -198,7 +198,9 @@ def trainer_extras(store, lake: LakeResource, compute: ComputeResource, epochs: 
     """The Pipes extras of a training run of the profile's members (``epochs`` 0: the profile's
     own; N > 0: N epochs each) on the published training set, its runs in the lake's runs folder."""
     if epochs < 0:
-        raise InputError(f"lens_finder config epochs must be 0 (the profile's) or a positive number, got {epochs}")
+        raise InputError(
+            f"config epochs must be 0 (the profile's) or a positive number of epochs per member, got {epochs}"
+        )
     train_uri, runs_dir = _run_locations(store)
     profile = training_profile(compute.profile)
     override = {"epochs": epochs} if epochs else {}
