@@ -175,7 +175,7 @@ def _run_locations(store) -> tuple[str, str]:
 
 
 @contextmanager
-def _run_folder(store, runs_uri: str, run_dir: str) -> Iterator[str]:
+def run_folder(store, runs_uri: str, run_dir: str) -> Iterator[str]:
     """A local folder holding the run ``run_dir`` that the trainer reported: the folder itself on a
     local lake, a temporary copy of it from a lake on S3."""
     if not run_dir.startswith(f"{runs_uri}/"):
@@ -188,6 +188,30 @@ def _run_folder(store, runs_uri: str, run_dir: str) -> Iterator[str]:
                 "the same path"
             )
         yield folder
+
+
+#: The trainer the lens finder and the realism ablation's arms run through Pipes.
+TRAINER_COMMAND = (sys.executable, "-m", "lens_assets.pipes.train_lens_finder")
+
+
+def trainer_extras(store, lake: LakeResource, compute: ComputeResource, epochs: int, core_threshold: float) -> dict:
+    """The Pipes extras of a training run of the profile's members (``epochs`` 0: the profile's
+    own; N > 0: N epochs each) on the published training set, its runs in the lake's runs folder."""
+    if epochs < 0:
+        raise InputError(
+            f"config epochs must be 0 (the profile's) or a positive number of epochs per member, got {epochs}"
+        )
+    train_uri, runs_dir = _run_locations(store)
+    profile = training_profile(compute.profile)
+    override = {"epochs": epochs} if epochs else {}
+    return {
+        "training_set_uri": train_uri,
+        "out_dir": runs_dir,
+        "s3_endpoint": lake.s3_endpoint,
+        "members": [replace(m, device=compute.device, **override).to_dict() for m in profile.members],
+        "gate_thresholds": {"core_lr_auc": float(core_threshold)},
+        "ensemble_hidden": profile.ensemble_hidden,
+    }
 
 
 @lake_asset(
@@ -216,29 +240,16 @@ def lens_finder(
     staged and audited by the gates; a failed blocking gate rejects them, leaving the published
     checkpoint and registry row byte for byte."""
     store = lake.lake()
-    train_uri, runs_dir = _run_locations(store)
-    profile = training_profile(compute.profile)
-    if config.epochs < 0:
-        raise InputError(
-            f"lens_finder config epochs must be 0 (the profile's) or a positive number, got {config.epochs}"
-        )
-    epochs = {"epochs": config.epochs} if config.epochs else {}
-    extras = {
-        "training_set_uri": train_uri,
-        "out_dir": runs_dir,
-        "s3_endpoint": lake.s3_endpoint,
-        "members": [replace(m, device=compute.device, **epochs).to_dict() for m in profile.members],
-        "gate_thresholds": {"core_lr_auc": float(config.core_threshold)},
-        "ensemble_hidden": profile.ensemble_hidden,
-    }
+    extras = trainer_extras(store, lake, compute, config.epochs, config.core_threshold)
+    runs_dir = extras["out_dir"]
     result = pipes_subprocess_client.run(
         context=context,
-        command=[sys.executable, "-m", "lens_assets.pipes.train_lens_finder"],
+        command=list(TRAINER_COMMAND),
         extras=extras,
     ).get_materialize_result()
     md = {k: getattr(v, "value", v) for k, v in (result.metadata or {}).items()}
     staged = staged_table(context, LENS_FINDER)
-    with _run_folder(store, runs_dir, str(md["run_dir"])) as run_dir:
+    with run_folder(store, runs_dir, str(md["run_dir"])) as run_dir:
         files = published_files(run_dir)
     for name, data in files:
         staged.write_bytes(name, data, subfolder=CHECKPOINT_PARTITION)

@@ -26,6 +26,7 @@ from .evaluation import (
     FPR_BY_CONFUSER,
     INJECTION_SCORES,
     REAL_LENS_RECALL,
+    REALISM_ABLATION,
     REALISM_PROBE,
     THRESHOLDS,
 )
@@ -99,6 +100,7 @@ __all__ = [
     "PHOTO_Z",
     "POSITIVES",
     "REAL_LENS_RECALL",
+    "REALISM_ABLATION",
     "REALISM_PROBE",
     "REAL_LENS_VALIDATION",
     "SEARCH_SCORES",

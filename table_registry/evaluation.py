@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from darkhaloscope.evaluation.ablation import ABLATION_FPR, ABLATION_SCHEMA
 from darkhaloscope.evaluation.realism import PROBE_WARN_AUROC, REALISM_SCHEMA
 from darkhaloscope.evaluation.recall import CONFUSER_SCHEMA, RECALL_SCHEMA
 from darkhaloscope.evaluation.thresholds import THRESHOLD_SCHEMA
@@ -240,6 +241,52 @@ REALISM_PROBE = Table(
     (REALISM_PROBE_CONTRACT, REALISM_PROBE_GATE),
 )
 
+REALISM_ABLATION_CONTRACT = Audit(
+    "realism_ablation_contract", "one row per arm; AUROCs and recall in [0, 1], delta_c in [-1, 1]"
+)
+
+REALISM_ABLATION = Table(
+    "evaluation",
+    "realism_ablation",
+    "finders trained per source model x nuisance arm, scored on the same truth world",
+    Contract(
+        table="realism_ablation",
+        columns=from_schema(
+            ABLATION_SCHEMA,
+            {
+                "arm": ("", "the arm, <source_model>/<nuisance>"),
+                "source_model": ("", "the training injections' source model (DHS_SOURCE_MODEL's values)"),
+                "nuisance": ("", "the training injections' imaging nuisance (DHS_NUISANCE's values)"),
+                "n_truth": ("", "truth lenses scored: the test split's known lenses unseen in training"),
+                "n_negatives": ("", "held-out negatives with a valid score: the test split's negatives"),
+                "auroc_truth": ("", "AUROC of the arm's finder, truth lenses against the held-out negatives"),
+                "threshold": (
+                    "",
+                    f"score threshold passing a fraction {ABLATION_FPR:g} of the arm's held-out negatives",
+                ),
+                "recall_truth": ("", "fraction of the truth lenses above the threshold (unscorable ones missed)"),
+                "probe_auroc": (
+                    "",
+                    "the realism probe's AUROC in the arm's features: truth lenses against matched "
+                    "injections of the arm's own stream (its fixed validation injections); null when too few rows",
+                ),
+                "closure_pull": ("", "null: the selection closure is not rerun per arm"),
+                "delta_c": ("", "recall_truth minus the baseline arm's, on the same lenses"),
+                "delta_c_sd": ("", "sd of delta_c over a paired bootstrap of the truth lenses (1000 resamples)"),
+                "baseline_arm": ("", "the Sérsic arm of the same nuisance (else sersic/none); null when absent"),
+            },
+        ),
+        key=("arm",),
+        ranges=(
+            *(Range(c, 0.0, 1.0, nullable=True) for c in ("auroc_truth", "recall_truth", "probe_auroc")),
+            Range("delta_c", -1.0, 1.0, nullable=True),
+            Range("delta_c_sd", 0.0, 1.0, nullable=True),
+        ),
+    ),
+    None,
+    (REALISM_ABLATION_CONTRACT,),
+)
+
 EVALUATION_REPORT_CONTRACT = Audit("evaluation_report_contract", "the report exists and embeds its figures")
 
 EVALUATION_REPORT = Table(
@@ -267,5 +314,6 @@ TABLES: tuple[Table, ...] = (
     REAL_LENS_RECALL,
     FPR_BY_CONFUSER,
     REALISM_PROBE,
+    REALISM_ABLATION,
     EVALUATION_REPORT,
 )

@@ -41,6 +41,7 @@ EXPECTED_ASSETS = {
     "evaluation/real_lens_validation",
     "evaluation/fpr_by_confuser",
     "evaluation/realism_probe",
+    "evaluation/realism_ablation",
     "evaluation/evaluation_report",
     "search/search_targets",
     "search/search_scores",
@@ -57,6 +58,7 @@ GPU_ASSETS = {
     "evaluation/cutout_scores",
     "evaluation/injection_scores",
     "evaluation/realism_probe",
+    "evaluation/realism_ablation",
     "search/search_scores",
     "search/search_stamps",
 }

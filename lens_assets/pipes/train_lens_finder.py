@@ -20,6 +20,11 @@ Parameters (extras key = flag):
   gate_thresholds   --gate-thresholds  per-gate threshold overrides, JSON object by gate name
   ensemble_hidden   --ensemble-hidden  hidden nodes of the stacked ensemble's meta-learner (300)
   report_checks     --report-checks  report each gate as an asset check named after it
+  injection_models  --injection-models  {"source_model": ..., "nuisance": ...}: the injection
+                                     stream's source and nuisance models instead of those the
+                                     training set records (an arm of the realism ablation; the
+                                     models join the training set's version, so each arm is its
+                                     own run)
 
 Runs are folders ``<out_dir>/runs/<key>/`` (``darkhaloscope.training.runs``): new inputs train
 anew, an interrupted run resumes (on any host, from its copy in storage), a completed run is reused
@@ -36,6 +41,7 @@ import base64
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from darkhaloscope.errors import InputError
@@ -60,6 +66,27 @@ def _json(value, what: str, kind=dict):
     if not isinstance(d, kind):
         raise InputError(f"{what} must be a JSON {kind.__name__}, got {type(d).__name__}")
     return d
+
+
+def with_injection_models(arrays, version: str, models: dict):
+    """(arrays, version) whose injection stream renders with ``models`` (keys ``source_model``,
+    ``nuisance``) and whose version names them; unchanged for an empty ``models`` or the models the
+    training set records. InputError for
+    another key or a training set without an injection stream."""
+    if not models:
+        return arrays, version
+    unknown = sorted(set(models) - {"source_model", "nuisance"})
+    if unknown:
+        raise InputError(f"injection_models takes source_model and nuisance, not {unknown}")
+    if arrays.stream is None:
+        raise InputError(
+            f"injection_models {models} needs a training set with an injection stream; {arrays.source} has none"
+        )
+    stream = replace(arrays.stream, injection=replace(arrays.stream.injection, **models))
+    if stream == arrays.stream:  # the recorded models: the lens finder's own run, reused when complete
+        return arrays, version
+    inj = stream.injection
+    return replace(arrays, stream=stream), f"{version}+{inj.source_model}/{inj.nuisance}"
 
 
 def _filesystem(uri: str, s3_endpoint: str | None):
@@ -89,6 +116,7 @@ def run(params: dict, log=None, progress=None, scratch: str | None = None) -> di
     recorded = arrays.meta.get("preprocess_spec")
     spec = PreprocessSpec.from_dict(_json(params.get("preprocess"), "preprocess") or recorded or {})
     version = params.get("training_set_version") or dataset_version(uri.split("://", 1)[-1], fs)
+    arrays, version = with_injection_models(arrays, version, _json(params.get("injection_models"), "injection_models"))
     runs_fs = _filesystem(out_dir, endpoint)
     mirror = None
     if runs_fs is not None:
@@ -188,6 +216,7 @@ def _parse(argv) -> dict:
     ap.add_argument("--training-set-version", dest="training_set_version")
     ap.add_argument("--gate-thresholds", dest="gate_thresholds", default="{}")
     ap.add_argument("--ensemble-hidden", dest="ensemble_hidden", type=int, default=300)
+    ap.add_argument("--injection-models", dest="injection_models", default="{}")
     ap.add_argument("--report-checks", dest="report_checks", action="store_true")
     return vars(ap.parse_args(argv))
 
