@@ -14,10 +14,8 @@ Kinds:
 
 Defaults (units in the names; sources cited in the comments):
 the source population follows the discoverable DES-depth population of LensPop (Collett 2015:
-unlensed r median 24.2, source R_e median 0.31"), widened at the bright end to the selection
-proposal's r = 20 (a finder that never saw a bright arc extrapolates to it, and the hosts' own
-offset clumps teach it that a bright compact knot beside a galaxy is no lens): unlensed r 20-26,
-R_e 0.15-0.5" (smaller sources render as point-like pairs that look like binary stars, not arcs), n 0.5-2 (n ~ 4 needs
+unlensed r median 24.2, source R_e median 0.31"): unlensed r 22-26, R_e 0.15-0.5" (smaller sources
+render as point-like pairs that look like binary stars, not arcs), n 0.5-2 (n ~ 4 needs
 supersampling ss >= 8), q 0.3-1; beta_frac area-weighted in [0.1, 0.4] theta_E (sources farther
 out than ~0.4 theta_E form doubles rather than arcs).
 Colours: lensed sources at z 1-3 are star-forming, roughly flat in f_nu, so g-r ~ N(0.3, 0.25) and
@@ -103,7 +101,7 @@ class Prior:
 
 def _default_priors() -> dict[str, Prior]:
     return {
-        "src_mag_r": Prior("uniform", 20.0, 26.0),
+        "src_mag_r": Prior("uniform", 22.0, 26.0),
         "src_r_sersic_arcsec": Prior("uniform", 0.15, 0.50),
         "src_n_sersic": Prior("uniform", 0.5, 2.0),
         "src_q": Prior("uniform", 0.3, 1.0),
