@@ -14,6 +14,13 @@ from tests.conftest import REPO, require_chromium
 from tests.support.chromium import SENTINEL, image_load_results
 from tests.test_table_columns import check_every_published_column_is_declared
 
+#: The progress lines long steps write to standard error (the bank's renders, the trainer's epochs,
+#: the search's chunks): the only lines the demo may print there.
+PROGRESS = re.compile(
+    r"^(injection_bank \S+: \d+/\d+ rendered|lens_finder epoch \d+: |search \S+: chunk \d+/\d+ "
+    r"|search on Spark: \d+/\d+ tasks done$)"
+)
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(2700)
@@ -41,7 +48,7 @@ def test_demo_runs_end_to_end(tmp_path):
     assert "Test AUROC, injections vs paired controls:" in run.stdout  # the headline numbers
     check_the_readme_shows_this_headline(run.stdout, env)
     # a quiet console: progress lines and result tables only, no warnings, no Spark chatter
-    assert run.stderr == "", run.stderr[-4000:]
+    assert not [line for line in run.stderr.splitlines() if not PROGRESS.match(line)], run.stderr[-4000:]
     noise = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|INFO|ERROR) |log4j|Warning:|^WARNING: |warnings\.warn")
     assert not [line for line in run.stdout.splitlines() if noise.search(line)]
     assert (tmp_path / "dagster_home" / "logs" / "spark.log").stat().st_size > 0

@@ -3,43 +3,19 @@
 the published checkpoint and the registry byte for byte, keeps its run folder and fails the step."""
 
 import hashlib
-import os
 from pathlib import Path
 
 import dagster as dg
-import pyarrow as pa
 import pytest
 
-from darkhaloscope.stamps import to_tensor_array
-from darkhaloscope.training.data import synthetic_arrays
 from darkhaloscope.training.gates import GATES
-from darkhaloscope.training.loop import TrainConfig
-from darkhaloscope.training.profiles import TrainingProfile, training_profile
 from io_managers import LakeIOManager
 from lake_platform.lake import Lake
 from lens_assets import training as training_assets
 from resources import ComputeResource, LakeResource
+from tests.support.tiny_finder import use_tiny_training_profile, write_tiny_training_set
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _write_training_set(lake: Lake) -> None:
-    a = synthetic_arrays(120, 33, seed=21, arc_amplitude=4.0)
-    lake.write_table(
-        "training",
-        "training_set",
-        pa.table(
-            {
-                "object_id": a.object_id,
-                "label": pa.array(a.label, pa.int8()),
-                "weight": a.weight,
-                "split": a.split.astype(str),
-                "kind": a.kind.astype(str),
-                "tier": pa.array([t or None for t in a.tier], pa.string()),
-                "image": to_tensor_array(a.image),
-            }
-        ),
-    )
 
 
 def _snapshot(folder: Path) -> dict:
@@ -53,15 +29,7 @@ def _snapshot(folder: Path) -> dict:
 
 @pytest.fixture()
 def tiny_profile(monkeypatch):
-    demo = training_profile("demo")
-    member = TrainConfig(
-        arch="bottleneck_resnet_tiny", epochs=1, batch_size=32, lr=1e-2, patience=0, checkpoint_every_steps=0
-    )
-    monkeypatch.setattr(
-        training_assets, "training_profile", lambda name: TrainingProfile(demo.preprocess, demo.stream, (member,))
-    )
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    use_tiny_training_profile(monkeypatch, ROOT)
 
 
 def _materialize(lake: Lake, core_threshold: float):
@@ -80,7 +48,7 @@ def _materialize(lake: Lake, core_threshold: float):
 
 def test_publishes_only_after_the_blocking_gates_pass(tmp_path, tiny_profile):
     lake = Lake(str(tmp_path / "lake"))
-    _write_training_set(lake)
+    write_tiny_training_set(lake)
     ok = _materialize(lake, 0.99)
     assert ok.success
     shown = ok.asset_materializations_for_node("training__lens_finder")[0].metadata

@@ -169,33 +169,22 @@ def test_two_arms_materialize_on_the_same_truth_world(tmp_path, monkeypatch):
     through Pipes, scored on the same truth lenses and held-out negatives: one row per arm, the
     Sérsic arm its own baseline (ΔC 0), the realism probe measured against each arm's validation
     injections, the contract passed; each arm is its own training run."""
-    import os
     from pathlib import Path
 
     import dagster as dg
 
     from darkhaloscope.evaluation.scoring import CUTOUT_META
     from darkhaloscope.stamps import to_tensor_array
-    from darkhaloscope.training.loop import TrainConfig
-    from darkhaloscope.training.profiles import TrainingProfile, training_profile
     from io_managers import LakeIOManager
     from lake_platform.lake import Lake
-    from lens_assets import training as training_assets
     from lens_assets.realism import realism_ablation
     from lens_assets.shared.partitions import sweep_partitions
     from resources import ComputeResource, LakeResource, SurveyResource
+    from tests.support.tiny_finder import use_tiny_training_profile
     from tests.support.wap import run_assets
 
     root = Path(__file__).resolve().parents[1]
-    demo = training_profile("demo")
-    member = TrainConfig(
-        arch="bottleneck_resnet_tiny", epochs=1, batch_size=32, lr=1e-2, patience=0, checkpoint_every_steps=0
-    )
-    monkeypatch.setattr(
-        training_assets, "training_profile", lambda name: TrainingProfile(demo.preprocess, demo.stream, (member,))
-    )
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("PYTHONPATH", str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    use_tiny_training_profile(monkeypatch, root)
     rng = np.random.default_rng(0)
     sweep = "sweep-030m005-035p000.fits"
     lake = Lake(str(tmp_path / "lake"))

@@ -3,8 +3,6 @@ injections: COSMOS sources against lenstronomy's INTERPOL, the settings' checks,
 choice, the bank and the stream rendering each model and recording it."""
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,9 +34,7 @@ from darkhaloscope.lensing.source_models import (
 from darkhaloscope.lensing.stream import StreamSpec, draw_injections
 from darkhaloscope.psf import psf_kernels
 from resources.settings import validate
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_injection_bank_lib import SMALL, _hosts  # noqa: E402
+from tests.test_injection_bank_lib import SMALL, _hosts
 
 torch.set_num_threads(1)
 LENS = dict(theta_e=1.2, e1=0.05, e2=-0.03, center_x=0.02, center_y=-0.01, gamma1=0.02, gamma2=0.01)
@@ -179,7 +175,7 @@ def test_the_models_are_recorded_with_the_plan_and_the_stream():
 
 
 def test_the_stream_draws_cosmos_sources_under_survey_nuisance():
-    import test_injection_stream as ts
+    import tests.test_injection_stream as ts
 
     _, iv = ts._stamps(4)
     base = dict(injections_per_host=1, val_injections_per_host=1, min_arc_snr=8.0, window=33, render_chunk=8)

@@ -24,7 +24,8 @@ import pytest
 
 from dhs.stop import descendants
 from lake_platform.lake import Lake
-from tests.support.stop_trainer import ROOT, TRAINER, write_training_set
+from tests.support.stop_trainer import ROOT, TRAINER
+from tests.support.tiny_finder import write_tiny_training_set
 from tests.support.wap import published_files
 
 pytestmark = pytest.mark.timeout(400)  # ≈ 10 s and 30 s on two shared cores
@@ -105,7 +106,7 @@ def _stop(proc: subprocess.Popen, lake: Lake, kill_after_s: float | None) -> tup
 
 def test_sigterm_with_the_trainer_running_stops_it_and_publishes_nothing(tmp_path):
     lake = Lake(str(tmp_path / "lake"))
-    write_training_set(lake)
+    write_tiny_training_set(lake)
     before = published_files(lake)
     proc = _start(lake, tmp_path, LONG)
     seconds, trainers, err = _stop(proc, lake, kill_after_s=None)
@@ -121,7 +122,7 @@ def test_sigterm_with_the_trainer_running_stops_it_and_publishes_nothing(tmp_pat
 
 def test_term_then_kill_keeps_the_lake_and_a_later_run_publishes(tmp_path):
     lake = Lake(str(tmp_path / "lake"))
-    write_training_set(lake)
+    write_tiny_training_set(lake)
     before = published_files(lake)
     proc = _start(lake, tmp_path, LONG)
     _, trainers, err = _stop(proc, lake, kill_after_s=0.3)

@@ -239,7 +239,8 @@ def cell_estimates(
     if variants is not None and len(variants) > 1:
         with np.errstate(invalid="ignore", divide="ignore"):
             cv = np.stack([np.bincount(cell, weights=w * v, minlength=n_cells) for v in variants]) / sw
-        var_thr = np.where(sw > 0, np.nanvar(cv, axis=0), 0.0)
+        filled = sw > 0  # an empty cell has no C in any variant
+        var_thr[filled] = np.var(cv[:, filled], axis=0)
     cf = np.nan_to_num(c)
     n_eff = inflated_trials(cf, clustered, var_thr)
     lo68, hi68 = jeffreys_interval(cf * n_eff, n_eff, 0.68)

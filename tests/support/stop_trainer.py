@@ -1,8 +1,9 @@
 """The lens finder's step with its real trainer, run as ``dhs materialize`` runs assets (``STOP``
 installed, the run in process, the trainer launched by the production Pipes client), for the
 stop tests of tests/test_fault_matrix.py. The lake at ``LAKE`` holds a small training set
-(``write_training_set``); every member is the tiny bottleneck ResNet trained for ``EPOCHS``
-epochs (many: the trainer is still running when the test stops it; one: a run that completes).
+(``tests.support.tiny_finder.write_tiny_training_set``); every member is the tiny bottleneck
+ResNet trained for ``EPOCHS`` epochs (many: the trainer is still running when the test stops it;
+one: a run that completes).
 
     python -m tests.support.stop_trainer LAKE EPOCHS
 
@@ -17,31 +18,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: What the trainer's command line holds (``lens_assets/training.py`` launches it as a module).
 TRAINER = "lens_assets.pipes.train_lens_finder"
-
-
-def write_training_set(lake) -> None:
-    """A training set of 120 rows of 33×33 pixels with bright arcs (as tests/test_lens_finder_asset.py)."""
-    import pyarrow as pa
-
-    from darkhaloscope.stamps import to_tensor_array
-    from darkhaloscope.training.data import synthetic_arrays
-
-    a = synthetic_arrays(120, 33, seed=21, arc_amplitude=4.0)
-    lake.write_table(
-        "training",
-        "training_set",
-        pa.table(
-            {
-                "object_id": a.object_id,
-                "label": pa.array(a.label, pa.int8()),
-                "weight": a.weight,
-                "split": a.split.astype(str),
-                "kind": a.kind.astype(str),
-                "tier": pa.array([t or None for t in a.tier], pa.string()),
-                "image": to_tensor_array(a.image),
-            }
-        ),
-    )
 
 
 def main() -> int:
