@@ -593,8 +593,6 @@ def test_a_manifest_naming_a_file_outside_its_folder_is_refused(lake):
 
 
 def test_dhs_main_says_stopped_in_one_line_and_exits_128_plus_the_signal(tmp_path):
-    import subprocess
-    import sys
 
     script = (
         "import os, signal, sys, time\n"
@@ -606,7 +604,16 @@ def test_dhs_main_says_stopped_in_one_line_and_exits_128_plus_the_signal(tmp_pat
         "m.cmd_materialize = slow\n"
         "sys.exit(m.main(['materialize', 'sweeps']))\n"
     )
-    done = subprocess.run(
+    done = _run_stop_script(script, tmp_path)
+    assert done.returncode == 128 + 15 and done.stderr.strip() == "stopped by SIGTERM", done.stderr
+
+
+def _run_stop_script(script: str, tmp_path):
+    """``python -c script`` from the repository with a fresh Dagster home and lake under ``tmp_path``."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
         [sys.executable, "-c", script],
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         env={**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "DHS_LAKE": str(tmp_path / "lake")},
@@ -614,12 +621,9 @@ def test_dhs_main_says_stopped_in_one_line_and_exits_128_plus_the_signal(tmp_pat
         text=True,
         timeout=60,
     )
-    assert done.returncode == 128 + 15 and done.stderr.strip() == "stopped by SIGTERM", done.stderr
 
 
 def test_after_a_stop_dagster_console_records_stay_off_the_terminal(tmp_path):
-    import subprocess
-    import sys
 
     script = (
         "import os, signal, sys, time\n"
@@ -635,13 +639,6 @@ def test_after_a_stop_dagster_console_records_stay_off_the_terminal(tmp_path):
         "m.cmd_materialize = slow\n"
         "sys.exit(m.main(['materialize', 'sweeps']))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-        env={**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "DHS_LAKE": str(tmp_path / "lake")},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _run_stop_script(script, tmp_path)
     assert done.returncode == 128 + 15
     assert done.stderr.splitlines() == ["a line of the command itself", "stopped by SIGTERM"], done.stderr
