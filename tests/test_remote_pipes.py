@@ -41,15 +41,22 @@ from table_registry import LENS_FINDER, NEGATIVES, SELECTION_FUNNEL
 from tests.support.cutout_server import CutoutServer
 from tests.support.netns import far_side_prefix
 from tests.support.s3_server import TEST_ENV, fresh_bucket
+from tests.support.tiny_finder import use_tiny_training_profile, write_tiny_training_set
 from tests.support.wap import events, published_files, run_assets
 from tests.test_catalog_pipes_s3 import NAMES
 from tests.test_catalog_pipes_s3 import _lake as negatives_lake
-from tests.test_lens_finder_asset import _write_training_set, tiny_profile  # noqa: F401  (fixture)
 from tests.test_search_assets import SWEEP, _instance
 from tests.test_search_assets import _lake as search_lake
 from tests.test_search_launch import CHUNK, SCORES, STAMPS, TARGETS, _search_tables
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def tiny_profile(monkeypatch):
+    use_tiny_training_profile(monkeypatch, ROOT)
+
+
 RUNS = ("_inflight", "training", "lens_finder_runs.files", "runs")
 
 
@@ -199,9 +206,9 @@ def test_the_far_sides_stdout_and_stderr_arrive_through_the_bucket(netns_host, c
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_the_trainer_through_the_prefix_publishes_the_bytes_of_a_local_launch(netns_host, tiny_profile):  # noqa: F811
+def test_the_trainer_through_the_prefix_publishes_the_bytes_of_a_local_launch(netns_host, tiny_profile):
     lake = _s3_lake(netns_host)
-    _write_training_set(lake)
+    write_tiny_training_set(lake)
     local = _train(lake, _launcher(netns_host))
     assert local.success, _failure(local)
     expected, local_runs = _published_model(lake), _run_files(lake)
@@ -306,10 +313,10 @@ def _target(lake: Lake, i: int) -> tuple[float, float]:
 def test_a_failing_or_silent_launch_fails_in_bounded_time_and_publishes_nothing(
     netns_host,
     tmp_path,
-    tiny_profile,  # noqa: F811
+    tiny_profile,
 ):
     lake = _s3_lake(netns_host, name="faults")
-    _write_training_set(lake)
+    write_tiny_training_set(lake)
     before = published_files(lake)
     pid_file = tmp_path / "silent.pid"
     silent = f"sh -c 'echo $$ > {pid_file}; exec sleep 600' sh"
