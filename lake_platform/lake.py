@@ -477,15 +477,12 @@ class Lake:
     def delete_partition(self, group: str, asset: str, partition: Mapping[str, str]) -> None:
         """Remove one partition folder and its files folder (used to drop partitions that no longer
         exist upstream)."""
-        record = self.record_path(group, asset, partition)
-        try:  # first: a reader meanwhile sees a partition without a record (read), never one gone
-            self.fs.delete_file(record)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise translate_storage_error(exc, self.full_uri(record)) from exc
+        # the records first (those of the partitions below one of fewer dimensions too): a reader
+        # meanwhile sees a partition without a record (read as before), never one gone
+        records = self.record_path(group, asset, partition).rsplit("/", 1)[0]
         manifests = self.manifest_path(group, asset, partition).rsplit("/", 1)[0]
         for folder in (
+            records,
             self.partition_path(group, asset, partition),
             self.files_path(group, asset, partition),
             manifests,
