@@ -12,7 +12,9 @@ manifests) are not tables: :meth:`Lake.tables` and every reader skip them.
 
 After the part, a commit records its manifest (part name, size, sha256) under ``<lake>/_manifests/``
 (:mod:`lake_platform.manifest`); readers take only the parts the manifests record and verify them
-first, so a stray, missing or altered file is named in an InputError and never read.
+first, so a stray, missing or altered file is named in an InputError and never read. Last, the
+commit adds the partition to the table's commit records, so that a partition deleted together
+with its manifest is named as gone rather than served as a smaller table.
 
 A table's other files (PNG figures, the HTML report and gallery, checkpoints) live beside its
 folder, in ``<lake>/<group>/<asset>.files/[<dim>=<key>/...]`` (:meth:`Lake.files_path`), so a
