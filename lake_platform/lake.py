@@ -12,7 +12,9 @@ manifests) are not tables: :meth:`Lake.tables` and every reader skip them.
 
 After the part, a commit records its manifest (part name, size, sha256) under ``<lake>/_manifests/``
 (:mod:`lake_platform.manifest`); readers take only the parts the manifests record and verify them
-first, so a stray, missing or altered file is named in an InputError and never read.
+first, so a stray, missing or altered file is named in an InputError and never read. Last, the
+commit adds the partition to the table's commit records, so that a partition deleted together
+with its manifest is named as gone rather than served as a smaller table.
 
 A table's other files (PNG figures, the HTML report and gallery, checkpoints) live beside its
 folder, in ``<lake>/<group>/<asset>.files/[<dim>=<key>/...]`` (:meth:`Lake.files_path`), so a
@@ -125,6 +127,11 @@ def _relative_name(name: str) -> str:
     for segment in str(name).split("/"):
         validate_partition_key(segment)
     return name
+
+
+def _partition_of(rel_folder: str) -> dict[str, str]:
+    """``{dim: key}`` of a partition folder relative to its table's (``dim=key/...``)."""
+    return dict(seg.split("=", 1) for seg in rel_folder.split("/") if seg)
 
 
 def _validate_name(kind: str, value: str) -> str:
@@ -300,6 +307,13 @@ class Lake:
         rel = self.partition_path(group, asset, partition)[len(self.root) + 1 :]
         return f"{self.root}/{MANIFEST_DIR}/{rel}/{MANIFEST_FILE}"
 
+    def record_path(self, group: str, asset: str, partition: Mapping[str, str] | None = None) -> str:
+        """Filesystem path of a partition's commit record (:mod:`lake_platform.manifest`):
+        ``<lake>/_manifests/<group>/<asset>/_committed/[<dim>=<key>/...]committed``."""
+        base = self.table_path(group, asset)
+        rel = self.partition_path(group, asset, partition)[len(base) + 1 :]
+        return manifest.record_path(self.manifest_path(group, asset).rsplit("/", 1)[0], rel)
+
     def full_uri(self, path: str) -> str:
         """URI of a filesystem path, with the scheme a user can paste (s3://... or an absolute path)."""
         return f"s3://{path}" if self.is_s3 else path
@@ -419,7 +433,19 @@ class Lake:
         except OSError as exc:
             raise translate_storage_error(exc, self.full_uri(path)) from exc
         self._commit(staging, path, self.full_uri(path))
+        self._record_commit(group, asset, partition)
         return size
+
+    def _record_commit(self, group: str, asset: str, partition: Mapping[str, str] | None) -> None:
+        """Add the partition to the table's commit records (after its manifest: a record names a
+        partition whose commit finished). An empty object: that it exists is the record."""
+        path = self.record_path(group, asset, partition)
+        try:
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            with self.fs.open_output_stream(path) as out:
+                out.write(b"")
+        except OSError as exc:
+            raise translate_storage_error(exc, self.full_uri(path)) from exc
 
     def write_bytes(
         self, group: str, asset: str, name: str, payload: bytes, partition: Mapping[str, str] | None = None
@@ -453,8 +479,12 @@ class Lake:
     def delete_partition(self, group: str, asset: str, partition: Mapping[str, str]) -> None:
         """Remove one partition folder and its files folder (used to drop partitions that no longer
         exist upstream)."""
+        # the records first (those of the partitions below one of fewer dimensions too): a reader
+        # meanwhile sees a partition without a record (read as before), never one gone
+        records = self.record_path(group, asset, partition).rsplit("/", 1)[0]
         manifests = self.manifest_path(group, asset, partition).rsplit("/", 1)[0]
         for folder in (
+            records,
             self.partition_path(group, asset, partition),
             self.files_path(group, asset, partition),
             manifests,
@@ -474,7 +504,9 @@ class Lake:
         folder = self.partition_path(group, asset, partition)
         manifests = self.manifest_path(group, asset, partition).rsplit("/", 1)[0]
         try:
-            found = manifest.check_table(self.fs, folder, manifests, content, lambda name: name == PART_FILE)
+            found = manifest.check_table(
+                self.fs, folder, manifests, content, lambda name: name == PART_FILE, records=partition is None
+            )
         except OSError as exc:
             raise translate_storage_error(exc, self.full_uri(folder)) from exc
         prefix = folder[len(base) + 1 :]
@@ -502,14 +534,21 @@ class Lake:
     def verify(self, group: str, asset: str, adopt: bool = False) -> list[str]:
         """Every problem of a table (``<group>/<asset>: <file>: <problem>``), digests checked. With
         ``adopt``, a partition whose part no manifest records (a lake written before manifests)
-        first gets one recorded from its bytes as they are."""
+        first gets one recorded from its bytes as they are, and one whose manifest no commit
+        record lists (written before commit records) gets its record."""
+        base = self.table_path(group, asset)
         if adopt:
             found = self.check(group, asset, content=False)
-            base = self.table_path(group, asset)
             for path in self._unrecorded_parts(found, base):
-                rel = path[len(base) + 1 : -len(PART_FILE) - 1]
-                self._record_manifest(group, asset, dict(seg.split("=", 1) for seg in rel.split("/") if seg))
-        return [f"{group}/{asset}: {rel}: {what}" for rel, what in self.check(group, asset, content=True).problems]
+                self._record_manifest(group, asset, _partition_of(path[len(base) + 1 : -len(PART_FILE) - 1]))
+            for rel in found.unrecorded:
+                self._record_commit(group, asset, _partition_of(rel))
+        found = self.check(group, asset, content=True)
+        unrecorded = [
+            (rel or ".", "not in the table's commit records (written before them: `dhs verify --adopt` records it)")
+            for rel in found.unrecorded
+        ]
+        return [f"{group}/{asset}: {rel}: {what}" for rel, what in found.problems + unrecorded]
 
     def _unrecorded_parts(self, found: manifest.Check, base: str) -> list[str]:
         """Part files (paths) in hive partition folders that hold no manifest."""
@@ -541,11 +580,7 @@ class Lake:
     def partitions(self, group: str, asset: str) -> list[dict[str, str]]:
         """Committed partitions of a table as ``{dim: key}`` dicts (empty dict for an unpartitioned table)."""
         base = self.table_path(group, asset)
-        out = []
-        for f in self._part_files(group, asset):
-            rel = f[len(base) + 1 : -len(PART_FILE) - 1]
-            out.append(dict(seg.split("=", 1) for seg in rel.split("/") if seg))
-        return out
+        return [_partition_of(f[len(base) + 1 : -len(PART_FILE) - 1]) for f in self._part_files(group, asset)]
 
     def dataset(self, group: str, asset: str, partitions: Iterable[Mapping[str, str]] | None = None) -> ds.Dataset:
         """A pyarrow dataset over every committed partition (or the ``partitions`` given, each of
@@ -741,7 +776,7 @@ class Lake:
             if i.type == pafs.FileType.File and i.base_name == PART_FILE:
                 if len(rel) >= 3 and not rel[0].startswith("_"):
                     found.add((rel[0], rel[1]))
-            elif i.type == pafs.FileType.File and i.base_name == MANIFEST_FILE:
+            elif i.type == pafs.FileType.File and i.base_name in (MANIFEST_FILE, manifest.RECORD_FILE):
                 if len(rel) >= 4 and rel[0] == MANIFEST_DIR:
                     found.add((rel[1], rel[2]))
         return sorted(found)

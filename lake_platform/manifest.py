@@ -9,6 +9,16 @@ manifests do not name (a stray backup, a file of an unfinished copy), a part the
 missing, or a part whose size or digest differs from the record is named in an InputError and
 never read.
 
+A partition's manifest and its folder can go together (an operator's ``rm -r`` of both, a sync
+that skipped them): then no manifest names what is gone. So every commit also records, after its
+manifest, an empty *commit record* ``<lake>/_manifests/<group>/<table>/_committed/[<dim>=<key>/
+...]committed``: the table's list of its committed partitions, one object per partition (writers of
+different partitions never rewrite a shared file, so concurrent commits cannot lose one another's).
+A partition with a commit record but neither a manifest nor a file is named as gone. The records
+lie inside the table's manifest folder, so the listing a reader already makes finds them (no extra
+request). A manifest without a commit record (a lake written before commit records, or a commit
+stopped between the two) is read as before; ``dhs verify`` names it and ``--adopt`` records it.
+
 sha256 rather than a cheaper checksum: it is the digest the rest of the lake already uses (data
 versions, landed grades), it detects deliberate edits as well as bit rot, and hashing costs a
 fraction of decoding the same file (``benchmarks/bench_integrity.py``; BENCHMARKS.md, row
@@ -20,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import pyarrow.fs as pafs
@@ -31,6 +41,10 @@ from darkhaloscope.errors import InputError
 MANIFEST_DIR = "_manifests"
 MANIFEST_FILE = "manifest.json"
 FORMAT = "dhs-manifest-1"
+#: Folder (under a table's manifest folder) of its commit records, and a record's file name. A
+#: partition dimension cannot be named so (dimensions start with a letter).
+RECORD_DIR = "_committed"
+RECORD_FILE = "committed"
 #: Threads reading manifests and hashing parts at once (object-store latency, not CPU, bounds it).
 _WORKERS = 8
 _CHUNK = 1 << 22
@@ -70,12 +84,14 @@ def _parts_of(payload: bytes, part_name: Callable[[str], bool]) -> list[dict]:
 @dataclass(frozen=True)
 class Check:
     """What checking one table found: the verified part paths (sorted), the folders (relative to
-    the table's, ``""`` for the table's own) that hold a manifest, and each problem as
-    ``(relative file, what is wrong)``."""
+    the table's, ``""`` for the table's own) that hold a manifest, each problem as ``(relative
+    file, what is wrong)``, and the manifest folders that have no commit record (``unrecorded``;
+    read all the same)."""
 
     parts: list[str]
     recorded_folders: list[str]
     problems: list[tuple[str, str]]
+    unrecorded: list[str] = field(default_factory=list)
 
     def message(self, label: str) -> str:
         """``<label>: <file>: <problem>`` of the first problem, counting the rest."""
@@ -95,15 +111,47 @@ def _read(fs: pafs.FileSystem, path: str) -> bytes:
         return f.read()
 
 
+def record_path(manifest_folder: str, rel_folder: str) -> str:
+    """Path of the commit record of the partition ``rel_folder`` (relative to the table's folder,
+    ``""`` for an unpartitioned table) in the table's ``manifest_folder``."""
+    return f"{manifest_folder}/{RECORD_DIR}/{rel_folder + '/' if rel_folder else ''}{RECORD_FILE}"
+
+
+def _committed(listing: Mapping[str, int], manifest_folder: str) -> set[str]:
+    """The partition folders (relative) that the commit records under ``manifest_folder`` list."""
+    prefix, suffix = f"{manifest_folder}/{RECORD_DIR}/", RECORD_FILE
+    return {p[len(prefix) : -len(suffix)].rstrip("/") for p in listing if p.startswith(prefix) and p.endswith(suffix)}
+
+
+def _gone(
+    committed: set[str], folders: list[str], files: Mapping[str, int], table_folder: str
+) -> list[tuple[str, str]]:
+    """Problems of the committed partitions that hold neither a manifest nor a file."""
+    held = {p[len(table_folder) + 1 :].rpartition("/")[0] for p in files}
+    gone = sorted(f for f in committed - set(folders) if not any(h == f or h.startswith(f + "/") for h in held))
+    return [
+        (f or ".", "gone: the table's commit record lists this partition, its manifest and parts are missing")
+        for f in gone
+    ]
+
+
 def check_table(
-    fs: pafs.FileSystem, table_folder: str, manifest_folder: str, content: bool, part_name: Callable[[str], bool]
+    fs: pafs.FileSystem,
+    table_folder: str,
+    manifest_folder: str,
+    content: bool,
+    part_name: Callable[[str], bool],
+    records: bool = True,
 ) -> Check:
     """Compare a table's files (under ``table_folder``) with its manifests (under
-    ``manifest_folder``): sizes always, sha256 digests too when ``content``. ``part_name(base
-    name)`` says which names are parts (the only files a table folder may hold). Storage errors
-    propagate (the caller translates them)."""
+    ``manifest_folder``): sizes always, sha256 digests too when ``content``; with ``records``
+    (a whole table's check: the records lie in its manifest folder), a partition its commit
+    records list that is gone is a problem too. ``part_name(base name)`` says which names are
+    parts (the only files a table folder may hold). Storage errors propagate (the caller
+    translates them)."""
     files = _listing(fs, table_folder)
-    manifests = sorted(p for p in _listing(fs, manifest_folder) if p.endswith("/" + MANIFEST_FILE))
+    listing = _listing(fs, manifest_folder)
+    manifests = sorted(p for p in listing if p.endswith("/" + MANIFEST_FILE))
     with ThreadPoolExecutor(_WORKERS) as pool:
         payloads = list(pool.map(lambda p: _read(fs, p), manifests))
     problems: list[tuple[str, str]] = []
@@ -157,7 +205,11 @@ def check_table(
                     "`dhs verify --adopt` records them), not read",
                 )
             )
-    return Check(sorted(good), sorted(folders), problems)
+    if not records:
+        return Check(sorted(good), sorted(folders), problems)
+    committed = _committed(listing, manifest_folder)
+    problems += _gone(committed, folders, files, table_folder)
+    return Check(sorted(good), sorted(folders), problems, sorted(set(folders) - committed))
 
 
 def require(check: Check, label: str) -> list[str]:

@@ -287,6 +287,8 @@ class StagedTable:
                         raise translate_storage_error(exc, self.lake.full_uri(stale)) from exc
         if self.staged_manifest not in files:  # staged by other means than Lake.write_table
             self.lake._record_manifest(self.group, self.table, self.partition)
+        else:
+            self.lake._record_commit(self.group, self.table, self.partition)
         part = f"{dest[0]}/{PART_FILE}"
         rows = pq.ParquetFile(part, filesystem=self.lake.fs).metadata.num_rows
         return CommitInfo(uri=self.lake.full_uri(part), rows=rows, bytes=size, partition=self.partition)

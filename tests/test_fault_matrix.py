@@ -20,7 +20,7 @@ from darkhaloscope.errors import InputError
 from dhs.main import main
 from lake_platform.contracts import Column, Contract, Range
 from lake_platform.lake import PART_FILE, Lake
-from lake_platform.manifest import MANIFEST_DIR
+from lake_platform.manifest import MANIFEST_DIR, RECORD_DIR
 from lake_platform.query import check_read_only, describe_tables, run_query
 
 A, B = "a.fits", "b.fits"
@@ -76,6 +76,12 @@ def _delete_part(lake: Lake) -> None:
     lake.fs.delete_file(_part(lake))
 
 
+def _delete_the_partition(lake: Lake) -> None:
+    """The partition's folder and its manifest's folder removed together (``rm -r`` of both)."""
+    lake.fs.delete_dir(lake.partition_path("evaluation", "cutout_scores", {"sweep_file": A}))
+    lake.fs.delete_dir(lake.manifest_path("evaluation", "cutout_scores", {"sweep_file": A}).rsplit("/", 1)[0])
+
+
 def _break_the_footer(lake: Lake) -> None:
     data = _bytes(lake, _part(lake))
     _put(lake, _part(lake), data[:-8] + b"\0" * 8)  # the footer's length and magic, same size
@@ -100,6 +106,11 @@ CASES = {
     "a part deleted": (
         _delete_part,
         "evaluation/cutout_scores: sweep_file=a.fits/part-0.parquet: missing: the manifest records it ({full} bytes)",
+    ),
+    "a whole partition deleted, its manifest too": (
+        _delete_the_partition,
+        "evaluation/cutout_scores: sweep_file=a.fits: gone: the table's commit record lists this partition, its "
+        "manifest and parts are missing",
     ),
     "the footer overwritten": (
         _break_the_footer,
@@ -127,7 +138,7 @@ def test_a_damaged_part_is_named_and_never_read(lake, case):
             read()
         assert says in str(err.value)
     if case != "a stray backup in a partition":  # the backup lies in sweep_file=a.fits only
-        with pytest.raises(InputError, match="sweep_file=a.fits"):
+        with pytest.raises(InputError, match=r"sweep_file\W+a\.fits"):  # the partition gone: {'sweep_file': 'a.fits'}
             lake.read_table("evaluation", "cutout_scores", partition={"sweep_file": A})
     # the other partition, the other table and a query that reads no table still answer
     assert lake.read_table("evaluation", "cutout_scores", partition={"sweep_file": B}).num_rows == 4
@@ -261,6 +272,48 @@ def test_dhs_verify_reports_and_adopts(cli_lake, capsys):
     assert main(["verify", "--adopt"]) == 0
     assert "0 problems" in capsys.readouterr().out
     assert main(["query", "SELECT count(*) AS n FROM negatives", "--format", "csv"]) == 0
+
+
+def test_a_deleted_partition_is_refused_by_every_command(cli_lake, capsys):
+    _delete_the_partition(cli_lake)
+    gone = (
+        "evaluation/cutout_scores: sweep_file=a.fits: gone: the table's commit record lists this partition, its "
+        "manifest and parts are missing"
+    )
+    assert main(["query", "SELECT count(*) AS n FROM cutout_scores"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: refused: {gone}"
+    assert main(["tables", "--format", "csv"]) == 2
+    out, err = capsys.readouterr()
+    assert "negatives" in out and "cutout_scores" not in out and err.strip() == f"error: {gone}"
+    assert main(["verify"]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip() == f"error: {gone}" and out.strip() == "verified 2 tables: 1 problems"
+
+
+def test_a_lake_written_before_commit_records_reads_and_is_adopted(lake):
+    _fill(lake)
+    for table in ("evaluation/cutout_scores", "catalog/negatives"):
+        lake.fs.delete_dir(f"{lake.root}/{MANIFEST_DIR}/{table}/{RECORD_DIR}")
+    assert lake.read_table("evaluation", "cutout_scores").num_rows == 10
+    assert lake.verify("evaluation", "cutout_scores") == [
+        f"evaluation/cutout_scores: sweep_file={s}: not in the table's commit records (written before them: "
+        "`dhs verify --adopt` records it)"
+        for s in (A, B)
+    ]
+    assert lake.verify("catalog", "negatives", adopt=True) == []
+    assert lake.verify("evaluation", "cutout_scores", adopt=True) == []
+    _delete_the_partition(lake)  # once adopted, a partition that goes is named
+    with pytest.raises(InputError, match="sweep_file=a.fits: gone: the table's commit record lists this partition"):
+        lake.read_table("evaluation", "cutout_scores")
+
+
+def test_a_table_whose_every_partition_is_gone_is_listed_and_refused(lake):
+    _fill(lake)
+    lake.delete_partition("evaluation", "cutout_scores", {"sweep_file": B})  # an upstream removal: no record left
+    _delete_the_partition(lake)
+    assert lake.tables() == [("catalog", "negatives"), ("evaluation", "cutout_scores")]
+    with pytest.raises(InputError, match="sweep_file=a.fits: gone"):
+        lake.partitions("evaluation", "cutout_scores")
 
 
 @pytest.mark.parametrize("sql", ["SELECT 1; SELECT 2", "select 1 ; select 2;"])

@@ -247,3 +247,12 @@ def test_the_sdks_retries_of_slowdown_are_counted(s3_server, proxy):
     )
     assert out.stdout.split() == ["True", "3"], out.stderr
     assert proxy.actions["slowdown"] == 3
+
+
+def test_the_pipes_s3_client_takes_the_lakes_timeout_settings(monkeypatch):
+    from resources.pipes_transport import s3_client
+
+    monkeypatch.setenv("DHS_S3_CONNECT_TIMEOUT_S", "1.5")
+    monkeypatch.setenv("DHS_S3_REQUEST_TIMEOUT_S", "7")
+    config = s3_client("http://127.0.0.1:9").meta.config
+    assert (config.connect_timeout, config.read_timeout) == (1.5, 7.0)

@@ -5,6 +5,8 @@
 * SIGTERM: the command ends within the grace, says ``stopped by SIGTERM`` once, leaves no
   trainer, launches no second one (the step's ``RetryPolicy(max_retries=2)`` is not applied to a
   stopped step) and publishes nothing.
+* Terminated as the UI and the daemon terminate a run (SIGINT to the run worker's process, no
+  ``dhs`` in it): the same, the run failed as interrupted.
 * Slurm's TERM then KILL: the group gets SIGKILL 0.3 s after SIGTERM, while the command is still
   stopping (its stop takes longer: the step's failure is recorded, the launch's processes are
   ended); the lake's published files are as they were (write–audit–publish) and a later run
@@ -33,7 +35,7 @@ GRACE_S = 20.0
 LONG = 500  # epochs: a run the stop interrupts
 
 
-def _start(lake: Lake, tmp_path: Path, epochs: int) -> subprocess.Popen:
+def _start(lake: Lake, tmp_path: Path, epochs: int, *extra: str) -> subprocess.Popen:
     env = {
         **os.environ,
         "DAGSTER_HOME": str(tmp_path / "home"),
@@ -43,7 +45,7 @@ def _start(lake: Lake, tmp_path: Path, epochs: int) -> subprocess.Popen:
     }
     (tmp_path / "home").mkdir(exist_ok=True)
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.stop_trainer", lake.uri, str(epochs)],
+        [sys.executable, "-m", "tests.support.stop_trainer", lake.uri, str(epochs), *extra],
         cwd=ROOT,
         env=env,
         stderr=subprocess.PIPE,
@@ -79,10 +81,12 @@ def _training(lake: Lake) -> bool:
     return runs.is_dir() and any(runs.iterdir())
 
 
-def _stop(proc: subprocess.Popen, lake: Lake, kill_after_s: float | None) -> tuple[float, set[int], str]:
-    """Wait for the trainer's process and its run, SIGTERM the group (then SIGKILL after
-    ``kill_after_s``); the seconds from SIGTERM to the command's end, every trainer seen until
-    then, its stderr."""
+def _stop(
+    proc: subprocess.Popen, lake: Lake, kill_after_s: float | None, stop=lambda pid: os.killpg(pid, signal.SIGTERM)
+) -> tuple[float, set[int], str]:
+    """Wait for the trainer's process and its run, ``stop`` it (SIGTERM to the group; then SIGKILL
+    after ``kill_after_s``); the seconds from the stop to the command's end, every trainer seen
+    until then, its stderr."""
     deadline = time.monotonic() + 240
     seen: set[int] = set()
     while not (seen and _training(lake)):
@@ -90,7 +94,7 @@ def _stop(proc: subprocess.Popen, lake: Lake, kill_after_s: float | None) -> tup
         seen |= _trainers(proc.pid)
         time.sleep(0.1)
     t0 = time.monotonic()
-    os.killpg(proc.pid, signal.SIGTERM)
+    stop(proc.pid)
     killed = False
     while proc.poll() is None and time.monotonic() - t0 < GRACE_S + 30:
         seen |= _trainers(proc.pid)  # a retried step would launch a new trainer here
@@ -136,3 +140,20 @@ def test_term_then_kill_keeps_the_lake_and_a_later_run_publishes(tmp_path):
     assert lake.read_table("training", "lens_finder").num_rows == 1
     after = published_files(lake)
     assert {k: v for k, v in after.items() if k in before} == before  # the training set untouched
+
+
+def test_a_run_worker_terminated_as_the_daemon_does_stops_the_trainer_and_publishes_nothing(tmp_path):
+    """The UI's and the daemon's termination (``DefaultRunLauncher.terminate``: the code server
+    sets the run's termination event and the run worker's termination thread sends its own
+    process SIGINT, ``dagster._utils.send_interrupt``): Dagster's handlers alone, no ``dhs``
+    watchdog, stop the trainer's process group within the grace, without a retry."""
+    lake = Lake(str(tmp_path / "lake"))
+    write_tiny_training_set(lake)
+    before = published_files(lake)
+    proc = _start(lake, tmp_path, LONG, "--worker")
+    seconds, trainers, err = _stop(proc, lake, kill_after_s=None, stop=lambda pid: os.kill(pid, signal.SIGINT))
+    assert proc.returncode == 1, err  # the run failed: interrupted
+    assert seconds < GRACE_S + 10, err
+    assert len(trainers) == 1, f"trainers launched: {sorted(trainers)}"  # no retry of the stopped step
+    assert not any(_alive(p) for p in trainers)
+    assert published_files(lake) == before and not lake.exists("training", "lens_finder")

@@ -5,9 +5,12 @@ stop tests of tests/test_fault_matrix.py. The lake at ``LAKE`` holds a small tra
 ResNet trained for ``EPOCHS`` epochs (many: the trainer is still running when the test stops it;
 one: a run that completes).
 
-    python -m tests.support.stop_trainer LAKE EPOCHS
+    python -m tests.support.stop_trainer LAKE EPOCHS [--worker]
 
-Exits 0 when the run succeeded, 1 when it failed, 128 + the signal when it was stopped.
+``--worker``: as a run worker under the daemon runs it (``dagster api execute_run``, which the
+UI's and the daemon's termination interrupts with SIGINT): Dagster's handlers only, no ``STOP``.
+
+Exits 0 when the run succeeded, 1 when it failed, 128 + the signal when ``STOP`` stopped it.
 """
 
 from __future__ import annotations
@@ -33,13 +36,14 @@ def main() -> int:
     from resources.launch import PipesLaunchClient
     from resources.settings import setting
 
-    uri, epochs = sys.argv[1], int(sys.argv[2])
+    uri, epochs, worker = sys.argv[1], int(sys.argv[2]), "--worker" in sys.argv[3:]
     demo = training_profile("demo")
     member = TrainConfig(
         arch="bottleneck_resnet_tiny", epochs=epochs, batch_size=32, lr=1e-2, patience=0, checkpoint_every_steps=0
     )
     training_assets.training_profile = lambda name: TrainingProfile(demo.preprocess, demo.stream, (member,))
-    STOP.install(float(setting("DHS_STOP_GRACE_S")))
+    if not worker:
+        STOP.install(float(setting("DHS_STOP_GRACE_S")))
     try:
         result = dg.materialize(
             [training_assets.lens_finder],
@@ -57,7 +61,8 @@ def main() -> int:
             raise_on_error=False,
         )
     finally:
-        STOP.uninstall()
+        if not worker:
+            STOP.uninstall()
     if STOP.requested:
         return STOP.finish()
     return 0 if result.success else 1
