@@ -54,6 +54,7 @@ from table_registry import (
     LENS_FINDER,
     LENS_FORECAST,
     REAL_LENS_RECALL,
+    REALISM_ABLATION,
     REALISM_PROBE,
     SELECTION_CALIBRATION,
     SELECTION_CLOSURE,
@@ -223,7 +224,7 @@ def real_lens_recall(
 
 @lake_asset(
     EVALUATION_REPORT,
-    code_version="8",
+    code_version="9",
     kinds={"html"},
     deps=[_key(VISUAL_GRADES)],
     ins=inputs(
@@ -303,6 +304,7 @@ def evaluation_report(
             )
         },
         realism=realism_probe,
+        ablation=ablation.read() if (ablation := store.table(*REALISM_ABLATION.key)).exists() else None,
     ).encode("utf-8")
     staged = staged_table(context, EVALUATION_REPORT)
     staged.write_bytes("report.html", html)

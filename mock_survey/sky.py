@@ -153,13 +153,21 @@ def _structure_draws(ra: np.ndarray, dec: np.ndarray) -> np.ndarray:
     return np.stack([unit_hash_array(key, f"mock-host-structure-{i}") for i in range(5)], axis=1)
 
 
+def structured_host(ra, dec, types) -> np.ndarray:
+    """Whether the galaxies at ``ra``, ``dec`` [deg] of Tractor ``types`` carry the offset clump
+    (STRUCTURED_FRACTION of their type, drawn by ``_structure_draws``); the sky also leaves sources
+    without a profile (``n`` or ``shape_r`` zero, or not kept) bare."""
+    ra, dec = np.atleast_1d(np.asarray(ra, float)), np.atleast_1d(np.asarray(dec, float))
+    frac_of_type = np.array([STRUCTURED_FRACTION.get(str(t).strip().upper(), 0.0) for t in np.atleast_1d(types)])
+    return _structure_draws(ra, dec)[:, 0] < frac_of_type
+
+
 def _with_structure(types: np.ndarray, arrays: tuple) -> tuple:
     """The source arrays (ra, dec, n, shape_r, e1, e2, shrink, flux, psfsize, psfdepth, maskbits,
     keep, clump) with each structured galaxy's clump inserted right after it (STRUCTURED_FRACTION)."""
     ra, dec, n, shape_r, e1, e2, shrink, flux, psfsize, psfdepth, mb, keep, clump = arrays
     u = _structure_draws(ra, dec)
-    frac_of_type = np.array([STRUCTURED_FRACTION.get(t, 0.0) for t in types])
-    par = np.flatnonzero(keep & (n > 0) & (shape_r > 0) & (u[:, 0] < frac_of_type))
+    par = np.flatnonzero(keep & (n > 0) & (shape_r > 0) & structured_host(ra, dec, types))
     if len(par) == 0:
         return arrays
     f = STRUCTURE_FLUX_FRAC[0] + np.diff(STRUCTURE_FLUX_FRAC)[0] * u[par, 1]

@@ -46,7 +46,8 @@ from darkhaloscope.training.loop import train
 from darkhaloscope.training.preprocess import radius_grid
 from darkhaloscope.training.profiles import training_profile
 from darkhaloscope.training.runs import split_for_training
-from research.common import held_out_stamps, parse_lake_args, threshold_at
+from mock_survey.sky import structured_host
+from research.common import bank_table, held_out_stamps, parse_lake_args, threshold_at
 
 #: The tell-tales of ``--plant``: (Gaussian sigma [px], share of the centre's flux, bands).
 PLANTS = {"core": (1.5, 1.0, (0, 1, 2)), "red": (1.5, 1.0, (2,)), "halo": (8.0, 0.15, (0, 1, 2))}
@@ -64,6 +65,23 @@ def plant_shortcut(arrays, plant: str):
     for b in bands:
         arrays.image[rows, b] += (share * centre[:, b, None, None] * bump).astype(np.float32)
     return arrays
+
+
+def by_host_structure(p_inj, p_ctrl, structured, threshold: float) -> dict:
+    """Test AUROC of injections ``p_inj`` against their paired controls ``p_ctrl`` and completeness
+    at ``threshold`` (scores strictly above it), split by whether each injection's host carries the
+    mock sky's offset clump (``structured``, bool per injection) or is point-symmetric."""
+    structured = np.asarray(structured, bool)
+    if not len(structured) == len(p_inj) == len(p_ctrl):
+        raise ValueError(f"{len(p_inj)} injections, {len(p_ctrl)} controls and {len(structured)} host flags")
+    return {
+        kind: {
+            "n": int(m.sum()),
+            "auroc_injections_vs_controls": auroc_of(p_inj[m], p_ctrl[m]),
+            "completeness": detected_fraction(p_inj[m], threshold, 4),
+        }
+        for kind, m in (("structured", structured), ("symmetric", ~structured))
+    }
 
 
 def main() -> None:
@@ -107,6 +125,10 @@ def main() -> None:
         neg, real, inj, ctrl, snr = held_out_stamps(lake)
         p_neg, p_real, p_inj, p_ctrl = (score_stamps(model, ck, x)[0] for x in (neg, real, inj, ctrl))
     thr = threshold_at(p_neg)
+    hosts = bank_table(lake, ("host_ra", "host_dec", "host_type"))
+    structured = structured_host(
+        *(hosts.column(c).to_numpy(zero_copy_only=False) for c in ("host_ra", "host_dec", "host_type"))
+    )
     if a.scores:
         np.savez(
             a.scores,
@@ -137,6 +159,7 @@ def main() -> None:
                 "completeness_by_arc_snr": {
                     k: c for k, (c, _) in completeness_by_snr(p_inj, snr, thr, digits=4).items()
                 },
+                "by_host_structure": by_host_structure(p_inj, p_ctrl, structured, thr),
                 "s_per_epoch": round(wall / max(res.epochs_run, 1), 1),
                 "cpu_s": round(cpu),
                 "load": os.getloadavg()[0],

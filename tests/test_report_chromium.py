@@ -26,7 +26,7 @@ from darkhaloscope.evaluation import (
     thresholds_from_negatives,
 )
 from darkhaloscope.evaluation.comparison import auroc_intervals
-from darkhaloscope.evaluation.plots import reliability_png
+from darkhaloscope.evaluation.plots import ablation_png, reliability_png
 from darkhaloscope.evaluation.realism import realism_row, realism_table
 from darkhaloscope.seeding import rng_for
 from darkhaloscope.training.calibration import calibration_summary, fit_temperature
@@ -109,6 +109,8 @@ def _report() -> tuple[str, dict[str, bytes]]:
     ex = example_ids(inj, neg, threshold=thr.column("threshold")[0].as_py(), n=6)
     for i, (label, ids) in enumerate(ex.items()):
         figs[label] = mosaic_png(stamps[6 * i : 6 * i + len(ids)], captions=[str(x) for x in ids], ncols=6)
+    ablation = _ablation_table()
+    figs["ablation"] = ablation_png(ablation)
     page = build_report(
         roc=figs["roc"],
         aurocs=auroc_intervals(inj, ctrl, real, neg, n_boot=50),
@@ -135,8 +137,24 @@ def _report() -> tuple[str, dict[str, bytes]]:
         mosaics={k: figs[k] for k in ex},
         provenance={"model": "test-model", "code_version": "0"},
         realism=realism_table([realism_row("mock known lenses vs injections", None, 3, 3, ["theta_e_arcsec"])]),
+        ablation=(ablation, figs["ablation"]),
     )
     return page, figs
+
+
+def _ablation_table() -> pa.Table:
+    """A synthetic realism ablation: the baseline arm and two others (one without a probe AUROC)."""
+    return pa.table(
+        {
+            "arm": ["sersic", "cosmos", "sersic_psf"],
+            "auroc_truth": [0.91, 0.95, 0.90],
+            "recall_truth": [0.40, 0.55, 0.38],
+            "probe_auroc": [0.80, 0.62, None],
+            "delta_c": [0.0, 0.05, -0.01],
+            "delta_c_sd": [0.0, 0.02, 0.015],
+            "baseline_arm": ["sersic", "sersic", "sersic"],
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +185,7 @@ def test_report_structure(report):
     page, figs = report
     parser = _Imgs()
     parser.feed(page)
-    assert len(parser.imgs) == 1 + 1 + 1 + 1 + 3  # reliability, roc, heatmap, marginal, three mosaics
+    assert len(parser.imgs) == 1 + 1 + 1 + 1 + 1 + 3  # reliability, roc, heatmap, marginal, ablation, mosaics
     for img in parser.imgs:
         assert img.get("id") and img.get("alt"), img.get("id")
         assert img["src"].startswith("data:image/png;base64,")
@@ -185,6 +203,8 @@ def test_report_structure(report):
         "table-calibration",
         "fig-reliability",
         "table-realism-probe",
+        "table-realism-ablation",
+        "fig-realism-ablation",
     ):
         assert f'id="{el}"' in page
     assert "1 of 2 gates passed" in page and "FAIL" in page
@@ -210,6 +230,7 @@ def test_figures_and_page_are_byte_stable(report):
 def test_missing_sections_are_visible_and_bad_gates_refused():
     page = build_report()
     assert page.count("Not provided") >= 6
+    assert "Not run (it is not part of the demo): <code>dhs materialize realism_ablation</code>" in page
     with pytest.raises(InputError, match="passed"):
         build_report(gates=[{"name": "g", "value": 1, "threshold": 2}])
     with pytest.raises(InputError, match="PNG"):
@@ -226,6 +247,7 @@ def test_every_figure_loads_in_headless_chromium(report, tmp_path):
         "fig-roc": figs["roc"],
         "fig-selection-fpr-1e-2": figs["heatmap"],
         "fig-reliability": figs["reliability"],
+        "fig-realism-ablation": figs["ablation"],
         "fig-marginal-psf-fwhm-r": figs["marginal"],
         "fig-mosaic-true-positives": figs["true positives"],
         "fig-mosaic-missed-injections": figs["missed injections"],

@@ -332,3 +332,29 @@ def reliability_png(calibration: Mapping) -> bytes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, loc="upper left")
         return _png(fig)
+
+
+def ablation_png(ablation: pa.Table) -> bytes:
+    """Two panels per arm of the realism ablation (:mod:`ablation`): ΔC against the baseline arm with
+    its 1σ error bar, and recall of the truth lenses at the threshold and the realism probe's AUROC
+    (both dimensionless, 0–1)."""
+    require_columns(ablation, ("arm", "delta_c", "delta_c_sd", "recall_truth", "probe_auroc"), "realism_ablation")
+    arms = ablation.column("arm").to_pylist()
+    x = np.arange(len(arms))
+
+    def values(name):
+        return np.asarray([np.nan if v is None else v for v in ablation.column(name).to_pylist()], float)
+
+    with matplotlib.style.context(_STYLE):
+        fig = Figure(figsize=(7.0, 3.0), layout="constrained")
+        ax_c, ax_r = fig.subplots(1, 2)
+        ax_c.errorbar(x, values("delta_c"), yerr=values("delta_c_sd"), fmt="o", capsize=3)
+        ax_c.axhline(0.0, color="0.5", ls="--", lw=0.8)
+        ax_c.set_ylabel("ΔC vs baseline (±1σ)")
+        ax_r.plot(x, values("recall_truth"), "o", label="recall of truth lenses")
+        ax_r.plot(x, values("probe_auroc"), "s", label="realism probe AUROC")
+        ax_r.set_ylim(0, 1)
+        ax_r.legend(loc="lower right")
+        for ax in (ax_c, ax_r):
+            ax.set_xticks(x, arms, rotation=30, ha="right")
+        return _png(fig)
