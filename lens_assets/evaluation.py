@@ -27,6 +27,7 @@ from darkhaloscope.evaluation import (
     thresholds_from_negatives,
     usable_thresholds,
 )
+from darkhaloscope.evaluation.ablation import ABLATION_PAGE
 from darkhaloscope.evaluation.products import FIGURES, report_html
 from darkhaloscope.evaluation.scoring import (
     CUTOUT_META,
@@ -287,11 +288,7 @@ def evaluation_report(
         injection_stamps=lambda ids: injection_images(injection_bank, ids),
         lens_finder_row=lens_finder.to_pylist()[0],
         lake_uri=store.uri,
-        # relative to the report's folder, so a copied lake keeps the link
-        gallery_uri=posixpath.relpath(
-            f"{store.table(*CANDIDATE_GALLERY.key).files_location()}/{GALLERY_FILE}",
-            store.table(*EVALUATION_REPORT.key).files_location(),
-        ),
+        gallery_uri=_beside_report(store, CANDIDATE_GALLERY, GALLERY_FILE),
         conditioning=table_conditioning(selection_function),
         selection_tables={
             t.name: v
@@ -304,7 +301,7 @@ def evaluation_report(
             )
         },
         realism=realism_probe,
-        ablation=ablation.read() if (ablation := store.table(*REALISM_ABLATION.key)).exists() else None,
+        ablation_uri=_beside_report(store, REALISM_ABLATION, ABLATION_PAGE),
     ).encode("utf-8")
     staged = staged_table(context, EVALUATION_REPORT)
     staged.write_bytes("report.html", html)
@@ -317,6 +314,14 @@ def evaluation_report(
         "gates": rows_table(json.loads(lens_finder.column("metrics")[0].as_py()).get("gates", []), GATE_COLUMNS),
     }
     return Publish({EVALUATION_REPORT: staged}, metadata={EVALUATION_REPORT: md})
+
+
+def _beside_report(store, table, name: str) -> str:
+    """Where ``table`` publishes its file ``name``, relative to the report's folder (a link the
+    report gives, not a read: a copied lake keeps it)."""
+    return posixpath.relpath(
+        f"{store.table(*table.key).files_location()}/{name}", store.table(*EVALUATION_REPORT.key).files_location()
+    )
 
 
 def injection_images(bank: ds.Dataset, injection_ids) -> dict:

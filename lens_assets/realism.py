@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from darkhaloscope.evaluation.ablation import (
+    ABLATION_PAGE,
     ablation_table,
     arm_name,
     parse_arm,
@@ -27,6 +28,7 @@ from darkhaloscope.evaluation.ablation import (
     stream_injections,
     truth_detections,
 )
+from darkhaloscope.evaluation.products import ablation_html
 from darkhaloscope.evaluation.realism import PROBE_WARN_AUROC, probe_comparison, probe_warns, realism_table
 from darkhaloscope.evaluation.scoring import published_lens_finder
 from darkhaloscope.stamps import from_tensor_column
@@ -36,7 +38,7 @@ from table_registry import CUTOUTS, INJECTION_BANK, LENS_FINDER, REALISM_ABLATIO
 from table_registry import evaluation as checks
 
 from .evaluation import injection_images
-from .shared.publish import Publish, inputs, lake_asset
+from .shared.publish import Publish, file_link, inputs, lake_asset, staged_table
 from .training import TRAINER_COMMAND, run_folder, trainer_extras
 
 
@@ -143,7 +145,7 @@ class RealismAblationConfig(dg.Config):
 
 @lake_asset(
     REALISM_ABLATION,
-    code_version="1",
+    code_version="2",
     kinds={"pytorch", "parquet"},
     pool="gpu",
     ins=inputs(cutouts=CUTOUTS, training_set=TRAINING_SET),
@@ -201,13 +203,17 @@ def realism_ablation(
         )
         results[arm]["probe_auroc"] = probe["probe_auroc"]
     table = ablation_table(results)
+    staged = staged_table(context, REALISM_ABLATION)
+    staged.write_bytes(ABLATION_PAGE, ablation_html(table).encode("utf-8"))
+    staged.write(table)
     md = {
         "arms": arms,
         "blocking_gates_passed": gates,
         "n_truth": int(len(images)),
         "table": table.select(["arm", "recall_truth", "delta_c"]).to_pylist(),
     }
-    return Publish({REALISM_ABLATION: table}, metadata={REALISM_ABLATION: md})
+    md["page"] = file_link(staged.published_uri(ABLATION_PAGE))
+    return Publish({REALISM_ABLATION: staged}, metadata={REALISM_ABLATION: md})
 
 
 realism_defs = dg.Definitions(assets=[realism_probe, realism_ablation])

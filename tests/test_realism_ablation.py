@@ -224,3 +224,6 @@ def test_two_arms_materialize_on_the_same_truth_world(tmp_path, monkeypatch):
     # the probe compared the truth lenses with each arm's own validation injections (one into each of the 14 val hosts)
     assert len(rows) == 2
     assert len(list((tmp_path / "lake").rglob("complete.json"))) == 2  # each arm its own run
+    # its page, beside the table where the evaluation report links to it, shows every arm
+    page = (tmp_path / "lake" / "evaluation" / "realism_ablation.files" / "ablation.html").read_text()
+    assert 'id="fig-realism-ablation"' in page and all(arm in page for arm in arms)

@@ -28,6 +28,7 @@ from darkhaloscope.evaluation import (
 from darkhaloscope.evaluation.comparison import auroc_intervals
 from darkhaloscope.evaluation.plots import ablation_png, reliability_png
 from darkhaloscope.evaluation.realism import realism_row, realism_table
+from darkhaloscope.evaluation.report import ablation_page
 from darkhaloscope.seeding import rng_for
 from darkhaloscope.training.calibration import calibration_summary, fit_temperature
 from tests.conftest import require_chromium
@@ -109,8 +110,6 @@ def _report() -> tuple[str, dict[str, bytes]]:
     ex = example_ids(inj, neg, threshold=thr.column("threshold")[0].as_py(), n=6)
     for i, (label, ids) in enumerate(ex.items()):
         figs[label] = mosaic_png(stamps[6 * i : 6 * i + len(ids)], captions=[str(x) for x in ids], ncols=6)
-    ablation = _ablation_table()
-    figs["ablation"] = ablation_png(ablation)
     page = build_report(
         roc=figs["roc"],
         aurocs=auroc_intervals(inj, ctrl, real, neg, n_boot=50),
@@ -137,7 +136,7 @@ def _report() -> tuple[str, dict[str, bytes]]:
         mosaics={k: figs[k] for k in ex},
         provenance={"model": "test-model", "code_version": "0"},
         realism=realism_table([realism_row("mock known lenses vs injections", None, 3, 3, ["theta_e_arcsec"])]),
-        ablation=(ablation, figs["ablation"]),
+        ablation_uri="../realism_ablation.files/ablation.html",
     )
     return page, figs
 
@@ -185,7 +184,7 @@ def test_report_structure(report):
     page, figs = report
     parser = _Imgs()
     parser.feed(page)
-    assert len(parser.imgs) == 1 + 1 + 1 + 1 + 1 + 3  # reliability, roc, heatmap, marginal, ablation, mosaics
+    assert len(parser.imgs) == 1 + 1 + 1 + 1 + 3  # reliability, roc, heatmap, marginal, three mosaics
     for img in parser.imgs:
         assert img.get("id") and img.get("alt"), img.get("id")
         assert img["src"].startswith("data:image/png;base64,")
@@ -203,8 +202,7 @@ def test_report_structure(report):
         "table-calibration",
         "fig-reliability",
         "table-realism-probe",
-        "table-realism-ablation",
-        "fig-realism-ablation",
+        "link-realism-ablation",
     ):
         assert f'id="{el}"' in page
     assert "1 of 2 gates passed" in page and "FAIL" in page
@@ -230,7 +228,7 @@ def test_figures_and_page_are_byte_stable(report):
 def test_missing_sections_are_visible_and_bad_gates_refused():
     page = build_report()
     assert page.count("Not provided") >= 6
-    assert "Not run (it is not part of the demo): <code>dhs materialize realism_ablation</code>" in page
+    assert "not part of the demo; <code>dhs materialize realism_ablation</code>" in page
     with pytest.raises(InputError, match="passed"):
         build_report(gates=[{"name": "g", "value": 1, "threshold": 2}])
     with pytest.raises(InputError, match="PNG"):
@@ -247,7 +245,6 @@ def test_every_figure_loads_in_headless_chromium(report, tmp_path):
         "fig-roc": figs["roc"],
         "fig-selection-fpr-1e-2": figs["heatmap"],
         "fig-reliability": figs["reliability"],
-        "fig-realism-ablation": figs["ablation"],
         "fig-marginal-psf-fwhm-r": figs["marginal"],
         "fig-mosaic-true-positives": figs["true positives"],
         "fig-mosaic-missed-injections": figs["missed injections"],
@@ -258,3 +255,17 @@ def test_every_figure_loads_in_headless_chromium(report, tmp_path):
         r = result[el_id]
         assert r["complete"] and r["alt"], el_id
         assert (r["w"], r["h"]) == _png_size(png), el_id
+
+
+def test_the_ablation_page_shows_its_arms_and_its_figure_loads_in_headless_chromium(tmp_path):
+    require_chromium()
+    table = _ablation_table()
+    png = ablation_png(table)
+    page = ablation_page(table, png)
+    assert page == ablation_page(table, png)  # byte-stable
+    assert 'id="table-realism-ablation"' in page and all(arm in page for arm in table.column("arm").to_pylist())
+    result = image_load_results(page, tmp_path)
+    assert result.pop(SENTINEL)["w"] == 0
+    assert set(result) == {"fig-realism-ablation"}
+    r = result["fig-realism-ablation"]
+    assert r["complete"] and r["alt"] and (r["w"], r["h"]) == _png_size(png)

@@ -26,6 +26,8 @@ from ..stats import roc_auc
 from ..training.data import VAL_STREAM_KEY, TrainingArrays, injected_arrays
 from .thresholds import order_statistic_threshold
 
+#: The ablation's page (table and figure) in its files folder.
+ABLATION_PAGE = "ablation.html"
 #: The false-positive rate on an arm's own held-out negatives that sets its recall threshold.
 ABLATION_FPR = 1e-2
 #: Bootstrap resamples of the lenses behind delta_c_sd.

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from ..lensing.bank import table_conditioning
 from .comparison import auroc_intervals, model_comparison
 from .plots import ablation_png, marginal_png, mosaic_png, reliability_png, roc_inputs, roc_png, selection_heatmap_png
-from .report import build_report, example_ids
+from .report import ablation_page, build_report, example_ids
 from .selection import marginal_completeness, selection_function
 from .thresholds import usable_thresholds
 
@@ -118,7 +118,7 @@ def report_html(
     conditioning: Mapping | None = None,
     selection_tables: Mapping[str, pa.Table | None] | None = None,
     realism: pa.Table | None = None,
-    ablation: pa.Table | None = None,
+    ablation_uri: str | None = None,
 ) -> str:
     """The evaluation report page. ``figure(name)`` returns a stored figure; ``cutout_stamps(ids)``
     the cutouts' images (N, 3, 101, 101); ``injection_stamps(ids)`` {injection id: image};
@@ -126,7 +126,8 @@ def report_html(
     selection function is conditioned on (``lensing.bank.selection_conditioning``);
     ``selection_tables`` the tables that test and extend it, by table name (see :func:`build_report`;
     ``lens_forecast`` carries its assumptions in its schema, ``lensing.bank.table_conditioning``);
-    ``realism`` the realism probe's table (:mod:`realism`); ``ablation`` the realism ablation's, when published."""
+    ``realism`` the realism probe's table (:mod:`realism`); ``ablation_uri`` where the realism
+    ablation's page is published."""
     usable = usable_thresholds(thresholds)
     forecast = (selection_tables or {}).get("lens_forecast")
     curves = {
@@ -166,5 +167,10 @@ def report_html(
         selection_tables=selection_tables,
         forecast_assumptions=table_conditioning(forecast) if forecast is not None else None,
         realism=realism,
-        ablation=None if ablation is None else (ablation, ablation_png(ablation)),
+        ablation_uri=ablation_uri,
     )
+
+
+def ablation_html(table: pa.Table) -> str:
+    """The realism ablation's page (:func:`report.ablation_page`) with its figure drawn from ``table``."""
+    return ablation_page(table, ablation_png(table))

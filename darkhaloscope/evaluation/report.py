@@ -401,7 +401,7 @@ def build_report(
     selection_tables: Mapping[str, pa.Table | None] | None = None,
     forecast_assumptions: Mapping | None = None,
     realism: pa.Table | None = None,
-    ablation: tuple[pa.Table, bytes] | None = None,
+    ablation_uri: str | None = None,
     max_table_rows: int = 200,
 ) -> str:
     """One static, self-contained HTML page of the evaluation; every argument is optional (an absent
@@ -432,7 +432,8 @@ def build_report(
         ``kind = 'all'`` rows shown), ``selection_model`` and ``selection_calibration`` (the detection
         model, its reliability), ``selection_closure`` (hidden lenses found against predicted) and
         ``lens_forecast`` (``forecast_assumptions``: its schema's metadata).
-    realism : the realism probe's table; ``ablation`` the realism ablation's and :func:`plots.ablation_png`.
+    realism : the realism probe's table; ``ablation_uri`` where the realism ablation's page
+        (:func:`ablation_page`) is published, relative to the report as ``gallery_uri``.
 
     Returns the HTML text (UTF-8); identical inputs give an identical page.
     """
@@ -448,9 +449,14 @@ def build_report(
     )
     parts += _closure_section(ids, st.get("selection_closure"), max_table_rows)
     parts += _forecast_section(ids, st.get("lens_forecast"), forecast_assumptions, max_table_rows)
-    parts += _fpr_section(ids, fpr_by_confuser, max_table_rows) + _realism_section(ids, realism, ablation)
+    parts += _fpr_section(ids, fpr_by_confuser, max_table_rows) + _realism_section(ids, realism, ablation_uri)
     parts += _mosaic_sections(ids, mosaics)
     parts += _gallery_section(gallery_uri)
+    return _page(title, parts)
+
+
+def _page(title: str, parts: list[str]) -> str:
+    """A self-contained HTML page of ``parts`` under the report's style."""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
@@ -500,10 +506,10 @@ def _fpr_section(ids, fpr_by_confuser: pa.Table | None, max_table_rows: int) -> 
     ]
 
 
-def _realism_section(ids, realism: pa.Table | None, ablation: tuple | None) -> list[str]:
+def _realism_section(ids, realism: pa.Table | None, ablation_uri: str | None) -> list[str]:
     parts = ["<h2>Realism: does the finder tell the truth world's lenses from its injections?</h2>"]
     if realism is None:
-        return parts + [_MISSING] + _ablation_section(ids, ablation)
+        return parts + [_MISSING] + _ablation_link(ablation_uri)
     parts.append(
         f'<p class="note">A {PROBE_FOLDS}-fold cross-validated logistic regression on the lens finder’s '
         "penultimate features, truth lenses (the test split's known lenses) against injections matched to them "
@@ -511,26 +517,40 @@ def _realism_section(ids, realism: pa.Table | None, ablation: tuple | None) -> l
         "the <code>realism_probe_gate</code> check warns: the injections it trained on are not the world "
         "it is applied to, and C measured on them may not transfer. Interval: 95 % bootstrap.</p>"
     )
-    return parts + [table_html(realism, el_id=ids("table", "realism-probe"))] + _ablation_section(ids, ablation)
+    return parts + [table_html(realism, el_id=ids("table", "realism-probe"))] + _ablation_link(ablation_uri)
 
 
-def _ablation_section(ids, ablation: tuple | None) -> list[str]:
-    """The realism ablation's (table, PNG) section; absent (it is not part of the demo): how to run it."""
-    parts = ["<h2>Realism ablation: which source realism does the finder's C depend on?</h2>"]
-    if ablation is None:
-        return parts + [
-            '<p class="missing">Not run (it is not part of the demo): '
-            "<code>dhs materialize realism_ablation</code> publishes it.</p>"
-        ]
+ABLATION_TITLE = "Realism ablation: which source realism does the finder's C depend on?"
+
+
+def _ablation_link(ablation_uri: str | None) -> list[str]:
+    """The report's pointer to the realism ablation, its own asset and page (not part of the demo)."""
+    parts = [f"<h2>{html.escape(ABLATION_TITLE)}</h2>"]
+    text = (
+        "One lens finder per source model and imaging nuisance, each scored on the same truth world: not part "
+        "of the demo; <code>dhs materialize realism_ablation</code> trains the arms and publishes the table "
+        "and its page"
+    )
+    if not ablation_uri:
+        return parts + [f'<p class="missing">{text}.</p>']
+    href = "file://" + ablation_uri if ablation_uri.startswith("/") else ablation_uri
+    return parts + [f'<p>{text}: <a id="link-realism-ablation" href="{html.escape(href)}">realism ablation</a>.</p>']
+
+
+def ablation_page(table: pa.Table, figure: bytes, provenance: Mapping[str, object] | None = None) -> str:
+    """The realism ablation's page: its arms' table (``evaluation.ablation.ABLATION_SCHEMA``) and
+    ``figure`` (PNG, :func:`plots.ablation_png`). Identical inputs give an identical page."""
+    ids = _Ids()
+    parts = [f"<h1>{html.escape(ABLATION_TITLE)}</h1>", *([_provenance_html(provenance)] if provenance else [])]
     parts.append(
         '<p class="note">One arm per source model and nuisance: AUROC of the truth lenses against held-out '
         "negatives, recall at the arm's threshold, the realism probe's AUROC, and ΔC ± sd, the change of the "
-        "completeness against the baseline arm.</p>"
+        "completeness against the baseline arm (paired bootstrap over the same truth lenses).</p>"
     )
     cols = ["arm", "auroc_truth", "recall_truth", "probe_auroc", "delta_c", "delta_c_sd", "baseline_arm"]
-    table, figure = ablation
     parts.append(table_html(table.select(cols), el_id=ids("table", "realism-ablation")))
-    return parts + [_img(figure, "ΔC per arm (±1σ); recall and probe AUROC per arm", ids("fig", "realism-ablation"))]
+    parts.append(_img(figure, "ΔC per arm (±1σ); recall and probe AUROC per arm", ids("fig", "realism-ablation")))
+    return _page(ABLATION_TITLE, parts)
 
 
 def _closure_section(ids, closure: pa.Table | None, max_table_rows: int) -> list[str]:
