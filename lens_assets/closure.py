@@ -127,7 +127,7 @@ def _leaks(hidden: pa.Table, negatives: pa.Table, injections: pa.Table, training
 
 @lake_asset(
     SELECTION_CLOSURE,
-    code_version="3",
+    code_version="4",
     kinds={"parquet"},
     ins=inputs(
         thresholds=THRESHOLDS,

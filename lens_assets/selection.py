@@ -91,7 +91,7 @@ def selection_function(
 @lake_asset(
     SELECTION_MODEL,
     SELECTION_CALIBRATION,
-    code_version="3",
+    code_version="4",
     kinds={"parquet"},
     ins=inputs(thresholds=THRESHOLDS, injection_scores=INJECTION_SCORES, injection_plan=INJECTION_PLAN),
 )
@@ -104,7 +104,7 @@ def selection_model(
 ) -> Publish:
     """The detection model P_det(ψ) at each usable threshold (``evaluation.detection``: gradient-
     boosted trees over the lens, source and observing parameters of the valid injections, monotone
-    in the source magnitude, PSF and depth): its parameters with their validity ranges and its Brier
+    in the PSF and depth): its parameters with their validity ranges and its Brier
     scores cross-validated by host (``selection_model``), and its reliability curve on the held-out
     injections (``selection_calibration``). Evaluate it at any ψ inside the ranges with
     ``detection.fit_detection_model(...).probability(...)``: a fit is a pure function of the bank."""
