@@ -13,15 +13,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from darkhaloscope.constants import flux_to_mag
 from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation.closure import (
     CLOSURE_SCHEMA,
     cell_of,
     closure_table,
+    host_scores,
     population_cells,
     theta_e_edges,
     usable_hidden,
+    with_host_parameters,
 )
 from darkhaloscope.evaluation.detection import fit_detection_model
 from darkhaloscope.evaluation.forecast import FORECAST_SCHEMA, forecast_table, sphere_box_area_deg2
@@ -95,22 +96,8 @@ def _hidden_lenses(
     """The mock's hidden lenses with their host's dereddened z magnitude (``lens_mag_z``), r-band PSF
     FWHM (``psf_fwhm_r``) and depth (``psfdepth_r``) from the sweeps, and each host's search score
     (NaN where it was not validly scored)."""
-    hidden = _hidden_truth(survey)
-    ids = hidden.column("object_id")
-    cols = ["object_id", "flux_z", "mw_transmission_z", "psfsize_r", "psfdepth_r"]
-    rows = lake.lake().table(*SWEEPS.key).dataset().to_table(columns=cols, filter=pc.field("object_id").isin(ids))
-    order = pc.index_in(ids, rows.column("object_id")).to_numpy(zero_copy_only=False)
-
-    def col(name):
-        return np.asarray(rows.column(name).to_numpy(zero_copy_only=False), np.float64)[order]
-
-    hidden = hidden.append_column("lens_mag_z", pa.array(flux_to_mag(col("flux_z") / col("mw_transmission_z"))))
-    hidden = hidden.append_column("psf_fwhm_r", pa.array(col("psfsize_r")))
-    hidden = hidden.append_column("psfdepth_r", pa.array(col("psfdepth_r")))
-    scored = search_scores.to_table(columns=["object_id", "score", "valid"], filter=pc.field("object_id").isin(ids))
-    scored = scored.filter(scored.column("valid"))
-    at = pc.index_in(ids, scored.column("object_id"))  # null where the host has no valid score
-    return hidden, np.asarray(scored.column("score").take(at).to_numpy(zero_copy_only=False), dtype=np.float64)
+    hidden = with_host_parameters(_hidden_truth(survey), lake.lake().table(*SWEEPS.key).dataset())
+    return hidden, host_scores(hidden, search_scores)
 
 
 def _leaks(hidden: pa.Table, negatives: pa.Table, injections: pa.Table, training_set: ds.Dataset) -> dict:

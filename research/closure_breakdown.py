@@ -19,12 +19,10 @@ import json
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import table_registry as T
-from darkhaloscope.constants import flux_to_mag
-from darkhaloscope.evaluation.closure import theta_e_edges
+from darkhaloscope.evaluation.closure import host_scores, theta_e_edges, with_host_parameters
 from darkhaloscope.evaluation.detection import cross_validated, feature_values, fit_detection_model
 from darkhaloscope.evaluation.populations import importance_weights, injection_columns, named_population
 from darkhaloscope.evaluation.scoring import injection_rows
@@ -35,28 +33,6 @@ from lake_platform.lake import Lake
 
 #: Splits of the hidden lenses: (column, bin edges or None for its values).
 SPLITS = (("source_model", None), ("lens_gamma", (1.6, 2.0, 2.2, 2.5)), ("theta_e_arcsec", (0.5, 1.0, 1.5, 2.0, 3.1)))
-
-
-def hidden_with_host(lake: Lake, truth_path: str) -> tuple[pa.Table, np.ndarray]:
-    """The hidden lenses with their host's columns the detection model reads, and the host's score
-    (NaN where not validly scored)."""
-    hidden = pq.read_table(truth_path)
-    ids = hidden.column("object_id")
-    cols = ["object_id", "flux_z", "mw_transmission_z", "psfsize_r", "psfdepth_r"]
-    rows = lake.table(*T.SWEEPS.key).dataset().to_table(columns=cols, filter=pc.field("object_id").isin(ids))
-    order = pc.index_in(ids, rows.column("object_id")).to_numpy(zero_copy_only=False)
-
-    def col(name):
-        return np.asarray(rows.column(name).to_numpy(zero_copy_only=False), np.float64)[order]
-
-    hidden = hidden.append_column("lens_mag_z", pa.array(flux_to_mag(col("flux_z") / col("mw_transmission_z"))))
-    hidden = hidden.append_column("psf_fwhm_r", pa.array(col("psfsize_r")))
-    hidden = hidden.append_column("psfdepth_r", pa.array(col("psfdepth_r")))
-    scored = lake.table(*T.SEARCH_SCORES.key).dataset()
-    scored = scored.to_table(columns=["object_id", "score", "valid"], filter=pc.field("object_id").isin(ids))
-    scored = scored.filter(scored.column("valid"))
-    at = pc.index_in(ids, scored.column("object_id"))
-    return hidden, np.asarray(scored.column("score").take(at).to_numpy(zero_copy_only=False), np.float64)
 
 
 def splits(hidden: pa.Table, p: np.ndarray, recovered: np.ndarray, use: np.ndarray) -> dict:
@@ -81,7 +57,8 @@ def main() -> None:
     ap.add_argument("--truth", required=True, help="the mock's hidden_lens_truth.parquet")
     a = ap.parse_args()
     lake = Lake(a.lake)
-    hidden, host_score = hidden_with_host(lake, a.truth)
+    hidden = with_host_parameters(pq.read_table(a.truth), lake.table(*T.SWEEPS.key).dataset())
+    host_score = host_scores(hidden, lake.table(*T.SEARCH_SCORES.key).dataset())
     injections = injection_rows(lake.table(*T.INJECTION_SCORES.key).dataset(), "injection")
     plan = lake.table(*T.INJECTION_PLAN.key).read()
     proposal, (theta_e, _) = plan_proposal(plan), plan_grid(plan)

@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
+from ..constants import flux_to_mag
 from ..errors import InputError
 from .detection import DetectionModel, feature_values
 from .populations import grid_edges
@@ -50,6 +53,32 @@ CLOSURE_SCHEMA = pa.schema(
         pa.field("power_15pct", pa.float64(), metadata={"description": "0.15 n_predicted / n_predicted_sd"}),
     ]
 )
+
+
+def with_host_parameters(hidden: pa.Table, sweeps: ds.Dataset) -> pa.Table:
+    """``hidden`` (rows with ``object_id``) with their host's dereddened z magnitude (``lens_mag_z``),
+    r-band PSF FWHM (``psf_fwhm_r``, arcsec) and depth (``psfdepth_r``, the sweeps' inverse variance)
+    read from ``sweeps``: the detection model's lens and observing parameters."""
+    ids = hidden.column("object_id")
+    cols = ["object_id", "flux_z", "mw_transmission_z", "psfsize_r", "psfdepth_r"]
+    rows = sweeps.to_table(columns=cols, filter=pc.field("object_id").isin(ids))
+    order = pc.index_in(ids, rows.column("object_id")).to_numpy(zero_copy_only=False)
+
+    def col(name):
+        return np.asarray(rows.column(name).to_numpy(zero_copy_only=False), np.float64)[order]
+
+    hidden = hidden.append_column("lens_mag_z", pa.array(flux_to_mag(col("flux_z") / col("mw_transmission_z"))))
+    hidden = hidden.append_column("psf_fwhm_r", pa.array(col("psfsize_r")))
+    return hidden.append_column("psfdepth_r", pa.array(col("psfdepth_r")))
+
+
+def host_scores(hidden: pa.Table, search_scores: ds.Dataset) -> np.ndarray:
+    """(N,) each hidden lens's host search score, NaN where the host was not validly scored."""
+    ids = hidden.column("object_id")
+    scored = search_scores.to_table(columns=["object_id", "score", "valid"], filter=pc.field("object_id").isin(ids))
+    scored = scored.filter(scored.column("valid"))
+    at = pc.index_in(ids, scored.column("object_id"))  # null where the host has no valid score
+    return np.asarray(scored.column("score").take(at).to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
 def theta_e_edges(theta_e_values) -> np.ndarray:
