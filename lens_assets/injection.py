@@ -143,7 +143,7 @@ def injection_plan(
 
 @lake_asset(
     INJECTION_BANK,
-    code_version="6",
+    code_version="7",
     kinds={"pytorch", "parquet"},
     pool="gpu",
     ins={

@@ -216,7 +216,7 @@ def trainer_extras(store, lake: LakeResource, compute: ComputeResource, epochs: 
 
 @lake_asset(
     LENS_FINDER,
-    code_version="3",
+    code_version="4",
     kinds={"pytorch", "safetensors"},
     deps=[training_set],
     pool="gpu",

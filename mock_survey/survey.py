@@ -78,7 +78,7 @@ from .writers import atomic_write, write_parquet, write_sweep
 GENERATOR_VERSION = "dhs-mock-survey-6"
 #: Version of the truth tables and the sky painted from them (in the config digest); change it when
 #: the truth draws, the truth renderer or the sky's galaxies change.
-TRUTH_VERSION = "dhs-mock-truth-7"
+TRUTH_VERSION = "dhs-mock-truth-8"
 #: Hidden lenses per profile: 10 in the demo's two files and 400 in the full profile's one, a few
 #: per thousand of the negative pool (the demo's share: BENCHMARKS.md, *The demo profile now: 28
 #: epochs, channels-last convolutions, 10 hidden lenses per realisation*). Lenses are rarer in the

@@ -63,8 +63,10 @@ CCD_SHAPE = (2046, 4094)
 #: Nominal DECam zero points [AB mag for 1 e⁻/s] and the effective exposure [s] of the arc's Poisson noise.
 ZP0 = {"g": 26.610, "r": 26.818, "z": 26.484}
 EXPOSURE_S = 270.0
-#: Supersampling of the surface brightness per pixel side, and the PSF kernel side [pixels].
-SUPERSAMPLING, PSF_KERNEL_PIX = 3, 31
+#: Supersampling of the surface brightness per pixel side (the least, and the most a compact source
+#: raises it to), sub-pixels per the source's narrowest feature (``supersampling_factor``), and the
+#: PSF kernel side [pixels].
+SUPERSAMPLING, MAX_SUPERSAMPLING, SUBPIXELS_PER_FEATURE, PSF_KERNEL_PIX = 3, 32, 2.0, 31
 #: Half-side of the rendered region beyond the images [arcsec]: the PSF's extent.
 RENDER_MARGIN_ARCSEC = 2.5
 #: HST pixels below this many σ of the image's noise (after a 1-pixel Gaussian smoothing) are set to 0,
@@ -261,8 +263,28 @@ def lenstronomy_system(row: dict) -> tuple[list[str], list[dict], list[str], lis
     return lens_names, kw_lens, names, kws
 
 
+def supersampling_factor(src_names: list[str], kw_src: list[dict]) -> int:
+    """Sub-pixels per pixel side for one source: SUBPIXELS_PER_FEATURE across its narrowest
+    feature — a Sérsic's minor-axis half-light radius R_sersic √q, a Gaussian clump's half-light
+    radius σ √(2 ln 2), two pixels of an INTERPOL image (Nyquist-sampled, nothing in it is
+    narrower) — between SUPERSAMPLING and MAX_SUPERSAMPLING. A source narrower than a sub-pixel falls
+    between the sub-pixel centres, and its images' flux is mis-sampled."""
+    from lenstronomy.Util.param_util import ellipticity2phi_q
+
+    widths = []
+    for name, kw in zip(src_names, kw_src):
+        if name == "SERSIC_ELLIPSE":
+            widths.append(kw["R_sersic"] * np.sqrt(ellipticity2phi_q(kw["e1"], kw["e2"])[1]))
+        elif name == "GAUSSIAN":
+            widths.append(kw["sigma"] * np.sqrt(2.0 * np.log(2.0)))
+        else:
+            widths.append(2.0 * kw["scale"])
+    need = int(np.ceil(SUBPIXELS_PER_FEATURE * PIXEL_SCALE_ARCSEC / min(widths)))
+    return int(np.clip(need, SUPERSAMPLING, MAX_SUPERSAMPLING))
+
+
 def render_unconvolved(row: dict, n_pix: int) -> np.ndarray:
-    """The lensed source of unit flux, pixel-averaged (SUPERSAMPLING), not PSF-convolved:
+    """The lensed source of unit flux, pixel-averaged (``supersampling_factor``), not PSF-convolved:
     (n_pix, n_pix) [flux/pixel], the lens at the centre pixel."""
     import lenstronomy.Util.util as lutil
     from lenstronomy.Data.pixel_grid import PixelGrid
@@ -279,7 +301,7 @@ def render_unconvolved(row: dict, n_pix: int) -> np.ndarray:
         PSF(psf_type="NONE"),
         lens_model_class=LensModel(lens_names),
         source_model_class=LightModel(src_names),
-        kwargs_numerics={"supersampling_factor": SUPERSAMPLING},
+        kwargs_numerics={"supersampling_factor": supersampling_factor(src_names, kw_src)},
     )
     return np.asarray(model.image(kwargs_lens=kw_lens, kwargs_source=kw_src, unconvolved=True), dtype=np.float64)
 

@@ -11,6 +11,7 @@ from darkhaloscope.constants import PIXEL_SCALE_ARCSEC
 from darkhaloscope.errors import InputError
 from darkhaloscope.lensing.source import band_fluxes
 from mock_survey.truth_render import (
+    MAX_SUPERSAMPLING,
     SOURCE_MODEL_MIX,
     SUPERSAMPLING,
     TRUTH_RENDER_FIELDS,
@@ -19,6 +20,8 @@ from mock_survey.truth_render import (
     lenstronomy_system,
     render_size,
     render_truth_arcs,
+    render_unconvolved,
+    supersampling_factor,
     truth_render_columns,
 )
 
@@ -82,7 +85,10 @@ def _direct(row: dict, band: int, kernel: np.ndarray, flux: float, n: int) -> np
         PSF(psf_type="PIXEL", kernel_point_source=kernel),
         lens_model_class=LensModel(["EPL", "MULTIPOLE", "MULTIPOLE", "SHEAR"]),
         source_model_class=light,
-        kwargs_numerics={"supersampling_factor": SUPERSAMPLING, "supersampling_convolution": False},
+        kwargs_numerics={
+            "supersampling_factor": supersampling_factor(["SERSIC_ELLIPSE"], kw_src),
+            "supersampling_convolution": False,
+        },
     )
     return np.asarray(model.image(kwargs_lens=kw_lens, kwargs_source=kw_src))
 
@@ -199,8 +205,38 @@ def test_every_source_model_renders_its_lenstronomy_kwargs():
             PSF(psf_type="PIXEL", kernel_point_source=kernel),
             lens_model_class=LensModel(lens_names),
             source_model_class=LightModel(src_names),
-            kwargs_numerics={"supersampling_factor": SUPERSAMPLING},
+            kwargs_numerics={"supersampling_factor": supersampling_factor(src_names, kw_src)},
         )
         ref = flux[i, 1] * np.asarray(model.image(kwargs_lens=kw_lens, kwargs_source=kw_src))
         got = arcs.noise_free[i, 1, lo : lo + n, lo : lo + n].astype(np.float64)
         assert np.abs(got - ref).max() <= 1e-4 * ref.max()
+
+
+def test_supersampling_follows_the_narrowest_source_feature():
+    sersic = {"R_sersic": 0.3, "e1": 0.0, "e2": 0.0}
+    assert supersampling_factor(["SERSIC_ELLIPSE"], [sersic]) == SUPERSAMPLING
+    # a 0.05" clump's half-light radius is 0.059": 2 sub-pixels across it need ceil(2 x 0.262 / 0.059) = 9
+    clumps = supersampling_factor(["SERSIC_ELLIPSE", "GAUSSIAN"], [sersic, {"sigma": 0.05}])
+    assert clumps == int(np.ceil(2 * PIXEL_SCALE_ARCSEC / (0.05 * np.sqrt(2 * np.log(2)))))
+    assert supersampling_factor(["INTERPOL"], [{"scale": 0.02}]) == int(np.ceil(PIXEL_SCALE_ARCSEC / 0.02))
+    assert supersampling_factor(["SERSIC_ELLIPSE"], [{"R_sersic": 0.005, "e1": 0.0, "e2": 0.0}]) == MAX_SUPERSAMPLING
+
+
+def test_a_compact_source_keeps_the_point_source_magnification():
+    """A 0.033" (q 0.22) source at 0.8 θ_E, far narrower than a 3 x 3 sub-pixel (0.087"): its
+    rendered flux fraction is lenstronomy's lens-equation-solver magnification Σ|μ_i|."""
+    from lenstronomy.LensModel.lens_model import LensModel
+    from lenstronomy.LensModel.Solver.lens_equation_solver import LensEquationSolver
+    from lenstronomy.Util.param_util import phi_q2_ellipticity
+
+    row = _truth(models=["sersic"] * N).to_pylist()[0]
+    e1, e2 = phi_q2_ellipticity(0.4, 0.22)
+    beta = 0.8 * row["theta_e_arcsec"]
+    row |= {"src_r_sersic_arcsec": 0.033, "src_n_sersic": 1.7, "src_e1": e1, "src_e2": e2}
+    row |= {"src_x_arcsec": beta * np.cos(1.0), "src_y_arcsec": beta * np.sin(1.0)}
+    lens_names, kw_lens, _, _ = lenstronomy_system(row)
+    model = LensModel(lens_names)
+    x, y = LensEquationSolver(model).image_position_from_source(row["src_x_arcsec"], row["src_y_arcsec"], kw_lens)
+    mu_point = float(np.abs(model.magnification(x, y, kw_lens)).sum())
+    mu = render_unconvolved(row, render_size(row)).sum()
+    assert mu == pytest.approx(mu_point, rel=0.03)

@@ -11,7 +11,8 @@ Speed (evaluate the source only where it matters): every pixel gets the trapezoi
 surface brightness at its 4 ray-shot corners; pixels whose corner footprint in the source plane comes
 within ``cut_radius`` source extents of the source (plus a one-pixel margin), and pixels within two
 pixels of the lens centre (where a pixel's source-plane image is not bounded by its corners), are
-recomputed with ss x ss sub-pixels. Far from the source the profile is smooth on the footprint scale,
+recomputed with ss x ss sub-pixels, ss the row's ``row_supersample`` (``supersample``, or more for
+a source narrower than a sub-pixel). Far from the source the profile is smooth on the footprint scale,
 so the trapezoid mean differs from the ss x ss mean by far less than the test tolerances;
 ``adaptive=False`` supersamples every pixel (exact lenstronomy semantics).
 
@@ -72,13 +73,17 @@ def _chunk_points(device: torch.device) -> int:
 
 @dataclass(frozen=True)
 class RenderConfig:
-    """Numerics of a render: stamp size [pixels], pixel scale [arcsec/pixel], supersampling factor,
-    PSF profile ('gaussian' | 'moffat') and Moffat beta, kernel extent [FWHM units], adaptive
-    refinement and its cut radius [source major-axis radii]."""
+    """Numerics of a render: stamp size [pixels], pixel scale [arcsec/pixel], supersampling factor
+    (the least, per pixel side) and the sub-pixels [per narrowest source feature] that raise it for
+    compact sources up to ``max_supersample`` (:func:`row_supersample`; 0 keeps ``supersample``
+    for every row), PSF profile ('gaussian' | 'moffat') and Moffat beta, kernel extent [FWHM units],
+    adaptive refinement and its cut radius [source major-axis radii]."""
 
     n_pix: int = STAMP_SIZE
     pixel_scale: float = PIXEL_SCALE_ARCSEC
     supersample: int = 4
+    subpixels_per_feature: float = 2.0
+    max_supersample: int = 32
     psf_profile: str = SURVEY_PSF_PROFILE
     moffat_beta: float = MOFFAT_BETA
     psf_n_fwhm: float = 3.0
@@ -88,8 +93,12 @@ class RenderConfig:
     def validate(self) -> None:
         if self.n_pix < 3 or self.n_pix % 2 == 0:
             raise InputError(f"n_pix must be odd and >= 3, got {self.n_pix}")
-        if self.supersample < 1:
-            raise InputError(f"supersample must be >= 1, got {self.supersample}")
+        if not 1 <= self.supersample <= self.max_supersample:
+            raise InputError(
+                f"supersample must be in [1, max_supersample={self.max_supersample}], got {self.supersample}"
+            )
+        if not self.subpixels_per_feature >= 0:
+            raise InputError(f"subpixels_per_feature must be >= 0, got {self.subpixels_per_feature}")
         if self.psf_profile not in ("gaussian", "moffat"):
             raise InputError(f"psf_profile must be 'gaussian' or 'moffat', got {self.psf_profile!r}")
         if not self.pixel_scale > 0 or not self.cut_radius > 0:
@@ -126,14 +135,27 @@ def _max2x2(a: torch.Tensor) -> torch.Tensor:
     return torch.maximum(torch.maximum(a[:, :-1, :-1], a[:, :-1, 1:]), torch.maximum(a[:, 1:, :-1], a[:, 1:, 1:]))
 
 
+def row_supersample(src: SourceBatch, cfg: RenderConfig) -> torch.Tensor:
+    """(B,) int64 supersampling factor of each row: enough sub-pixels that ``cfg.subpixels_per_feature``
+    of them span the source's narrowest feature (``SourceBatch.narrowest_feature_arcsec``), at least
+    ``cfg.supersample`` and at most ``cfg.max_supersample``. An image is no narrower than its source
+    radially (an SIE's radial magnification is about 1), so a source narrower than a sub-pixel
+    falls between the sub-pixel centres and its flux, hence mu, is mis-sampled (BENCHMARKS.md,
+    *Supersampling compact sources*)."""
+    need = torch.ceil(cfg.subpixels_per_feature * cfg.pixel_scale / src.narrowest_feature_arcsec())
+    need = torch.nan_to_num(need, nan=float(cfg.supersample), posinf=float(cfg.max_supersample))
+    return torch.clamp(need, min=cfg.supersample, max=cfg.max_supersample).to(torch.int64)
+
+
 def pixel_flux_fraction(lens: LensBatch, src: SourceBatch, cfg: RenderConfig):
     """Fraction of the source's total flux in each pixel (B, n, n) [dimensionless], and the number of
     supersampled pixels per system (B,).
 
-    Equals mean(unit-flux surface brightness over ss x ss sub-pixels) x pix^2 (see module docstring).
+    Equals mean(unit-flux surface brightness over ss x ss sub-pixels) x pix^2 (see module docstring),
+    ss the row's :func:`row_supersample`.
     """
     dtype, device = src.r_sersic.dtype, src.r_sersic.device
-    n, pix, ss = cfg.n_pix, cfg.pixel_scale, cfg.supersample
+    n, pix = cfg.n_pix, cfg.pixel_scale
     b = len(src)
     c = (n - 1) / 2.0
     # Ray-shoot pixel corners once for the trapezoid estimate and the footprint bounds.
@@ -168,13 +190,15 @@ def pixel_flux_fraction(lens: LensBatch, src: SourceBatch, cfg: RenderConfig):
         active |= rx * rx + ry * ry < (2.0 * pix) ** 2
     else:
         active = torch.ones((b, n, n), dtype=torch.bool, device=device)
-    idx = active.nonzero()  # (M, 3) rows of (b, j, i), in a fixed order
-    if idx.shape[0]:
+    active_idx = active.nonzero()  # (M, 3) rows of (b, j, i), in a fixed order
+    ss_of_pixel = row_supersample(src, cfg)[active_idx[:, 0]]
+    flat = out.reshape(-1)
+    for ss in torch.unique(ss_of_pixel).tolist():
+        idx = active_idx[ss_of_pixel == ss]
         o = (torch.arange(ss, dtype=dtype, device=device) + 0.5) / ss - 0.5
         oy, ox = torch.meshgrid(o, o, indexing="ij")
         ox = ox.reshape(1, -1)
         oy = oy.reshape(1, -1)
-        flat = out.reshape(-1)
         step = max(1, _chunk_points(device) // (ss * ss))
         for start in range(0, idx.shape[0], step):
             sel = idx[start : start + step]
@@ -339,6 +363,28 @@ def _lenstronomy_source_kwargs(light, src: dict, band_flux: float, image: dict |
     return kw_src
 
 
+def _reference_supersample(src: dict, image: dict | None, cfg: RenderConfig) -> int:
+    """The supersampling factor this engine gives the source of ``lenstronomy_reference`` (its
+    ``row_supersample``), which lenstronomy then applies to every pixel."""
+    clumps = src.get("clumps", ())
+    one = SourceBatch.from_arrays(
+        flux=[[1.0] * 3],
+        r_sersic=src["r_sersic"] if image is None else 1.0,
+        n_sersic=src["n_sersic"] if image is None else 1.0,
+        e1=src.get("e1", 0.0) if image is None else 0.0,
+        e2=src.get("e2", 0.0) if image is None else 0.0,
+        clump_flux_frac=sum(c["flux_frac"] for c in clumps),
+        clump_x=[[c["x"] for c in clumps]] if clumps else None,
+        clump_y=[[c["y"] for c in clumps]] if clumps else None,
+        clump_sigma=[[c["sigma"] for c in clumps]] if clumps else None,
+        clump_weight=[[c["flux_frac"] for c in clumps]] if clumps else None,
+        dtype=torch.float64,
+    )
+    if image is not None:
+        one = one.with_images([image["template"]], [0], [image["scale"]], [image["phi"]], [0])
+    return int(row_supersample(one, cfg)[0])
+
+
 def lenstronomy_reference(
     lens: dict,
     src: dict,
@@ -392,7 +438,7 @@ def lenstronomy_reference(
         psf,
         lens_model_class=lens_model,
         source_model_class=light,
-        kwargs_numerics={"supersampling_factor": cfg.supersample},
+        kwargs_numerics={"supersampling_factor": _reference_supersample(src, image, cfg)},
     )
     kw_src = _lenstronomy_source_kwargs(light, src, band_flux, image)
     img = im.image(kwargs_lens=list(kw_lens), kwargs_source=kw_src)

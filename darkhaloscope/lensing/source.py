@@ -198,6 +198,21 @@ class SourceBatch:
         q = (1.0 - c) / (1.0 + c)
         return self.r_sersic / torch.sqrt(q)
 
+    def narrowest_feature_arcsec(self) -> torch.Tensor:
+        """(B,) width [arcsec] of each row's narrowest light feature, which a render's sub-pixels
+        must resolve: the Sérsic's minor-axis half-light radius r_sersic*sqrt(q), a clump's
+        half-light radius sigma*sqrt(2 ln 2) if smaller, and for an image source two template pixels
+        (2 image_scale: a band-limited image is Nyquist-sampled, so nothing in it is narrower)."""
+        c = torch.clamp(torch.sqrt(self.e1**2 + self.e2**2), max=0.9999)
+        out = self.r_sersic * torch.sqrt((1.0 - c) / (1.0 + c))
+        if self.clump_x.shape[1]:
+            lit = (self.clump_weight > 0) & (self.clump_flux_frac[:, None] > 0)
+            sigma = torch.where(lit, self.clump_sigma, torch.full_like(self.clump_sigma, math.inf))
+            out = torch.minimum(out, math.sqrt(2.0 * math.log(2.0)) * sigma.min(dim=1).values)
+        if self.images is not None:
+            out = torch.where(self.image_index >= 0, 2.0 * self.image_scale, out)
+        return out
+
     def clump_extent_arcsec(self) -> torch.Tensor:
         """(B,) largest distance [arcsec] of any clump's 4-sigma edge from the source centre (0 if none)."""
         if self.clump_x.shape[1] == 0:
