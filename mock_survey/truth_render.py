@@ -263,12 +263,14 @@ def lenstronomy_system(row: dict) -> tuple[list[str], list[dict], list[str], lis
     return lens_names, kw_lens, names, kws
 
 
-def supersampling_factor(src_names: list[str], kw_src: list[dict]) -> int:
+def supersampling_factor(src_names: list[str], kw_src: list[dict], r_half_arcsec: float) -> int:
     """Sub-pixels per pixel side for one source: SUBPIXELS_PER_FEATURE across its narrowest
-    feature — a Sérsic's minor-axis half-light radius R_sersic √q, a Gaussian clump's half-light
-    radius σ √(2 ln 2), two pixels of an INTERPOL image (Nyquist-sampled, nothing in it is
-    narrower) — between SUPERSAMPLING and MAX_SUPERSAMPLING. A source narrower than a sub-pixel falls
-    between the sub-pixel centres, and its images' flux is mis-sampled."""
+    feature, between SUPERSAMPLING and MAX_SUPERSAMPLING. A Sérsic's cusp holds light between
+    sub-pixel centres, so its width is its minor-axis half-light radius R_sersic √q; the smooth
+    profiles are sampled well at about two sub-pixels per full width at half maximum: a Gaussian
+    clump's 2 √(2 ln 2) σ, and an INTERPOL image's half-light radius ``r_half_arcsec`` (a COSMOS
+    template is smooth on its own pixels, which the HST PSF spans several of). A source narrower
+    than a sub-pixel falls between the sub-pixel centres, and its images' flux is mis-sampled."""
     from lenstronomy.Util.param_util import ellipticity2phi_q
 
     widths = []
@@ -276,9 +278,9 @@ def supersampling_factor(src_names: list[str], kw_src: list[dict]) -> int:
         if name == "SERSIC_ELLIPSE":
             widths.append(kw["R_sersic"] * np.sqrt(ellipticity2phi_q(kw["e1"], kw["e2"])[1]))
         elif name == "GAUSSIAN":
-            widths.append(kw["sigma"] * np.sqrt(2.0 * np.log(2.0)))
+            widths.append(2.0 * np.sqrt(2.0 * np.log(2.0)) * kw["sigma"])
         else:
-            widths.append(2.0 * kw["scale"])
+            widths.append(r_half_arcsec)
     need = int(np.ceil(SUBPIXELS_PER_FEATURE * PIXEL_SCALE_ARCSEC / min(widths)))
     return int(np.clip(need, SUPERSAMPLING, MAX_SUPERSAMPLING))
 
@@ -301,7 +303,7 @@ def render_unconvolved(row: dict, n_pix: int) -> np.ndarray:
         PSF(psf_type="NONE"),
         lens_model_class=LensModel(lens_names),
         source_model_class=LightModel(src_names),
-        kwargs_numerics={"supersampling_factor": supersampling_factor(src_names, kw_src)},
+        kwargs_numerics={"supersampling_factor": supersampling_factor(src_names, kw_src, row["src_r_sersic_arcsec"])},
     )
     return np.asarray(model.image(kwargs_lens=kw_lens, kwargs_source=kw_src, unconvolved=True), dtype=np.float64)
 

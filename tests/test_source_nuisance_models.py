@@ -52,7 +52,7 @@ def _cosmos_pair(flip: int, adaptive: bool, dtype=torch.float64):
         flux=[[1.0, 2.0, 3.0]], r_sersic=0.3, n_sersic=1.0, center_x=cx, center_y=cy, dtype=dtype
     ).with_images([tmpl], [0], [scale], [phi], [flip])
     res = render_lensed_sources(lens, src, [[1.0, 1.0, 1.0]], cfg)
-    image = dict(template=tmpl[:, ::-1] if flip else tmpl, scale=scale, phi=phi, center_x=cx, center_y=cy)
+    image = dict(template=tmpl[:, ::-1] if flip else tmpl, scale=scale, r_sersic=0.3, phi=phi, center_x=cx, center_y=cy)
     ref, mu = lenstronomy_reference(LENS, {}, 1.0, 2.0, cfg, image=image)
     return res.arc[0, 1].double().numpy(), ref, float(res.magnification[0]), mu
 

@@ -86,7 +86,7 @@ def _direct(row: dict, band: int, kernel: np.ndarray, flux: float, n: int) -> np
         lens_model_class=LensModel(["EPL", "MULTIPOLE", "MULTIPOLE", "SHEAR"]),
         source_model_class=light,
         kwargs_numerics={
-            "supersampling_factor": supersampling_factor(["SERSIC_ELLIPSE"], kw_src),
+            "supersampling_factor": supersampling_factor(["SERSIC_ELLIPSE"], kw_src, row["src_r_sersic_arcsec"]),
             "supersampling_convolution": False,
         },
     )
@@ -205,7 +205,9 @@ def test_every_source_model_renders_its_lenstronomy_kwargs():
             PSF(psf_type="PIXEL", kernel_point_source=kernel),
             lens_model_class=LensModel(lens_names),
             source_model_class=LightModel(src_names),
-            kwargs_numerics={"supersampling_factor": supersampling_factor(src_names, kw_src)},
+            kwargs_numerics={
+                "supersampling_factor": supersampling_factor(src_names, kw_src, row["src_r_sersic_arcsec"])
+            },
         )
         ref = flux[i, 1] * np.asarray(model.image(kwargs_lens=kw_lens, kwargs_source=kw_src))
         got = arcs.noise_free[i, 1, lo : lo + n, lo : lo + n].astype(np.float64)
@@ -214,12 +216,15 @@ def test_every_source_model_renders_its_lenstronomy_kwargs():
 
 def test_supersampling_follows_the_narrowest_source_feature():
     sersic = {"R_sersic": 0.3, "e1": 0.0, "e2": 0.0}
-    assert supersampling_factor(["SERSIC_ELLIPSE"], [sersic]) == SUPERSAMPLING
-    # a 0.05" clump's half-light radius is 0.059": 2 sub-pixels across it need ceil(2 x 0.262 / 0.059) = 9
-    clumps = supersampling_factor(["SERSIC_ELLIPSE", "GAUSSIAN"], [sersic, {"sigma": 0.05}])
-    assert clumps == int(np.ceil(2 * PIXEL_SCALE_ARCSEC / (0.05 * np.sqrt(2 * np.log(2)))))
-    assert supersampling_factor(["INTERPOL"], [{"scale": 0.02}]) == int(np.ceil(PIXEL_SCALE_ARCSEC / 0.02))
-    assert supersampling_factor(["SERSIC_ELLIPSE"], [{"R_sersic": 0.005, "e1": 0.0, "e2": 0.0}]) == MAX_SUPERSAMPLING
+    assert supersampling_factor(["SERSIC_ELLIPSE"], [sersic], 0.3) == SUPERSAMPLING
+    # a 0.03" clump's FWHM is 0.071": 2 sub-pixels across it need ceil(2 x 0.262 / 0.071) = 8
+    clumps = supersampling_factor(["SERSIC_ELLIPSE", "GAUSSIAN"], [sersic, {"sigma": 0.03}], 0.3)
+    assert clumps == int(np.ceil(2 * PIXEL_SCALE_ARCSEC / (2 * np.sqrt(2 * np.log(2)) * 0.03)))
+    assert supersampling_factor(["INTERPOL"], [{"scale": 0.002}], 0.05) == int(np.ceil(2 * PIXEL_SCALE_ARCSEC / 0.05))
+    assert (
+        supersampling_factor(["SERSIC_ELLIPSE"], [{"R_sersic": 0.005, "e1": 0.0, "e2": 0.0}], 0.005)
+        == MAX_SUPERSAMPLING
+    )
 
 
 def test_a_compact_source_keeps_the_point_source_magnification():

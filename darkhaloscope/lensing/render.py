@@ -369,7 +369,7 @@ def _reference_supersample(src: dict, image: dict | None, cfg: RenderConfig) -> 
     clumps = src.get("clumps", ())
     one = SourceBatch.from_arrays(
         flux=[[1.0] * 3],
-        r_sersic=src["r_sersic"] if image is None else 1.0,
+        r_sersic=src["r_sersic"] if image is None else image["r_sersic"],
         n_sersic=src["n_sersic"] if image is None else 1.0,
         e1=src.get("e1", 0.0) if image is None else 0.0,
         e2=src.get("e2", 0.0) if image is None else 0.0,
@@ -407,7 +407,8 @@ def lenstronomy_reference(
     GAUSSIAN with truncation set so its radius equals ``kernel_radius_pix``, or ``psf_kernel`` as a
     PIXEL kernel when given. ``image``: instead of the Sérsic, lenstronomy's INTERPOL source with
     keys template (a unit-sum 2-d array, already mirrored if the source is flipped), scale [arcsec
-    per template pixel], phi [rad], center_x, center_y (``src`` is then unused). Returns (image
+    per template pixel], r_sersic (the half-light radius it is rescaled to [arcsec]), phi [rad],
+    center_x, center_y (``src`` is then unused). Returns (image
     [nmgy/pixel] in this module's [y, x] layout, extended mu as this module defines it, the
     unconvolved lensed image's flux over ``band_flux``, the source's total flux; NaN when
     ``with_mu`` is False).

@@ -200,17 +200,19 @@ class SourceBatch:
 
     def narrowest_feature_arcsec(self) -> torch.Tensor:
         """(B,) width [arcsec] of each row's narrowest light feature, which a render's sub-pixels
-        must resolve: the Sérsic's minor-axis half-light radius r_sersic*sqrt(q), a clump's
-        half-light radius sigma*sqrt(2 ln 2) if smaller, and for an image source two template pixels
-        (2 image_scale: a band-limited image is Nyquist-sampled, so nothing in it is narrower)."""
+        must resolve. A Sérsic's cusp holds light between sub-pixel centres, so its width is its
+        minor-axis half-light radius r_sersic*sqrt(q); the smooth profiles are sampled well at about
+        two sub-pixels per full width at half maximum: a clump's 2 sqrt(2 ln 2) sigma, if narrower,
+        and an image source's half-light radius r_sersic (a template is smooth on its own pixels,
+        which the HST PSF spans several of)."""
         c = torch.clamp(torch.sqrt(self.e1**2 + self.e2**2), max=0.9999)
         out = self.r_sersic * torch.sqrt((1.0 - c) / (1.0 + c))
         if self.clump_x.shape[1]:
             lit = (self.clump_weight > 0) & (self.clump_flux_frac[:, None] > 0)
             sigma = torch.where(lit, self.clump_sigma, torch.full_like(self.clump_sigma, math.inf))
-            out = torch.minimum(out, math.sqrt(2.0 * math.log(2.0)) * sigma.min(dim=1).values)
+            out = torch.minimum(out, 2.0 * math.sqrt(2.0 * math.log(2.0)) * sigma.min(dim=1).values)
         if self.images is not None:
-            out = torch.where(self.image_index >= 0, 2.0 * self.image_scale, out)
+            out = torch.where(self.image_index >= 0, self.r_sersic, out)
         return out
 
     def clump_extent_arcsec(self) -> torch.Tensor:

@@ -62,6 +62,7 @@ def source_reference(row: dict, src: dict, source_model: str, priors: PriorRegis
         image = dict(
             template=tmpl[:, ::-1] if flip[0] else tmpl,
             scale=float(scale[0]),
+            r_sersic=float(row["src_r_sersic_arcsec"]),
             phi=float(row["src_phi_rad"]),
             center_x=src["center_x"],
             center_y=src["center_y"],
