@@ -285,9 +285,10 @@ def supersampling_factor(src_names: list[str], kw_src: list[dict], r_half_arcsec
     return int(np.clip(need, SUPERSAMPLING, MAX_SUPERSAMPLING))
 
 
-def render_unconvolved(row: dict, n_pix: int) -> np.ndarray:
-    """The lensed source of unit flux, pixel-averaged (``supersampling_factor``), not PSF-convolved:
-    (n_pix, n_pix) [flux/pixel], the lens at the centre pixel."""
+def render_unconvolved(row: dict, n_pix: int, supersampling: int | None = None) -> np.ndarray:
+    """The lensed source of unit flux, pixel-averaged over ``supersampling``² sub-pixels (default
+    its ``supersampling_factor``), not PSF-convolved: (n_pix, n_pix) [flux/pixel], the lens at the
+    centre pixel."""
     import lenstronomy.Util.util as lutil
     from lenstronomy.Data.pixel_grid import PixelGrid
     from lenstronomy.Data.psf import PSF
@@ -296,6 +297,8 @@ def render_unconvolved(row: dict, n_pix: int) -> np.ndarray:
     from lenstronomy.LightModel.light_model import LightModel
 
     lens_names, kw_lens, src_names, kw_src = lenstronomy_system(row)
+    if supersampling is None:
+        supersampling = supersampling_factor(src_names, kw_src, row["src_r_sersic_arcsec"])
     transform = np.array([[-PIXEL_SCALE_ARCSEC, 0.0], [0.0, PIXEL_SCALE_ARCSEC]])
     grid = PixelGrid(nx=n_pix, ny=n_pix, **lutil.centered_coordinate_system(n_pix, transform))
     model = ImageModel(
@@ -303,7 +306,7 @@ def render_unconvolved(row: dict, n_pix: int) -> np.ndarray:
         PSF(psf_type="NONE"),
         lens_model_class=LensModel(lens_names),
         source_model_class=LightModel(src_names),
-        kwargs_numerics={"supersampling_factor": supersampling_factor(src_names, kw_src, row["src_r_sersic_arcsec"])},
+        kwargs_numerics={"supersampling_factor": supersampling},
     )
     return np.asarray(model.image(kwargs_lens=kw_lens, kwargs_source=kw_src, unconvolved=True), dtype=np.float64)
 
