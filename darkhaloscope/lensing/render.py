@@ -143,7 +143,6 @@ def row_supersample(src: SourceBatch, cfg: RenderConfig) -> torch.Tensor:
     falls between the sub-pixel centres and its flux, hence mu, is mis-sampled (BENCHMARKS.md,
     *Supersampling compact sources*)."""
     need = torch.ceil(cfg.subpixels_per_feature * cfg.pixel_scale / src.narrowest_feature_arcsec())
-    need = torch.nan_to_num(need, nan=float(cfg.supersample), posinf=float(cfg.max_supersample))
     return torch.clamp(need, min=cfg.supersample, max=cfg.max_supersample).to(torch.int64)
 
 
