@@ -160,9 +160,10 @@ def injection_bank(
 ) -> Publish:
     """Injected stamps (SIE + shear lensing a Sérsic source, Moffat PSF from the host's PSFSIZE,
     supersampling 4 × 4 or finer for compact sources; or the lens, source and nuisance models the
-    plan records: DHS_LENS_MODEL, DHS_SOURCE_MODEL, DHS_NUISANCE) and their paired controls (the same host without the arc) for one batch, with
-    every parameter, μ, arc S/N, lensed magnitudes, PSF used and the seed. A tensor table: rendered
-    on the compute device, staged, audited, then published."""
+    plan records: DHS_LENS_MODEL, DHS_SOURCE_MODEL, DHS_NUISANCE) and their paired controls (the
+    same host without the arc) for one batch, with every parameter, μ, arc S/N, lensed magnitudes,
+    PSF used and the seed. A tensor table: rendered on the compute device, staged, audited, then
+    published."""
     key = context.partition_key
     tasks = injection_plan.filter(pc.equal(injection_plan.column("batch"), batch_of_key(key)))
     if tasks.num_rows == 0:
