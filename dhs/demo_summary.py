@@ -233,7 +233,7 @@ AS ci68_hi
 FROM real_lens_recall ORDER BY threshold_name, tier
 """
 DEMO_VALIDATION_SQL = """
-SELECT threshold_name, tier, n, n_compared, n_outside_grid + n_insufficient_cell AS apart, n_detected,
+SELECT threshold_name, method, tier, n, n_compared, n_outside_grid + n_insufficient_cell AS apart, n_detected,
        round(n_expected, 1) AS n_expected, round(n_expected_sd, 1) AS sd, round(pull, 2) AS pull
-FROM real_lens_validation ORDER BY threshold_name, tier
+FROM real_lens_validation ORDER BY threshold_name, method DESC, tier
 """

@@ -24,7 +24,7 @@ from darkhaloscope.evaluation.closure import (
     usable_hidden,
     with_host_parameters,
 )
-from darkhaloscope.evaluation.detection import fit_detection_model
+from darkhaloscope.evaluation.detection import detection_models
 from darkhaloscope.evaluation.forecast import FORECAST_SCHEMA, forecast_table, sphere_box_area_deg2
 from darkhaloscope.evaluation.populations import (
     POPULATION_MERGE,
@@ -161,18 +161,14 @@ def selection_closure(
     te_merged, _, _ = merged_grid(theta_e, merge)
     zl_merged, _, _ = merged_grid(z_l, merge)
     mock = named_population("mock", proposal)
-    tables, excluded = [], {}
-    for name, value in usable_thresholds(thresholds):
-        try:
-            model = fit_detection_model(injections, name, value, proposal, theta_e_edges(theta_e))
-        except InputError as exc:
-            excluded[name] = str(exc)
-            continue
+    models, excluded = detection_models(injections, thresholds, proposal, theta_e_edges(theta_e))
+    tables = []
+    for name, model in models.items():
         c = selection_for_population(
             mock, name, injections, thresholds, proposal, theta_e, z_l, merge=merge, threshold_uncertainty=False
         )
         cells = population_cells(c)
-        recovered = host_score > value  # NaN (not scored): not recovered
+        recovered = host_score > model.threshold  # NaN (not scored): not recovered
         tables.append(closure_table(model, cells, hidden, recovered, te_merged, zl_merged))
         te = hidden.column("theta_e_arcsec").to_numpy()
         use = usable_hidden(hidden, model, cells, cell_of(te, hidden.column("z_l").to_numpy(), te_merged, zl_merged))

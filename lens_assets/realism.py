@@ -3,10 +3,10 @@ features telling the truth world's lenses from injections matched to them
 (``darkhaloscope.evaluation.realism``). Its check warns, never blocks, above AUROC 0.70.
 
 The truth lenses are the known lenses of the test split (held out by HEALPix pixel, never seen in
-training): on the mock, lenses painted by the independent truth renderer (``mock_survey.truth_render``),
-matched to the injections in θ_E and arc S/N from the mock's known-lens truth; on
-DR10, lenscat's confirmed lenses, which record no θ_E, so the injections are a seeded random draw
-of as many.
+training): on the mock, lenses painted by the independent truth renderer
+(``mock_survey.truth_render``), matched to the injections in θ_E, arc S/N and the source's
+half-light radius and position from the mock's known-lens truth; on DR10, lenscat's confirmed lenses,
+which record no θ_E, so the injections are a seeded random draw of as many.
 
 ``realism_ablation`` (not part of the demo: ``dhs materialize realism_ablation``) trains one finder
 per source model x nuisance arm through the lens finder's trainer and scores every arm on that same
@@ -41,12 +41,17 @@ from .evaluation import injection_images
 from .shared.publish import Publish, file_link, inputs, lake_asset, staged_table
 from .training import TRAINER_COMMAND, run_folder, trainer_extras
 
+#: The known-lens truth the probe matches injections on (``realism.MATCH_TRANSFORMS``).
+MATCHED_TRUTH = ("theta_e_arcsec", "arc_snr", "src_r_sersic_arcsec", "src_beta_frac")
+
 
 def _truth_lenses(cutouts: ds.Dataset, training_set: ds.Dataset, survey: SurveyResource) -> tuple[pa.Table, np.ndarray]:
     """(truth rows, their stamps): the test split's known lenses not in the training set, with
-    θ_E and the arc's S/N from the mock's known-lens truth on the mock (lenses off the sky's
-    coverage, without an S/N, left out)."""
+    MATCHED_TRUTH from the mock's known-lens truth on the mock (lenses off the sky's coverage,
+    without an S/N, left out)."""
     import pyarrow.parquet as pq
+
+    from mock_survey.lenses import known_lens_parameters
 
     seen = training_set.to_table(columns=["object_id"]).column("object_id")
     rows = cutouts.to_table(
@@ -56,13 +61,13 @@ def _truth_lenses(cutouts: ds.Dataset, training_set: ds.Dataset, survey: SurveyR
     images = from_tensor_column(rows.column("image"), name="image") if rows.num_rows else np.zeros((0, 3, 1, 1))
     truth = rows.select(["object_id"])
     if survey.is_mock:
-        known = pq.read_table(survey.mock_manifest().truth_path, columns=["object_id", "theta_e_arcsec", "arc_snr"])
+        known = known_lens_parameters(pq.read_table(survey.mock_manifest().truth_path))
         known = known.filter(pc.is_finite(known.column("arc_snr")))
         pos = pc.index_in(truth.column("object_id"), known.column("object_id"))
         keep = pos.is_valid().to_numpy(zero_copy_only=False)
         found = known.take(pos.filter(pos.is_valid()))
         truth = truth.filter(pa.array(keep))
-        for name in ("theta_e_arcsec", "arc_snr"):
+        for name in MATCHED_TRUTH:
             truth = truth.append_column(name, found.column(name))
         images = images[keep]
     return truth, images
@@ -70,7 +75,7 @@ def _truth_lenses(cutouts: ds.Dataset, training_set: ds.Dataset, survey: SurveyR
 
 @lake_asset(
     REALISM_PROBE,
-    code_version="2",
+    code_version="3",
     kinds={"pytorch", "parquet"},
     pool="gpu",
     deps=[dg.AssetKey(list(LENS_FINDER.key))],
@@ -86,12 +91,13 @@ def realism_probe(
     training_set: ds.Dataset,
 ) -> Publish:
     """A cross-validated logistic regression on the lens finder's penultimate features: truth-world
-    lenses (the test split's known lenses) against injections matched to them one to one in θ_E
-    and arc S/N (mock) or drawn at random (DR10), AUROC with a 95 % bootstrap interval. Warns above 0.70:
-    the finder's representation then tells the world it is applied to from the one it trained on."""
+    lenses (the test split's known lenses) against injections matched to them one to one in θ_E, arc
+    S/N and the source's size and position (mock) or drawn at random (DR10), AUROC with a 95 %
+    bootstrap interval. Warns above 0.70: the finder's representation then tells the world it is
+    applied to from the one it trained on."""
     truth, images = _truth_lenses(cutouts, training_set, survey)
     injections = injection_bank.to_table(
-        columns=["injection_id", "host_object_id", "theta_e_arcsec", "arc_snr"], filter=pc.field("success")
+        columns=["injection_id", "host_object_id", *MATCHED_TRUTH], filter=pc.field("success")
     )
     comparison = (
         "mock known lenses (truth renderer) vs injections"
@@ -164,7 +170,7 @@ def realism_ablation(
     the arm's source and nuisance models (``injection_models``: each arm its own run, reused when
     complete), scored on the same truth lenses and held-out negatives: AUROC, recall at fpr 1e-2 of
     the arm's negatives, the realism probe in the arm's features (truth lenses against the arm's own
-    fixed validation injections, matched in θ_E and arc S/N where the truth records them), ΔC
+    fixed validation injections, matched in θ_E and arc S/N: the stream records no source ψ), ΔC
     against the Sérsic arm with its paired bootstrap sd. Publishes none of the arms' checkpoints."""
     from darkhaloscope.training.checkpoint import load_checkpoint
     from darkhaloscope.training.data import load_training_set

@@ -10,7 +10,7 @@ import pyarrow.dataset as ds
 from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation import usable_thresholds
 from darkhaloscope.evaluation.closure import theta_e_edges
-from darkhaloscope.evaluation.detection import cross_validated, fit_detection_model, model_table, reliability_table
+from darkhaloscope.evaluation.detection import cross_validated, detection_models, model_table, reliability_table
 from darkhaloscope.evaluation.populations import (
     NAMED_POPULATIONS,
     POPULATION_MERGE,
@@ -111,14 +111,10 @@ def selection_model(
     injections = injection_rows(injection_scores, "injection")
     proposal = plan_proposal(injection_plan)
     theta_e, _ = plan_grid(injection_plan)
-    models, calibrations, not_fitted = [], [], {}
-    for name, value in usable_thresholds(thresholds):
-        try:
-            model = fit_detection_model(injections, name, value, proposal, theta_e_edges(theta_e), n_bootstrap=0)
-        except InputError as exc:  # every injection detected, or none: no model at this threshold (named)
-            not_fitted[name] = str(exc)
-            continue
-        cv = cross_validated(injections, value)
+    fitted, not_fitted = detection_models(injections, thresholds, proposal, theta_e_edges(theta_e), n_bootstrap=0)
+    models, calibrations = [], []
+    for name, model in fitted.items():
+        cv = cross_validated(injections, model.threshold)
         models.append(model_table(model, cv))
         calibrations.append(reliability_table(name, cv))
     if not models:

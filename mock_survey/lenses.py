@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from scipy.spatial import cKDTree
 
 from darkhaloscope.errors import InputError
+from darkhaloscope.lensing.sie import phi_q_from_ellipticity
 from darkhaloscope.seeding import rng_for
 from darkhaloscope.sky import chord_for_arcsec, unit_vectors
 from darkhaloscope.survey.known_lenses import load_known_lenses
@@ -177,6 +178,31 @@ TRUTH_TO_ENGINE = {
     "g_minus_r": "src_g_minus_r",
     "r_minus_z": "src_r_minus_z",
 }
+
+
+def known_lens_parameters(truth: pa.Table) -> pa.Table:
+    """The known lenses' truth (KNOWN_LENS_TRUTH_SCHEMA) with their lens and source parameters under
+    the injection engine's names, as the detection model reads them (``evaluation.detection``):
+    ``z_l``, the axis ratios ``lens_q`` and ``src_q`` of the lenstronomy ellipticities
+    (``lensing.sie.phi_q_from_ellipticity``), ``src_beta_frac`` (the source's offset over θ_E) and
+    the TRUTH_TO_ENGINE renames."""
+    out = truth.rename_columns([TRUTH_TO_ENGINE.get(c, c) for c in truth.column_names])
+
+    def column(name: str) -> np.ndarray:
+        return np.array(out.column(name).to_numpy(zero_copy_only=False), np.float64)  # a writable copy
+
+    def axis_ratio(e1: str, e2: str) -> np.ndarray:
+        return phi_q_from_ellipticity(column(e1), column(e2))[1].numpy()
+
+    beta = np.hypot(column("src_x_arcsec"), column("src_y_arcsec")) / column("theta_e_arcsec")
+    for name, values in (
+        ("z_l", column("z_lens")),
+        ("lens_q", axis_ratio("lens_e1", "lens_e2")),
+        ("src_q", axis_ratio("src_e1", "src_e2")),
+        ("src_beta_frac", beta),
+    ):
+        out = out.append_column(name, pa.array(values, pa.float64()))
+    return out
 
 
 def _draw(u: float, low_width: tuple[float, float]) -> float:

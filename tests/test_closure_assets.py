@@ -7,8 +7,6 @@ area."""
 
 from __future__ import annotations
 
-import json
-
 import dagster as dg
 import numpy as np
 import pyarrow as pa
@@ -17,12 +15,11 @@ import pytest
 
 import lens_assets.evaluation as evaluation
 from darkhaloscope.evaluation.forecast import sphere_box_area_deg2
-from darkhaloscope.lensing.bank import PLAN_SUMMARY_KEY, with_conditioning
-from darkhaloscope.lensing.priors import PROPOSALS
 from darkhaloscope.survey.sweeps import parse_sweep_filename
 from io_managers import LakeIOManager
 from lake_platform.lake import Lake
 from resources import ComputeResource, LakeResource, SurveyResource
+from tests.support.injection_lake import write_injection_bank
 from tests.support.wap import run_assets
 from tests.test_closure import _injections
 
@@ -41,7 +38,7 @@ def test_closure_assets_on_a_small_mock(tmp_path):
     n = len(ids)
     lake = Lake(str(tmp_path / "lake"))
     bank = _injections(2000).append_column("kind", pa.array(["injection"] * 2000))
-    lake.write_table("evaluation", "injection_scores", bank, partition={"injection_batch": BATCH})
+    write_injection_bank(lake, bank, THETA_E, Z_L, BATCH)
     # held-out negatives (test split) whose scores set the thresholds; none hosts a hidden lens
     m = 400
     negatives = pa.table(
@@ -76,10 +73,6 @@ def test_closure_assets_on_a_small_mock(tmp_path):
         partition={"sweep_file": sweep},
     )
     lake.write_table("training", "training_set", pa.table({"object_id": np.array([1], np.int64)}))
-    summary = {"theta_e_values": THETA_E, "z_l_values": Z_L}
-    priors = {k: [p.kind, p.lo, p.hi, p.mu, p.sigma] for k, p in PROPOSALS["broad"].priors.items()}
-    plan = pa.table({"injection_id": [0]}).replace_schema_metadata({PLAN_SUMMARY_KEY: json.dumps(summary).encode()})
-    lake.write_table("injection", "injection_plan", with_conditioning(plan, {"priors": priors, "proposal": "broad"}))
 
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("injection_batch", [BATCH])

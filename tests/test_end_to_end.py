@@ -51,6 +51,8 @@ def test_demo_runs_end_to_end(tmp_path):
     assert not [line for line in run.stderr.splitlines() if not PROGRESS.match(line)], run.stderr[-4000:]
     noise = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|INFO|ERROR) |log4j|Warning:|^WARNING: |warnings\.warn")
     assert not [line for line in run.stdout.splitlines() if noise.search(line)]
+    # a healthy run raises no alert: no check warns or fails
+    assert not [line for line in run.stdout.splitlines() if line.startswith("ALERT")], run.stdout[-4000:]
     assert (tmp_path / "dagster_home" / "logs" / "spark.log").stat().st_size > 0
 
     def query(sql):

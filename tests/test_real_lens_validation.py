@@ -1,5 +1,6 @@
 """Real-lens validation: held-out lenses detected against Σ C(θ_E, z_l) of their cells, with the
-binomial and the cells' uncertainty, lenses outside the grid or in insufficient cells counted apart."""
+binomial and the cells' uncertainty, lenses outside the grid or in insufficient cells counted apart;
+and, where the truth carries ψ, against Σ P_det(ψ) of the detection model, which the check gates on."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 from scipy import stats as st
 
 from darkhaloscope.errors import InputError
+from darkhaloscope.evaluation.detection import PARAMETERS, fit_detection_model
 from darkhaloscope.evaluation.validation import largest_pull, real_lens_validation, with_lens_truth
+from tests.test_closure import PROPOSAL, THETA_E, Z_L, _injections
 
 THR = pa.table({"name": ["t0.5", "t0.9"], "threshold": [0.5, 0.9]})
 
@@ -50,9 +53,34 @@ def _lenses(theta_e, z_l, score=None, tier=None) -> pa.Table:
     )
 
 
-def _row(table: pa.Table, name: str, tier: str) -> dict:
-    (row,) = [r for r in table.to_pylist() if r["threshold_name"] == name and r["tier"] == tier]
+def _row(table: pa.Table, name: str, tier: str, method: str = "cell") -> dict:
+    (row,) = [
+        r for r in table.to_pylist() if r["threshold_name"] == name and r["tier"] == tier and r["method"] == method
+    ]
     return row
+
+
+@pytest.fixture(scope="module")
+def bank() -> pa.Table:
+    """Synthetic scored injections whose detection follows a known law of ψ (``tests.test_closure``)."""
+    return _injections(2000)
+
+
+@pytest.fixture(scope="module")
+def model(bank):
+    return fit_detection_model(bank, "t0.5", 0.5, PROPOSAL, [0.5, 2.5], n_bootstrap=3)
+
+
+def _lenses_with_psi(bank: pa.Table, n: int = 12) -> pa.Table:
+    """The first ``n`` injections as held-out lenses: their ψ, their scores, tier A."""
+    rows = bank.slice(0, n)
+    lenses = _lenses(
+        rows.column("theta_e_arcsec").to_pylist(), rows.column("z_l").to_pylist(), rows.column("score").to_pylist()
+    )
+    for column in PARAMETERS:
+        if column not in lenses.column_names:
+            lenses = lenses.append_column(column, rows.column(column))
+    return lenses
 
 
 def test_a_completeness_of_one_half_everywhere_expects_half_the_lenses():
@@ -97,7 +125,32 @@ def test_detections_per_threshold_and_tier():
     assert _row(r, "t0.9", "all")["n_detected"] == 1
     # tier A at t0.5: 2 detected against 1 expected, sd sqrt(2 · 0.25 + 2 · 0.1²)
     assert _row(r, "t0.5", "A")["pull"] == pytest.approx(1.0 / np.sqrt(0.52))
-    assert largest_pull(r) == pytest.approx(max(abs(p) for p in r.column("pull").to_pylist()))
+    assert largest_pull(r) == (pytest.approx(max(abs(p) for p in r.column("pull").to_pylist())), "cell")
+
+
+def test_per_lens_rows_sum_the_detection_model_at_each_lens_psi(bank, model):
+    lenses = _lenses_with_psi(bank)
+    big = lenses.column("src_r_sersic_arcsec").to_numpy().copy()
+    big[0] = 5.0  # beyond the proposal's 1″: outside the model's validity range
+    mag = lenses.column("src_mag_r").to_pylist()
+    mag[1] = None  # no source magnitude: no ψ
+    lenses = lenses.set_column(lenses.column_names.index("src_r_sersic_arcsec"), "src_r_sersic_arcsec", pa.array(big))
+    lenses = lenses.set_column(lenses.column_names.index("src_mag_r"), "src_mag_r", pa.array(mag, pa.float64()))
+    r = real_lens_validation(lenses, THR, _selection(), training_object_ids=[], models={"t0.5": model})
+    assert r.num_rows == 6 + 3  # no model at t0.9: no per-lens rows there
+    row = _row(r, "t0.5", "all", "per_lens")
+    assert (row["n"], row["n_with_truth"], row["n_outside_grid"], row["n_compared"]) == (12, 11, 1, 10)
+    compared = lenses.slice(2)
+    p = model.probabilities(compared)
+    sd = np.sqrt(np.var(p[1:].sum(axis=1)) + np.sum(p[0] * (1 - p[0])))
+    assert row["n_expected"] == pytest.approx(p[0].sum()) and row["n_expected_sd"] == pytest.approx(sd)
+    detected = int((compared.column("score").to_numpy() > 0.5).sum())
+    assert row["n_detected"] == detected and row["pull"] == pytest.approx((detected - p[0].sum()) / sd)
+    assert _row(r, "t0.5", "all")["n_compared"] == 12  # the cell method needs θ_E and z_l only
+    pulls = [abs(x["pull"]) for x in r.to_pylist() if x["method"] == "per_lens" and x["pull"] is not None]
+    assert largest_pull(r) == (pytest.approx(max(pulls)), "per_lens")
+    with pytest.raises(InputError, match="src_q"):
+        real_lens_validation(lenses.drop_columns(["src_q"]), THR, _selection(), [], models={"t0.5": model})
 
 
 def test_unscorable_rows_other_splits_and_training_lenses():
@@ -143,12 +196,17 @@ def test_with_lens_truth_joins_by_object_id_and_never_fills():
         with_lens_truth(scores, pa.table({"object_id": [1]}))
 
 
-def _mock_lake(tmp_path, c: float):
+def _mock_lake(tmp_path, c: float, bank: pa.Table):
     """A lake with the validation's inputs: 6 test-split and 1 training lens, a 2 x 2 selection
-    function of C = ``c`` everywhere, two thresholds."""
+    function of C = ``c`` everywhere, two thresholds, the scored injection bank ``bank`` and the
+    lenses' host rows in the sweeps; and the known lenses' truth as the mock writes it, ψ those of the
+    bank's first 7 injections."""
+    from darkhaloscope.constants import mag_to_flux
     from lake_platform.lake import Lake
+    from tests.support.injection_lake import write_injection_bank
 
     lake = Lake(str(tmp_path / "lake"))
+    sweep = "sweep-000p000-010p005.fits"
     ids = np.arange(1, 8, dtype=np.int64)
     scores = pa.table(
         {
@@ -160,24 +218,58 @@ def _mock_lake(tmp_path, c: float):
             "valid": [True] * 8,
         }
     )
-    lake.write_table("evaluation", "cutout_scores", scores, partition={"sweep_file": "sweep-000p000-010p005.fits"})
+    lake.write_table("evaluation", "cutout_scores", scores, partition={"sweep_file": sweep})
     lake.write_table("evaluation", "thresholds", THR)
     lake.write_table("evaluation", "selection_function", _selection(c=c, half=0.0))
     lake.write_table("training", "training_set", pa.table({"object_id": np.array([7], np.int64)}))
     lake.write_table(
         "catalog", "positives", pa.table({"object_id": ids, "z_lens": [0.2, 0.5, None, 0.3, 0.6, 0.3, 0.2]})
     )
+    write_injection_bank(lake, bank.append_column("kind", pa.array(["injection"] * bank.num_rows)), THETA_E, Z_L, "b0")
+    psi = {k: bank.column(k).to_numpy()[:7] for k in bank.column_names}
+    lake.write_table(
+        "survey",
+        "sweeps",
+        pa.table(
+            {
+                "object_id": ids,
+                "flux_z": mag_to_flux(psi["lens_mag_z"]),
+                "mw_transmission_z": np.ones(7),
+                "psfsize_r": psi["psf_fwhm_r"],
+                "psfdepth_r": psi["psfdepth_r"],
+            }
+        ),
+        partition={"sweep_file": sweep},
+    )
+    theta_e = np.array([1.0, 2.0, 1.2, 3.5, 1.8, 0.9, 1.0])  # the fourth outside the grid
+
+    def ellipticity(q):
+        return (1 - q) / (1 + q)
+
     truth = pa.table(
         {
             "object_id": ids,
-            "z_lens": [0.2, 0.5, 0.3, 0.3, 0.6, 0.3, 0.2],
-            "theta_e_arcsec": [1.0, 2.0, 1.2, 3.5, 1.8, 0.9, 1.0],  # the fourth outside the grid
+            "z_lens": [0.2, 0.5, 0.3, 0.3, 0.6, 0.3, 0.2],  # 0.5 and 0.6 beyond the bank's lens redshifts
+            "theta_e_arcsec": theta_e,
+            "lens_e1": ellipticity(psi["lens_q"]),
+            "lens_e2": np.zeros(7),
+            "shear_g1": psi["shear_g1"],
+            "shear_g2": psi["shear_g2"],
+            "source_mag_r": psi["src_mag_r"],
+            "source_r_sersic_arcsec": psi["src_r_sersic_arcsec"],
+            "source_n_sersic": psi["src_n_sersic"],
+            "source_e1": np.zeros(7),
+            "source_e2": ellipticity(psi["src_q"]),
+            "source_x_arcsec": np.zeros(7),
+            "source_y_arcsec": -psi["src_beta_frac"] * theta_e,
+            "g_minus_r": psi["src_g_minus_r"],
+            "r_minus_z": psi["src_r_minus_z"],
         }
     )
     return lake, truth
 
 
-def test_the_asset_on_the_mock_uses_the_known_lens_truth_and_warns_on_a_large_pull(tmp_path):
+def test_the_asset_on_the_mock_uses_the_known_lens_truth_and_gates_on_the_per_lens_rows(tmp_path, bank):
     import types
 
     import dagster as dg
@@ -187,7 +279,7 @@ def test_the_asset_on_the_mock_uses_the_known_lens_truth_and_warns_on_a_large_pu
     from resources import LakeResource, SurveyResource
     from tests.support.wap import run_assets
 
-    lake, truth = _mock_lake(tmp_path, c=0.05)
+    lake, truth = _mock_lake(tmp_path, 0.05, bank)
     pq.write_table(truth, tmp_path / "known_lens_truth.parquet")
 
     class TruthSurvey(SurveyResource):
@@ -206,6 +298,7 @@ def test_the_asset_on_the_mock_uses_the_known_lens_truth_and_warns_on_a_large_pu
 
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("sweep_file", ["sweep-000p000-010p005.fits"])
+    instance.add_dynamic_partitions("injection_batch", ["b0"])
     resource = LakeResource(uri=lake.uri)
     resources = {
         "lake": resource,
@@ -217,12 +310,37 @@ def test_the_asset_on_the_mock_uses_the_known_lens_truth_and_warns_on_a_large_pu
     row = _row(table, "t0.5", "all")
     assert (row["n"], row["n_with_truth"], row["n_outside_grid"], row["n_compared"]) == (6, 6, 1, 5)
     assert row["n_detected"] == 3 and row["n_expected"] == pytest.approx(0.25)
+    # tier A at t0.5: 3 of 3 detected against 0.15 ± sqrt(3 · 0.05 · 0.95): a pull of 7.6 from C
+    assert _row(table, "t0.5", "A")["pull"] == pytest.approx((3 - 0.15) / np.sqrt(3 * 0.05 * 0.95))
+    # per lens: the lenses at z_l 0.5 and 0.6 and at θ_E 3.5 are outside the model's range
+    per_lens = _row(table, "t0.5", "all", "per_lens")
+    assert (per_lens["n_with_truth"], per_lens["n_outside_grid"], per_lens["n_compared"]) == (6, 3, 3)
+    assert per_lens["n_detected"] == 2 and 0 < per_lens["n_expected"] < 3
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert checks["real_lens_validation_contract"].passed
-    # tier A at t0.5: 3 of 3 detected against 0.15 ± sqrt(3 · 0.05 · 0.95): a pull of 7.6, warned
+    # the check gates on the per-lens rows, which compare the lenses with their own ψ
     pull = checks["real_lens_validation_pull"]
-    assert not pull.passed and pull.severity == dg.AssetCheckSeverity.WARN
-    assert _row(table, "t0.5", "A")["pull"] == pytest.approx((3 - 0.15) / np.sqrt(3 * 0.05 * 0.95))
+    worst, method = largest_pull(table)
+    assert method == "per_lens" and pull.metadata["method"].value == "per_lens"
+    assert pull.passed == (worst <= 3.0) and pull.severity == dg.AssetCheckSeverity.WARN
+
+
+def test_the_mock_known_lens_truth_maps_to_the_detection_models_parameters(tmp_path, bank):
+    from lenstronomy.Util.param_util import ellipticity2phi_q
+
+    from mock_survey.lenses import known_lens_parameters
+
+    _, truth = _mock_lake(tmp_path, 0.5, bank)
+    truth = truth.set_column(truth.column_names.index("lens_e2"), "lens_e2", pa.array(np.linspace(-0.2, 0.2, 7)))
+    out = known_lens_parameters(truth)
+    for q, (e1, e2) in (("lens_q", ("lens_e1", "lens_e2")), ("src_q", ("source_e1", "source_e2"))):
+        pairs = zip(truth.column(e1).to_pylist(), truth.column(e2).to_pylist())
+        expected = [ellipticity2phi_q(a, b)[1] for a, b in pairs]
+        assert out.column(q).to_numpy() == pytest.approx(expected, rel=1e-12)
+    assert out.column("src_q").to_numpy() == pytest.approx(bank.column("src_q").to_numpy()[:7], rel=1e-12)
+    assert out.column("src_beta_frac").to_numpy() == pytest.approx(bank.column("src_beta_frac").to_numpy()[:7])
+    assert out.column("z_l").to_pylist() == truth.column("z_lens").to_pylist()
+    assert out.column("src_mag_r").to_pylist() == truth.column("source_mag_r").to_pylist()
 
 
 def test_on_a_real_survey_the_truth_is_lenscats_z_lens_and_a_measured_theta_e_by_name(tmp_path):

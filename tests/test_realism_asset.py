@@ -1,5 +1,6 @@
 """The realism_probe asset's choice of truth lenses: the test split's known lenses not in the
-training set, with θ_E from the mock's known-lens truth (lens_assets/realism.py)."""
+training set, with θ_E, the arc's S/N and the source's size and position from the mock's known-lens
+truth (lens_assets/realism.py)."""
 
 from types import SimpleNamespace
 
@@ -33,6 +34,10 @@ def test_truth_lenses_are_unseen_test_split_lenses_with_their_theta_e_and_arc_sn
                 "object_id": pa.array([15, 12, 10, 14], pa.int64()),
                 "theta_e_arcsec": [3.0, 2.0, 1.0, 1.5],
                 "arc_snr": [30.0, 12.0, 5.0, float("nan")],
+                "z_lens": [0.3, 0.4, 0.5, 0.6],
+                **{c: [0.0] * 4 for c in ("lens_e1", "lens_e2", "source_e1", "source_e2", "source_y_arcsec")},
+                "source_r_sersic_arcsec": [0.4, 0.3, 0.2, 0.1],
+                "source_x_arcsec": [0.3, 0.4, 0.5, 0.6],  # β/θ_E 0.1, 0.2, 0.5, 0.4
             }
         ),
         truth_path,
@@ -42,6 +47,9 @@ def test_truth_lenses_are_unseen_test_split_lenses_with_their_theta_e_and_arc_sn
     assert truth.column("object_id").to_pylist() == [10, 12]
     assert truth.column("theta_e_arcsec").to_pylist() == [1.0, 2.0]
     assert truth.column("arc_snr").to_pylist() == [5.0, 12.0]
+    # and the source's size and position the probe also matches on
+    assert truth.column("src_r_sersic_arcsec").to_pylist() == [0.2, 0.3]
+    assert truth.column("src_beta_frac").to_pylist() == [0.5, 0.2]
     assert stamps[:, 0, 0, 0].tolist() == [0.0, 2.0]
     real = SimpleNamespace(is_mock=False)
     truth, stamps = _truth_lenses(ds.dataset(cutouts), ds.dataset(training), real)

@@ -115,6 +115,15 @@ def test_probe_comparison_on_a_finder():
         "same", truth, _stamps(n, 1), injections, images, model, PreprocessSpec(), "cpu", n_boot=N_BOOT
     )
     assert same["matched_on"] == "theta_e_arcsec" and same["n_truth"] == n and same["n_injections"] == n
+    # matched on what both record: the truth's source size is not among the injections' columns
+    sized = truth.append_column("src_r_sersic_arcsec", pa.array(np.full(n, 0.2)))
+    row = probe_comparison(
+        "sized", sized, _stamps(n, 1), injections, images, model, PreprocessSpec(), "cpu", n_boot=N_BOOT
+    )
+    assert row["matched_on"] == "theta_e_arcsec"
+    both = injections.append_column("src_r_sersic_arcsec", pa.array(np.geomspace(0.05, 1.0, 40)))
+    row = probe_comparison("both", sized, _stamps(n, 1), both, images, model, PreprocessSpec(), "cpu", n_boot=N_BOOT)
+    assert row["matched_on"] == "theta_e_arcsec,src_r_sersic_arcsec"
     assert same["ci95_lo"] <= 0.5 <= same["ci95_hi"]
     apart = probe_comparison(
         "apart", truth, _stamps(n, 1, arc=0.5), injections, images, model, PreprocessSpec(), "cpu", n_boot=N_BOOT

@@ -55,6 +55,10 @@ CLOSURE_SCHEMA = pa.schema(
 )
 
 
+#: The detection model's parameters that :func:`with_host_parameters` reads from the host's sweep row.
+HOST_PARAMETERS = ("lens_mag_z", "psf_fwhm_r", "psfdepth_r")
+
+
 def with_host_parameters(hidden: pa.Table, sweeps: ds.Dataset) -> pa.Table:
     """``hidden`` (rows with ``object_id``) with their host's dereddened z magnitude (``lens_mag_z``),
     r-band PSF FWHM (``psf_fwhm_r``, arcsec) and depth (``psfdepth_r``, the sweeps' inverse variance)
@@ -124,6 +128,24 @@ def usable_hidden(hidden: pa.Table, model: DetectionModel, cells: dict, cell: np
     }
 
 
+def per_lens_expectation(p: np.ndarray) -> tuple[float, float]:
+    """(N_pred, sd) of the detections of lenses with P_det ``p`` (replicas, N), row 0 the central
+    fit: N_pred = Σ p₀, sd² = var over the bootstrap replicas of Σ p + Σ p₀ (1 − p₀)."""
+    central = p[0]
+    boot = p[1:].sum(axis=1) if p.shape[0] > 1 else np.zeros(1)
+    return float(central.sum()), float(np.sqrt(np.var(boot) + np.sum(central * (1 - central))))
+
+
+def cell_expectation(cell: np.ndarray, completeness: np.ndarray, sd: np.ndarray) -> tuple[float, float]:
+    """(N_pred, sd) of the detections of lenses in cells ``cell`` (indices into the cells'
+    ``completeness`` C and its ``sd`` σ): N_pred = Σ C, sd² = Σ C (1 − C) + Σ_cells (n_c σ_c)² —
+    a cell's uncertainty is shared by every lens in it."""
+    c = completeness[cell]
+    n_cell = np.bincount(cell, minlength=completeness.size)
+    shared = float(np.sum((n_cell * np.nan_to_num(sd)) ** 2))
+    return float(c.sum()), float(np.sqrt(np.sum(c * (1 - c)) + shared))
+
+
 def _row(name, method, label, lo, hi, n, pred, sd, k) -> dict:
     return {
         "threshold_name": name,
@@ -156,8 +178,7 @@ def closure_table(
     use = usable_hidden(hidden, model, cells, cell)["usable"]
     kept = hidden.filter(pa.array(use))
     p = model.probabilities(kept) if kept.num_rows else np.zeros((1, 0))
-    c_cell, k_cell, rec = cell[use], None, recovered[use]
-    c = cells["completeness"][c_cell]
+    c_cell, rec = cell[use], recovered[use]
     edges = theta_e_edges(theta_e_values)
     b = np.searchsorted(edges, te[use], side="right") - 1
     groups = [(f"[{edges[i]:g}, {edges[i + 1]:g})", edges[i], edges[i + 1], b == i) for i in range(edges.size - 1)]
@@ -165,13 +186,8 @@ def closure_table(
     rows = []
     for label, lo, hi, sel in groups:
         n, k = int(sel.sum()), int(rec[sel].sum())
-        central = float(p[0, sel].sum())
-        boot = p[1:, sel].sum(axis=1) if p.shape[0] > 1 else np.zeros(1)
-        sd = float(np.sqrt(np.var(boot) + np.sum(p[0, sel] * (1 - p[0, sel]))))
+        central, sd = per_lens_expectation(p[:, sel])
         rows.append(_row(model.threshold_name, "per_lens", label, lo, hi, n, central, sd, k))
-        k_cell = np.bincount(c_cell[sel], minlength=cells["completeness"].size)
-        model_var = float(np.sum((k_cell * np.nan_to_num(cells["sd"])) ** 2))
-        pred = float(c[sel].sum())
-        sd_pop = float(np.sqrt(np.sum(c[sel] * (1 - c[sel])) + model_var))
+        pred, sd_pop = cell_expectation(c_cell[sel], cells["completeness"], cells["sd"])
         rows.append(_row(model.threshold_name, "population", label, lo, hi, n, pred, sd_pop, k))
     return pa.Table.from_pylist(rows, schema=CLOSURE_SCHEMA)

@@ -40,6 +40,7 @@ from ..constants import depth_mag_from_psfdepth
 from ..errors import InputError
 from ..lensing.priors import PriorRegistry
 from ..seeding import rng_for
+from .thresholds import usable_thresholds
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,13 @@ RELIABILITY_EDGES = np.linspace(0.0, 1.0, 11)
 
 def feature_values(columns: dict) -> np.ndarray:
     """(N, len(FEATURES)) model inputs from raw PARAMETERS columns (dict of arrays or a table)."""
-    get = (lambda c: columns.column(c).to_numpy(zero_copy_only=False)) if isinstance(columns, pa.Table) else columns.get
+    if isinstance(columns, pa.Table):
+        names = set(columns.column_names)
+
+        def get(c):
+            return columns.column(c).to_numpy(zero_copy_only=False) if c in names else None
+    else:
+        get = columns.get
     out = []
     for f in FEATURES:
         raw = [get(c) for c in f.columns]
@@ -230,6 +237,21 @@ def fit_detection_model(
         n_hosts,
         int(y.sum()),
     )
+
+
+def detection_models(
+    injections: pa.Table, thresholds: pa.Table, proposal: PriorRegistry, theta_e_edges, n_bootstrap: int = N_BOOTSTRAP
+) -> tuple[dict[str, DetectionModel], dict[str, str]]:
+    """({threshold name: model}, {threshold name: why no model}) at every usable threshold
+    (:func:`fit_detection_model`): a threshold every valid injection passes, or none does, has no
+    model and is named with the reason."""
+    models, not_fitted = {}, {}
+    for name, value in usable_thresholds(thresholds):
+        try:
+            models[name] = fit_detection_model(injections, name, value, proposal, theta_e_edges, n_bootstrap)
+        except InputError as exc:
+            not_fitted[name] = str(exc)
+    return models, not_fitted
 
 
 def cross_validated(injections: pa.Table, threshold: float) -> dict:

@@ -5,10 +5,11 @@ The finder trains on injections of the project's engine (``darkhaloscope.lensing
 must find are drawn otherwise (on the mock by an independent renderer, ``mock_survey.truth_render``;
 on DR10 by nature). A cross-validated logistic regression on the penultimate-layer features
 (``training.inference.stamp_features``) of truth lenses against injections matched to them in
-Einstein radius (and arc S/N where the truth records it) measures how far apart the two are in the
-space the finder decides in: AUROC 0.5 means the finder cannot tell them apart, AUROC near 1 that
-its training set is a different world from the one it is applied to (the seed study's linear probe
-separated real lenses from its injections at AUROC 0.997).
+Einstein radius and — where both record them — arc S/N and the source's half-light radius and
+position measures how far apart the two are in the space the finder decides in: AUROC 0.5 means the
+finder cannot tell them apart, AUROC near 1 that its training set is a different world from the one
+it is applied to (the seed study's linear probe separated real lenses from its injections at AUROC
+0.997).
 
 The AUROC is of the out-of-fold probabilities (each row scored by a probe fitted on the other
 folds: a probe scored on its own fit measures memorisation); its 95 % interval is a percentile
@@ -33,11 +34,20 @@ PROBE_FOLDS = 5
 PROBE_BOOTSTRAP_RESAMPLES = 1000
 #: A probe AUROC above this warns: the finder's representation separates the two worlds.
 PROBE_WARN_AUROC = 0.70
-#: The matching variables and how each is compared: θ_E linearly (arcsec), the arc S/N in log
-#: (a factor two matters alike at S/N 10 and 100).
 #: Arc S/N below which arcs are matched as equal (an arc of S/N 0 has no logarithm).
 ARC_SNR_FLOOR = 0.1
-MATCH_TRANSFORMS = {"theta_e_arcsec": lambda v: v, "arc_snr": lambda v: np.log10(np.maximum(v, ARC_SNR_FLOOR))}
+#: The matching variables and how each is compared: θ_E linearly (arcsec), the arc S/N and the
+#: source's half-light radius in log (a factor two matters alike at S/N 10 and 100, at 0.05″ and
+#: 0.5″), the source's offset β/θ_E linearly. The source's size and position are matched because
+#: the injection proposal spreads them far wider than any lens sample (doubles beyond the caustic,
+#: sources of 0.03″): matched on θ_E and S/N alone, a probe tells arcs from doubles, which is the
+#: population, not the realism of the rendering.
+MATCH_TRANSFORMS = {
+    "theta_e_arcsec": lambda v: v,
+    "arc_snr": lambda v: np.log10(np.maximum(v, ARC_SNR_FLOOR)),
+    "src_r_sersic_arcsec": np.log10,
+    "src_beta_frac": lambda v: v,
+}
 
 REALISM_SCHEMA = pa.schema(
     [
@@ -195,7 +205,8 @@ def probe_comparison(
     truth: the truth lenses, one row per stamp of ``truth_images`` (N, 3, H, W) nmgy, with those
     of the MATCH_TRANSFORMS columns the truth records; injections: rows of the injection bank
     (``injection_id``, ``host_object_id``, the matching columns; failed renders left out by the
-    caller), matched to the truth one to one (:func:`match_injections`); ``injection_images(ids)``
+    caller), matched to the truth one to one (:func:`match_injections`) on the MATCH_TRANSFORMS
+    columns both record; ``injection_images(ids)``
     returns their stamps in the order of ``ids``. Features come from the finder ``model`` with its
     checkpoint ``spec`` (:func:`training.inference.stamp_features`); rows without valid features
     leave the probe. With fewer than PROBE_FOLDS rows of a class (or injection hosts) the AUROC is
@@ -203,7 +214,7 @@ def probe_comparison(
     """
     from ..training.inference import stamp_features
 
-    on = [n for n in MATCH_TRANSFORMS if n in truth.column_names]
+    on = [n for n in MATCH_TRANSFORMS if n in truth.column_names and n in injections.column_names]
     picked = injections.take(pa.array(match_injections(truth, injections, on, seed_key), pa.int64()))
     ids = picked.column("injection_id").to_pylist()
     truth_f, truth_ok, _ = stamp_features(model, spec, truth_images, device=device)

@@ -1,14 +1,25 @@
 """Real-lens validation: the known lenses held out from training, detected against the number the
-selection function C(θ_E, z_l) predicts at their Einstein radii and lens redshifts.
+selection function predicts for them.
 
-Each held-out lens with both θ_E and z_l is given the completeness of the grid cell that holds it
-(the nearest cell centre on the grid's product of bins). A lens outside the grid's outer edges, or
-in a cell the selection function marks insufficient (or that has no valid injection), is counted
-apart and never given a value. The expected count is E = Σ_i C_i over the compared lenses; its
-variance is the binomial term Σ_i C_i (1 − C_i) plus the cells' own uncertainty, which is shared
-by every lens in a cell: Σ_cells (k_cell σ_cell)², σ_cell the half-width of the cell's 68 %
-interval (the population method of :func:`darkhaloscope.evaluation.closure.closure_table`). The
-pull is (k − E) / sd, k the compared lenses detected.
+Two predictions per usable threshold, each in rows of its own ``method``:
+
+- ``method = 'cell'``: each held-out lens with both θ_E and z_l is given the completeness of the
+  grid cell of C(θ_E, z_l) that holds it (the nearest cell centre on the grid's product of bins). A
+  lens outside the grid's outer edges, or in a cell the selection function marks insufficient (or
+  that has no valid injection), is counted apart and never given a value. E = Σ_i C_i over the
+  compared lenses, sd² = Σ_i C_i (1 − C_i) + Σ_cells (k_cell σ_cell)², σ_cell the half-width of the
+  cell's 68 % interval (:func:`darkhaloscope.evaluation.closure.cell_expectation`). C is averaged
+  over the injection proposal's sources, so this compares the lenses with the proposal's source
+  population, not their own: a discovered sample of bright arcs is found more often than it
+  predicts.
+- ``method = 'per_lens'``, where the truth carries each lens's ψ (the mock: lens, source and the
+  host's observing conditions, :data:`darkhaloscope.evaluation.detection.PARAMETERS`): E = Σ_i
+  P_det(ψ_i), the detection model at each lens's own parameters, sd² from the model's host
+  bootstrap and the binomial draw (:func:`darkhaloscope.evaluation.closure.per_lens_expectation`);
+  a lens outside the model's validity range is counted apart (``n_outside_grid``), never
+  extrapolated. On a real survey no known lens carries its source's ψ and there are no such rows.
+
+The pull is (k − E) / sd, k the compared lenses detected.
 
 On the mock the θ_E and z_l are the known lenses' truth; on a real survey z_l is lenscat's and θ_E,
 which lenscat does not carry, comes from a table of measured radii by lenscat name
@@ -17,13 +28,15 @@ which lenscat does not carry, comes from a table of measured radii by lenscat na
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
+from .closure import cell_expectation, per_lens_expectation
+from .detection import DetectionModel, feature_values
 from .recall import held_out_lenses, tier_groups
 from .thresholds import require_columns, usable_thresholds
 
@@ -32,6 +45,7 @@ VALIDATION_SCHEMA = pa.schema(
     [
         ("threshold_name", pa.string()),
         ("threshold", pa.float64()),
+        ("method", pa.string()),
         ("tier", pa.string()),
         ("n", pa.int64()),
         ("n_with_truth", pa.int64()),
@@ -44,6 +58,9 @@ VALIDATION_SCHEMA = pa.schema(
         ("pull", pa.float64()),
     ]
 )
+
+#: Prediction methods of :func:`real_lens_validation`, most specific first (the check gates on it).
+METHODS = ("per_lens", "cell")
 
 #: Columns of the selection function a lookup needs (``selection.SELECTION_SCHEMA``).
 SELECTION_COLUMNS = (
@@ -67,15 +84,18 @@ def _floats(table: pa.Table, column: str, what: str) -> np.ndarray:
     return np.asarray(pc.fill_null(col.cast(pa.float64()), np.nan).to_numpy(zero_copy_only=False), np.float64)
 
 
-def with_lens_truth(real_scores: pa.Table, truth: pa.Table, what: str = "lens truth") -> pa.Table:
-    """``real_scores`` with ``theta_e_arcsec`` [arcsec] and ``z_l`` of each lens from ``truth``.
+def with_lens_truth(
+    real_scores: pa.Table, truth: pa.Table, what: str = "lens truth", parameters: Sequence[str] = ()
+) -> pa.Table:
+    """``real_scores`` with ``theta_e_arcsec`` [arcsec], ``z_l`` and the ``parameters`` columns
+    (e.g. the source's ψ, in ``truth``'s units) of each lens from ``truth``.
 
-    ``truth``: ``object_id``, ``z_lens`` and optionally ``theta_e_arcsec`` (lenscat has no Einstein
-    radius: without the column every θ_E is null). A lens ``truth`` lacks gets nulls, never a value.
-    Raises InputError naming the column when one is missing or not numeric, or when ``truth``
-    repeats an object id.
+    ``truth``: ``object_id``, ``z_lens``, optionally ``theta_e_arcsec`` (lenscat has no Einstein
+    radius: without the column every θ_E is null) and ``parameters``. A lens ``truth`` lacks gets
+    nulls, never a value. Raises InputError naming the column when one is missing or not numeric,
+    or when ``truth`` repeats an object id.
     """
-    require_columns(truth, ("object_id", "z_lens"), what)
+    require_columns(truth, ("object_id", "z_lens", *parameters), what)
     ids = truth.column("object_id").to_pylist()
     if len(set(ids)) != len(ids):
         raise InputError(f"{what}: column 'object_id' repeats values")
@@ -89,7 +109,10 @@ def with_lens_truth(real_scores: pa.Table, truth: pa.Table, what: str = "lens tr
         out = np.where(known, values[np.maximum(idx, 0)] if values.size else np.nan, np.nan)
         return pa.array(out, pa.float64(), mask=~np.isfinite(out))
 
-    return real_scores.append_column("theta_e_arcsec", pick(te)).append_column("z_l", pick(z))
+    out = real_scores.append_column("theta_e_arcsec", pick(te)).append_column("z_l", pick(z))
+    for column in parameters:
+        out = out.append_column(column, pick(_floats(truth, column, what)))
+    return out
 
 
 def read_theta_e_table(path: str) -> pa.Table:
@@ -170,12 +193,18 @@ def cell_index(theta_e: np.ndarray, z_l: np.ndarray, cells: dict[str, np.ndarray
     return np.where(hit.any(axis=1), hit.argmax(axis=1), -1)
 
 
-def _expectation(cell: np.ndarray, cells: dict[str, np.ndarray]) -> tuple[float, float]:
-    """(E, sd) of the detections of lenses in cells ``cell`` (all usable)."""
-    c = cells["completeness"][cell]
-    k_cell = np.bincount(cell, minlength=cells["completeness"].size)
-    shared = float(np.sum((k_cell * cells["sd"]) ** 2))
-    return float(c.sum()), float(np.sqrt(np.sum(c * (1.0 - c)) + shared))
+def _row(name: str, thr: float, method: str, label: str, counts: dict, k: int, e, sd) -> dict:
+    return {
+        "threshold_name": name,
+        "threshold": thr,
+        "method": method,
+        "tier": label,
+        **counts,
+        "n_detected": k,
+        "n_expected": e,
+        "n_expected_sd": sd,
+        "pull": (k - e) / sd if counts["n_compared"] and sd > 0 else None,
+    }
 
 
 def real_lens_validation(
@@ -184,21 +213,26 @@ def real_lens_validation(
     selection: pa.Table,
     training_object_ids: Iterable,
     split: str | None = "test",
+    models: Mapping[str, DetectionModel] | None = None,
 ) -> pa.Table:
-    """Held-out real lenses detected against the selection function's expectation, per tier
-    ('A', 'B', 'all') and usable threshold (:data:`VALIDATION_SCHEMA`).
+    """Held-out real lenses detected against the selection function's expectation, per method,
+    tier ('A', 'B', 'all') and usable threshold (:data:`VALIDATION_SCHEMA`).
 
     Parameters
     ----------
     lenses : ``object_id``, ``tier``, ``split``, ``score``, ``valid`` and the truth
-        ``theta_e_arcsec`` [arcsec] and ``z_l`` (null or NaN where unknown; :func:`with_lens_truth`).
+        ``theta_e_arcsec`` [arcsec] and ``z_l`` (null or NaN where unknown; :func:`with_lens_truth`);
+        with ``models``, also the detection model's PARAMETERS.
     thresholds : table from :func:`thresholds_from_negatives`.
     selection : the ``selection_function`` table (:data:`SELECTION_COLUMNS`).
     training_object_ids : every object id the model saw in training (refused, named, if evaluated).
     split : evaluate only the rows of this split; None evaluates every row.
+    models : {threshold name: detection model} (``detection.detection_models``): adds the
+        ``per_lens`` rows of the thresholds it has a model for.
 
-    ``n``: scorable lenses; ``n_with_truth``: of them, with both θ_E and z_l; ``n_outside_grid`` and
-    ``n_insufficient_cell``: of those, counted apart; ``n_compared``: the rest, of which
+    ``n``: scorable lenses; ``n_with_truth``: of them, with the truth the method needs (θ_E and z_l;
+    every parameter for ``per_lens``); ``n_outside_grid`` (outside the grid, or the model's validity
+    range) and ``n_insufficient_cell``: of those, counted apart; ``n_compared``: the rest, of which
     ``n_detected`` score above the threshold. ``n_expected``, ``n_expected_sd`` and ``pull`` are
     null when no lens is compared (``pull`` also when the sd is 0).
     """
@@ -212,6 +246,11 @@ def real_lens_validation(
         if bad.size:
             raise InputError(f"{what}: column {column!r} has negative value(s) {bad[:5].tolist()}")
     truth = usable & np.isfinite(te) & np.isfinite(zl)
+    passed = np.where(usable, score, -np.inf)
+    if models:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = feature_values(kept)
+        psi_known = usable & np.all(np.isfinite(x), axis=1)
     rows = []
     for name, thr in usable_thresholds(thresholds):
         cells = _cells(selection, name)
@@ -219,32 +258,46 @@ def real_lens_validation(
         outside = truth & (cell < 0)
         insufficient = truth & (cell >= 0) & ~cells["usable"][np.maximum(cell, 0)]
         compared = truth & ~outside & ~insufficient
-        detected = compared & (np.where(usable, score, -np.inf) > thr)
         for label, group in tier_groups(tier):
             sel = group & compared
-            n_cmp = int(sel.sum())
-            e, sd = _expectation(cell[sel], cells) if n_cmp else (None, None)
-            k = int((group & detected).sum())
-            rows.append(
-                {
-                    "threshold_name": name,
-                    "threshold": thr,
-                    "tier": label,
-                    "n": int((group & usable).sum()),
-                    "n_with_truth": int((group & truth).sum()),
-                    "n_outside_grid": int((group & outside).sum()),
-                    "n_insufficient_cell": int((group & insufficient).sum()),
-                    "n_compared": n_cmp,
-                    "n_detected": k,
-                    "n_expected": e,
-                    "n_expected_sd": sd,
-                    "pull": (k - e) / sd if n_cmp and sd > 0 else None,
-                }
-            )
+            counts = {
+                "n": int((group & usable).sum()),
+                "n_with_truth": int((group & truth).sum()),
+                "n_outside_grid": int((group & outside).sum()),
+                "n_insufficient_cell": int((group & insufficient).sum()),
+                "n_compared": int(sel.sum()),
+            }
+            e, sd = cell_expectation(cell[sel], cells["completeness"], cells["sd"]) if sel.any() else (None, None)
+            rows.append(_row(name, thr, "cell", label, counts, int((sel & (passed > thr)).sum()), e, sd))
+        model = (models or {}).get(name)
+        if model is None:
+            continue
+        in_range = psi_known & ~model.outside_support(np.where(psi_known[:, None], x, 0.0))
+        p = np.zeros((len(model.estimators), kept.num_rows))
+        if in_range.any():
+            p[:, in_range] = model.probabilities(kept.filter(pa.array(in_range)))
+        for label, group in tier_groups(tier):
+            sel = group & in_range
+            counts = {
+                "n": int((group & usable).sum()),
+                "n_with_truth": int((group & psi_known).sum()),
+                "n_outside_grid": int((group & psi_known & ~in_range).sum()),
+                "n_insufficient_cell": 0,
+                "n_compared": int(sel.sum()),
+            }
+            e, sd = per_lens_expectation(p[:, sel]) if sel.any() else (None, None)
+            rows.append(_row(name, thr, "per_lens", label, counts, int((sel & (passed > thr)).sum()), e, sd))
     return pa.Table.from_pylist(rows, schema=VALIDATION_SCHEMA)
 
 
-def largest_pull(table: pa.Table) -> float | None:
-    """The largest |pull| of a :func:`real_lens_validation` table (None when no row has one)."""
-    pulls = [abs(p) for p in table.column("pull").to_pylist() if p is not None]
-    return max(pulls) if pulls else None
+def largest_pull(table: pa.Table) -> tuple[float | None, str | None]:
+    """(largest |pull|, method) over the rows of the most specific method a
+    :func:`real_lens_validation` table holds (:data:`METHODS`: ``per_lens`` where the truth carried
+    ψ, else ``cell``); (None, None) when no such row has a pull."""
+    present = set(table.column("method").to_pylist())
+    for method in METHODS:
+        if method in present:
+            rows = table.filter(pc.equal(table.column("method"), method))
+            pulls = [abs(p) for p in rows.column("pull").to_pylist() if p is not None]
+            return (max(pulls), method) if pulls else (None, method)
+    return None, None
