@@ -31,7 +31,7 @@ def print_demo_summary(lake, seconds: float) -> None:
     print("\nReal-lens recall by tier (test split):")
     cols, rows = run_query(lake, DEMO_RECALL_SQL)
     print(format_rows(cols, rows))
-    print("\nReal lenses detected against C(θ_E, z_l) at their truth (test split):")
+    print("\nReal lenses detected against the prediction: per_lens P_det at their ψ, cell C(θ_E, z_l) (test split):")
     cols, rows = run_query(lake, DEMO_VALIDATION_SQL)
     print(format_rows(cols, rows))
     print("\nTop 10 search candidates:")
