@@ -28,6 +28,7 @@ which lenscat does not carry, comes from a table of measured radii by lenscat na
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -207,6 +208,29 @@ def _row(name: str, thr: float, method: str, label: str, counts: dict, k: int, e
     }
 
 
+def _cell_expectation_of(cell: np.ndarray, cells: dict[str, np.ndarray], sel: np.ndarray) -> tuple[float, float]:
+    return cell_expectation(cell[sel], cells["completeness"], cells["sd"])
+
+
+def _tier_rows(name: str, thr: float, method: str, tier, masks: dict, passed: np.ndarray, expect) -> list[dict]:
+    """The rows of one threshold and method, one per tier group: ``masks`` (N,) bool ``usable``,
+    ``truth``, ``outside``, ``insufficient`` and ``compared`` lenses; ``passed`` their scores (−∞
+    where unusable); ``expect(sel)`` the (E, sd) of the compared lenses ``sel``."""
+    rows = []
+    for label, group in tier_groups(tier):
+        sel = group & masks["compared"]
+        counts = {
+            "n": int((group & masks["usable"]).sum()),
+            "n_with_truth": int((group & masks["truth"]).sum()),
+            "n_outside_grid": int((group & masks["outside"]).sum()),
+            "n_insufficient_cell": int((group & masks["insufficient"]).sum()),
+            "n_compared": int(sel.sum()),
+        }
+        e, sd = expect(sel) if sel.any() else (None, None)
+        rows.append(_row(name, thr, method, label, counts, int((sel & (passed > thr)).sum()), e, sd))
+    return rows
+
+
 def real_lens_validation(
     lenses: pa.Table,
     thresholds: pa.Table,
@@ -257,18 +281,10 @@ def real_lens_validation(
         cell = np.where(truth, cell_index(np.nan_to_num(te), np.nan_to_num(zl), cells), -1)
         outside = truth & (cell < 0)
         insufficient = truth & (cell >= 0) & ~cells["usable"][np.maximum(cell, 0)]
-        compared = truth & ~outside & ~insufficient
-        for label, group in tier_groups(tier):
-            sel = group & compared
-            counts = {
-                "n": int((group & usable).sum()),
-                "n_with_truth": int((group & truth).sum()),
-                "n_outside_grid": int((group & outside).sum()),
-                "n_insufficient_cell": int((group & insufficient).sum()),
-                "n_compared": int(sel.sum()),
-            }
-            e, sd = cell_expectation(cell[sel], cells["completeness"], cells["sd"]) if sel.any() else (None, None)
-            rows.append(_row(name, thr, "cell", label, counts, int((sel & (passed > thr)).sum()), e, sd))
+        masks = {"usable": usable, "truth": truth, "outside": outside, "insufficient": insufficient}
+        masks["compared"] = truth & ~outside & ~insufficient
+        expect = partial(_cell_expectation_of, cell, cells)
+        rows += _tier_rows(name, thr, "cell", tier, masks, passed, expect)
         model = (models or {}).get(name)
         if model is None:
             continue
@@ -276,17 +292,9 @@ def real_lens_validation(
         p = np.zeros((len(model.estimators), kept.num_rows))
         if in_range.any():
             p[:, in_range] = model.probabilities(kept.filter(pa.array(in_range)))
-        for label, group in tier_groups(tier):
-            sel = group & in_range
-            counts = {
-                "n": int((group & usable).sum()),
-                "n_with_truth": int((group & psi_known).sum()),
-                "n_outside_grid": int((group & psi_known & ~in_range).sum()),
-                "n_insufficient_cell": 0,
-                "n_compared": int(sel.sum()),
-            }
-            e, sd = per_lens_expectation(p[:, sel]) if sel.any() else (None, None)
-            rows.append(_row(name, thr, "per_lens", label, counts, int((sel & (passed > thr)).sum()), e, sd))
+        masks = {"usable": usable, "truth": psi_known, "outside": psi_known & ~in_range, "compared": in_range}
+        masks["insufficient"] = np.zeros_like(in_range)
+        rows += _tier_rows(name, thr, "per_lens", tier, masks, passed, lambda sel, p=p: per_lens_expectation(p[:, sel]))
     return pa.Table.from_pylist(rows, schema=VALIDATION_SCHEMA)
 
 
