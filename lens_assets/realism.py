@@ -29,7 +29,13 @@ from darkhaloscope.evaluation.ablation import (
     truth_detections,
 )
 from darkhaloscope.evaluation.products import ablation_html
-from darkhaloscope.evaluation.realism import PROBE_WARN_AUROC, probe_comparison, probe_warns, realism_table
+from darkhaloscope.evaluation.realism import (
+    MATCH_TRANSFORMS,
+    PROBE_WARN_AUROC,
+    probe_comparison,
+    probe_warns,
+    realism_table,
+)
 from darkhaloscope.evaluation.scoring import published_lens_finder
 from darkhaloscope.stamps import from_tensor_column
 from darkhaloscope.training.gates import GATES
@@ -41,8 +47,8 @@ from .evaluation import injection_images
 from .shared.publish import Publish, file_link, inputs, lake_asset, staged_table
 from .training import TRAINER_COMMAND, run_folder, trainer_extras
 
-#: The known-lens truth the probe matches injections on (``realism.MATCH_TRANSFORMS``).
-MATCHED_TRUTH = ("theta_e_arcsec", "arc_snr", "src_r_sersic_arcsec", "src_beta_frac")
+#: The known-lens truth the probe matches injections on.
+MATCHED_TRUTH = tuple(MATCH_TRANSFORMS)
 
 
 def _truth_lenses(cutouts: ds.Dataset, training_set: ds.Dataset, survey: SurveyResource) -> tuple[pa.Table, np.ndarray]:

@@ -28,7 +28,6 @@ which lenscat does not carry, comes from a table of measured radii by lenscat na
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -208,10 +207,6 @@ def _row(name: str, thr: float, method: str, label: str, counts: dict, k: int, e
     }
 
 
-def _cell_expectation_of(cell: np.ndarray, cells: dict[str, np.ndarray], sel: np.ndarray) -> tuple[float, float]:
-    return cell_expectation(cell[sel], cells["completeness"], cells["sd"])
-
-
 def _tier_rows(name: str, thr: float, method: str, tier, masks: dict, passed: np.ndarray, expect) -> list[dict]:
     """The rows of one threshold and method, one per tier group: ``masks`` (N,) bool ``usable``,
     ``truth``, ``outside``, ``insufficient`` and ``compared`` lenses; ``passed`` their scores (−∞
@@ -283,12 +278,19 @@ def real_lens_validation(
         insufficient = truth & (cell >= 0) & ~cells["usable"][np.maximum(cell, 0)]
         masks = {"usable": usable, "truth": truth, "outside": outside, "insufficient": insufficient}
         masks["compared"] = truth & ~outside & ~insufficient
-        expect = partial(_cell_expectation_of, cell, cells)
-        rows += _tier_rows(name, thr, "cell", tier, masks, passed, expect)
+        rows += _tier_rows(
+            name,
+            thr,
+            "cell",
+            tier,
+            masks,
+            passed,
+            lambda sel, c=cell, d=cells: cell_expectation(c[sel], d["completeness"], d["sd"]),
+        )
         model = (models or {}).get(name)
         if model is None:
             continue
-        in_range = psi_known & ~model.outside_support(np.where(psi_known[:, None], x, 0.0))
+        in_range = psi_known & ~model.outside_support(x)  # a non-finite ψ is outside too
         p = np.zeros((len(model.estimators), kept.num_rows))
         if in_range.any():
             p[:, in_range] = model.probabilities(kept.filter(pa.array(in_range)))
