@@ -1,18 +1,19 @@
 """Benchmark: the injection bank rendered and scored in one streamed pass
-(``evaluation.injection_scoring.render_and_score``: no stamp stored) against today's path in the
-same run: ``render_injection_batch``, the bank's rows with their injected stamps and controls
-written to a lake partition (``Lake.write_table``: zstd Parquet, as the ``injection_bank`` asset
-commits it), read back and scored by ``score_batches`` (injections, then controls), as the
-``injection_scores`` asset does.
+(``evaluation.injection_scoring.render_and_score``: no stamp stored; the ``injections`` asset's
+pass) against the stored path it replaced, in the same run: ``render_injection_batch``, the bank's
+rows with their injected stamps and controls written to a lake partition (``Lake.write_table``:
+zstd Parquet), read back and scored by ``score_batches`` (injections, then controls). A third
+pass, the stored path with the lake left out (its rows scored from memory), measures what storing
+costs: ``in_memory_over_stored`` is about the most a pass that stores nothing can gain.
 
-Both passes score with the profile's lens finder (untrained weights: the cost is the
+The passes score with the profile's lens finder (untrained weights: the cost is the
 architecture's): ``demo``, one strided ResNet on the 49 px crop; ``full``, the stacked ensemble of
 its two members; each member's logit averaged over the profile's dihedral views. The tasks are
 drawn from the bank's priors onto synthetic 101 px hosts (``bench_training.synthetic_hosts``), a
-batch of ``--n`` injections on ``--hosts`` hosts (each host's control scored once, as both paths do).
+batch of ``--n`` injections on ``--hosts`` hosts (each host's control scored once, as every pass does).
 Neither side times what both do alike (loading the host stamps, the bank's audits, committing the
-score rows). After a warm-up of both on a few tasks, each pass runs ``--repeat`` times,
-alternating, and the best of each is kept; the score rows of the two are checked to be the same
+score rows). After a warm-up of the fused and stored passes on a few tasks, each pass runs ``--repeat`` times,
+alternating, and the best of each is kept; the score rows of the three are checked to be the same
 bytes. ``--threads 1`` under ``taskset -c 0`` gives the per-core ratio.
 
     python -m benchmarks.bench_injection_scoring [--n 64] [--hosts 16] [--profile demo] [--threads 1]
@@ -121,7 +122,7 @@ def profile_finder(profile: str, models: dict | None = None) -> tuple[torch.nn.M
 
 
 def lake_writer(folder: str) -> Writer:
-    """Bank partitions committed to a lake under ``folder`` as the ``injection_bank`` asset commits them."""
+    """Bank partitions with their stamps committed to a lake under ``folder`` (``Lake.write_table``)."""
     from lake_platform.lake import Lake
 
     lake = Lake(folder)
@@ -146,7 +147,7 @@ def parquet_writer(folder: str) -> Writer:
 
 
 def stored_pass(tasks, images, invvar, model, spec, device: str, write: Writer) -> pa.Table:
-    """Score rows by today's path: render the batch, store the bank, read it back and score it."""
+    """Score rows by the stored path: render the batch, store the bank, read it back and score it."""
     injected, _, params = render_injection_batch(tasks, images, invvar, device=device)
     bank = write(bank_table(tasks, params, injected, images))
     return pa.Table.from_batches(
@@ -158,9 +159,18 @@ def stored_pass(tasks, images, invvar, model, spec, device: str, write: Writer) 
     )
 
 
+def in_memory_pass(tasks, images, invvar, model, spec, device: str) -> pa.Table:
+    """Score rows by the stored path with the lake left out (the bank's rows scored from memory):
+    rendering and scoring every stamp is all that is left, so ``stored / in_memory`` is about the
+    most any pass that stores no stamp can gain."""
+    return stored_pass(tasks, images, invvar, model, spec, device, ds.dataset)
+
+
 def fused_pass(tasks, images, invvar, model, spec, device: str) -> pa.Table:
     """Score rows by the fused pass."""
-    return pa.Table.from_batches(list(render_and_score(tasks, images, invvar, model, spec, device=device)))
+    return pa.Table.from_batches(
+        [b for chunk in render_and_score(tasks, images, invvar, model, spec, device=device) for b in chunk.scores]
+    )
 
 
 def same_rows(a: pa.Table, b: pa.Table) -> bool:
@@ -182,20 +192,23 @@ def _sync(device: str) -> None:
 
 
 def compare(tasks, images, invvar, model, spec, device: str, write: Writer, repeat: int) -> dict:
-    """Best-of-``repeat`` seconds of both passes on the batch, alternating, after a warm-up of both."""
+    """Best-of-``repeat`` rates of the three passes on the batch, alternating, after a warm-up of
+    the fused and stored ones."""
     few = min(8, tasks.num_rows)
     fused_pass(tasks.slice(0, few), images[:few], invvar[:few], model, spec, device)
     stored_pass(tasks.slice(0, few), images[:few], invvar[:few], model, spec, device, write)
-    best = {"stored": np.inf, "fused": np.inf}
+    passes = {
+        "stored": lambda: stored_pass(tasks, images, invvar, model, spec, device, write),
+        "in_memory": lambda: in_memory_pass(tasks, images, invvar, model, spec, device),
+        "fused": lambda: fused_pass(tasks, images, invvar, model, spec, device),
+    }
+    best = dict.fromkeys(passes, np.inf)
     out = {}
     for _ in range(repeat):
-        for name in ("stored", "fused"):
+        for name, run in passes.items():
             _sync(device)
             t0 = time.perf_counter()
-            if name == "stored":
-                out[name] = stored_pass(tasks, images, invvar, model, spec, device, write)
-            else:
-                out[name] = fused_pass(tasks, images, invvar, model, spec, device)
+            out[name] = run()
             _sync(device)
             best[name] = min(best[name], time.perf_counter() - t0)
     n = tasks.num_rows
@@ -203,8 +216,10 @@ def compare(tasks, images, invvar, model, spec, device: str, write: Writer, repe
         "injections": n,
         "stored_injections_per_s": round(n / best["stored"], 2),
         "fused_injections_per_s": round(n / best["fused"], 2),
+        "in_memory_injections_per_s": round(n / best["in_memory"], 2),
         "fused_over_stored": round(best["stored"] / best["fused"], 3),
-        "same_rows": same_rows(out["stored"], out["fused"]),
+        "in_memory_over_stored": round(best["stored"] / best["in_memory"], 3),
+        "same_rows": same_rows(out["stored"], out["fused"]) and same_rows(out["stored"], out["in_memory"]),
     }
 
 

@@ -1,13 +1,13 @@
-"""Evaluation stage: scores (per sweep file and per injection batch, like their inputs), thresholds
-from held-out negatives, real-lens recall, and the static HTML evaluation report (the selection
-function, detection model and populations are the selection stage's, ``lens_assets/selection.py``).
+"""Evaluation stage: the cutouts' scores (per sweep file, like their input), thresholds from
+held-out negatives, real-lens recall, and the static HTML evaluation report (the selection
+function, detection model and populations are the selection stage's, ``lens_assets/selection.py``;
+the injections' scores are published with the bank that renders them, ``lens_assets/injection.py``).
 
 The score tables are large: they stream from the lens finder into their staged partitions and
 are read downstream as lazy datasets. Scoring reads only the
 published lens finder, which is published only after its blocking gates passed.
 """
 
-import itertools
 import json
 import posixpath
 
@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation import (
     fpr_by_confuser as fpr_table,
 )
@@ -28,10 +27,10 @@ from darkhaloscope.evaluation import (
     usable_thresholds,
 )
 from darkhaloscope.evaluation.ablation import ABLATION_PAGE
+from darkhaloscope.evaluation.injection_scoring import injection_images
 from darkhaloscope.evaluation.products import FIGURES, report_html
 from darkhaloscope.evaluation.scoring import (
     CUTOUT_META,
-    INJECTION_META,
     held_out_negatives,
     injection_rows,
     published_lens_finder,
@@ -41,8 +40,6 @@ from darkhaloscope.imaging.cutout_table import load_stamps
 from darkhaloscope.lensing.bank import table_conditioning
 from darkhaloscope.search.gallery import GALLERY_FILE
 from darkhaloscope.search.grades import published_graded_lens_ids
-from darkhaloscope.stamps import from_tensor_column
-from lake_platform import audits as au
 from resources import ComputeResource, LakeResource, SurveyResource
 from table_registry import (
     CANDIDATE_GALLERY,
@@ -50,7 +47,7 @@ from table_registry import (
     CUTOUTS,
     EVALUATION_REPORT,
     FPR_BY_CONFUSER,
-    INJECTION_BANK,
+    INJECTION_PLAN,
     INJECTION_SCORES,
     LENS_FINDER,
     LENS_FORECAST,
@@ -80,10 +77,10 @@ from .shared.publish import (
     file_link,
     inputs,
     lake_asset,
-    per_partition,
     rows_table,
     staged_table,
 )
+from .shared.scores import score_publication, write_scores
 
 #: Fixed score cuts the thresholds table carries beside the false-positive rates.
 FIXED_SCORES = (0.5, 0.9)
@@ -111,54 +108,8 @@ def cutout_scores(
     with published_lens_finder(lake.lake().table(*LENS_FINDER.key), device) as (model, spec):
         for name, part in zip(names, staged):
             mine = cutouts if len(names) == 1 else cutouts.filter(ds.field(CUTOUTS.partitioned_by) == name)
-            _write_scores(part, score_batches(mine, CUTOUT_META, "image", "cutout", model, spec, device))
-    return _score_publication(CUTOUT_SCORES, checks.CUTOUT_SCORES_CONTRACT, staged, spec, device)
-
-
-@lake_asset(INJECTION_SCORES, ins={"injection_bank": dg.AssetIn(list(INJECTION_BANK.key))}, **SCORE_ASSET)
-def injection_scores(
-    context: dg.AssetExecutionContext, lake: LakeResource, compute: ComputeResource, injection_bank: ds.Dataset
-) -> Publish:
-    """Lens-finder scores of one injection batch: every injection (``kind = injection``; a failed
-    render is unscorable) and its paired control, the same host without the arc (``kind = control``)."""
-    device = compute.torch_device()
-    staged = [staged_table(context, INJECTION_SCORES)]
-    with published_lens_finder(lake.lake().table(*LENS_FINDER.key), device) as (model, spec):
-        _write_scores(
-            staged[0],
-            itertools.chain(
-                *(
-                    score_batches(injection_bank, INJECTION_META, column, kind, model, spec, device)
-                    for column, kind in (("image", "injection"), ("control", "control"))
-                )
-            ),
-        )
-    return _score_publication(INJECTION_SCORES, checks.INJECTION_SCORES_CONTRACT, staged, spec, device)
-
-
-def _write_scores(staged, batches) -> None:
-    first = next(batches, None)
-    if first is None:
-        raise InputError(f"no stamps to score for {staged.label}")
-    staged.write(itertools.chain([first], batches), schema=first.schema)
-
-
-def _score_publication(table: Table, audit: au.Audit, staged: list, spec, device: str) -> Publish:
-    """The staged scores (one or more partitions), their contract refined by the score rules
-    (valid rows scored in [0, 1], invalid ones unscored with a reason) and their metadata."""
-    md = {}
-    for part in staged:
-        rows = part.read(columns=["kind", "valid"])
-        kinds = {str(d["values"]): int(d["counts"]) for d in rows.column("kind").value_counts().to_pylist()}
-        n_invalid = int((~rows.column("valid").to_numpy(zero_copy_only=False)).sum())
-        md[part.label] = {
-            "rows_by_kind": kinds,
-            "n_unscorable": n_invalid,
-            "checkpoint_version": spec.data_version,
-            "device": device,
-        }
-    outcomes = au.combine([au.scores_audit(audit, part.dataset()) for part in staged], [p.label for p in staged])
-    return Publish({table: staged}, audits={table: outcomes}, metadata={table: per_partition(md)})
+            write_scores(part, score_batches(mine, CUTOUT_META, "image", "cutout", model, spec, device))
+    return score_publication(CUTOUT_SCORES, checks.CUTOUT_SCORES_CONTRACT, staged, spec, device)
 
 
 @lake_asset(
@@ -225,7 +176,7 @@ def real_lens_recall(
 
 @lake_asset(
     EVALUATION_REPORT,
-    code_version="9",
+    code_version="10",
     kinds={"html"},
     deps=[_key(VISUAL_GRADES)],
     ins=inputs(
@@ -236,7 +187,7 @@ def real_lens_recall(
         fpr_by_confuser=FPR_BY_CONFUSER,
         cutout_scores=CUTOUT_SCORES,
         injection_scores=INJECTION_SCORES,
-        injection_bank=INJECTION_BANK,
+        injection_plan=INJECTION_PLAN,
         cutouts=CUTOUTS,
         lens_finder=LENS_FINDER,
         selection_closure=SELECTION_CLOSURE,
@@ -257,7 +208,7 @@ def evaluation_report(
     fpr_by_confuser: pa.Table,
     cutout_scores: ds.Dataset,
     injection_scores: ds.Dataset,
-    injection_bank: ds.Dataset,
+    injection_plan: pa.Table,
     cutouts: ds.Dataset,
     lens_finder: pa.Table,
     selection_closure: pa.Table,
@@ -285,7 +236,7 @@ def evaluation_report(
         held_out=held_out_negatives(cut, published_graded_lens_ids(store.table(*VISUAL_GRADES.key))),
         real_test=real_test,
         cutout_stamps=lambda ids: load_stamps(cutouts, ids)[0][0],
-        injection_stamps=lambda ids: injection_images(injection_bank, ids),
+        injection_stamps=lambda ids: injection_images(injection_plan, cutouts, ids),
         lens_finder_row=lens_finder.to_pylist()[0],
         lake_uri=store.uri,
         gallery_uri=_beside_report(store, CANDIDATE_GALLERY, GALLERY_FILE),
@@ -324,21 +275,9 @@ def _beside_report(store, table, name: str) -> str:
     )
 
 
-def injection_images(bank: ds.Dataset, injection_ids) -> dict:
-    """{injection id: stamp (3, H, W) nmgy} of the injection bank's ``image`` for ``injection_ids``."""
-    if not injection_ids:
-        return {}
-    tbl = bank.to_table(
-        columns=["injection_id", "image"],
-        filter=pc.field("injection_id").isin(pa.array(list(injection_ids), pa.int64())),
-    )
-    return dict(zip(tbl.column("injection_id").to_pylist(), from_tensor_column(tbl.column("image"))))
-
-
 evaluation_defs = dg.Definitions(
     assets=[
         cutout_scores,
-        injection_scores,
         thresholds,
         selection_function,
         selection_model,

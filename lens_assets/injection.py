@@ -1,5 +1,6 @@
-"""Injection stage: the (θ_E, z_l) injection plan over held-out lens-like hosts and the injection
-bank (one partition per batch): injected stamps with their paired controls and every parameter.
+"""Injection stage: the (θ_E, z_l) injection plan over held-out lens-like hosts, and per batch the
+injection bank (every parameter of each injection, no stamps) with the lens finder's scores of the
+injections and their paired controls, rendered and scored in one streamed pass.
 
 The ``injection_batch`` partitions are registered from the published plan by this stage's
 ``injection_batch_sensor`` (and by ``dhs`` after it materializes the plan), not by the plan itself.
@@ -12,7 +13,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from darkhaloscope.errors import InputError
-from darkhaloscope.imaging.cutout_table import load_stamps
+from darkhaloscope.evaluation.injection_scoring import host_stamps, render_and_score
+from darkhaloscope.evaluation.scoring import published_lens_finder
 from darkhaloscope.lensing.bank import (
     HOST_DERIVED,
     InjectionConfig,
@@ -40,16 +42,20 @@ from table_registry import (
     CUTOUTS,
     INJECTION_BANK,
     INJECTION_PLAN,
+    INJECTION_SCORES,
+    LENS_FINDER,
     PHOTO_Z,
     SPECTRA,
     SWEEPS,
     VISUAL_GRADES,
 )
+from table_registry import evaluation as evaluation_checks
 from table_registry import injection as checks
 
 from .shared.partitions import injection_batch_change
 from .shared.progress import report_progress
-from .shared.publish import Publish, lake_asset
+from .shared.publish import Publish, lake_asset, staged_table
+from .shared.scores import score_outcomes, write_scores
 
 _GRID = InjectionConfig()
 
@@ -143,56 +149,90 @@ def injection_plan(
 
 @lake_asset(
     INJECTION_BANK,
-    code_version="7",
+    INJECTION_SCORES,
+    code_version="8",
     kinds={"pytorch", "parquet"},
     pool="gpu",
     ins={
         "injection_plan": dg.AssetIn(list(INJECTION_PLAN.key)),
         "cutouts": dg.AssetIn(list(CUTOUTS.key), partition_mapping=dg.AllPartitionMapping()),
     },
+    deps=[dg.AssetKey(list(LENS_FINDER.key))],
 )
-def injection_bank(
+def injections(
     context: dg.AssetExecutionContext,
     lake: LakeResource,
     compute: ComputeResource,
     injection_plan: pa.Table,
     cutouts: ds.Dataset,
 ) -> Publish:
-    """Injected stamps (SIE + shear lensing a Sérsic source, Moffat PSF from the host's PSFSIZE,
-    supersampling 4 × 4 or finer for compact sources; or the lens, source and nuisance models the
-    plan records: DHS_LENS_MODEL, DHS_SOURCE_MODEL, DHS_NUISANCE) and their paired controls (the
-    same host without the arc) for one batch, with every parameter, μ, arc S/N, lensed magnitudes,
-    PSF used and the seed. A tensor table: rendered on the compute device, staged, audited, then
-    published."""
+    """One injection batch rendered and scored in one streamed pass, no stamp stored
+    (``evaluation.injection_scoring.render_and_score``): SIE + shear lensing a Sérsic source,
+    Moffat PSF from the host's PSFSIZE, supersampling 4 × 4 or finer for compact sources (or the
+    lens, source and nuisance models the plan records: DHS_LENS_MODEL, DHS_SOURCE_MODEL,
+    DHS_NUISANCE), on the compute device, each chunk of arcs added to its hosts and scored with the
+    published lens finder with the hosts themselves, the paired controls, as soon as it is rendered.
+    Publishes the bank (every parameter, μ, arc S/N, lensed magnitudes, the arc's measured flux, PSF
+    used and the seed) and the scores of the injections and their controls (a failed render is
+    unscorable). The bank's audits re-render a sample with lenstronomy (the same renderer renders
+    a task alike in any batch); a reader of a few stamps re-renders them
+    (``evaluation.injection_scoring.injection_images``)."""
     key = context.partition_key
     tasks = injection_plan.filter(pc.equal(injection_plan.column("batch"), batch_of_key(key)))
     if tasks.num_rows == 0:
         raise InputError(f"injection batch {key} has no tasks in injection_plan")
-    host_ids = tasks.column("host_object_id").to_numpy()
-    (images, invvar), found = load_stamps(cutouts, host_ids, ("image", "invvar"))
-    if not found.all():
-        raise InputError(f"hosts {host_ids[~found][:5].tolist()} of batch {key} are not in the cutouts table")
+    images, invvar = host_stamps(cutouts, tasks, f"batch {key}")
     device = compute.torch_device()
-    injected, _, params = render_injection_batch(
-        tasks,
-        images,
-        invvar,
-        device=device,
-        progress=lambda done, total: report_progress(context.log, f"injection_bank {key}: {done}/{total} rendered"),
+    staged = [staged_table(context, INJECTION_SCORES)]
+    bank_parts: list[pa.Table] = []
+
+    def score_rows(model, spec):
+        for chunk in render_and_score(
+            tasks,
+            images,
+            invvar,
+            model,
+            spec,
+            device=device,
+            progress=lambda done, total: report_progress(context.log, f"injections {key}: {done}/{total} scored"),
+        ):
+            bank_parts.append(chunk.bank)
+            yield from chunk.scores
+
+    with published_lens_finder(lake.lake().table(*LENS_FINDER.key), device) as (model, spec):
+        write_scores(staged[0], score_rows(model, spec))
+    bank = pa.concat_tables(bank_parts)
+    score_audits, score_md = score_outcomes(
+        INJECTION_SCORES, evaluation_checks.INJECTION_SCORES_CONTRACT, staged, spec, device
     )
-    bank = bank_table(tasks, params, injected, images)
-    ok = params.column("success").to_numpy(zero_copy_only=False)
-    mu = params.column("magnification").to_numpy(zero_copy_only=False)
+    ok = bank.column("success").to_numpy(zero_copy_only=False)
+    mu = bank.column("magnification").to_numpy(zero_copy_only=False)
     md = {"n_failed": int((~ok).sum()), "median_mu": float(np.nanmedian(mu)), "device": device}
     _, z_l_values = plan_grid(injection_plan)
-    audits = bank_audits(bank, z_l_values, plan_proposal(injection_plan))
-    return Publish({INJECTION_BANK: bank}, audits={INJECTION_BANK: audits}, metadata={INJECTION_BANK: md})
+    sample = _agreement_sample(tasks, images, invvar, ok, device)
+    audits = bank_audits(bank, sample, z_l_values, plan_proposal(injection_plan))
+    return Publish(
+        {INJECTION_BANK: bank, INJECTION_SCORES: staged},
+        audits={INJECTION_BANK: audits, INJECTION_SCORES: score_audits},
+        metadata={INJECTION_BANK: md, INJECTION_SCORES: score_md},
+    )
 
 
-def bank_audits(bank: pa.Table, z_l_values, priors: PriorRegistry) -> list[au.AuditOutcome]:
-    """The injection bank's audits on one batch (``z_l_values``: the grid's z_l bin centres;
-    ``priors``: the proposal the plan drew its injections from)."""
-    agreement = lenstronomy_agreement(bank)
+def _agreement_sample(tasks: pa.Table, images, invvar, ok: np.ndarray, device: str, n: int = 3) -> pa.Table:
+    """The stored-stamp bank rows (``lensing.bank.bank_table``) of ``n`` renderable tasks spread
+    evenly over the batch, rendered again on ``device`` for the lenstronomy comparison."""
+    rows = np.flatnonzero(ok)
+    take = rows[np.linspace(0, rows.size - 1, min(n, rows.size)).astype(int)] if rows.size else rows
+    sample = tasks.take(pa.array(take, pa.int64()))
+    injected, _, params = render_injection_batch(sample, images[take], invvar[take], device=device)
+    return bank_table(sample, params, injected, images[take])
+
+
+def bank_audits(bank: pa.Table, sample: pa.Table, z_l_values, priors: PriorRegistry) -> list[au.AuditOutcome]:
+    """The injection bank's audits on one batch (``sample``: a few of its rows with their stamps,
+    the lenstronomy comparison's; ``z_l_values``: the grid's z_l bin centres; ``priors``: the
+    proposal the plan drew its injections from)."""
+    agreement = lenstronomy_agreement(sample)
     physics = physics_problems(bank, priors, skip=HOST_DERIVED)
     outside = hosts_outside_bins(bank, z_l_values)
     return [
@@ -225,4 +265,4 @@ def injection_batch_sensor(context: dg.SensorEvaluationContext, lake: LakeResour
     )
 
 
-injection_defs = dg.Definitions(assets=[injection_plan, injection_bank], sensors=[injection_batch_sensor])
+injection_defs = dg.Definitions(assets=[injection_plan, injections], sensors=[injection_batch_sensor])

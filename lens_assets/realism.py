@@ -28,6 +28,7 @@ from darkhaloscope.evaluation.ablation import (
     stream_injections,
     truth_detections,
 )
+from darkhaloscope.evaluation.injection_scoring import injection_images
 from darkhaloscope.evaluation.products import ablation_html
 from darkhaloscope.evaluation.realism import (
     MATCH_TRANSFORMS,
@@ -40,10 +41,17 @@ from darkhaloscope.evaluation.scoring import published_lens_finder
 from darkhaloscope.stamps import from_tensor_column
 from darkhaloscope.training.gates import GATES
 from resources import ComputeResource, LakeResource, SurveyResource
-from table_registry import CUTOUTS, INJECTION_BANK, LENS_FINDER, REALISM_ABLATION, REALISM_PROBE, TRAINING_SET
+from table_registry import (
+    CUTOUTS,
+    INJECTION_BANK,
+    INJECTION_PLAN,
+    LENS_FINDER,
+    REALISM_ABLATION,
+    REALISM_PROBE,
+    TRAINING_SET,
+)
 from table_registry import evaluation as checks
 
-from .evaluation import injection_images
 from .shared.publish import Publish, file_link, inputs, lake_asset, staged_table
 from .training import TRAINER_COMMAND, run_folder, trainer_extras
 
@@ -81,11 +89,13 @@ def _truth_lenses(cutouts: ds.Dataset, training_set: ds.Dataset, survey: SurveyR
 
 @lake_asset(
     REALISM_PROBE,
-    code_version="3",
+    code_version="4",
     kinds={"pytorch", "parquet"},
     pool="gpu",
     deps=[dg.AssetKey(list(LENS_FINDER.key))],
-    ins=inputs(cutouts=CUTOUTS, injection_bank=INJECTION_BANK, training_set=TRAINING_SET),
+    ins=inputs(
+        cutouts=CUTOUTS, injection_bank=INJECTION_BANK, injection_plan=INJECTION_PLAN, training_set=TRAINING_SET
+    ),
 )
 def realism_probe(
     context: dg.AssetExecutionContext,
@@ -94,6 +104,7 @@ def realism_probe(
     survey: SurveyResource,
     cutouts: ds.Dataset,
     injection_bank: ds.Dataset,
+    injection_plan: pa.Table,
     training_set: ds.Dataset,
 ) -> Publish:
     """A cross-validated logistic regression on the lens finder's penultimate features: truth-world
@@ -113,7 +124,7 @@ def realism_probe(
     device = compute.torch_device()
 
     def stamps(ids):
-        found = injection_images(injection_bank, ids)
+        found = injection_images(injection_plan, cutouts, ids, device)
         return np.stack([found[i] for i in ids]) if ids else np.zeros((0, 3, 1, 1), np.float32)
 
     with published_lens_finder(lake.lake().table(*LENS_FINDER.key), device) as (model, spec):

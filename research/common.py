@@ -15,11 +15,12 @@ import torch
 
 import table_registry as T
 from darkhaloscope.evaluation.headline import HEADLINE_FPR, auroc_of
+from darkhaloscope.evaluation.injection_scoring import host_stamps, injection_images
 from darkhaloscope.evaluation.scoring import held_out_negatives
 from darkhaloscope.evaluation.thresholds import order_statistic_threshold
 from darkhaloscope.search.grades import published_graded_lens_ids
 from darkhaloscope.seeding import rng_for
-from darkhaloscope.stamps import from_tensor_column
+from darkhaloscope.stamps import from_tensor_column, to_tensor_array
 from darkhaloscope.training.preprocess import annulus_stats
 from lake_platform.lake import Lake
 
@@ -47,10 +48,20 @@ def parse_lake_args(ap: argparse.ArgumentParser) -> tuple[argparse.Namespace, La
 
 def bank_table(lake: Lake, columns: tuple = ()) -> pa.Table:
     """The injection bank's successful rows (the selection-function injections, test-split hosts)
-    with ``arc_snr``, ``image``, ``control`` and any more columns named."""
-    columns = list(dict.fromkeys(["success", "arc_snr", "image", "control", *columns]))
+    with ``arc_snr``, ``image`` (the injected stamp, rendered again from its plan row: the bank
+    stores no stamps), ``control`` (the host's cutout) and any more columns named."""
+    columns = list(dict.fromkeys(["success", "arc_snr", "injection_id", *columns]))
     bank = lake.table(*T.INJECTION_BANK.key).read(columns=columns)
-    return bank.filter(bank.column("success"))
+    bank = bank.filter(bank.column("success"))
+    ids = bank.column("injection_id").to_pylist()
+    cutouts = lake.table(*T.CUTOUTS.key).dataset()
+    plan = lake.table(*T.INJECTION_PLAN.key).read()
+    images = injection_images(plan, cutouts, ids)
+    tasks = plan.take(pc.index_in(pa.array(ids, pa.int64()), plan.column("injection_id")))
+    controls, _ = host_stamps(cutouts, tasks, "the bank's controls")
+    return bank.append_column("image", to_tensor_array(np.stack([images[i] for i in ids]))).append_column(
+        "control", to_tensor_array(controls)
+    )
 
 
 def held_out_tables(

@@ -7,7 +7,7 @@ import pyarrow as pa
 from lake_platform.audits import Audit
 from lake_platform.contracts import Column, Contract, Range
 
-from .columns import ARCSEC, BANDS, BOOL, DEG, F64, I64, MAG, NMGY_PIX, PIX, RAD, SPLITS, STAMP, STR, col, optional
+from .columns import ARCSEC, BANDS, BOOL, DEG, F64, I64, MAG, NMGY, PIX, RAD, SPLITS, STR, col, optional
 from .table import Table
 
 #: Partition dimension of the injection bank and its scores (one partition per batch of the plan).
@@ -136,7 +136,8 @@ INJECTION_HOSTS_IN_BIN = Audit(
 INJECTION_BANK = Table(
     "injection",
     "injection_bank",
-    "injected stamps with their paired controls and every parameter, one partition per batch",
+    "every parameter of each injection (no stamps: the bank is rendered and scored in one pass), one partition "
+    "per batch",
     Contract(
         table="injection_bank",
         columns=optional(
@@ -149,8 +150,11 @@ INJECTION_BANK = Table(
                 *(Column(f"arc_snr_{b}", F64, "", f"matched-filter S/N of the arc in {b}") for b in BANDS),
                 *(Column(f"lensed_mag_{b}", F64, MAG, f"magnitude of the lensed arc in {b}") for b in BANDS),
                 Column("n_refined_pixels", pa.int32(), "", "pixels the adaptive supersampling refined"),
-                Column("image", STAMP, NMGY_PIX, "the host's stamp with the arc added [band, y, x]"),
-                Column("control", STAMP, NMGY_PIX, "the paired control: the same host's stamp without the arc"),
+                *(
+                    Column(f"arc_flux_{b}", F64, NMGY, f"flux of the rendered arc in {b}, its pixels summed")
+                    for b in BANDS
+                ),
+                Column("arc_pixels_finite", BOOL, "", "every pixel of the rendered arc is finite"),
             )
         ),
         key=("injection_id",),

@@ -17,7 +17,7 @@ from tests.test_table_columns import check_every_published_column_is_declared
 #: The progress lines long steps write to standard error (the bank's renders, the trainer's epochs,
 #: the search's chunks): the only lines the demo may print there.
 PROGRESS = re.compile(
-    r"^(injection_bank \S+: \d+/\d+ rendered|lens_finder epoch \d+: |search \S+: chunk \d+/\d+ "
+    r"^(injections \S+: \d+/\d+ scored|lens_finder epoch \d+: |search \S+: chunk \d+/\d+ "
     r"|search on Spark: \d+/\d+ tasks done$)"
 )
 

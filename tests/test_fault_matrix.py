@@ -585,9 +585,9 @@ def test_an_asset_whose_input_was_altered_fails_naming_it_and_publishes_nothing(
     import dagster as dg
 
     from io_managers import LakeIOManager
-    from lens_assets.evaluation import cutout_scores, injection_scores, thresholds
+    from lens_assets.evaluation import cutout_scores, thresholds
     from lens_assets.ops import deliver_run_alerts
-    from lens_assets.shared.partitions import injection_batches, sweep_partitions
+    from lens_assets.shared.partitions import sweep_partitions
     from resources import ComputeResource, LakeResource
     from resources.alert_sinks import AlertSinksResource
     from tests.support.wap import published_files, run_assets
@@ -604,9 +604,7 @@ def test_an_asset_whose_input_was_altered_fails_naming_it_and_publishes_nothing(
     }
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(sweep_partitions.name, [SWEEP])
-    instance.add_dynamic_partitions(injection_batches.name, ["batch-00000"])
     assert run_assets([cutout_scores.key], resources, instance, partition_key=SWEEP).success
-    assert run_assets([injection_scores.key], resources, instance, partition_key="batch-00000").success
     part = f"{lake.partition_path('evaluation', 'cutout_scores', {'sweep_file': SWEEP})}/{PART_FILE}"
     data = bytearray(_bytes(lake, part))
     data[len(data) // 3] ^= 0x40

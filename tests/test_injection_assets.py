@@ -1,5 +1,7 @@
-"""injection_plan and injection_bank through Dagster: the bank's audits pass on real renders; a
-batch failing the stamp-flux audit is rejected and the published batch stays byte for byte."""
+"""injection_plan and the injections (the bank and its scores, rendered and scored in one pass)
+through Dagster: the bank's audits pass on real renders, the bank stores no stamp and a stamp
+rendered again is the one scored; a batch failing the stamp-flux audit is rejected and the
+published batch stays byte for byte."""
 
 import dagster as dg
 import numpy as np
@@ -8,6 +10,7 @@ import pytest
 
 import darkhaloscope.lensing.verify as verify
 import lens_assets.injection as injection
+from darkhaloscope.evaluation.injection_scoring import injection_images
 from darkhaloscope.lensing.bank import plan_grid
 from darkhaloscope.stamps import to_tensor_array
 from io_managers import LakeIOManager
@@ -16,9 +19,12 @@ from lake_platform.staging import rejected
 from lens_assets.ops import deliver_run_alerts
 from resources import ComputeResource, LakeResource
 from resources.alert_sinks import AlertSinksResource
+from tests.support.tiny_finder import publish_tiny_finder
 from tests.support.wap import events, published_files, run_alerts, run_assets
 
 SWEEP = "sweep-030m005-035p000.fits"
+#: The two tables the injections asset publishes in one step.
+INJECTIONS = list(injection.injections.keys)
 PLAN = {
     "theta_e_grid": [1.0, 1.5, 0.5],
     "z_l_grid": [0.3, 0.5, 0.2],
@@ -115,6 +121,7 @@ def _plan(tmp_path):
     injection plan and returns its hosts' ids."""
     lake = Lake(str(tmp_path / "lake"))
     _hosts(lake)
+    publish_tiny_finder(lake)
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("sweep_file", [SWEEP])
     resource = LakeResource(uri=lake.uri)
@@ -153,18 +160,49 @@ def test_plan_records_its_grid_and_bank_audits_pass_on_real_renders(planned):
     assert set(tasks.column("host_split").to_pylist()) == {"test"}  # selection-function hosts are unseen
     assert plan_grid(tasks) == ([1.0, 1.5], [0.3, 0.5])
     key = instance.get_dynamic_partitions("injection_batch")[0]
-    bank = run_assets([injection.injection_bank.key], resources, instance, partition_key=key)
+    bank = run_assets(INJECTIONS, resources, instance, partition_key=key)
     assert {e.check_name: e.passed for e in bank.get_asset_check_evaluations()} == {
         "injection_matches_lenstronomy": True,
         "injection_physics_valid": True,
         "injection_hosts_in_bin": True,
+        "injection_scores_contract": True,
     }
     assert lake.exists("injection", "injection_bank", {"injection_batch": key})
+    bank_table = lake.read_table("injection", "injection_bank", {"injection_batch": key})
+    assert not {"image", "control"} & set(bank_table.column_names)  # no stamp stored
+    scores = lake.read_table("evaluation", "injection_scores", {"injection_batch": key})
+    assert sorted(scores.column("kind").value_counts().field(1).to_pylist()) == [bank_table.num_rows] * 2
     # the hosts lie in their bins, at their own redshift, host 1 with its measured VDISP
-    rows = lake.read_table("injection", "injection_bank", {"injection_batch": key}).to_pydict()
+    rows = bank_table.to_pydict()
     for oid, z, zbin, src in zip(rows["host_object_id"], rows["host_z"], rows["z_l_bin"], rows["sigma_v_source"]):
         assert zbin == (0.3 if oid <= 4 else 0.5) and abs(z - zbin) <= 0.011
         assert src == ("measured" if oid == 1 else "relation")
+
+
+def test_a_stamp_rendered_again_is_the_one_the_pass_scored(planned):
+    """The bank stores no stamp: a reader (the realism probe, the report) renders it again from its
+    plan row and host cutout, and the lens finder scores that stamp as the fused pass scored it."""
+    from darkhaloscope.errors import InputError
+    from darkhaloscope.evaluation.scoring import published_lens_finder
+    from darkhaloscope.training.inference import score_with_members
+
+    lake, instance, resources = planned
+    key = instance.get_dynamic_partitions("injection_batch")[0]
+    run_assets(INJECTIONS, resources, instance, partition_key=key)
+    plan, cutouts = lake.read_table("injection", "injection_plan"), lake.table("imaging", "cutouts").dataset()
+    scores = lake.read_table("evaluation", "injection_scores", {"injection_batch": key}).to_pydict()
+    scored = {
+        i: sc
+        for i, k, sc, ok in zip(scores["injection_id"], scores["kind"], scores["score"], scores["valid"])
+        if k == "injection" and ok
+    }
+    ids = sorted(scored)[:4]
+    stamps = injection_images(plan, cutouts, ids)
+    with published_lens_finder(lake.table("training", "lens_finder"), "cpu") as (model, spec):
+        again = score_with_members(model, spec, np.stack([stamps[i] for i in ids]), device="cpu")[0]
+    assert again == pytest.approx([scored[i] for i in ids], abs=1e-6)
+    with pytest.raises(InputError, match=r"injection ids \[-1\] are not in injection_plan"):
+        injection_images(plan, cutouts, [-1])
 
 
 def test_a_bank_with_a_host_outside_its_bin_is_refused(planned):
@@ -177,7 +215,7 @@ def test_a_bank_with_a_host_outside_its_bin_is_refused(planned):
     tampered = tasks.set_column(tasks.schema.get_field_index("z_l_bin"), "z_l_bin", moved)
     lake.write_table("injection", "injection_plan", tampered.replace_schema_metadata(meta))
     key = instance.get_dynamic_partitions("injection_batch")[0]
-    run = run_assets([injection.injection_bank.key], resources, instance, partition_key=key, raise_on_error=False)
+    run = run_assets(INJECTIONS, resources, instance, partition_key=key, raise_on_error=False)
     assert not run.success
     failed = {e.check_name: e for e in run.get_asset_check_evaluations() if not e.passed}
     assert set(failed) == {"injection_hosts_in_bin"}
@@ -218,11 +256,11 @@ def test_hosts_graded_a_lens_are_not_injection_hosts(tmp_path):
 def test_a_batch_failing_the_flux_audit_is_rejected_once_and_the_published_batch_is_kept(planned, monkeypatch):
     lake, instance, resources = planned
     key = instance.get_dynamic_partitions("injection_batch")[0]
-    run_assets([injection.injection_bank.key], resources, instance, partition_key=key)
+    run_assets(INJECTIONS, resources, instance, partition_key=key)
     before = published_files(lake)
 
     monkeypatch.setattr(verify, "FLUX_TOL_MAX", 1e-9)  # no render meets this: the audit must block publication
-    strict = run_assets([injection.injection_bank.key], resources, instance, partition_key=key, raise_on_error=False)
+    strict = run_assets(INJECTIONS, resources, instance, partition_key=key, raise_on_error=False)
     assert not strict.success
     failed = {e.check_name: e for e in strict.get_asset_check_evaluations() if not e.passed}
     assert set(failed) == {"injection_physics_valid"}
@@ -235,10 +273,12 @@ def test_a_batch_failing_the_flux_audit_is_rejected_once_and_the_published_batch
     assert deliver_run_alerts(instance, strict.run_id, sinks) == []  # delivered once, never again
     [alert] = run_alerts(lake, strict.run_id)
     assert (alert["kind"], alert["check"], alert["severity"]) == ("check_failed", "injection_physics_valid", "ERROR")
-    [kept] = rejected(lake)
-    assert (
-        kept["partition"] == {"injection_batch": key} and kept["failed_checks"][0]["check"] == "injection_physics_valid"
-    )
+    # the step's two tables, the bank and its scores, are kept together, rejected for the bank's check
+    kept = rejected(lake)
+    assert sorted(k["table"] for k in kept) == ["evaluation/injection_scores", "injection/injection_bank"]
+    for k in kept:
+        assert k["partition"] == {"injection_batch": key}
+        assert k["failed_checks"][0]["check"] == "injection_physics_valid"
 
 
 def test_another_realisation_is_planned_from_the_launchpad_and_a_bad_one_keeps_the_plan(tmp_path):

@@ -11,7 +11,13 @@ import torch
 from darkhaloscope.errors import InputError
 from darkhaloscope.evaluation.injection_scoring import render_and_score
 from darkhaloscope.evaluation.scoring import INJECTION_META, score_batches
-from darkhaloscope.lensing.bank import InjectionConfig, bank_table, plan_injection_grid, render_injection_batch
+from darkhaloscope.lensing.bank import (
+    InjectionConfig,
+    bank_columns,
+    bank_table,
+    plan_injection_grid,
+    render_injection_batch,
+)
 from darkhaloscope.training.models import build_model
 from darkhaloscope.training.preprocess import PreprocessSpec
 from lake_platform.lake import Lake
@@ -68,12 +74,14 @@ def test_fused_pass_scores_what_the_stored_bank_scores_bit_for_bit(bank, tmp_pat
         ]
     )
     seen = []
-    fused = pa.Table.from_batches(
-        list(
-            render_and_score(tasks, host, iv, model, spec, config=CONFIG, chunk=4, progress=lambda d, t: seen.append(d))
-        )
+    chunks = list(
+        render_and_score(tasks, host, iv, model, spec, config=CONFIG, chunk=4, progress=lambda d, t: seen.append(d))
     )
+    fused = pa.Table.from_batches([b for c in chunks for b in c.scores])
     assert seen == [4, 8, 9]
+    # the bank's rows come with the scores, chunk by chunk: the stored bank's, less its stamps
+    rows = pa.concat_tables([c.bank for c in chunks]).sort_by("injection_id")
+    assert _bytes(rows) == _bytes(bank_columns(tasks, params).sort_by("injection_id"))
     assert fused.schema.equals(reference.schema)
     assert _bytes(_sorted(fused)) == _bytes(_sorted(reference))
     inj = fused.filter(pc.equal(fused.column("kind"), "injection")).to_pydict()

@@ -63,7 +63,8 @@ def test_realism_probe_materializes_and_warns_without_blocking(tmp_path):
     lens-like stamps from noise stamps), the contract passed."""
     import dagster as dg
 
-    from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META
+    from darkhaloscope.evaluation.scoring import CUTOUT_META
+    from darkhaloscope.lensing.bank import InjectionConfig, bank_columns, plan_injection_grid, render_injection_batch
     from io_managers import LakeIOManager
     from lake_platform.lake import Lake
     from lens_assets.realism import realism_probe
@@ -71,6 +72,7 @@ def test_realism_probe_materializes_and_warns_without_blocking(tmp_path):
     from resources import ComputeResource, LakeResource, SurveyResource
     from tests.support.tiny_finder import publish_tiny_finder
     from tests.support.wap import run_assets
+    from tests.test_injection_bank_lib import _hosts
 
     sweep, batch = "sweep-030m005-035p000.fits", "batch-00000"
     lake = Lake(str(tmp_path / "lake"))
@@ -79,29 +81,25 @@ def test_realism_probe_materializes_and_warns_without_blocking(tmp_path):
     n = 12
     truth_images = rng.normal(0.0, 0.02, (n, 3, 101, 101)).astype(np.float32)
     truth_images[:, :, 40:44, 45:56] += 0.5  # an arc-like bar the injections lack
-    cut = {name: pa.nulls(n, pa.string()) for name in CUTOUT_META}
+    # the injections: real plan rows on 27 hosts, the bank their parameters (it stores no stamps:
+    # the probe renders its injections again onto the hosts' cutouts)
+    tasks = plan_injection_grid(_hosts(27), InjectionConfig(per_cell=1)).slice(0, 20)
+    hosts = np.unique(tasks.column("host_object_id").to_numpy())
+    host_images = rng.normal(0.0, 0.02, (hosts.size, 3, 101, 101)).astype(np.float32)
+    cut = {name: pa.nulls(n + hosts.size, pa.string()) for name in CUTOUT_META}
     cut.update(
-        object_id=pa.array(np.arange(n), pa.int64()),
-        label=pa.array(np.ones(n), pa.int8()),
-        split=pa.array(["test"] * n),
-        image=to_tensor_array(truth_images),
+        object_id=pa.array(np.r_[np.arange(n), hosts], pa.int64()),
+        label=pa.array(np.r_[np.ones(n), np.zeros(hosts.size)], pa.int8()),
+        split=pa.array(["test"] * (n + hosts.size)),
+        image=to_tensor_array(np.concatenate([truth_images, host_images])),
+        invvar=to_tensor_array(np.full((n + hosts.size, 3, 101, 101), 1 / 0.02**2, np.float32)),
     )
     lake.write_table("imaging", "cutouts", pa.table(cut), partition={"sweep_file": sweep})
     lake.write_table("training", "training_set", pa.table({"object_id": pa.array([100], pa.int64())}))
-    m = 20
-    inj = {name: pa.array(np.full(m, 1.0)) for name in INJECTION_META}
-    inj.update(
-        injection_id=pa.array(np.arange(1000, 1000 + m), pa.int64()),
-        host_z_source=pa.array(["spec"] * m),
-        sigma_v_source=pa.array(["measured"] * m),
-        host_object_id=pa.array(np.arange(m) // 2, pa.int64()),
-        success=pa.array([True] * m),
-        failure_reason=pa.array([""] * m),
-        arc_snr=pa.array(np.full(m, 20.0)),
-        image=to_tensor_array(rng.normal(0.0, 0.02, (m, 3, 101, 101)).astype(np.float32)),
-        control=to_tensor_array(rng.normal(0.0, 0.02, (m, 3, 101, 101)).astype(np.float32)),
-    )
-    lake.write_table("injection", "injection_bank", pa.table(inj), partition={"injection_batch": batch})
+    lake.write_table("injection", "injection_plan", tasks)
+    index = np.searchsorted(hosts, tasks.column("host_object_id").to_numpy())
+    _, _, params = render_injection_batch(tasks, host_images[index], np.full_like(host_images[index], 1 / 0.02**2))
+    lake.write_table("injection", "injection_bank", bank_columns(tasks, params), partition={"injection_batch": batch})
     resource = LakeResource(uri=lake.uri)
     resources = {
         "lake": resource,

@@ -1,17 +1,17 @@
-"""cutout_scores, injection_scores and thresholds through dg.materialize: scores partitioned like
-their inputs, unscorable rows kept as such, thresholds from held-out negatives only."""
+"""cutout_scores and thresholds through dg.materialize: scores partitioned like their input,
+unscorable rows kept as such, thresholds from held-out negatives only (the injections' scores:
+tests/test_injection_assets.py and tests/test_injection_scoring_fused.py)."""
 
 import dagster as dg
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from darkhaloscope.evaluation.scoring import CUTOUT_META, INJECTION_META
+from darkhaloscope.evaluation.scoring import CUTOUT_META
 from darkhaloscope.stamps import to_tensor_array
 from io_managers import LakeIOManager
 from lake_platform.lake import Lake
-from lens_assets.evaluation import cutout_scores, injection_scores, thresholds
-from lens_assets.shared.partitions import injection_batches, sweep_partitions
+from lens_assets.evaluation import cutout_scores, thresholds
+from lens_assets.shared.partitions import sweep_partitions
 from resources import ComputeResource, LakeResource
 from tests.support.tiny_finder import publish_tiny_finder
 from tests.support.wap import run_assets
@@ -43,23 +43,10 @@ def _lake(tmp_path) -> Lake:
         image=to_tensor_array(images),
     )
     lake.write_table("imaging", "cutouts", pa.table(cut), partition={"sweep_file": SWEEP})
-    m = 6
-    inj = {name: pa.array(np.full(m, 1.0)) for name in INJECTION_META}
-    inj.update(
-        injection_id=pa.array(np.arange(1000, 1000 + m), pa.int64()),  # int64, as the injection bank writes it
-        host_z_source=pa.array(["spec", "phot"] * (m // 2)),
-        sigma_v_source=pa.array(["measured", "relation"] * (m // 2)),
-        host_object_id=pa.array(np.arange(m), pa.int64()),
-        success=pa.array([True, True, False, True, False, True]),
-        failure_reason=pa.array(["", "", "host_invvar_r_empty", "", "unphysical", ""]),
-        image=to_tensor_array(_stamps(m, 2)),
-        control=to_tensor_array(_stamps(m, 3)),
-    )
-    lake.write_table("injection", "injection_bank", pa.table(inj), partition={"injection_batch": "batch-00000"})
     return lake
 
 
-def test_failed_injections_and_bad_stamps_are_unscorable_and_thresholds_use_held_out_negatives(tmp_path):
+def test_bad_stamps_are_unscorable_and_thresholds_use_held_out_negatives(tmp_path):
     lake = _lake(tmp_path)
     resource = LakeResource(uri=lake.uri)
     resources = {
@@ -69,24 +56,9 @@ def test_failed_injections_and_bad_stamps_are_unscorable_and_thresholds_use_held
     }
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(sweep_partitions.name, [SWEEP])
-    instance.add_dynamic_partitions(injection_batches.name, ["batch-00000"])
     scored = run_assets([cutout_scores.key], resources, instance, partition_key=SWEEP)
     assert {e.check_name: e.passed for e in scored.get_asset_check_evaluations()} == {"cutout_scores_contract": True}
-    assert run_assets([injection_scores.key], resources, instance, partition_key="batch-00000").success
     assert run_assets([thresholds.key], resources, instance).success
-
-    both = lake.read_table("evaluation", "injection_scores", partition={"injection_batch": "batch-00000"})
-    inj = both.filter(pc.equal(both.column("kind"), "injection")).sort_by("injection_id")
-    assert inj.schema.field("score").type == pa.float64()
-    assert inj.column("valid").to_pylist() == [True, True, False, True, False, True]
-    assert [
-        r for r, ok in zip(inj.column("invalid_reason").to_pylist(), inj.column("valid").to_pylist()) if not ok
-    ] == ["injection_failed"] * 2
-    assert inj.column("score").null_count == 2
-    controls = both.filter(pc.equal(both.column("kind"), "control"))
-    assert controls.num_rows == 6 and all(
-        controls.column("valid").to_pylist()
-    )  # a failed render's host is still a valid control
 
     cut = lake.read_table("evaluation", "cutout_scores", partition={"sweep_file": SWEEP}).sort_by("object_id")
     assert cut.column("valid").to_pylist() == [True] * len(NEGATIVES) + [False]

@@ -919,11 +919,17 @@ class RenderTally:
         self.snr = np.zeros((n, 3))
         self.lensed_flux = np.full((n, 3), np.nan)
         self.n_ref = np.zeros(n, dtype=np.int32)
+        self.arc_flux = np.full((n, 3), np.nan)
+        self.arc_finite = np.ones(n, dtype=bool)
 
     def add(self, chunk: RenderedArcs) -> None:
         sel = chunk.rows
         self.snr[sel], self.mu[sel] = chunk.snr, chunk.magnification
         self.lensed_flux[sel], self.n_ref[sel] = chunk.lensed_flux, chunk.n_refined
+        # measured on the pixels as rendered (noise included), not taken from the renderer's μ, so
+        # that the bank's physics audit can hold the one against the other without the stamps
+        self.arc_flux[sel] = chunk.arc.astype(np.float64).sum(axis=(2, 3))
+        self.arc_finite[sel] = np.isfinite(chunk.arc).all(axis=(1, 2, 3))
 
     def params(self, tasks: pa.Table, reason: np.ndarray, start: int = 0, stop: int | None = None) -> pa.Table:
         """The parameter table of ``render_injection_batch`` for task rows ``start`` to ``stop``
@@ -946,6 +952,9 @@ class RenderTally:
         for b, name in enumerate(BANDS):
             cols[f"psf_fwhm_{name}"] = _col(t, f"psf_fwhm_{name}")
         cols["n_refined_pixels"] = self.n_ref[rows]
+        for b, name in enumerate(BANDS):
+            cols[f"arc_flux_{name}"] = self.arc_flux[rows, b]
+        cols["arc_pixels_finite"] = self.arc_finite[rows]
         return pa.table(cols)
 
 
@@ -972,7 +981,8 @@ def render_injection_batch(
     (injected, arc, params): injected = host + arc and arc (N, 3, S, S) float32 [nmgy/pixel]; params
     a pa.Table with injection_id, seed, success, failure_reason, magnification (extended mu),
     arc_snr (r band) and arc_snr_g/r/z, lensed_mag_g/r/z (AB, unconvolved lensed flux in the
-    stamp), psf_fwhm_g/r/z [arcsec] used, n_refined_pixels. Failed rows (non-finite host pixels,
+    stamp), psf_fwhm_g/r/z [arcsec] used, n_refined_pixels, arc_flux_g/r/z [nmgy] (the rendered
+    arc's pixels summed; NaN where not rendered) and arc_pixels_finite. Failed rows (non-finite host pixels,
     no positive invvar in r) keep the host unchanged and a zero arc. The paired control is the host.
     """
     img, iv, reason = host_failures(tasks, host_images, host_invvar, config)

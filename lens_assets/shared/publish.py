@@ -145,20 +145,17 @@ def staged_table(context: dg.AssetExecutionContext, table: Table, partition_key:
 
 
 def lake_asset(*tables: Table, code_version: str, kinds: set[str] | None = None, **asset_kwargs):
-    """Decorator: the function becomes the asset publishing ``tables`` (registry entries, one group)
-    through :class:`Publish` (module doc). ``asset_kwargs`` go to ``dg.asset`` / ``dg.multi_asset``
-    (``ins``, ``deps``, ``pool``, ``backfill_policy``, ``retry_policy``, ``automation_condition``,
-    ...)."""
-    groups = {t.group for t in tables}
-    if len(groups) != 1:
-        raise ValueError(f"one asset publishes tables of one group, got {sorted(groups)}")
+    """Decorator: the function becomes the asset publishing ``tables`` (registry entries, each in
+    its stage's group) through :class:`Publish` (module doc). ``asset_kwargs`` go to ``dg.asset`` /
+    ``dg.multi_asset`` (``ins``, ``deps``, ``pool``, ``backfill_policy``, ``retry_policy``,
+    ``automation_condition``, ...)."""
     specs = [c for t in tables for c in check_specs(t)]
     parts = {partitions_def(t.partitioned_by) for t in tables}
     if len(parts) != 1:
         raise ValueError(f"tables {[t.path for t in tables]} are partitioned differently")
     # a multi-asset takes its automation condition per output
     automation = asset_kwargs.pop("automation_condition", None) if len(tables) > 1 else None
-    common = dict(group_name=tables[0].group, partitions_def=parts.pop(), check_specs=specs, **asset_kwargs)
+    common = dict(partitions_def=parts.pop(), check_specs=specs, **asset_kwargs)
 
     def decorate(fn):
         if "lake" not in inspect.signature(fn).parameters:
@@ -189,6 +186,7 @@ def lake_asset(*tables: Table, code_version: str, kinds: set[str] | None = None,
                 owners=OWNERS,
                 description=fn.__doc__ or t.description,
                 metadata=_columns_metadata(t),
+                group_name=t.group,
                 **common,
             )(body)
         outs = {
@@ -200,6 +198,7 @@ def lake_asset(*tables: Table, code_version: str, kinds: set[str] | None = None,
                 description=t.description,
                 automation_condition=automation,
                 metadata=_columns_metadata(t),
+                group_name=t.group,
             )
             for t in tables
         }
