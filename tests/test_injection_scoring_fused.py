@@ -87,6 +87,10 @@ def test_fused_pass_scores_what_the_stored_bank_scores_bit_for_bit(bank, tmp_pat
     inj = fused.filter(pc.equal(fused.column("kind"), "injection")).to_pydict()
     assert inj["invalid_reason"][2] == "injection_failed" and inj["score"][2] is None
     assert sum(inj["valid"]) == tasks.num_rows - 1
+    # one control row per task; the unrenderable host (NaN pixels) is an unscorable control too
+    controls = _sorted(fused.filter(pc.equal(fused.column("kind"), "control"))).to_pydict()
+    assert controls["valid"] == [i != 2 for i in range(tasks.num_rows)]
+    assert controls["invalid_reason"][2] != "" and controls["score"][2] is None
 
 
 def test_fused_pass_refuses_hosts_of_another_shape(bank):
